@@ -1,0 +1,1 @@
+"""Sub-commands: each module defines `register(subparsers)` (and optional `ORDER`) and sets `func`."""
