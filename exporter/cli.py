@@ -36,6 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `... | head` closed stdout early
+        return 0
 
 
 if __name__ == "__main__":

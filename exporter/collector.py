@@ -1,0 +1,166 @@
+"""Pure collector: the exporter's current state (targets, memory, self-metrics) → exposition text.
+
+No I/O here: the poller hands in frozen views after each poll and serves the returned text from memory.
+A failed source omits its series (never zeros); `kvoffload_up` and the collector gauges say why.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from exporter import __version__
+from exporter.catalogue import COLLECTORS, SCRAPE_ERROR_REASONS, STATES
+from exporter.derive import EngineDerived
+from exporter.model import EngineKey, EngineSignals, GpuMemory, HostMemory, Snapshot
+from exporter.render import Exposition
+
+_COUNTER_METRICS = {
+    "offload_load_bytes": "kvoffload_offload_load_bytes_total",
+    "offload_store_bytes": "kvoffload_offload_store_bytes_total",
+    "offload_load_seconds": "kvoffload_offload_load_seconds_total",
+    "offload_store_seconds": "kvoffload_offload_store_seconds_total",
+    "offload_loads": "kvoffload_offload_loads_total",
+    "offload_stores": "kvoffload_offload_stores_total",
+    "offload_allocation_failures": "kvoffload_offload_allocation_failures_total",
+    "offload_stores_skipped": "kvoffload_offload_stores_skipped_total",
+    "gpu_prefix_queries": "kvoffload_gpu_prefix_queries_tokens_total",
+    "gpu_prefix_hits": "kvoffload_gpu_prefix_hits_tokens_total",
+    "external_prefix_queries": "kvoffload_external_prefix_queries_tokens_total",
+    "external_prefix_hits": "kvoffload_external_prefix_hits_tokens_total",
+    "prompt_tokens": "kvoffload_prompt_tokens_total",
+}
+_GAUGE_METRICS = {
+    "gpu_kv_cache_usage": "kvoffload_gpu_kv_cache_usage_ratio",
+    "offload_inflight": "kvoffload_offload_inflight_ratio",
+    "requests_running": "kvoffload_requests_running",
+    "requests_waiting": "kvoffload_requests_waiting",
+}
+
+
+@dataclass(frozen=True)
+class TargetView:
+    label: str
+    url: str
+    up: bool = False
+    errors: Mapping[str, int] = field(default_factory=dict)
+    duration: float | None = None
+    body_bytes: int | None = None
+    last_success: float | None = None
+    version: str | None = None
+    snapshot: Snapshot | None = None
+    derived: Mapping[EngineKey, EngineDerived] = field(default_factory=dict)
+    tier_bytes: float | None = None  # from the exporter config
+    last_error: str | None = None
+
+
+def tier_bytes(e: EngineSignals, configured: float | None) -> float | None:
+    """CPU-tier capacity: kv_offload_config_info (0.33), cache_config kv_offloading_size (GiB), config."""
+    for raw, scale in ((e.offload_config.get("cpu_kv_cache_size_bytes"), 1.0),
+                       (e.cache_config.get("kv_offloading_size"), float(2 ** 30))):
+        try:
+            if raw not in (None, "", "None"):
+                return float(raw) * scale  # type: ignore[arg-type]
+        except ValueError:
+            pass
+    return configured
+
+
+def _int_label(raw: str | None) -> float | None:
+    try:
+        return float(raw) if raw not in (None, "", "None") else None  # type: ignore[arg-type]
+    except ValueError:
+        return None
+
+
+def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | None, window: str) -> None:
+    lb = {"target": t.label, "model_name": e.model_name, "engine": e.engine}
+    for sig, name in _COUNTER_METRICS.items():
+        x.add(name, e.counters.get(sig), lb)
+    for source, v in sorted(e.prompt_tokens_by_source.items()):
+        x.add("kvoffload_prompt_tokens_by_source_total", v, {**lb, "source": source})
+    for attr, name in _GAUGE_METRICS.items():
+        x.add(name, getattr(e, attr), lb)
+    x.add("kvoffload_offload_tier_bytes", tier_bytes(e, t.tier_bytes) if t.snapshot and
+          t.snapshot.offload_configured else None, lb)
+    x.add("kvoffload_gpu_kv_cache_blocks", _int_label(e.cache_config.get("num_gpu_blocks")), lb)
+    x.add("kvoffload_gpu_kv_block_size_tokens", _int_label(e.cache_config.get("block_size")), lb)
+    if d is None:
+        return
+    x.add_states("kvoffload_state", lb, STATES, d.state)
+    wl = {**lb, "window": window}
+    x.add("kvoffload_window_seconds", d.window_seconds, wl)
+    x.add("kvoffload_load_store_ratio", d.load_store_ratio, wl)
+    x.add("kvoffload_offload_load_bandwidth_bytes_per_second", d.load_bandwidth, wl)
+    x.add("kvoffload_offload_store_bandwidth_bytes_per_second", d.store_bandwidth, wl)
+    x.add("kvoffload_gpu_prefix_hit_ratio", d.gpu_hit_ratio, wl)
+    x.add("kvoffload_external_prefix_hit_ratio", d.external_hit_ratio, wl)
+    for q, v in d.ttft_quantiles.items():
+        x.add("kvoffload_ttft_seconds", v, {**wl, "quantile": str(q)})
+
+
+def _target(x: Exposition, t: TargetView, window: str) -> None:
+    x.add("kvoffload_up", 1.0 if t.up else 0.0, {"target": t.label})
+    for reason in SCRAPE_ERROR_REASONS:  # pre-created so rate() works from the first error
+        x.add("kvoffload_scrape_errors_total", float(t.errors.get(reason, 0)),
+              {"target": t.label, "reason": reason})
+    x.add("kvoffload_scrape_duration_seconds", t.duration, {"target": t.label})
+    x.add("kvoffload_scrape_body_bytes", t.body_bytes, {"target": t.label})
+    x.add("kvoffload_last_success_timestamp_seconds", t.last_success, {"target": t.label})
+    if not t.up or t.snapshot is None:
+        return
+    x.add("kvoffload_target_info", 1.0, {"target": t.label, "vllm_version": t.version or "unknown",
+                                         "generation": t.snapshot.generation})
+    for e in t.snapshot.engines:
+        _engine(x, t, e, t.derived.get(e.key), window)
+
+
+def _host(x: Exposition, m: HostMemory) -> None:
+    x.add("kvoffload_host_memory_total_bytes", m.total)
+    x.add("kvoffload_host_memory_available_bytes", m.available)
+    x.add("kvoffload_container_memory_limit_bytes", m.cgroup_limit)
+    x.add("kvoffload_container_memory_usage_bytes", m.cgroup_usage)
+    x.add("kvoffload_host_memory_headroom_bytes", m.headroom)
+    for p in m.processes:
+        lb = {"target": p.target, "pid": str(p.pid)}
+        x.add("kvoffload_process_resident_memory_bytes", p.rss, lb)
+        x.add("kvoffload_process_locked_memory_bytes", p.locked, lb)
+        x.add("kvoffload_process_pinned_memory_bytes", p.pinned, lb)
+
+
+def _gpu(x: Exposition, devices: Sequence[GpuMemory]) -> None:
+    for d in devices:
+        lb = {"gpu": d.index, "uuid": d.uuid, "name": d.name}
+        x.add("kvoffload_gpu_memory_total_bytes", d.total, lb)
+        x.add("kvoffload_gpu_memory_used_bytes", d.used, lb)
+        x.add("kvoffload_gpu_memory_free_bytes", d.free, lb)
+        for pid, used in d.processes:
+            x.add("kvoffload_gpu_process_memory_used_bytes", used, {"gpu": d.index, "uuid": d.uuid,
+                                                                   "pid": str(pid)})
+
+
+Extra = Callable[[Exposition], None]
+
+
+def collect(targets: Sequence[TargetView], window: str, host: HostMemory | None = None,
+            gpu: Sequence[GpuMemory] | None = None, collectors: Mapping[str, tuple[bool, float]] | None = None,
+            extras: Sequence[Extra] = ()) -> str:
+    """Render the whole exposition. `collectors` maps collector name → (success, duration seconds)."""
+    x = Exposition()
+    x.add("kvoffload_exporter_build_info", 1.0, {"version": __version__,
+                                                 "python": platform.python_version()})
+    for name in COLLECTORS:
+        if collectors and name in collectors:
+            ok, dur = collectors[name]
+            x.add("kvoffload_collector_success", 1.0 if ok else 0.0, {"collector": name})
+            x.add("kvoffload_collector_duration_seconds", dur, {"collector": name})
+    for t in targets:
+        _target(x, t, window)
+    if host is not None:
+        _host(x, host)
+    if gpu is not None:
+        _gpu(x, gpu)
+    for extra in extras:
+        extra(x)
+    return x.text()

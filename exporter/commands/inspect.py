@@ -1,0 +1,120 @@
+"""`inspect`: read saved /metrics dumps — one file: cumulative signals; two: the interval and its state."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from exporter.derive import EngineDerived, interval
+from exporter.exposition import ParseError
+from exporter.model import Snapshot
+from exporter.normalise import normalise
+
+ORDER = 20
+
+_FIELDS = (
+    ("offload_load_bytes", "load B"), ("offload_store_bytes", "store B"),
+    ("offload_load_seconds", None), ("offload_store_seconds", None),
+    ("gpu_prefix_queries", None), ("gpu_prefix_hits", "GPU hit tok"),
+    ("external_prefix_queries", None), ("external_prefix_hits", "ext hit tok"),
+    ("prompt_tokens", None),
+)
+
+_CACHE_KEYS = ("block_size", "num_gpu_blocks", "enable_prefix_caching", "kv_offloading_size",
+               "kv_offloading_backend", "kv_cache_size_tokens")
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("inspect", help="explain saved /metrics dumps (one file, or before and after)",
+                       description="One FILE: cumulative offload signals per engine. FILE FILE2 "
+                                   "(before, after): the interval's deltas and evidence state.")
+    p.add_argument("file")
+    p.add_argument("file2", nargs="?")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def _load(path: str) -> Snapshot:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise SystemExit(f"kvoffload-exporter inspect: cannot read {path}: {e.strerror}")
+    except UnicodeDecodeError:
+        raise SystemExit(f"kvoffload-exporter inspect: {path} is not UTF-8 text")
+    try:
+        snap = normalise(text)
+    except ParseError as e:
+        raise SystemExit(f"kvoffload-exporter inspect: {path}: {e}")
+    if not snap.families:
+        raise SystemExit(f"kvoffload-exporter inspect: {path} contains no vllm: metrics")
+    return snap
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 6)
+
+
+def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
+    """The `--json` document (also used by tests and `check`)."""
+    engines = []
+    derived = interval(before, after)
+    for e in after.engines:
+        d: EngineDerived = derived[e.key]
+        row: dict[str, Any] = {"model_name": e.model_name, "engine": e.engine}
+        for k, _ in _FIELDS:
+            row[k] = d.deltas.get(k)
+        row["prompt_tokens_by_source"] = dict(d.by_source)
+        row["state"] = d.state
+        row["load_store_ratio"] = _r(d.load_store_ratio)
+        row["load_bandwidth_bytes_per_second"] = _r(d.load_bandwidth)
+        row["store_bandwidth_bytes_per_second"] = _r(d.store_bandwidth)
+        row["gpu_prefix_hit_ratio"] = _r(d.gpu_hit_ratio)
+        row["external_prefix_hit_ratio"] = _r(d.external_hit_ratio)
+        row["ttft_seconds"] = {str(q): _r(v) for q, v in d.ttft_quantiles.items()}
+        row["cache_config"] = {k: v for k, v in e.cache_config.items() if k in _CACHE_KEYS}
+        engines.append({k: v for k, v in row.items()})
+    return {"mode": "interval" if before is not None else "cumulative", "generation": after.generation,
+            "multiprocess": after.multiprocess, "engines": engines}
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if v == int(v) else f"{v:.4g}"
+    return str(v)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.file2:
+        before, after = _load(args.file), _load(args.file2)
+        if before.generation != after.generation:
+            print(f"note: offload metric generation changed: {before.generation} -> {after.generation}",
+                  file=sys.stderr)
+    else:
+        before, after = None, _load(args.file)
+    doc = report(before, after)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2, sort_keys=True)
+        print()
+        return 0
+    mode = "interval (after - before)" if before else "cumulative since engine start"
+    print(f"{mode}; offload metric generation: {doc['generation']}"
+          + (" (multiprocess exposition)" if doc["multiprocess"] else ""))
+    cols = ["model_name", "engine", "state", "offload_load_bytes", "offload_store_bytes", "load_store_ratio",
+            "gpu_prefix_hits", "external_prefix_hits", "gpu_prefix_hit_ratio", "external_prefix_hit_ratio"]
+    heads = ["model", "engine", "state", "load bytes", "store bytes", "load/store", "GPU hit tok",
+             "ext hit tok", "GPU hit ratio", "ext hit ratio"]
+    rows = [[_fmt(e.get(c)) for c in cols] for e in doc["engines"]]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
+    print("  ".join(h.ljust(w) for h, w in zip(heads, widths)))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    for e in doc["engines"]:
+        if e["ttft_seconds"]:
+            qs = ", ".join(f"p{float(q) * 100:g} {v * 1000:.1f} ms" for q, v in e["ttft_seconds"].items())
+            print(f"TTFT {e['model_name']}/{e['engine']}: {qs}")
+    return 0

@@ -1,0 +1,223 @@
+"""Settings from flags and/or a YAML file → frozen `Config`, validated strictly with every error listed."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+from urllib.parse import urlsplit
+
+DEFAULT_LISTEN = "127.0.0.1:9466"
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; `errors` lists every problem found, not just the first."""
+
+    def __init__(self, errors: list[str]):
+        super().__init__("invalid configuration:\n  - " + "\n  - ".join(errors))
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    url: str  # base URL of the vLLM OpenAI server, e.g. http://127.0.0.1:8000
+    name: str = ""  # `target` label; defaults to host:port
+    pid: int | None = None  # vLLM API-server PID for memory gauges
+    pidfile: str | None = None
+    port: int | None = None  # find the vLLM process by its listening port (default: the URL's port)
+    tier_bytes: float | None = None  # configured CPU-tier bytes when vLLM does not export them
+
+    @property
+    def label(self) -> str:
+        return self.name or (urlsplit(self.url).netloc or self.url)
+
+
+@dataclass(frozen=True)
+class Config:
+    targets: tuple[TargetConfig, ...] = ()
+    listen: str = DEFAULT_LISTEN
+    poll_interval: float = 5.0
+    window: float = 300.0
+    timeout: float = 3.0
+    max_body_bytes: int = 16 * 1024 * 1024
+    host_enabled: bool = True
+    proc_root: str = "/proc"
+    cgroup_root: str = "/sys/fs/cgroup"
+    gpu_enabled: bool = True
+    canary: Mapping[str, Any] = field(default_factory=dict)  # validated by exporter.canary when used
+
+    @property
+    def window_label(self) -> str:
+        return format_duration(self.window)
+
+    @property
+    def history_len(self) -> int:
+        return int(self.window / max(self.poll_interval, 0.05)) + 3
+
+    @property
+    def listen_host_port(self) -> tuple[str, int]:
+        return split_listen(self.listen)
+
+
+_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(v: Any) -> float:
+    """5, 2.5, "500ms", "30s", "5m", "1h" → seconds."""
+    if isinstance(v, bool):
+        raise ValueError(f"not a duration: {v!r}")
+    if isinstance(v, (int, float)):
+        return float(v)
+    m = _DUR.match(str(v))
+    if not m:
+        raise ValueError(f"not a duration: {v!r} (use e.g. 5, 500ms, 30s, 5m, 1h)")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def format_duration(seconds: float) -> str:
+    """Prometheus-style label for a window: 300 → "5m", 90 → "90s"."""
+    s = int(round(seconds))
+    if s and s % 3600 == 0:
+        return f"{s // 3600}h"
+    if s and s % 60 == 0:
+        return f"{s // 60}m"
+    return f"{s}s"
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"listen must be HOST:PORT, got {listen!r}")
+    return (host.strip("[]") or "0.0.0.0"), int(port)
+
+
+_TOP_KEYS = {"targets", "listen", "poll_interval", "window", "timeout", "max_body_bytes", "host", "gpu", "canary"}
+_TARGET_KEYS = {"url", "name", "pid", "pidfile", "port", "tier_bytes"}
+
+
+def _check_url(url: Any, where: str, errors: list[str]) -> None:
+    if not isinstance(url, str) or not url:
+        errors.append(f"{where}: url is required")
+        return
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        errors.append(f"{where}: url must be http(s)://HOST:PORT, got {url!r}")
+
+
+def _target(raw: Any, where: str, errors: list[str]) -> TargetConfig | None:
+    if isinstance(raw, str):
+        raw = {"url": raw}
+    if not isinstance(raw, Mapping):
+        errors.append(f"{where}: must be a URL or a mapping")
+        return None
+    for k in sorted(set(raw) - _TARGET_KEYS):
+        errors.append(f"{where}: unknown key {k!r}")
+    _check_url(raw.get("url"), where, errors)
+    for k in ("pid", "port"):
+        v = raw.get(k)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+            errors.append(f"{where}: {k} must be a positive integer")
+    tb = raw.get("tier_bytes")
+    if tb is not None and (isinstance(tb, bool) or not isinstance(tb, (int, float)) or tb <= 0):
+        errors.append(f"{where}: tier_bytes must be a positive number")
+    try:
+        return TargetConfig(url=str(raw.get("url", "")).rstrip("/"), name=str(raw.get("name") or ""),
+                            pid=raw.get("pid"), pidfile=raw.get("pidfile"), port=raw.get("port"),
+                            tier_bytes=float(tb) if isinstance(tb, (int, float)) else None)
+    except (TypeError, ValueError) as e:
+        errors.append(f"{where}: {e}")
+        return None
+
+
+def from_mapping(raw: Any, base: Config | None = None) -> Config:
+    """Build a Config from parsed YAML. Raises ConfigError listing every problem."""
+    errors: list[str] = []
+    cfg = base or Config()
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(["top level must be a mapping"])
+    for k in sorted(set(raw) - _TOP_KEYS):
+        errors.append(f"unknown key {k!r}")
+    changes: dict[str, Any] = {}
+    if "targets" in raw:
+        ts = raw["targets"]
+        if not isinstance(ts, list):
+            errors.append("targets: must be a list")
+        else:
+            parsed = [_target(t, f"targets[{i}]", errors) for i, t in enumerate(ts)]
+            changes["targets"] = tuple(t for t in parsed if t)
+    for key in ("poll_interval", "window", "timeout"):
+        if key in raw:
+            try:
+                v = parse_duration(raw[key])
+                if v <= 0:
+                    raise ValueError(f"must be > 0, got {raw[key]!r}")
+                changes[key] = v
+            except ValueError as e:
+                errors.append(f"{key}: {e}")
+    if "listen" in raw:
+        try:
+            split_listen(str(raw["listen"]))
+            changes["listen"] = str(raw["listen"])
+        except ValueError as e:
+            errors.append(str(e))
+    if "max_body_bytes" in raw:
+        v = raw["max_body_bytes"]
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1024:
+            errors.append("max_body_bytes: must be an integer >= 1024")
+        else:
+            changes["max_body_bytes"] = v
+    for section, keys in (("host", {"enabled": "host_enabled", "proc_root": "proc_root",
+                                    "cgroup_root": "cgroup_root"}), ("gpu", {"enabled": "gpu_enabled"})):
+        sec = raw.get(section)
+        if sec is None:
+            continue
+        if not isinstance(sec, Mapping):
+            errors.append(f"{section}: must be a mapping")
+            continue
+        for k, v in sec.items():
+            if k not in keys:
+                errors.append(f"{section}: unknown key {k!r}")
+            elif k == "enabled" and not isinstance(v, bool):
+                errors.append(f"{section}.enabled: must be true or false")
+            else:
+                changes[keys[k]] = v
+    if "canary" in raw:
+        if not isinstance(raw["canary"], Mapping):
+            errors.append("canary: must be a mapping")
+        else:
+            changes["canary"] = dict(raw["canary"])
+    if errors:
+        raise ConfigError(errors)
+    cfg = replace(cfg, **changes)
+    check(cfg)
+    return cfg
+
+
+def check(cfg: Config) -> None:
+    """Cross-field checks that hold however the config was built."""
+    errors: list[str] = []
+    labels = [t.label for t in cfg.targets]
+    for dup in sorted({lbl for lbl in labels if labels.count(lbl) > 1}):
+        errors.append(f"targets: duplicate target name {dup!r} (set `name`)")
+    if cfg.timeout > cfg.poll_interval * 10:
+        errors.append("timeout: must not exceed 10 poll intervals")
+    if cfg.window < cfg.poll_interval * 2:
+        errors.append("window: must cover at least two poll intervals")
+    if errors:
+        raise ConfigError(errors)
+
+
+def load_file(path: str, base: Config | None = None) -> Config:
+    import yaml  # imported here: only needed with --config
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError([f"cannot read {path}: {e.strerror}"]) from None
+    except yaml.YAMLError as e:
+        raise ConfigError([f"{path}: not valid YAML: {e}"]) from None
+    return from_mapping(raw, base)

@@ -1,0 +1,224 @@
+"""Pure derivation: reset-aware accumulation of snapshots and windowed evidence per engine.
+
+The clock is passed in. `advance()` folds a new snapshot into reset-adjusted running totals (a
+counter that goes down means the engine restarted: the new raw value is the increase, so a restart
+never yields a negative delta or a spike); `derive()` compares the newest point with the oldest point
+inside the window; `interval()` does the same for two snapshots (inspect, canary).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from exporter.model import EMPTY, EngineKey, EngineSignals, Histogram, Snapshot
+
+QUANTILES = (0.5, 0.9, 0.99)
+REUSE_SOURCES = ("local_cache_hit", "external_kv_transfer")
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Reset-adjusted cumulative values of one engine (monotonic while the exporter runs)."""
+
+    counters: Mapping[str, float]
+    by_source: Mapping[str, float]
+    ttft_bounds: tuple[float, ...] = ()
+    ttft_counts: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Point:
+    t: float
+    snapshot: Snapshot
+    totals: Mapping[EngineKey, Totals]
+
+
+@dataclass(frozen=True)
+class EngineDerived:
+    """What happened on one engine between two points. Undefined ratios are None, never NaN."""
+
+    key: EngineKey
+    configured: bool
+    window_seconds: float
+    deltas: Mapping[str, float]
+    by_source: Mapping[str, float]
+    state: str
+    load_store_ratio: float | None = None
+    load_bandwidth: float | None = None
+    store_bandwidth: float | None = None
+    gpu_hit_ratio: float | None = None
+    external_hit_ratio: float | None = None
+    ttft_quantiles: Mapping[float, float] = field(default_factory=dict)
+    ttft_count: float = 0.0
+
+
+def _reset(prev: EngineSignals, cur: EngineSignals) -> bool:
+    for k, v in cur.counters.items():
+        p = prev.counters.get(k)
+        if p is not None and v < p:
+            return True
+    for k, v in cur.prompt_tokens_by_source.items():
+        p = prev.prompt_tokens_by_source.get(k)
+        if p is not None and v < p:
+            return True
+    if prev.ttft and cur.ttft and cur.ttft.count < prev.ttft.count:
+        return True
+    return False
+
+
+def _accumulate(prev_tot: Mapping[str, float], prev_raw: Mapping[str, float], raw: Mapping[str, float],
+                reset: bool) -> dict[str, float]:
+    out = {}
+    for k, v in raw.items():
+        if k in prev_tot and k in prev_raw:
+            out[k] = prev_tot[k] + (v if reset else v - prev_raw[k])
+        else:
+            out[k] = v
+    return out
+
+
+def _ttft_totals(prev: Totals | None, p: Histogram | None, c: Histogram | None,
+                 reset: bool) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    if c is None:
+        return (), ()
+    if prev is None or p is None or prev.ttft_bounds != c.bounds or len(p.counts) != len(c.counts):
+        return c.bounds, c.counts  # new or re-bucketed histogram: start over from its raw counts
+    inc = c.counts if reset else tuple(x - y for x, y in zip(c.counts, p.counts))
+    return c.bounds, tuple(a + b for a, b in zip(prev.ttft_counts, inc))
+
+
+def advance(prev: Point | None, snapshot: Snapshot, t: float) -> Point:
+    """Fold `snapshot` taken at time `t` into the running totals of `prev`."""
+    totals: dict[EngineKey, Totals] = {}
+    for e in snapshot.engines:
+        p_sig = prev.snapshot.engine(e.key) if prev else None
+        p_tot = prev.totals.get(e.key) if prev else None
+        if p_sig is None or p_tot is None:
+            totals[e.key] = Totals(dict(e.counters), dict(e.prompt_tokens_by_source),
+                                   *(_ttft_totals(None, None, e.ttft, False)))
+            continue
+        reset = _reset(p_sig, e)
+        totals[e.key] = Totals(
+            _accumulate(p_tot.counters, p_sig.counters, e.counters, reset),
+            _accumulate(p_tot.by_source, p_sig.prompt_tokens_by_source, e.prompt_tokens_by_source, reset),
+            *_ttft_totals(p_tot, p_sig.ttft, e.ttft, reset),
+        )
+    return Point(t, snapshot, totals)
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or not den or den <= 0:
+        return None
+    return num / den
+
+
+def histogram_quantile(q: float, bounds: Sequence[float], counts: Sequence[float]) -> float | None:
+    """Prometheus' histogram_quantile on cumulative counts (last = +Inf). None when empty."""
+    if not counts or counts[-1] <= 0:
+        return None
+    rank = q * counts[-1]
+    for i, c in enumerate(counts):
+        if c >= rank:
+            if i >= len(bounds):
+                return bounds[-1] if bounds else None  # +Inf bucket: the highest finite bound
+            lower = bounds[i - 1] if i > 0 else 0.0
+            below = counts[i - 1] if i > 0 else 0.0
+            upper = bounds[i]
+            if c == below:
+                return upper
+            return lower + (upper - lower) * (rank - below) / (c - below)
+    return bounds[-1] if bounds else None
+
+
+def evidence_state(configured: bool, deltas: Mapping[str, float], by_source: Mapping[str, float]) -> str:
+    """not_configured → hit (loads) → idle (nothing moved) → store_without_load (stores while the
+    workload shows reuse: GPU prefix hits or cache-hit tokens) → storing."""
+    if not configured:
+        return "not_configured"
+    if deltas.get("offload_load_bytes", 0.0) > 0:
+        return "hit"
+    if deltas.get("offload_store_bytes", 0.0) <= 0:
+        return "idle"
+    reuse = (deltas.get("gpu_prefix_hits", 0.0) > 0 or deltas.get("external_prefix_hits", 0.0) > 0
+             or any(by_source.get(s, 0.0) > 0 for s in REUSE_SOURCES))
+    return "store_without_load" if reuse else "storing"
+
+
+def _diff(a: Mapping[str, float], b: Mapping[str, float] | None) -> dict[str, float]:
+    if b is None:
+        return dict(a)
+    return {k: max(0.0, v - b[k]) for k, v in a.items() if k in b}
+
+
+def compare(start: Point | None, end: Point, key: EngineKey) -> EngineDerived:
+    """Derived values for one engine between two points (start None: since the engine started)."""
+    tot = end.totals[key]
+    s_tot = start.totals.get(key) if start else None
+    window = end.t - start.t if start and s_tot is not None else 0.0
+    d = _diff(tot.counters, s_tot.counters if s_tot else None)
+    by_source = _diff(tot.by_source, s_tot.by_source if s_tot else None)
+    ttft: dict[float, float] = {}
+    ttft_count = 0.0
+    if tot.ttft_counts:
+        counts = tot.ttft_counts
+        if s_tot and s_tot.ttft_bounds == tot.ttft_bounds and s_tot.ttft_counts:
+            counts = tuple(max(0.0, a - b) for a, b in zip(tot.ttft_counts, s_tot.ttft_counts))
+        ttft_count = counts[-1]
+        for q in QUANTILES:
+            v = histogram_quantile(q, tot.ttft_bounds, counts)
+            if v is not None:
+                ttft[q] = v
+    configured = end.snapshot.offload_configured
+    return EngineDerived(
+        key=key,
+        configured=configured,
+        window_seconds=window,
+        deltas=d,
+        by_source=by_source,
+        state=evidence_state(configured, d, by_source),
+        load_store_ratio=_ratio(d.get("offload_load_bytes"), d.get("offload_store_bytes")),
+        load_bandwidth=_ratio(d.get("offload_load_bytes"), d.get("offload_load_seconds")),
+        store_bandwidth=_ratio(d.get("offload_store_bytes"), d.get("offload_store_seconds")),
+        gpu_hit_ratio=_ratio(d.get("gpu_prefix_hits"), d.get("gpu_prefix_queries")),
+        external_hit_ratio=_ratio(d.get("external_prefix_hits"), d.get("external_prefix_queries")),
+        ttft_quantiles=ttft,
+        ttft_count=ttft_count,
+    )
+
+
+def window_start(history: Sequence[Point], now: float, window: float) -> Point:
+    """The oldest point not older than `window` seconds (the newest point if none other is)."""
+    for p in history:
+        if p.t >= now - window:
+            return p
+    return history[-1]
+
+
+def derive(history: Sequence[Point], now: float, window: float) -> dict[EngineKey, EngineDerived]:
+    """Windowed derivations for every engine of the newest point. `history` is oldest-first."""
+    if not history:
+        return {}
+    end = history[-1]
+    start = window_start(history, now, window)
+    out = {}
+    for key in end.totals:
+        # An engine that appeared inside the window is compared from its first point.
+        first = next((p for p in history if p.t >= start.t and key in p.totals), end)
+        out[key] = compare(first, end, key)
+    return out
+
+
+def interval(before: Snapshot | None, after: Snapshot) -> dict[EngineKey, EngineDerived]:
+    """What happened between two scrapes (before None: everything since the engines started)."""
+    p0 = advance(None, before, 0.0) if before is not None else None
+    p1 = advance(p0, after, 1.0)
+    return {key: compare(p0 if before is not None else None, p1, key) for key in p1.totals}
+
+
+def keys(points: Iterable[Point]) -> set[EngineKey]:
+    return {k for p in points for k in p.totals}
+
+
+__all__ = ["advance", "compare", "derive", "interval", "evidence_state", "histogram_quantile",
+           "Point", "Totals", "EngineDerived", "EMPTY"]

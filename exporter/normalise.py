@@ -1,0 +1,291 @@
+"""vLLM `/metrics` text → version-agnostic `Snapshot` of logical signals per (model_name, engine).
+
+Handles every vLLM generation from 0.10 to 0.33: flat offload families (0.24+) are preferred and the
+`transfer_type` generation (0.16+, mirrored since 0.24) is used only when no flat family exists, so
+bytes are never counted twice; `gpu_*` aliases (0.10/0.11) only when the new name is absent; names
+with or without `_total`; `_created` ignored; `pid`-split series (multiprocess mode) summed for
+counters and histograms, max for advisory gauges. Unknown families are ignored.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import lru_cache
+from typing import Callable
+
+from exporter.exposition import Labels, Sample, line_prefixes, read
+from exporter.model import OFFLOAD_SIGNALS, EngineSignals, Histogram, Snapshot
+
+# Canonical family -> counter signal. Order matters only for the alias families below.
+_FLAT = {
+    "vllm:kv_offload_load_bytes": "offload_load_bytes",
+    "vllm:kv_offload_store_bytes": "offload_store_bytes",
+    "vllm:kv_offload_load_time": "offload_load_seconds",
+    "vllm:kv_offload_store_time": "offload_store_seconds",
+}
+_FLAT_SIZE = {"vllm:kv_offload_load_size": "load", "vllm:kv_offload_store_size": "store"}
+_LEGACY = {
+    "vllm:kv_offload_total_bytes": ("offload_load_bytes", "offload_store_bytes"),
+    "vllm:kv_offload_total_time": ("offload_load_seconds", "offload_store_seconds"),
+}
+_LEGACY_SIZE = "vllm:kv_offload_size"
+_COUNTERS = {
+    "vllm:kv_offload_allocation_failure": "offload_allocation_failures",
+    "vllm:kv_offload_stores_skipped": "offload_stores_skipped",
+    "vllm:prefix_cache_queries": "gpu_prefix_queries",
+    "vllm:prefix_cache_hits": "gpu_prefix_hits",
+    "vllm:external_prefix_cache_queries": "external_prefix_queries",
+    "vllm:external_prefix_cache_hits": "external_prefix_hits",
+    "vllm:prompt_tokens": "prompt_tokens",
+}
+# Deprecated aliases (0.10 default, 0.11 hidden): used only when the current name is absent.
+_ALIASES = {
+    "vllm:gpu_prefix_cache_queries": "vllm:prefix_cache_queries",
+    "vllm:gpu_prefix_cache_hits": "vllm:prefix_cache_hits",
+    "vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc",
+}
+_GAUGES = {
+    "vllm:kv_cache_usage_perc": "gpu_kv_cache_usage",
+    "vllm:gpu_cache_usage_perc": "gpu_kv_cache_usage",
+    "vllm:kv_offload_cpu_cache_usage_perc": "offload_inflight",
+    "vllm:num_requests_running": "requests_running",
+    "vllm:num_requests_waiting": "requests_waiting",
+}
+_TTFT = "vllm:time_to_first_token_seconds"
+_BY_SOURCE = "vllm:prompt_tokens_by_source"
+_CACHE_INFO = "vllm:cache_config_info"
+_OFFLOAD_INFO = "vllm:kv_offload_config_info"
+
+HISTOGRAMS = frozenset({_TTFT, _LEGACY_SIZE, *_FLAT_SIZE})
+FAMILIES = tuple(sorted({*_FLAT, *_FLAT_SIZE, *_LEGACY, _LEGACY_SIZE, *_COUNTERS, *_ALIASES, *_GAUGES,
+                         _TTFT, _BY_SOURCE, _CACHE_INFO, _OFFLOAD_INFO}))
+_FAMILY_SET = frozenset(FAMILIES)
+_PREFIXES = line_prefixes(FAMILIES)
+_OFFLOAD_FAMILY_PREFIX = "vllm:kv_offload_"
+
+_GEN_FLAT = frozenset({*_FLAT, *_FLAT_SIZE})
+_GEN_LEGACY = frozenset({*_LEGACY, _LEGACY_SIZE})
+
+
+@lru_cache(maxsize=4096)
+def _split(labels: Labels) -> tuple[tuple[str, str], Labels, bool]:
+    """Labels → ((model_name, engine), remaining labels without pid, had_pid)."""
+    model = engine = ""
+    rest = []
+    pid = False
+    for k, v in labels:
+        if k == "model_name":
+            model = v
+        elif k == "engine":
+            engine = v
+        elif k == "pid":
+            pid = True
+        else:
+            rest.append((k, v))
+    return (model, engine), tuple(rest), pid
+
+
+class _Hist:
+    __slots__ = ("buckets", "sum", "count")
+
+    def __init__(self) -> None:
+        self.buckets: dict[float, float] = {}
+        self.sum = 0.0
+        self.count = 0.0
+
+    def add(self, s: Sample, le: str | None) -> None:
+        if s.suffix == "bucket":
+            if le is None:
+                return
+            b = float(le)
+            self.buckets[b] = self.buckets.get(b, 0.0) + s.value
+        elif s.suffix == "sum":
+            self.sum += s.value
+        elif s.suffix == "count":
+            self.count += s.value
+
+    def freeze(self) -> Histogram:
+        bounds = sorted(self.buckets)
+        finite = tuple(b for b in bounds if b != float("inf"))
+        counts = tuple(self.buckets[b] for b in finite) + (self.buckets.get(float("inf"), self.count),)
+        return Histogram(finite, counts, self.sum, self.count)
+
+
+class _Engine:
+    """Mutable accumulator for one engine while a scrape is being read."""
+
+    def __init__(self) -> None:
+        self.counters: dict[str, float] = {}
+        self.legacy: dict[str, float] = {}
+        self.by_source: dict[str, float] = defaultdict(float)
+        self.gauges: dict[str, float] = {}
+        self.hists: dict[str, _Hist] = defaultdict(_Hist)
+        self.cache_config: dict[str, str] = {}
+        self.offload_config: dict[str, str] = {}
+
+
+def _transfer_direction(rest: Labels) -> int | None:
+    """Index 0 = load (CPU_to_GPU, or anything *_to_GPU), 1 = store (GPU_to_*); labels are mixed case."""
+    for k, v in rest:
+        if k == "transfer_type":
+            src, _, dst = v.lower().partition("_to_")
+            if dst == "gpu":
+                return 0
+            if src == "gpu":
+                return 1
+            return None
+    return None
+
+
+def normalise(text: str) -> Snapshot:
+    """Read one vLLM exposition. Raises exposition.ParseError on an unreadable body."""
+    samples, typed = read(text, _PREFIXES, HISTOGRAMS)
+    families: set[str] = {f for f in typed if f in _FAMILY_SET}
+    engines: dict[tuple[str, str], _Engine] = defaultdict(_Engine)
+    engine_only: dict[str, dict[str, str]] = {}  # cache_config_info has `engine` but no model_name
+    multiprocess = False
+
+    for s in samples:
+        fam = s.name
+        if fam not in _FAMILY_SET:
+            continue  # prefix look-alike such as vllm:num_requests_waiting_by_reason
+        families.add(fam)
+        key, rest, pid = _split(s.labels)
+        multiprocess |= pid
+        if fam == _CACHE_INFO or fam == _OFFLOAD_INFO:
+            info = dict(rest)
+            if fam == _CACHE_INFO and not key[0]:
+                engine_only[key[1]] = info
+            else:
+                target = engines[key]
+                (target.cache_config if fam == _CACHE_INFO else target.offload_config).update(info)
+            continue
+        e = engines[key]
+        handler = _HANDLERS.get(fam)
+        if handler is not None:
+            handler(e, fam, s, rest)
+
+    generation = ("flat" if families & _GEN_FLAT else
+                  "transfer_type" if families & _GEN_LEGACY else "none")
+    out = []
+    for (model, engine), e in sorted(engines.items()):
+        if not model and not engine:
+            continue
+        out.append(_freeze(model, engine, e, generation, families, engine_only.get(engine, {})))
+    return Snapshot(generation=generation, engines=tuple(out), families=frozenset(families),
+                    multiprocess=multiprocess)
+
+
+def _freeze(model: str, engine: str, e: _Engine, generation: str, families: set[str],
+            engine_info: dict[str, str]) -> EngineSignals:
+    counters = dict(e.counters)
+    if generation == "transfer_type":
+        counters.update(e.legacy)
+    for alias, current in _ALIASES.items():
+        sig = _COUNTERS.get(alias.replace("gpu_", "", 1))
+        if sig and current not in families and alias in families and ("alias:" + sig) in counters:
+            counters[sig] = counters["alias:" + sig]
+    counters = {k: v for k, v in counters.items() if not k.startswith("alias:")}
+    if generation != "none":
+        # A registered offload family without a child for this engine means nothing moved yet.
+        for sig in OFFLOAD_SIGNALS:
+            counters.setdefault(sig, 0.0)
+    for fam, sig in _COUNTERS.items():
+        if fam in families and not fam.startswith(_OFFLOAD_FAMILY_PREFIX):
+            counters.setdefault(sig, 0.0)
+    gauges = e.gauges
+    size = e.hists
+    load_size = size.get("vllm:kv_offload_load_size") if generation == "flat" else size.get("legacy:load")
+    store_size = size.get("vllm:kv_offload_store_size") if generation == "flat" else size.get("legacy:store")
+    ttft = size.get(_TTFT)
+    # Operation counts come from the transfer-size histograms (one observation per worker job).
+    if load_size is not None:
+        counters["offload_loads"] = load_size.count
+    if store_size is not None:
+        counters["offload_stores"] = store_size.count
+    return EngineSignals(
+        model_name=model,
+        engine=engine,
+        counters=counters,
+        prompt_tokens_by_source=dict(e.by_source),
+        gpu_kv_cache_usage=gauges.get("gpu_kv_cache_usage", gauges.get("alias:gpu_kv_cache_usage")),
+        offload_inflight=gauges.get("offload_inflight"),
+        requests_running=gauges.get("requests_running"),
+        requests_waiting=gauges.get("requests_waiting"),
+        ttft=ttft.freeze() if ttft else None,
+        offload_load_size=load_size.freeze() if load_size else None,
+        offload_store_size=store_size.freeze() if store_size else None,
+        cache_config={**engine_info, **e.cache_config},
+        offload_config=dict(e.offload_config),
+    )
+
+
+def _add(d: dict[str, float], k: str, v: float) -> None:
+    d[k] = d.get(k, 0.0) + v  # sums children that differ only by pid
+
+
+def _on_flat(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
+    _add(e.counters, _FLAT[fam], s.value)
+
+
+def _on_legacy(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
+    d = _transfer_direction(rest)
+    if d is not None:
+        _add(e.legacy, _LEGACY[fam][d], s.value)
+
+
+def _on_counter(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
+    _add(e.counters, _COUNTERS[fam], s.value)
+
+
+def _on_alias(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
+    current = _ALIASES[fam]
+    if current in _GAUGES:
+        prev = e.gauges.get("alias:" + _GAUGES[current])
+        e.gauges["alias:" + _GAUGES[current]] = s.value if prev is None else max(prev, s.value)
+    else:
+        _add(e.counters, "alias:" + _COUNTERS[current], s.value)
+
+
+def _on_gauge(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
+    sig = _GAUGES[fam]
+    prev = e.gauges.get(sig)
+    # pid-split gauges (multiprocess mode) go stale per process: max is advisory, never a sum.
+    e.gauges[sig] = s.value if prev is None else max(prev, s.value)
+
+
+def _le(rest: Labels) -> str | None:
+    for k, v in rest:
+        if k == "le":
+            return v
+    return None
+
+
+def _on_hist(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
+    if s.suffix:
+        e.hists[fam].add(s, _le(rest))
+
+
+def _on_legacy_size(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
+    d = _transfer_direction(rest)
+    if d is not None and s.suffix:
+        e.hists["legacy:load" if d == 0 else "legacy:store"].add(s, _le(rest))
+
+
+def _on_by_source(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
+    for k, v in rest:
+        if k == "source":
+            e.by_source[v] += s.value
+
+
+_Handler = Callable[[_Engine, str, Sample, Labels], None]
+_HANDLERS: dict[str, _Handler] = {
+    **{f: _on_flat for f in _FLAT},
+    **{f: _on_legacy for f in _LEGACY},
+    **{f: _on_counter for f in _COUNTERS},
+    **{f: _on_alias for f in _ALIASES},
+    **{f: _on_gauge for f in _GAUGES if f not in _ALIASES},
+    **{f: _on_hist for f in (*_FLAT_SIZE, _TTFT)},
+    _LEGACY_SIZE: _on_legacy_size,
+    _BY_SOURCE: _on_by_source,
+}

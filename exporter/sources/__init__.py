@@ -1,0 +1,1 @@
+"""I/O sources: the only modules that talk to the network, the kernel or the GPU driver."""
