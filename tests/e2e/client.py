@@ -1,0 +1,111 @@
+"""Stdlib HTTP client for the e2e tests: GET endpoints, streamed completions, and counter reads from /metrics.
+
+The tests compare the exporter against the engine's own counters, so the counter reader here is a tiny,
+independent parser (it deliberately does not use exporter.exposition).
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+MODEL = "tiny"
+FIRST_WORD_ID, VOCAB = 4, 32000  # token ids 0-3 are special tokens
+
+
+def get(base: str, path: str, timeout: float = 30) -> tuple[int, str]:
+    with urllib.request.urlopen(base + path, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+def get_json(base: str, path: str) -> object:
+    return json.loads(get(base, path)[1])
+
+
+def metrics(base: str) -> str:
+    return get(base, "/metrics")[1]
+
+
+def prompt_ids(n: int, rng: random.Random) -> list[int]:
+    """n random token ids; with 32k-way choices two prompts never share a first block by accident."""
+    return [rng.randrange(FIRST_WORD_ID, VOCAB) for _ in range(n)]
+
+
+@dataclass
+class Completion:
+    status: int
+    chunks: int = 0
+    text: str = ""
+    usage: dict = field(default_factory=dict)
+
+    @property
+    def cached_tokens(self) -> int:
+        return (self.usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+
+
+def complete(base: str, prompt: list[int] | str, max_tokens: int = 1, extra: dict | None = None,
+             timeout: float = 120) -> Completion:
+    """One streamed /v1/completions request, read to the end; returns the final usage."""
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}, **(extra or {})}
+    req = urllib.request.Request(base + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        out = Completion(status=r.status)
+        for raw in r:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            chunk = json.loads(data)
+            out.chunks += 1
+            for choice in chunk.get("choices") or ():
+                out.text += choice.get("text") or ""
+            if chunk.get("usage"):
+                out.usage = chunk["usage"]
+    return out
+
+
+FLUSH_PROMPT = [FIRST_WORD_ID] * 4  # shorter than a 128-token block: never stores anything itself
+
+
+def settle(base: str, pause: float = 0.5) -> None:
+    """Let stores of the previous request surface in /metrics: offload completions are reported with the
+    NEXT engine step, so run a tiny 4-token request, then give the API server a moment to fold them in."""
+    complete(base, FLUSH_PROMPT, max_tokens=1)
+    time.sleep(pause)
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if m:
+            out.append((m[1], dict(_LABEL.findall(m[2] or "")), float(m[3])))
+    return out
+
+
+def total(text: str, name: str, **labels: str) -> float:
+    """Sum of all samples of `name` whose labels include `labels` (0.0 when there are none)."""
+    return sum(v for n, lab, v in samples(text)
+               if n == name and all(lab.get(k) == want for k, want in labels.items()))
+
+
+def families(text: str) -> set[str]:
+    """Names declared by `# TYPE` lines."""
+    return {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+
+
+def has_help_and_type(text: str, family: str) -> bool:
+    return any(line.startswith(f"# HELP {family} ") for line in text.splitlines()) and family in families(text)

