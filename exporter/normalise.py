@@ -13,7 +13,7 @@ from collections import defaultdict
 from functools import lru_cache
 from typing import Callable
 
-from exporter.exposition import Labels, Sample, line_prefixes, read
+from exporter.exposition import Labels, Sample, read, selector
 from exporter.model import OFFLOAD_SIGNALS, EngineSignals, Histogram, Snapshot
 
 # Canonical family -> counter signal. Order matters only for the alias families below.
@@ -60,7 +60,7 @@ HISTOGRAMS = frozenset({_TTFT, _LEGACY_SIZE, *_FLAT_SIZE})
 FAMILIES = tuple(sorted({*_FLAT, *_FLAT_SIZE, *_LEGACY, _LEGACY_SIZE, *_COUNTERS, *_ALIASES, *_GAUGES,
                          _TTFT, _BY_SOURCE, _CACHE_INFO, _OFFLOAD_INFO}))
 _FAMILY_SET = frozenset(FAMILIES)
-_PREFIXES = line_prefixes(FAMILIES)
+_SELECTOR = selector(FAMILIES, HISTOGRAMS)
 _OFFLOAD_FAMILY_PREFIX = "vllm:kv_offload_"
 
 _GEN_FLAT = frozenset({*_FLAT, *_FLAT_SIZE})
@@ -139,7 +139,7 @@ def _transfer_direction(rest: Labels) -> int | None:
 
 def normalise(text: str) -> Snapshot:
     """Read one vLLM exposition. Raises exposition.ParseError on an unreadable body."""
-    samples, typed = read(text, _PREFIXES, HISTOGRAMS)
+    samples, typed = read(text, _SELECTOR)
     families: set[str] = {f for f in typed if f in _FAMILY_SET}
     engines: dict[tuple[str, str], _Engine] = defaultdict(_Engine)
     engine_only: dict[str, dict[str, str]] = {}  # cache_config_info has `engine` but no model_name
@@ -147,8 +147,6 @@ def normalise(text: str) -> Snapshot:
 
     for s in samples:
         fam = s.name
-        if fam not in _FAMILY_SET:
-            continue  # prefix look-alike such as vllm:num_requests_waiting_by_reason
         families.add(fam)
         key, rest, pid = _split(s.labels)
         multiprocess |= pid

@@ -1,0 +1,72 @@
+"""`inspect` and the CLI surface."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from exporter import __version__
+from exporter.cli import main
+
+from conftest import FIXTURES
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True, text=True)
+
+
+def test_version_and_help() -> None:
+    r = _run("--version")
+    assert r.returncode == 0 and __version__ in r.stdout
+    r = _run("--help")
+    assert r.returncode == 0 and "serve" in r.stdout and "inspect" in r.stdout
+
+
+def test_inspect_two_files_json(capsys: pytest.CaptureFixture[str]) -> None:
+    d = FIXTURES / "h200-0.6b"
+    assert main(["inspect", str(d / "A_04_after_pressure.prom"), str(d / "A_05_after_cpu_tier_hit.prom"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["generation"] == "flat" and doc["mode"] == "interval"
+    (e,) = doc["engines"]
+    assert (e["model_name"], e["engine"], e["state"]) == ("Qwen/Qwen3-0.6B", "0", "hit")
+    assert e["offload_load_bytes"] == 682622976 and e["offload_store_bytes"] == 0
+    assert e["external_prefix_hits"] == 5952
+
+
+def test_inspect_one_file_is_cumulative(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(FIXTURES / "h200-0.6b" / "A_12_final.prom"), "--json"]) == 0
+    (e,) = json.loads(capsys.readouterr().out)["engines"]
+    assert e["offload_load_bytes"] == 14804844544 and e["offload_store_bytes"] == 54147416064
+
+
+def test_inspect_table_and_legacy_generation(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", str(FIXTURES / "reconstructed" / "C_v0.16-0.23.prom")]) == 0
+    out = capsys.readouterr().out
+    assert "generation: transfer_type" in out and "7,516,192,768" in out and "hit" in out
+
+
+def test_inspect_errors_are_clear(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = _run("inspect", str(tmp_path / "missing.prom"))
+    assert r.returncode != 0 and "cannot read" in r.stderr
+    empty = tmp_path / "x.prom"
+    empty.write_text("<html></html>\n")
+    r = _run("inspect", str(empty))
+    assert r.returncode != 0 and "no vllm: metrics" in r.stderr
+
+
+def test_serve_config_errors_listed_together(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("targets:\n  - url: nope\nwindow: forever\nlisten: nowhere\n")
+    r = _run("serve", "--config", str(cfg), "--config-check")
+    assert r.returncode == 2
+    for needle in ("url must be http(s)", "window: not a duration", "listen must be HOST:PORT"):
+        assert needle in r.stderr
+    good = tmp_path / "g.yaml"
+    good.write_text("targets: [http://127.0.0.1:8000]\nwindow: 10m\n")
+    r = _run("serve", "--config", str(good), "--config-check")
+    assert r.returncode == 0 and "configuration OK" in r.stdout
+    r = _run("serve", "--listen", "127.0.0.1:1")
+    assert r.returncode == 2 and "at least one --target" in r.stderr
