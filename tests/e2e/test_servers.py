@@ -10,6 +10,8 @@ from .vllm_server import BLOCK_TOKENS, KV_BYTES_PER_TOKEN, VLLM_VERSION
 
 STORE = "vllm:kv_offload_store_bytes_total"
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.mark.parametrize("which", ["vllm_plain", "vllm_offload"])
 def test_endpoints(which: str, request: pytest.FixtureRequest) -> None:
