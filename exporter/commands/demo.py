@@ -1,0 +1,136 @@
+"""`demo`: a simulated vLLM, synthetic traffic and the exporter in one process, with a live status line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+import time
+from dataclasses import replace
+from typing import Any
+
+from exporter.commands.serve import add_exporter_arguments, config_from_args
+from exporter.commands.simulate import (add_simulator_arguments, add_traffic_arguments, options_from_args,
+                                        run_until_stopped, traffic_from_args)
+from exporter.config import ConfigError, TargetConfig, split_listen
+from exporter.sim.simulator import Simulator
+
+ORDER = 5  # the README's first command
+
+DEMO_DEFAULTS = {"poll_interval": "2", "window": "1m"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("demo", help="try it: simulated vLLM + traffic + exporter, no GPU needed",
+                       description="Start a simulated vLLM server with a CPU offload tier, send it synthetic "
+                                   "shared-prefix traffic and run the exporter against it, all on 127.0.0.1. "
+                                   "Prints the URLs and one status line per engine; stop with Ctrl-C.")
+    p.add_argument("--duration", type=float, metavar="SECONDS", help="stop after SECONDS (default: Ctrl-C)")
+    p.add_argument("--listen", metavar="HOST:PORT", help="exporter listen address (default 127.0.0.1:9466)")
+    p.add_argument("--sim-listen", default="127.0.0.1:0", metavar="HOST:PORT",
+                   help="simulator listen address (default: a free port on 127.0.0.1)")
+    p.add_argument("--status-interval", type=float, default=5.0, metavar="SECONDS",
+                   help="seconds between status lines (default 5)")
+    add_simulator_arguments(p)
+    add_traffic_arguments(p, rate_flag="--rate")
+    add_exporter_arguments(p)
+    p.set_defaults(func=run, traffic=4.0)
+
+
+def _pct(v: float | None) -> str:
+    return "  n/a" if v is None else f"{v:5.0%}"
+
+
+def status_lines(exporter: Any, sim: Simulator, elapsed: float) -> list[str]:
+    """One line per engine: the exporter's verdict plus the simulator's own tier fill."""
+    lines = []
+    views = {str(e["engine"]): e for e in sim.state()["engines"]}
+    for target in exporter.targets:
+        view = target.view
+        if not view.up:
+            lines.append(f"[{elapsed:4.0f}s] {view.label}: exporter sees it down ({view.last_error or 'not polled yet'})")
+            continue
+        for (model, engine), d in sorted(view.derived.items()):
+            tier = views.get(engine, {})
+            p50 = d.ttft_quantiles.get(0.5)
+            ratio = "  n/a" if d.load_store_ratio is None else f"{d.load_store_ratio:5.2f}"
+            lines.append(
+                f"[{elapsed:4.0f}s] engine {engine}: state {d.state:<18} GPU hits {_pct(d.gpu_hit_ratio)}  "
+                f"CPU-tier hits {_pct(d.external_hit_ratio)}  load/store {ratio}  "
+                f"TTFT p50 {'n/a' if p50 is None else f'{p50 * 1e3:.0f} ms'}  "
+                f"tier {tier.get('cpu_chunks_used', 0)}/{tier.get('cpu_chunks', 0)} chunks")
+    return lines
+
+
+async def _demo(args: argparse.Namespace, sim: Simulator, sim_host: str, sim_port: int) -> int:
+    from aiohttp import web
+
+    from exporter.app import EXPORTER, make_app
+    from exporter.sim.sender import TrafficReport, send
+    from exporter.sim.server import start
+
+    sim_runner, sim_url = await start(sim, sim_host, sim_port)
+    cfg = replace(config_from_args(args), targets=(TargetConfig(url=sim_url, name="sim"),), gpu_enabled=False)
+    app = make_app(cfg)
+    exp_runner = web.AppRunner(app, access_log=None)
+    await exp_runner.setup()
+    host, port = cfg.listen_host_port
+    try:
+        await web.TCPSite(exp_runner, host, port).start()
+    except OSError:
+        await exp_runner.cleanup()
+        await sim_runner.cleanup()
+        raise
+    exp_url = f"http://{host}:{exp_runner.addresses[0][1]}"
+    spec = traffic_from_args(args, sim.config.max_model_len, duration=args.duration)
+    print(f"kvoffload-exporter demo: simulated vLLM {sim.behaviour.text} ({sim.calibration.name}, "
+          f"{len(sim.engines)} engine(s)) + {spec.rate:g} req/s shared-prefix traffic + exporter\n"
+          f"  simulated vLLM   {sim_url}/metrics   (faults: {sim_url}/_sim/faults)\n"
+          f"  exporter         {exp_url}/metrics   (status page: {exp_url}/)\n"
+          f"  Ctrl-C stops it.", flush=True)
+    report = TrafficReport()
+    started = time.monotonic()
+
+    async def main(stop: asyncio.Event) -> None:
+        traffic = asyncio.create_task(send(sim_url, spec, api_key=sim.opts.api_key, report=report))
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), args.status_interval)
+            for line in status_lines(app[EXPORTER], sim, time.monotonic() - started):
+                print(line, flush=True)
+        traffic.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await traffic
+
+    try:
+        await run_until_stopped(main, args.duration)
+    finally:
+        await exp_runner.cleanup()
+        await sim_runner.cleanup()
+    print(f"traffic: {report.summary()}", flush=True)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for key, value in DEMO_DEFAULTS.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    try:
+        sim_host, sim_port = split_listen(args.sim_listen)
+        opts = options_from_args(args)
+        errors = opts.check() + traffic_from_args(args, 8192, duration=args.duration).check()
+        if errors:
+            raise ValueError("; ".join(errors))
+        config_from_args(args)
+        sim = Simulator(opts)
+    except (ValueError, ConfigError) as e:
+        print(f"kvoffload-exporter demo: {e}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_demo(args, sim, sim_host, sim_port))
+    except OSError as e:
+        print(f"kvoffload-exporter demo: cannot listen: {e.strerror or e}", file=sys.stderr)
+        return 1
