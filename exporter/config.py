@@ -31,6 +31,16 @@ class TargetConfig:
     def label(self) -> str:
         return self.name or (urlsplit(self.url).netloc or self.url)
 
+    @property
+    def local_port(self) -> int | None:
+        """Port to find the vLLM process by: configured, else the URL's port when it is on this host."""
+        if self.port:
+            return self.port
+        parts = urlsplit(self.url)
+        if parts.hostname in ("127.0.0.1", "localhost", "::1"):
+            return parts.port or (443 if parts.scheme == "https" else 80)
+        return None
+
 
 @dataclass(frozen=True)
 class Config:

@@ -110,7 +110,8 @@ class Exporter:
             await asyncio.sleep(max(0.0, self.config.poll_interval - (time.monotonic() - started)))
 
     def _read_host(self) -> HostMemory:
-        pids = [(t.cfg.label, host_source.pids_for(t.cfg.pid, t.cfg.pidfile, t.cfg.port)) for t in self.targets]
+        pids = [(t.cfg.label, host_source.pids_for(t.cfg.pid, t.cfg.pidfile, t.cfg.local_port))
+                for t in self.targets]
         return host_source.read_host(self.config.proc_root, self.config.cgroup_root, pids)
 
     async def _host_loop(self) -> None:

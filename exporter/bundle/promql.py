@@ -1,0 +1,104 @@
+"""PromQL selector building: every series name comes from the catalogue, user selectors go into every one.
+
+`Query(selectors)` renders `name{matchers}`; a name the catalogue does not own raises KeyError, so a
+typo can never ship as a silent "No data". Dashboards add template-variable matchers only for labels
+the catalogue says the metric carries.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from exporter.catalogue import CATALOGUE
+
+_MATCHER = re.compile(r"^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class Matcher:
+    label: str
+    op: str
+    value: str
+
+    def __str__(self) -> str:
+        v = self.value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'{self.label}{self.op}"{v}"'
+
+
+def parse_selector(raw: str) -> Matcher:
+    """`job=vllm-sidecar`, `namespace=~"llm-.*"`, `env!=dev` → Matcher (surrounding quotes optional)."""
+    m = _MATCHER.match(raw)
+    if not m:
+        raise ValueError(f"selector must be LABEL=VALUE (or !=, =~, !~), got {raw!r}")
+    label, op, value = m.groups()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        value = value[1:-1]
+    if label.startswith("__"):
+        raise ValueError(f"selector label {label!r} is reserved")
+    return Matcher(label, op, value)
+
+
+def parse_selectors(raw: Iterable[str] | Mapping[str, str] | None) -> tuple[Matcher, ...]:
+    if not raw:
+        return ()
+    if isinstance(raw, Mapping):
+        return tuple(Matcher(k, "=", v) for k, v in raw.items())
+    out = tuple(parse_selector(r) for r in raw)
+    labels = [m.label for m in out]
+    dup = sorted({lb for lb in labels if labels.count(lb) > 1})
+    if dup:
+        raise ValueError(f"selector label(s) given twice: {', '.join(dup)}")
+    return out
+
+
+# Dashboard template variables and the catalogue label each one filters.
+TEMPLATE_LABELS = {"target": "target", "model_name": "model", "engine": "engine"}
+
+
+@dataclass(frozen=True)
+class Query:
+    """Renders selectors for catalogue metrics with the user's matchers (and optionally dashboard vars)."""
+
+    selectors: tuple[Matcher, ...] = ()
+    template_vars: bool = False
+    recorded: Mapping[str, str] = field(default_factory=dict)
+
+    def __call__(self, name: str, *extra: str) -> str:
+        metric = CATALOGUE[name]  # KeyError: a name the catalogue does not own
+        parts = [str(m) for m in self.selectors]
+        if self.template_vars:
+            for label, var in TEMPLATE_LABELS.items():
+                if label in metric.labels:
+                    parts.append(f'{label}=~"${var}"')
+        parts.extend(extra)
+        return f"{name}{{{','.join(parts)}}}" if parts else name
+
+    def record(self, name: str, *extra: str) -> str:
+        """A recording-rule series (colon name); the user selectors were applied to its inputs already."""
+        if name not in self.recorded:
+            raise KeyError(f"unknown recording rule {name!r}")
+        return f"{name}{{{','.join(extra)}}}" if extra else name
+
+    def with_vars(self) -> "Query":
+        return Query(self.selectors, True, self.recorded)
+
+
+def names_in(expr: str) -> set[str]:
+    """Every `kvoffload` series name referenced in a PromQL expression (catalogue or recorded)."""
+    return set(re.findall(r"(?<![\w:$\"])([a-zA-Z_:][\w:]*kvoffload[\w:]*)", expr))
+
+
+def template_free(expr: str, values: Mapping[str, str] | None = None) -> str:
+    """Substitute Grafana variables so a dashboard query can run against the Prometheus HTTP API."""
+    values = {"target": ".*", "model": ".*", "engine": ".*", "__rate_interval": "1m",
+              "__interval": "15s", "__range": "5m", **(values or {})}
+    out = expr
+    for k in sorted(values, key=len, reverse=True):
+        out = out.replace("${" + k + "}", values[k]).replace("$" + k, values[k])
+    return out
+
+
+def join_labels(labels: Sequence[str]) -> str:
+    return ", ".join(labels)

@@ -1,0 +1,23 @@
+"""`render_bundle()`: every generated file of the bundle, as {relative path: text}, for given selectors.
+
+Later generators (Kubernetes, compose) add their files here; the CLI and the drift tests need no change.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from exporter.bundle.promql import parse_selectors
+from exporter.bundle.settings import DEFAULT, Settings
+
+RULES_PATH = "alerts/kvoffload.rules.yaml"
+
+
+def render_bundle(selectors: Iterable[str] | Mapping[str, str] | None = None,
+                  settings: Settings = DEFAULT) -> dict[str, str]:
+    """Render the bundle. `selectors`: `["job=vllm-sidecar", ...]` or `{"job": "vllm-sidecar"}`."""
+    from exporter.bundle import rules
+
+    matchers = parse_selectors(selectors)
+    files: dict[str, str] = {RULES_PATH: rules.prometheus_rules_yaml(settings, matchers)}
+    return dict(sorted(files.items()))

@@ -1,0 +1,265 @@
+"""Alerting and recording rules, defined once: rendered as Prometheus rule YAML and as Grafana alerts.
+
+Every expression is built from catalogue names through `Query` with the user's selectors. Counters are
+only ever read through `increase()`, so a restarted exporter or engine (a counter reset) never looks
+like traffic. Alert expressions return series only while the condition holds, which lets the Grafana
+translation use one "is there a value" condition for every rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import yaml
+
+from exporter.bundle.promql import Matcher, Query
+from exporter.bundle.settings import DEFAULT, Settings
+from exporter.catalogue import STATES
+
+ENGINE_EXTRA = ("window", "quantile", "state")
+"""Labels beyond (target, model_name, engine) that windowed/stateset series carry; ignored in joins."""
+
+
+@dataclass(frozen=True)
+class RecordingRule:
+    record: str
+    expr: str
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    alert: str
+    expr: str
+    for_: str
+    severity: str
+    summary: str
+    description: str  # Prometheus template: $labels, $value
+    group: str = "kvoffload.alerts"
+
+    @property
+    def anchor(self) -> str:
+        return self.alert.lower()
+
+    def runbook_url(self, base: str) -> str:
+        return f"{base}#{self.anchor}"
+
+
+class _Rules:
+    """Builds both rule kinds. `inline=True` expands recorded series (Grafana has no recording rules)."""
+
+    def __init__(self, s: Settings, selectors: Sequence[Matcher], inline: bool):
+        self.s = s
+        self.q = Query(tuple(selectors))
+        self.inline = inline
+        w = s.reuse_window
+        self._records: dict[str, Callable[[str], str]] = {
+            f"engine:kvoffload_offload_store_bytes:increase{w}":
+                lambda off: f"increase({self.q('kvoffload_offload_store_bytes_total')}[{w}]{off})",
+            f"engine:kvoffload_offload_load_bytes:increase{w}":
+                lambda off: f"increase({self.q('kvoffload_offload_load_bytes_total')}[{w}]{off})",
+            # Reuse is visible when prompts are served from a prefix cache (GPU or external). The `or`
+            # chain keeps the rule alive on a vLLM that exports only one of the two counters.
+            f"engine:kvoffload_prefix_hits_tokens:increase{w}": lambda off: (
+                f"(increase({self.q('kvoffload_gpu_prefix_hits_tokens_total')}[{w}]{off})"
+                f" + increase({self.q('kvoffload_external_prefix_hits_tokens_total')}[{w}]{off}))"
+                f" or increase({self.q('kvoffload_gpu_prefix_hits_tokens_total')}[{w}]{off})"
+                f" or increase({self.q('kvoffload_external_prefix_hits_tokens_total')}[{w}]{off})"),
+            f"engine:kvoffload_ttft_seconds:avg{s.ttft_smoothing}": lambda off: (
+                f"avg_over_time({self.q('kvoffload_ttft_seconds', _m('quantile', '=', s.ttft_quantile))}"
+                f"[{s.ttft_smoothing}]{off})"),
+        }
+
+    def rec(self, name: str, offset: str = "") -> str:
+        off = f" offset {offset}" if offset else ""
+        if self.inline:
+            return f"({self._records[name](off)})"
+        if name not in self._records:
+            raise KeyError(name)
+        return f"{name}{off}"
+
+    def recording_rules(self) -> list[RecordingRule]:
+        return [RecordingRule(name, fn("")) for name, fn in self._records.items()]
+
+    def alerts(self) -> list[AlertRule]:
+        s, q, w = self.s, self.q, self.s.reuse_window
+        store = self.rec(f"engine:kvoffload_offload_store_bytes:increase{w}")
+        load = self.rec(f"engine:kvoffload_offload_load_bytes:increase{w}")
+        reuse = self.rec(f"engine:kvoffload_prefix_hits_tokens:increase{w}")
+        ttft_name = f"engine:kvoffload_ttft_seconds:avg{s.ttft_smoothing}"
+        ttft, ttft_base = self.rec(ttft_name), self.rec(ttft_name, s.ttft_baseline_offset)
+        ign = f"ignoring ({', '.join(ENGINE_EXTRA)})"
+        configured = f"({q('kvoffload_state', _m('state', '=', 'not_configured'))} == 0)"
+        control = f"({q('kvoffload_state', _m('state', '=', 'not_configured'))} == 1)"
+        engine = "{{ $labels.target }} {{ $labels.model_name }} engine {{ $labels.engine }}"
+        canary_ok = ("sum without (result) (increase("
+                     f"{q('kvoffload_canary_probes_total', _m('result', '!=', 'error'))}[{s.canary_window}])) > 0")
+        canary_err = ("sum without (result) (increase("
+                      f"{q('kvoffload_canary_probes_total', _m('result', '=', 'error'))}[{s.canary_window}])) > 0")
+        return [
+            AlertRule(
+                "KVOffloadStoreWithoutLoad",
+                f"{store} > {_num(s.store_without_load_min_bytes)}\n"
+                f"unless {load} > 0\n"
+                f"and {reuse} > 0",
+                s.store_without_load_for, "warning",
+                "KV offload stores blocks but never loads them back while prefixes are reused.",
+                f"{engine} stored {{{{ $value | humanize1024 }}}}B into the offload tier in the last "
+                f"{w} and loaded nothing back, although prompts were served from prefix caches. "
+                "Either the tier never gets a hit (GPU cache big enough, no revisits after eviction: "
+                "consider store_threshold) or the load path is broken (vllm-project/vllm#47890)."),
+            AlertRule(
+                "KVOffloadSlowerThanRecompute",
+                f"{q('kvoffload_canary_delta_ttft_seconds', _m('control', '=~', s.slower_controls))}"
+                f" > {_num(s.slower_min_delta_seconds)}\n"
+                f"and ignoring (control, verdict) "
+                f"{q('kvoffload_canary_verdict', _m('verdict', '=', 'offload_slower'))} == 1",
+                s.slower_for, "warning",
+                "Canary requests served from the offload tier are slower than without it.",
+                "On {{ $labels.target }} a canary prompt loaded from the offload tier reached its first "
+                "token {{ $value | humanizeDuration }} later than the {{ $labels.control }} control, and "
+                "the canary verdict is offload_slower: the tier costs more than recomputing the prefix "
+                "(small model or short prefix). Consider disabling offload for this model."),
+            AlertRule(
+                "KVOffloadTTFTRegression",
+                f"(\n  {ttft} > {_num(s.ttft_regression_ratio)} * {ttft_base}\n"
+                f"  and {ttft} - {ttft_base} > {_num(s.ttft_regression_min_seconds)}\n"
+                f"  and {ign} {configured}\n)\nor\n(\n"
+                f"  ({ttft} and {ign} {configured})\n"
+                f"  > on (model_name, quantile) group_left ()\n"
+                f"  ({_num(s.ttft_control_ratio)} * max by (model_name, quantile) "
+                f"({ttft} and {ign} {control}))\n"
+                f"  and\n  ({ttft} and {ign} {configured})\n"
+                f"  - on (model_name, quantile) group_left ()\n"
+                f"  max by (model_name, quantile) ({ttft} and {ign} {control})\n"
+                f"  > {_num(s.ttft_regression_min_seconds)}\n)",
+                s.ttft_regression_for, "warning",
+                "Server TTFT of an offloading engine regressed against its baseline or a no-offload control.",
+                f"p{_pct(s.ttft_quantile)} TTFT of {engine} averaged {{{{ $value | humanizeDuration }}}} "
+                f"over {s.ttft_smoothing}: at least {_num(s.ttft_regression_ratio)}x its value "
+                f"{s.ttft_baseline_offset} earlier, or {_num(s.ttft_control_ratio)}x a no-offload "
+                "control serving the same model (and more than "
+                f"{_num(s.ttft_regression_min_seconds * 1000)} ms slower)."),
+            AlertRule(
+                "KVOffloadMetricsAbsent",
+                f"{q('kvoffload_target_info', _m('generation', '=', 'none'))}\n"
+                f"and ignoring (generation, vllm_version)\n"
+                f"max_over_time({q('kvoffload_target_info', _m('generation', '!=', 'none'))}[{s.absent_memory}])",
+                s.absent_for, "warning",
+                "Offload metrics vanished from a target that exported them before.",
+                "{{ $labels.target }} (vLLM {{ $labels.vllm_version }}) exports no KV offload series, "
+                f"but it did within the last {s.absent_memory}: after an upgrade the offload metrics may "
+                "have been renamed or hidden, or the connector was dropped from the configuration. "
+                "Offload is now unmonitored."),
+            AlertRule(
+                "KVOffloadExporterTargetDown",
+                f"{q('kvoffload_up')} == 0",
+                s.target_down_for, "warning",
+                "The exporter cannot poll a vLLM target.",
+                "The kvoffload exporter {{ $labels.instance }} has failed to read /metrics of "
+                "{{ $labels.target }} for " + s.target_down_for + "; all offload panels for it are "
+                "empty. kvoffload_scrape_errors_total{reason} says why."),
+            AlertRule(
+                "KVOffloadHostMemoryHeadroomLow",
+                f"{q('kvoffload_host_memory_headroom_bytes')}\n"
+                f"< {_num(s.headroom_min_tier_ratio)} * sum without (target, model_name, engine) "
+                f"({q('kvoffload_offload_tier_bytes')})",
+                s.headroom_for, "critical",
+                "Host memory headroom is small compared with the pinned offload tier.",
+                "Only {{ $value | humanize1024 }}B of memory can still be allocated on "
+                "{{ $labels.instance }}, less than "
+                f"{_pct(s.headroom_min_tier_ratio)}% of the offload tier configured there. The tier is "
+                "pinned and cannot be reclaimed: the next allocation spike or a restart that re-pins "
+                "the tier may be OOM-killed."),
+            AlertRule(
+                "KVOffloadAllocationFailures",
+                f"increase({q('kvoffload_offload_allocation_failures_total')}[{s.allocation_window}]) > 0",
+                s.allocation_for, "warning",
+                "The offload tier keeps failing to allocate space for stores.",
+                f"{engine} had {{{{ $value | humanize }}}} offload store allocation failures in the last "
+                f"{s.allocation_window}: the tier is full of in-flight chunks, so blocks are dropped "
+                "instead of offloaded. Enlarge the tier or lower the store rate."),
+            AlertRule(
+                "KVOffloadCanaryFailing",
+                f"(time() - {q('kvoffload_canary_last_success_timestamp_seconds')} "
+                f"> {_num(s.canary_stale_seconds)})\n"
+                f"or\n({canary_err}\nunless {canary_ok})",
+                s.canary_for, "warning",
+                "The offload canary is not producing results.",
+                "The canary for {{ $labels.target }} is not producing results: no cycle completed for "
+                f"more than {_num(s.canary_stale_seconds)} s, or every probe in the last {s.canary_window} "
+                "failed. ΔTTFT and the verdict are stale; check kvoffload_canary_cycles_total{reason} "
+                "and the canary token budget."),
+            AlertRule(
+                "KVOffloadCanaryNoOffloadHit",
+                f"{q('kvoffload_canary_verdict', _m('verdict', '=', 'no_offload_hit'))} == 1",
+                s.canary_for, "warning",
+                "Canary prefix revisits are never served from the offload tier.",
+                "The canary on {{ $labels.target }} evicted its prefix from the GPU and revisited it, "
+                "but no offload load happened (verdict no_offload_hit): stores are not turning into "
+                "hits. Check that the tier is large enough to keep the prefix and that loads work."),
+        ]
+
+
+def _m(label: str, op: str, value: str) -> str:
+    return str(Matcher(label, op, value))
+
+
+def _num(v: float) -> str:
+    return f"{v:.15g}"  # 1e9 → 1000000000: PromQL accepts both, people read this one
+
+
+def _pct(v: float | str) -> str:
+    return f"{float(v) * 100:g}"
+
+
+def build(s: Settings = DEFAULT, selectors: Sequence[Matcher] = (), inline: bool = False
+          ) -> tuple[list[RecordingRule], list[AlertRule]]:
+    r = _Rules(s, selectors, inline)
+    return ([] if inline else r.recording_rules()), r.alerts()
+
+
+class _Literal(str):
+    pass
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _literal(dumper: yaml.SafeDumper, data: _Literal) -> yaml.Node:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+
+
+_Dumper.add_representer(_Literal, _literal)
+
+HEADER = ("# Generated by `kvoffload-exporter bundle` from exporter/bundle/rules.py and settings.py.\n"
+          "# Do not edit: change the Python and regenerate (tests/test_alerts.py fails on any drift).\n")
+
+
+def prometheus_rules(s: Settings = DEFAULT, selectors: Sequence[Matcher] = ()) -> dict[str, object]:
+    records, alerts = build(s, selectors)
+    groups: list[dict[str, object]] = [{
+        "name": "kvoffload.records",
+        "rules": [{"record": r.record, "expr": _Literal(r.expr)} for r in records],
+    }]
+    groups.append({"name": "kvoffload.alerts", "rules": [{
+        "alert": a.alert,
+        "expr": _Literal(a.expr),
+        "for": a.for_,
+        "labels": {"severity": a.severity},
+        "annotations": {"summary": a.summary, "description": a.description,
+                        "runbook_url": a.runbook_url(s.runbook_url)},
+    } for a in alerts]})
+    return {"groups": groups}
+
+
+def dump_yaml(data: object) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True)
+
+
+def prometheus_rules_yaml(s: Settings = DEFAULT, selectors: Sequence[Matcher] = ()) -> str:
+    return HEADER + dump_yaml(prometheus_rules(s, selectors))
+
+
+__all__ = ["AlertRule", "RecordingRule", "build", "prometheus_rules", "prometheus_rules_yaml", "STATES"]

@@ -1,0 +1,118 @@
+"""Classify one canary probe from its own usage and the counter deltas around it; explain a cycle.
+
+Pure. Counters are engine-wide, so a window may also contain users' requests. Other traffic can only
+*add* hits and bytes, and it cannot add more hit tokens than it sent prompt tokens, so the prompt
+tokens the canary did not send bound what others may have caused. A revisit is an `offload_hit`
+only when the load bytes (and external hit tokens) cover the whole prefix; it is a `gpu_hit` when the
+GPU prefix hits cover it; when both are covered and other traffic could explain either, it is marked
+ambiguous and kept out of the timing statistics. TTFT is never used to classify.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.derive import interval
+from exporter.model import Snapshot
+
+REASONS = ("ok", "no_store", "not_displaced", "no_load", "evicted_from_tier", "loaded_but_slower", "error")
+"""Why a cycle ended the way it did (mirrors catalogue.CANARY_REASONS)."""
+
+
+@dataclass(frozen=True)
+class Deltas:
+    """Counter increases between two scrapes, summed over the engines serving the canary's model."""
+
+    configured: bool  # the offload connector's families are present
+    load_bytes: float = 0.0
+    store_bytes: float = 0.0
+    gpu_hits: float = 0.0
+    ext_hits: float = 0.0
+    prompt_tokens: float | None = None  # None: vllm:prompt_tokens not exported
+
+    @classmethod
+    def between(cls, before: Snapshot | None, after: Snapshot, model: str | None = None) -> "Deltas":
+        derived = interval(before, after)
+        sums = {"offload_load_bytes": 0.0, "offload_store_bytes": 0.0, "gpu_prefix_hits": 0.0,
+                "external_prefix_hits": 0.0}
+        prompt: float | None = None
+        for (m, _engine), d in derived.items():
+            if model and m and m != model:
+                continue
+            for k in sums:
+                sums[k] += d.deltas.get(k, 0.0)
+            if "prompt_tokens" in d.deltas:
+                prompt = (prompt or 0.0) + d.deltas["prompt_tokens"]
+        return cls(configured=after.offload_configured, load_bytes=sums["offload_load_bytes"],
+                   store_bytes=sums["offload_store_bytes"], gpu_hits=sums["gpu_prefix_hits"],
+                   ext_hits=sums["external_prefix_hits"], prompt_tokens=prompt)
+
+    def others(self, own_tokens: int) -> float:
+        """Prompt tokens of other traffic in the window (0 when unknown: then counters are trusted)."""
+        if self.prompt_tokens is None:
+            return 0.0
+        return max(0.0, self.prompt_tokens - own_tokens)
+
+
+@dataclass(frozen=True)
+class Classification:
+    result: str  # offload_hit | gpu_hit | partial | miss
+    hit_tokens: float  # cached tokens the server reported (or the counters' estimate)
+    loaded_tokens: float | None  # load bytes / bytes per token (None: bytes per token unknown)
+    others_tokens: float
+    ambiguous: bool = False
+    note: str = ""
+
+
+def classify(expected: int, cached: int | None, d: Deltas, own_tokens: int,
+             bytes_per_token: float | None, tolerance: int = 0, expect: str = "offload_hit") -> Classification:
+    """`expected`: prefix tokens a full hit serves; `cached`: usage.prompt_tokens_details.cached_tokens
+    (None when the server does not send it); `own_tokens`: prompt tokens the canary sent in the window;
+    `expect`: what the phase was designed to produce (used only to label an ambiguous window)."""
+    full = max(1, expected - tolerance)
+    others = d.others(own_tokens)
+    loaded = d.load_bytes / bytes_per_token if bytes_per_token else None
+    if cached is not None:
+        hit = float(cached)
+    else:  # no usage details: the counters' upper bound, exact while nobody else sends requests
+        hit = float(min(expected, max(d.gpu_hits, d.ext_hits if d.configured else 0.0)))
+    if hit <= 0 or hit < min(full, max(1, tolerance + 1)):
+        return Classification("miss", hit, loaded, others)
+    if loaded is not None:
+        load_covers = d.configured and loaded >= full
+    else:  # bytes per token not learned yet (no store seen): loads plus external hits must be there
+        load_covers = d.configured and d.load_bytes > 0 and d.ext_hits >= full
+    ext_covers = d.ext_hits >= full
+    gpu_covers = d.gpu_hits >= full
+    if hit < full:
+        note = "some prefix tokens recomputed"
+        if d.configured and d.load_bytes > 0:
+            note += f"; {d.load_bytes:.0f} B loaded"
+        return Classification("partial", hit, loaded, others, note=note)
+    if load_covers and ext_covers:
+        if gpu_covers and d.gpu_hits - others >= full:
+            return Classification("gpu_hit", hit, loaded, others, note="loads in the window were other traffic's")
+        if gpu_covers:
+            result = expect if expect in ("gpu_hit", "offload_hit") else "offload_hit"
+            return Classification(result, hit, loaded, others, ambiguous=True,
+                                  note=f"{others:.0f} other prompt tokens could explain both GPU hits and loads")
+        return Classification("offload_hit", hit, loaded, others)
+    if gpu_covers:
+        return Classification("gpu_hit", hit, loaded, others)
+    if not d.configured and cached is not None:
+        return Classification("gpu_hit", hit, loaded, others, note="no connector: any hit is a GPU hit")
+    if d.configured and d.load_bytes > 0:
+        return Classification("partial", hit, loaded, others,
+                              note="hit split between GPU and offload tier, or the load did not cover it")
+    return Classification("partial", hit, loaded, others, note="hit not visible in the counters")
+
+
+def revisit_reason(result: str, stored: bool, loads_seen_before: bool, gpu_part: bool = False) -> str:
+    """Reason for a cycle whose displaced revisit came back as `result` (not offload_hit)."""
+    if not stored:
+        return "no_store"
+    if result == "gpu_hit" or (result == "partial" and gpu_part):
+        return "not_displaced"
+    # Nothing loaded although the prefix was stored: either the tier lost it or the load path is
+    # broken. A target that has served offload hits before evidently loads, so the entry is gone.
+    return "evicted_from_tier" if loads_seen_before else "no_load"

@@ -1,0 +1,216 @@
+"""The canary's only HTTP module: streamed `/v1/completions` with client TTFT, plus the GETs it needs.
+
+TTFT is measured twice from just before the request is sent: to the first SSE `data:` event and to
+the first event that carries a token (`text` or `token_ids`; text is empty with
+`--skip-tokenizer-init`, hence `return_token_ids`). The stream is read with `iter_any()` and split
+here, so a long `prompt_token_ids` echo can never raise aiohttp's LineTooLong. One asyncio lock per
+target keeps at most one canary request in flight there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from exporter.canary.secrets import ApiKey
+from exporter.sources.vllm_http import fetch_metrics, fetch_version
+
+ERRORS = ("http_429", "http_5xx", "http_4xx", "timeout", "connect", "stream_error", "protocol")
+"""Closed set of request failure reasons (evidence and logs; never free text in labels)."""
+
+
+@dataclass
+class Completion:
+    status: int | None = None
+    ttft_event: float | None = None  # seconds to the first data: event
+    ttft_token: float | None = None  # seconds to the first token-bearing event
+    total: float | None = None
+    usage: dict[str, Any] | None = None
+    server_metrics: dict[str, Any] | None = None  # `metrics` of --enable-per-request-metrics
+    events: int = 0
+    error: str | None = None  # one of ERRORS
+    detail: str = ""
+    retry_after: float | None = None
+    kv_transfer_params: Any = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def cached_tokens(self) -> int | None:
+        """usage.prompt_tokens_details.cached_tokens; None when the server does not report it
+        (needs --enable-prompt-tokens-details; omitted at 0 by vLLM <= 0.23)."""
+        if not self.usage:
+            return None
+        details = self.usage.get("prompt_tokens_details")
+        if not isinstance(details, dict) or details.get("cached_tokens") is None:
+            return None
+        return int(details["cached_tokens"])
+
+    @property
+    def tokens_spent(self) -> int:
+        if not self.usage:
+            return 0
+        return int(self.usage.get("prompt_tokens") or 0) + int(self.usage.get("completion_tokens") or 0)
+
+
+class SseReader:
+    """Incremental `data:` event splitter (comments such as `: keep-alive` and blank lines skipped)."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self.done = False
+
+    def feed(self, chunk: bytes) -> list[Any]:
+        self._buf += chunk
+        events: list[Any] = []
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            line = line.rstrip(b"\r")
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                self.done = True
+                continue
+            events.append(json.loads(payload))
+        return events
+
+
+def _has_token(event: Any) -> bool:
+    choices = event.get("choices") if isinstance(event, dict) else None
+    if not choices or not isinstance(choices[0], dict):
+        return False
+    c = choices[0]
+    return bool(c.get("text")) or bool(c.get("token_ids"))
+
+
+def _retry_after(resp: aiohttp.ClientResponse) -> float | None:
+    raw = resp.headers.get("Retry-After")
+    try:
+        return float(raw) if raw is not None else None
+    except ValueError:
+        return None  # HTTP-date form: the back-off decides
+
+
+class CanaryClient:
+    def __init__(self, session: aiohttp.ClientSession, api_key: ApiKey | None = None,
+                 request_timeout: float = 120.0, scrape_timeout: float = 10.0,
+                 max_metrics_bytes: int = 16 * 1024 * 1024):
+        self.session = session
+        self._key = api_key
+        self.request_timeout = request_timeout
+        self.scrape_timeout = scrape_timeout
+        self.max_metrics_bytes = max_metrics_bytes
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def _headers(self) -> dict[str, str]:
+        h = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if self._key is not None:
+            h.update(self._key.header())
+        return h
+
+    def lock(self, base_url: str) -> asyncio.Lock:
+        return self._locks.setdefault(base_url, asyncio.Lock())
+
+    async def complete(self, base_url: str, body: dict[str, Any]) -> Completion:
+        """One streamed completion, read to `[DONE]`; never raises for HTTP or network failures."""
+        async with self.lock(base_url):
+            return await self._complete(base_url, body)
+
+    async def _complete(self, base_url: str, body: dict[str, Any]) -> Completion:
+        out = Completion()
+        timeout = aiohttp.ClientTimeout(total=self.request_timeout, connect=5.0, sock_read=self.request_timeout)
+        t0 = time.perf_counter()
+        try:
+            async with self.session.post(base_url + "/v1/completions", json=body, headers=self._headers(),
+                                         timeout=timeout) as resp:
+                out.status = resp.status
+                if resp.status != 200:
+                    out.error = ("http_429" if resp.status == 429 else
+                                 "http_5xx" if resp.status >= 500 else "http_4xx")
+                    out.retry_after = _retry_after(resp)
+                    out.detail = (await resp.content.read(512)).decode("utf-8", "replace")
+                    return out
+                reader = SseReader()
+                async for chunk in resp.content.iter_any():
+                    for ev in reader.feed(chunk):
+                        now = time.perf_counter() - t0
+                        out.events += 1
+                        if out.ttft_event is None:
+                            out.ttft_event = now
+                        if isinstance(ev, dict) and "error" in ev:
+                            out.error, out.detail = "stream_error", json.dumps(ev["error"])[:512]
+                        if out.ttft_token is None and _has_token(ev):
+                            out.ttft_token = now
+                        if isinstance(ev, dict):
+                            if ev.get("usage"):
+                                out.usage = ev["usage"]
+                            if isinstance(ev.get("metrics"), dict):
+                                out.server_metrics = ev["metrics"]
+                            if ev.get("kv_transfer_params") is not None:
+                                out.kv_transfer_params = ev["kv_transfer_params"]
+                    if reader.done:
+                        break
+                out.total = time.perf_counter() - t0
+                if out.error is None and not reader.done:
+                    out.error, out.detail = "stream_error", "stream ended without [DONE]"
+                elif out.error is None and out.ttft_token is None:
+                    out.error, out.detail = "protocol", "no token-bearing event"
+        except (asyncio.TimeoutError, TimeoutError):
+            out.error, out.detail = "timeout", f"no complete answer within {self.request_timeout}s"
+        except aiohttp.ClientPayloadError as e:
+            out.error, out.detail = "stream_error", str(e)[:512]
+        except aiohttp.ClientError as e:
+            out.error, out.detail = "connect", f"{type(e).__name__}: {e}"[:512]
+        except ValueError as e:  # a data: line that is not JSON
+            out.error, out.detail = "protocol", str(e)[:512]
+        return out
+
+    async def get(self, base_url: str, path: str) -> tuple[int | None, Any]:
+        """GET a small JSON (or empty) endpoint: (status, parsed body or None); (None, reason) on failure."""
+        headers = self._key.header() if self._key is not None and path.startswith("/v1") else {}
+        try:
+            async with self.session.get(base_url + path, headers=headers,
+                                        timeout=aiohttp.ClientTimeout(total=self.scrape_timeout,
+                                                                      connect=min(5.0, self.scrape_timeout))) as resp:
+                raw = await resp.content.read(4 * 1024 * 1024)
+                try:
+                    data = json.loads(raw) if raw.strip() else None
+                except ValueError:
+                    data = None
+                return resp.status, data
+        except (asyncio.TimeoutError, TimeoutError):
+            return None, "timeout"
+        except aiohttp.ClientError as e:
+            return None, f"connect: {type(e).__name__}"
+
+    async def metrics(self, base_url: str) -> str:
+        """`/metrics` text; raises sources.vllm_http.ScrapeError."""
+        return await fetch_metrics(self.session, base_url, self.scrape_timeout, self.max_metrics_bytes)
+
+    async def version(self, base_url: str) -> str | None:
+        return await fetch_version(self.session, base_url, self.scrape_timeout)
+
+
+@dataclass
+class Models:
+    ids: list[str] = field(default_factory=list)
+    max_model_len: dict[str, int] = field(default_factory=dict)
+
+
+def parse_models(data: Any) -> Models:
+    out = Models()
+    items = data.get("data") if isinstance(data, dict) else None
+    for m in items or []:
+        if isinstance(m, dict) and isinstance(m.get("id"), str):
+            out.ids.append(m["id"])
+            if isinstance(m.get("max_model_len"), int):
+                out.max_model_len[m["id"]] = m["max_model_len"]
+    return out

@@ -1,0 +1,77 @@
+"""The canary's two secrets: the persisted salt secret and the optional API key (env or file only).
+
+The API key is wrapped so that `repr`/`str`/f-strings show `***`: it can reach only the
+`Authorization` header, never a log line, an exported label or an evidence file.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+
+class ApiKey:
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str):
+        self._value = value
+
+    def header(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._value}"}
+
+    def __repr__(self) -> str:
+        return "ApiKey(***)"
+
+    __str__ = __repr__
+
+    def __format__(self, spec: str) -> str:
+        return "***"
+
+
+class SecretError(Exception):
+    pass
+
+
+def load_api_key(path: str | None, env: str = "KVOFFLOAD_API_KEY") -> ApiKey | None:
+    """From the file when given (first line, stripped), else from the environment variable, else None."""
+    if path:
+        try:
+            value = Path(path).read_text(encoding="utf-8").strip().splitlines()
+        except OSError as e:
+            raise SecretError(f"cannot read API key file {path}: {e.strerror}") from None
+        if not value or not value[0].strip():
+            raise SecretError(f"API key file {path} is empty")
+        return ApiKey(value[0].strip())
+    v = os.environ.get(env, "").strip()
+    return ApiKey(v) if v else None
+
+
+def default_secret_path() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "kvoffload-exporter" / "canary-secret"
+
+
+def load_or_create_secret(path: str | None = None) -> bytes:
+    """The installation's salt secret: read it, or create 32 random bytes (mode 0600) on first use.
+
+    Fixed per installation so the salt family stays stable across restarts (canary blocks never mix
+    with users' blocks, and an operator can recognise them), secret so users cannot share them."""
+    p = Path(path) if path else default_secret_path()
+    try:
+        data = p.read_bytes().strip()
+        if len(data) >= 16:
+            return data
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise SecretError(f"cannot read canary secret {p}: {e.strerror}") from None
+    data = secrets.token_hex(32).encode()
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data + b"\n")
+    except OSError as e:
+        raise SecretError(f"cannot create canary secret {p}: {e.strerror} (set canary.secret_file)") from None
+    return data
