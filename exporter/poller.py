@@ -11,7 +11,7 @@ import logging
 import time
 from collections import deque
 from contextlib import suppress
-from typing import Callable
+from typing import Any, Callable
 
 import aiohttp
 
@@ -92,7 +92,7 @@ class Exporter:
         self.extras: list[Extra] = []
         self.body = b""
         self._tasks: list[asyncio.Task[None]] = []
-        self._nvml = None
+        self._nvml: Any = None  # sources.gpu.Nvml once started (imported lazily)
         self.render()
 
     def render(self) -> None:
