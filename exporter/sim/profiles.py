@@ -257,7 +257,7 @@ def cache_config_labels(cfg: EngineConfig, v: Version) -> dict[str, str]:
                kv_cache_size_tokens=str(tokens), num_gpu_blocks=str(cfg.num_gpu_blocks),
                num_gpu_blocks_override=str(cfg.num_gpu_blocks))
     if v >= (0, 32):
-        del out["user_specified_mamba_block_size"]
+        del out["user_specified_mamba_block_size"], out["calculate_kv_scales"]
         out.update(_CACHE_CHANGES_032, effective_attention_block_size=str(cfg.block_size))
     return out
 
