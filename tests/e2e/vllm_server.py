@@ -10,6 +10,7 @@ process group, so stop() takes its EngineCore and Worker children down with it.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -38,6 +39,18 @@ OFFLOAD_KV_BYTES = "8M"  # engine KV cache of the offload server: 8,192 tokens, 
 PLAIN_KV_BYTES = "256M"
 OFFLOAD_CPU_BYTES = 100_000_000
 READY_TIMEOUT_S = 240.0  # 20 s alone, ~41 s for two at once on 2 cores; slack for a busy CI box
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: if the test process itself is killed outright (a cancelled CI job), the kernel sends the
+    API server SIGTERM and it shuts its EngineCore and Worker down: its own session escapes group kills."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: stop() is then the only clean-up
+        pass
 
 
 def venv_problem() -> str | None:
@@ -120,7 +133,8 @@ class VllmServer:
         make_tiny_model(self.model_dir)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.command(), env=self.env(), stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
         return self
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> VllmServer:
