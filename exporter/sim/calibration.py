@@ -85,5 +85,25 @@ H200_QWEN3_32B = Calibration(
     cpu_bytes=16_000_000_000, gpu_memory_utilization=0.9,
 )
 
+# Real client-TTFT medians (ms) per (phase, step kind): A = with the CPU tier, B = without a connector.
+# Step kinds as in the fixtures' timings_*.json. n = 10–11 per kind except pressure (66/33) and the
+# single partial hit; real-runs §1 and §3.
+REAL_TTFT_MS: dict[str, dict[tuple[str, str], float]] = {
+    "h200-qwen3-0.6b": {
+        ("A", "gpu_hit"): 34.1, ("A", "cpu_hit"): 61.9, ("A", "cold_salt"): 41.6, ("A", "pressure"): 43.8,
+        ("A", "max_load_0"): 50.3, ("A", "partial_cpu_hit"): 76.7,
+        ("B", "gpu_hit"): 25.9, ("B", "recompute_no_tier"): 34.2, ("B", "cold_salt"): 34.4, ("B", "pressure"): 32.8,
+    },
+    "h200-qwen3-32b": {
+        ("A", "gpu_hit"): 41.7, ("A", "cpu_hit"): 88.1, ("A", "cold_salt"): 649.1, ("A", "pressure"): 651.4,
+        ("A", "max_load_0"): 81.5, ("A", "partial_cpu_hit"): 256.8,
+        ("B", "gpu_hit"): 47.2, ("B", "recompute_no_tier"): 634.6, ("B", "cold_salt"): 634.9, ("B", "pressure"): 649.9,
+    },
+}
+# Medians the calibration is fitted to (within 15 %); the others are shown for honesty only: the
+# single partial hit on 0.6B and 0.6B's max_load_tokens:0 step, which vLLM 0.26 treats as a CPU-tier
+# hit yet ran 12 ms faster than the CPU-tier hits for no reason the counters show.
+FITTED_KINDS = ("gpu_hit", "cpu_hit", "cold_salt", "pressure", "recompute_no_tier")
+
 CALIBRATIONS = {c.name: c for c in (H200_QWEN3_0_6B, H200_QWEN3_32B)}
 DEFAULT_CALIBRATION = H200_QWEN3_0_6B.name

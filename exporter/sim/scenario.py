@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import re
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -126,6 +127,18 @@ def run_chain(opts: SimOptions, phase: str = "A", prompt_len: int = 6000, seed: 
     else:
         d.snap("B_08_final.prom")
     return d.run
+
+
+def modelled_ttft_ms(calibration: str, seed: int = 1) -> dict[tuple[str, str], float]:
+    """Noise-free client TTFT medians per (phase, kind) from the simulated canary chain."""
+    out = {}
+    for phase in ("A", "B"):
+        run = run_chain(SimOptions(calibration=calibration, seed=seed, noise=False, connector=phase == "A"), phase)
+        kinds: dict[str, list[float]] = {}
+        for kind, plan in run.plans:
+            kinds.setdefault(kind, []).append(plan.timing.client_ttft_s * 1e3)
+        out.update({(phase, k): statistics.median(v) for k, v in kinds.items()})
+    return out
 
 
 # ---- counter deltas, exactly as the fixtures' make_expected.py computes them ------------------------

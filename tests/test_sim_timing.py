@@ -1,0 +1,78 @@
+"""Time model: the two calibrations reproduce the real H200 medians (noise-free and seeded)."""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import replace
+
+import pytest
+
+from exporter.sim.calibration import CALIBRATIONS, FITTED_KINDS, H200_QWEN3_0_6B, H200_QWEN3_32B, REAL_TTFT_MS
+from exporter.sim.scenario import modelled_ttft_ms
+from exporter.sim.timing import TimeModel, expected_client_ttft_ms
+
+TOLERANCE = 0.15
+
+
+@pytest.fixture(scope="module", params=sorted(CALIBRATIONS))
+def modelled(request: pytest.FixtureRequest) -> tuple[str, dict[tuple[str, str], float]]:
+    return request.param, modelled_ttft_ms(request.param)
+
+
+def test_fitted_medians_within_15_percent(modelled: tuple[str, dict[tuple[str, str], float]]) -> None:
+    name, model = modelled
+    for key, real in REAL_TTFT_MS[name].items():
+        if key[1] in FITTED_KINDS:
+            assert model[key] == pytest.approx(real, rel=TOLERANCE), (name, key)
+
+
+def test_the_two_runs_reach_opposite_verdicts(modelled: tuple[str, dict[tuple[str, str], float]]) -> None:
+    name, model = modelled
+    delta = model[("A", "cpu_hit")] - model[("B", "recompute_no_tier")]
+    real = REAL_TTFT_MS[name][("A", "cpu_hit")] - REAL_TTFT_MS[name][("B", "recompute_no_tier")]
+    assert delta == pytest.approx(real, abs=0.15 * abs(real))  # +27.7 ms on 0.6B, −546.5 ms on 32B
+    assert (delta > 0) == (name == "h200-qwen3-0.6b")
+
+
+@pytest.mark.parametrize("cal,queue_ms,engine_ttft_ms,load_ms", [
+    (H200_QWEN3_0_6B, 24.5, 29.3, 17.9),  # CPU-tier hit: response metrics and kv_offload_load_time
+    (H200_QWEN3_32B, 38.8, 42.1, 33.0),
+])
+def test_server_side_split_of_a_cpu_tier_hit(cal, queue_ms: float, engine_ttft_ms: float, load_ms: float) -> None:
+    t = TimeModel(cal, noise=False).request(48, 5952 * cal.shape.kv_bytes_per_token, connector=True)
+    assert t.queue_s * 1e3 == pytest.approx(queue_ms, rel=TOLERANCE)
+    assert t.engine_ttft_s * 1e3 == pytest.approx(engine_ttft_ms, rel=TOLERANCE)
+    assert t.load_s * 1e3 == pytest.approx(load_ms, rel=TOLERANCE)
+    assert t.prom_ttft_s == pytest.approx(t.queue_s + t.engine_ttft_s)  # the histogram includes the wait
+
+
+def test_noisy_medians_with_a_fixed_seed() -> None:
+    model = TimeModel(H200_QWEN3_0_6B, random.Random(42))
+    samples = [model.request(48, 682_622_976, True).client_ttft_s * 1e3 for _ in range(301)]
+    assert statistics.median(samples) == pytest.approx(61.9, rel=TOLERANCE)
+    q = statistics.quantiles(samples, n=4)
+    assert q[2] - q[0] > 3.0  # it is noisy, like the real ±5 ms
+    assert min(samples) > 0
+
+
+def test_noise_is_reproducible() -> None:
+    a = [TimeModel(H200_QWEN3_32B, random.Random(7)).request(6000, 0, True).client_ttft_s for _ in range(3)]
+    b = [TimeModel(H200_QWEN3_32B, random.Random(7)).request(6000, 0, True).client_ttft_s for _ in range(3)]
+    assert a == b
+
+
+def test_slow_load_divides_the_bandwidth() -> None:
+    model = TimeModel(H200_QWEN3_0_6B, noise=False)
+    fast = model.request(48, 682_622_976, True)
+    model.slow_load = 10
+    slow = model.request(48, 682_622_976, True)
+    assert slow.load_s == pytest.approx(10 * fast.load_s)
+    assert slow.client_ttft_s - fast.client_ttft_s == pytest.approx(9 * fast.load_s)
+
+
+def test_every_parameter_can_be_overridden() -> None:
+    cal = replace(H200_QWEN3_0_6B, connector_ms=0.0, step_ms=10.0)
+    assert expected_client_ttft_ms(cal, 16, 0, True) == pytest.approx(6.5 + 0.03 + 10.0 + 16 * 0.001387)
+    assert expected_client_ttft_ms(H200_QWEN3_0_6B, 16, 0, True) - expected_client_ttft_ms(
+        H200_QWEN3_0_6B, 16, 0, False) == pytest.approx(8.0)
