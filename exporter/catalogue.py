@@ -27,6 +27,9 @@ COLLECTORS = ("vllm", "host", "gpu", "canary")
 CANARY_PATHS = ("cold", "gpu_hit", "offload_hit", "recompute", "control_target")
 CANARY_RESULTS = ("offload_hit", "gpu_hit", "partial", "miss", "error")
 CANARY_VERDICTS = ("offload_faster", "offload_slower", "no_offload_hit", "inconclusive")
+CANARY_REASONS = ("ok", "no_store", "not_displaced", "no_load", "evicted_from_tier", "loaded_but_slower", "error")
+"""Why a canary cycle ended as it did (closed set; see docs/canary.md)."""
+CANARY_TIERS = ("gpu", "offload")
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,9 @@ _METRICS = (
     _m("kvoffload_canary_last_success_timestamp_seconds", "gauge",
        "Unix time of the last canary cycle that completed without error.", ("target",), "seconds",
        group="canary"),
+    _m("kvoffload_canary_residency_seconds", "gauge",
+       "Longest idle time after which a canary prefix was still reused from that tier (wait strategy).",
+       ("target", "tier"), "seconds", group="canary"),
     _m("kvoffload_canary_verdict", "stateset",
        "Canary verdict: offload_faster, offload_slower, no_offload_hit or inconclusive.",
        ("target", "verdict"), group="canary"),

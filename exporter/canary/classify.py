@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.catalogue import CANARY_REASONS
 from exporter.derive import interval
 from exporter.model import Snapshot
 
-REASONS = ("ok", "no_store", "not_displaced", "no_load", "evicted_from_tier", "loaded_but_slower", "error")
-"""Why a cycle ended the way it did (mirrors catalogue.CANARY_REASONS)."""
+REASONS = CANARY_REASONS
+"""Why a cycle ended the way it did: the closed label set of kvoffload_canary_cycles_total."""
 
 
 @dataclass(frozen=True)

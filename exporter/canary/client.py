@@ -12,84 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
+from exporter.canary.protocol import Completion, MetricsError, SseReader, has_token
 from exporter.canary.secrets import ApiKey
-from exporter.sources.vllm_http import fetch_metrics, fetch_version
-
-ERRORS = ("http_429", "http_5xx", "http_4xx", "timeout", "connect", "stream_error", "protocol")
-"""Closed set of request failure reasons (evidence and logs; never free text in labels)."""
-
-
-@dataclass
-class Completion:
-    status: int | None = None
-    ttft_event: float | None = None  # seconds to the first data: event
-    ttft_token: float | None = None  # seconds to the first token-bearing event
-    total: float | None = None
-    usage: dict[str, Any] | None = None
-    server_metrics: dict[str, Any] | None = None  # `metrics` of --enable-per-request-metrics
-    events: int = 0
-    error: str | None = None  # one of ERRORS
-    detail: str = ""
-    retry_after: float | None = None
-    kv_transfer_params: Any = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def cached_tokens(self) -> int | None:
-        """usage.prompt_tokens_details.cached_tokens; None when the server does not report it
-        (needs --enable-prompt-tokens-details; omitted at 0 by vLLM <= 0.23)."""
-        if not self.usage:
-            return None
-        details = self.usage.get("prompt_tokens_details")
-        if not isinstance(details, dict) or details.get("cached_tokens") is None:
-            return None
-        return int(details["cached_tokens"])
-
-    @property
-    def tokens_spent(self) -> int:
-        if not self.usage:
-            return 0
-        return int(self.usage.get("prompt_tokens") or 0) + int(self.usage.get("completion_tokens") or 0)
-
-
-class SseReader:
-    """Incremental `data:` event splitter (comments such as `: keep-alive` and blank lines skipped)."""
-
-    def __init__(self) -> None:
-        self._buf = b""
-        self.done = False
-
-    def feed(self, chunk: bytes) -> list[Any]:
-        self._buf += chunk
-        events: list[Any] = []
-        while b"\n" in self._buf:
-            line, self._buf = self._buf.split(b"\n", 1)
-            line = line.rstrip(b"\r")
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                self.done = True
-                continue
-            events.append(json.loads(payload))
-        return events
-
-
-def _has_token(event: Any) -> bool:
-    choices = event.get("choices") if isinstance(event, dict) else None
-    if not choices or not isinstance(choices[0], dict):
-        return False
-    c = choices[0]
-    return bool(c.get("text")) or bool(c.get("token_ids"))
-
+from exporter.sources.vllm_http import ScrapeError, fetch_metrics, fetch_version
 
 def _retry_after(resp: aiohttp.ClientResponse) -> float | None:
     raw = resp.headers.get("Retry-After")
@@ -147,7 +76,7 @@ class CanaryClient:
                             out.ttft_event = now
                         if isinstance(ev, dict) and "error" in ev:
                             out.error, out.detail = "stream_error", json.dumps(ev["error"])[:512]
-                        if out.ttft_token is None and _has_token(ev):
+                        if out.ttft_token is None and has_token(ev):
                             out.ttft_token = now
                         if isinstance(ev, dict):
                             if ev.get("usage"):
@@ -192,25 +121,13 @@ class CanaryClient:
             return None, f"connect: {type(e).__name__}"
 
     async def metrics(self, base_url: str) -> str:
-        """`/metrics` text; raises sources.vllm_http.ScrapeError."""
-        return await fetch_metrics(self.session, base_url, self.scrape_timeout, self.max_metrics_bytes)
+        """`/metrics` text; raises protocol.MetricsError with the source's closed reason."""
+        try:
+            return await fetch_metrics(self.session, base_url, self.scrape_timeout, self.max_metrics_bytes)
+        except ScrapeError as e:
+            raise MetricsError(str(e)) from None
 
     async def version(self, base_url: str) -> str | None:
         return await fetch_version(self.session, base_url, self.scrape_timeout)
 
 
-@dataclass
-class Models:
-    ids: list[str] = field(default_factory=list)
-    max_model_len: dict[str, int] = field(default_factory=dict)
-
-
-def parse_models(data: Any) -> Models:
-    out = Models()
-    items = data.get("data") if isinstance(data, dict) else None
-    for m in items or []:
-        if isinstance(m, dict) and isinstance(m.get("id"), str):
-            out.ids.append(m["id"])
-            if isinstance(m.get("max_model_len"), int):
-                out.max_model_len[m["id"]] = m["max_model_len"]
-    return out

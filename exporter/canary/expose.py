@@ -1,0 +1,59 @@
+"""Canary state → `kvoffload_canary_*` samples (a collector `extras` hook); pure, names from the catalogue.
+
+Sample output (one target, abridged):
+
+    kvoffload_canary_ttft_seconds{target="gpu0",path="offload_hit",quantile="0.5"} 0.0619
+    kvoffload_canary_delta_ttft_seconds{target="gpu0",control="control_target"} 0.0277
+    kvoffload_canary_delta_ttft_ci_seconds{target="gpu0",control="control_target",bound="lower"} 0.0201
+    kvoffload_canary_probes_total{target="gpu0",result="offload_hit"} 10.0
+    kvoffload_canary_verdict{target="gpu0",verdict="offload_slower"} 1.0
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Protocol
+
+from exporter.canary.stats import quantile
+from exporter.catalogue import CANARY_PATHS, CANARY_REASONS, CANARY_RESULTS, CANARY_TIERS, CANARY_VERDICTS
+from exporter.render import Exposition
+
+QUANTILES = (0.25, 0.5, 0.75)
+
+
+class StateView(Protocol):  # engine.CanaryState
+    label: str
+    samples: dict
+    probes: dict
+    cycles: dict
+    tokens_spent: int
+    budget_remaining: float | None
+    last_success: float | None
+    verdict: object
+    residency: dict
+
+
+def render(x: Exposition, states: Iterable[StateView]) -> None:
+    for st in states:
+        t = {"target": st.label}
+        for path in CANARY_PATHS:
+            xs = list(st.samples.get(path, ()))
+            if xs:
+                for q in QUANTILES:
+                    x.add("kvoffload_canary_ttft_seconds", quantile(xs, q), {**t, "path": path, "quantile": str(q)})
+        verdict = st.verdict
+        for name, est in sorted(getattr(verdict, "estimates", {}).items()):
+            x.add("kvoffload_canary_delta_ttft_seconds", est.delta, {**t, "control": name})
+            x.add("kvoffload_canary_delta_ttft_ci_seconds", est.lower, {**t, "control": name, "bound": "lower"})
+            x.add("kvoffload_canary_delta_ttft_ci_seconds", est.upper, {**t, "control": name, "bound": "upper"})
+        # Pre-created at 0 so increase() works from the first probe, like the scrape error reasons.
+        for r in CANARY_RESULTS:
+            x.add("kvoffload_canary_probes_total", float(st.probes.get(r, 0)), {**t, "result": r})
+        for r in CANARY_REASONS:
+            x.add("kvoffload_canary_cycles_total", float(st.cycles.get(r, 0)), {**t, "reason": r})
+        x.add("kvoffload_canary_tokens_spent_total", float(st.tokens_spent), t)
+        x.add("kvoffload_canary_budget_remaining_tokens", st.budget_remaining, t)
+        x.add("kvoffload_canary_last_success_timestamp_seconds", st.last_success, t)
+        for tier in CANARY_TIERS:
+            x.add("kvoffload_canary_residency_seconds", st.residency.get(tier), {**t, "tier": tier})
+        current = getattr(verdict, "verdict", None) or "inconclusive"
+        x.add_states("kvoffload_canary_verdict", t, CANARY_VERDICTS, current)
