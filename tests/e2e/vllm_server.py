@@ -21,6 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import NoReturn, Self
 
 HERE = Path(__file__).resolve().parent
 VLLM_VERSION = "0.32.0"
@@ -127,17 +128,17 @@ class VllmServer:
         )
         return env
 
-    def start(self) -> VllmServer:
+    def start(self) -> Self:
         """Launch without waiting; call wait_ready() next (lets two servers boot side by side)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         make_tiny_model(self.model_dir)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.command(), env=self.env(), stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=_die_with_parent)  # noqa: PLW1509 (prctl only, no locks)
         return self
 
-    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> VllmServer:
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> Self:
         assert self.proc is not None, "start() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -158,7 +159,7 @@ class VllmServer:
         except OSError as e:
             return f"(no log: {e})"
 
-    def _fail(self, why: str):
+    def _fail(self, why: str) -> NoReturn:
         self.stop()
         raise RuntimeError(f"vLLM server {self.name!r} on port {self.port} {why}; "
                            f"log {self.log_path}, last lines:\n{self.log_tail()}")
@@ -173,21 +174,24 @@ class VllmServer:
                 os.killpg(pgid, sig)
             except ProcessLookupError:
                 break
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None and not _group_alive(pgid):
-                    break
-                time.sleep(0.1)
-            else:
-                continue
-            break
+            if self._wait_gone(pgid, wait):
+                break
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             print(f"vLLM server {self.name!r} (pid {pgid}) did not exit", file=sys.stderr)
         self.proc = None
 
-    def __enter__(self) -> VllmServer:
+    def _wait_gone(self, pgid: int, timeout: float) -> bool:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None and not _group_alive(pgid):
+                return True
+            time.sleep(0.1)
+        return False
+
+    def __enter__(self) -> Self:
         return self.start().wait_ready()
 
     def __exit__(self, *exc) -> None:
