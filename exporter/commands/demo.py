@@ -19,7 +19,7 @@ from exporter.sim.simulator import Simulator
 
 ORDER = 5  # the README's first command
 
-DEMO_DEFAULTS = {"poll_interval": "2", "window": "1m"}
+DEMO_DEFAULTS = {"poll_interval": "2", "window": "1m", "timeout": "1"}  # loopback: answers are fast
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
