@@ -443,6 +443,8 @@ class CanaryEngine:
             self.state.last_success = rec.finished
         self.state.cycles[rec.reason] += 1
         self.cycles.append(rec)
+        if not self.keep_records:  # serve runs for months: keep the last few cycles only
+            del self.cycles[:-20]
         self.state.recompute()
         self.progress("cycle", rec)
         return rec

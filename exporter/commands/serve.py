@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--config", metavar="FILE", help="YAML config file (flags override it)")
     p.add_argument("--config-check", action="store_true", help="validate the configuration and exit")
     add_exporter_arguments(p)
+    from exporter.canary.plugin import add_arguments as add_canary_arguments
+
+    add_canary_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -75,16 +78,22 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from exporter.canary import plugin as canary
+    from exporter.canary.secrets import SecretError
+
     try:
         cfg = config_from_args(args)
         if not cfg.targets:
             raise ConfigError(["at least one --target (or `targets:` in --config) is required"])
-    except ConfigError as e:
+        canary_settings = canary.settings_from_args(args, cfg)
+        plugins = (canary.make_plugin(canary_settings),) if canary_settings and not args.config_check else ()
+    except (ConfigError, SecretError) as e:
         print(f"kvoffload-exporter: {e}", file=sys.stderr)
         return 2
     if args.config_check:
         print(f"configuration OK: {len(cfg.targets)} target(s), listen {cfg.listen}, "
-              f"poll {cfg.poll_interval}s, window {cfg.window_label}")
+              f"poll {cfg.poll_interval}s, window {cfg.window_label}"
+              + (f", canary {canary_settings.effective_strategy}" if canary_settings else ""))
         return 0
     from aiohttp import web
 
@@ -93,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     host, port = cfg.listen_host_port
     logging.getLogger("kvoffload").info("listening on http://%s:%d/metrics, %d target(s)", host, port,
                                         len(cfg.targets))
-    web.run_app(make_app(cfg), host=host, port=port, print=None, access_log=None)
+    web.run_app(make_app(cfg, plugins=plugins), host=host, port=port, print=None, access_log=None)
     return 0
 
 

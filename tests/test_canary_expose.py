@@ -1,0 +1,56 @@
+"""Canary state → exposition: names and labels from the catalogue, counters pre-created."""
+
+from __future__ import annotations
+
+from exporter.canary.config import CanarySettings
+from exporter.canary.engine import CanaryState
+from exporter.canary.expose import render
+from exporter.catalogue import CANARY_REASONS, CANARY_RESULTS, CATALOGUE
+from exporter.render import Exposition
+
+
+def _state() -> CanaryState:
+    st = CanaryState("gpu0", CanarySettings(), max_samples=50)
+    st.samples["offload_hit"].extend([0.060, 0.062, 0.064] * 4)
+    st.samples["control_target"].extend([0.033, 0.034, 0.035] * 4)
+    st.probes["offload_hit"] += 12
+    st.cycles["loaded_but_slower"] += 12
+    st.tokens_spent = 1234
+    st.budget_remaining = 5000.0
+    st.last_success = 1.7e9
+    st.residency["gpu"] = 60.0
+    st.recompute()
+    return st
+
+
+def _text(states: list[CanaryState]) -> str:
+    x = Exposition()
+    render(x, states)
+    return x.text()
+
+
+def test_exposition() -> None:
+    text = _text([_state()])
+    for name in [n for n in CATALOGUE if n.startswith("kvoffload_canary_") and n != "kvoffload_canary_residency_seconds"]:
+        assert f"# TYPE {name} " in text, name
+    assert 'kvoffload_canary_ttft_seconds{target="gpu0",path="offload_hit",quantile="0.5"} 0.062' in text
+    assert 'kvoffload_canary_verdict{target="gpu0",verdict="offload_slower"} 1.0' in text
+    assert 'kvoffload_canary_verdict{target="gpu0",verdict="inconclusive"} 0.0' in text
+    assert 'kvoffload_canary_residency_seconds{target="gpu0",tier="gpu"} 60.0' in text
+    assert 'tier="offload"' not in text  # unknown: absent, not 0
+    for r in CANARY_RESULTS:
+        assert f'kvoffload_canary_probes_total{{target="gpu0",result="{r}"}}' in text
+    for r in CANARY_REASONS:
+        assert f'kvoffload_canary_cycles_total{{target="gpu0",reason="{r}"}}' in text
+    assert 'control="control_target",bound="lower"' in text
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("kvoffload_canary_delta_ttft_seconds{")]
+    assert abs(float(line.rsplit(" ", 1)[1]) - 0.028) < 1e-9
+
+
+def test_fresh_state_is_inconclusive_without_ttft_series() -> None:
+    st = CanaryState("t", CanarySettings())
+    st.recompute()
+    text = _text([st])
+    assert "kvoffload_canary_ttft_seconds" not in text
+    assert 'kvoffload_canary_verdict{target="t",verdict="inconclusive"} 1.0' in text
+    assert 'kvoffload_canary_budget_remaining_tokens' not in text  # set by the engine once it runs
