@@ -87,7 +87,8 @@ class Query:
 
 def names_in(expr: str) -> set[str]:
     """Every `kvoffload` series name referenced in a PromQL expression (catalogue or recorded)."""
-    return set(re.findall(r"(?<![\w:$\"])([a-zA-Z_:][\w:]*kvoffload[\w:]*)", expr))
+    unquoted = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # label values are not names
+    return {t for t in re.findall(r"(?<![\w:$])[a-zA-Z_:][\w:]*", unquoted) if "kvoffload" in t}
 
 
 def template_free(expr: str, values: Mapping[str, str] | None = None) -> str:

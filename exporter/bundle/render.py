@@ -11,13 +11,19 @@ from exporter.bundle.promql import parse_selectors
 from exporter.bundle.settings import DEFAULT, Settings
 
 RULES_PATH = "alerts/kvoffload.rules.yaml"
+METRICS_DOC_PATH = "docs/metrics.md"
 
 
 def render_bundle(selectors: Iterable[str] | Mapping[str, str] | None = None,
                   settings: Settings = DEFAULT) -> dict[str, str]:
-    """Render the bundle. `selectors`: `["job=vllm-sidecar", ...]` or `{"job": "vllm-sidecar"}`."""
-    from exporter.bundle import rules
+    """Render the bundle. `selectors`: `["job=vllm-sidecar", ...]` or `{"job": "vllm-sidecar"}`.
+
+    Raises ImportError when grafanalib (the `bundle` extra) is missing, ValueError on a bad selector."""
+    from exporter.bundle import dashboards, grafana_alerts, metrics_doc, rules
 
     matchers = parse_selectors(selectors)
-    files: dict[str, str] = {RULES_PATH: rules.prometheus_rules_yaml(settings, matchers)}
+    files: dict[str, str] = {RULES_PATH: rules.prometheus_rules_yaml(settings, matchers),
+                             METRICS_DOC_PATH: metrics_doc.render()}
+    files.update(dashboards.render(matchers))
+    files.update(grafana_alerts.render(settings, matchers))
     return dict(sorted(files.items()))

@@ -1,0 +1,54 @@
+"""`docs/metrics.md`: the metric catalogue as a Markdown reference (generated; a test keeps it current)."""
+
+from __future__ import annotations
+
+from exporter.catalogue import CANARY_PATHS, CANARY_RESULTS, CANARY_VERDICTS, CATALOGUE, COLLECTORS, \
+    SCRAPE_ERROR_REASONS, STATES
+
+GROUPS = {
+    "health": "Exporter and target health",
+    "engine": "Offload traffic and engine signals (cumulative, per engine)",
+    "derived": "Windowed derivations (over the exporter's `--window`)",
+    "memory": "Host and GPU memory",
+    "canary": "Canary",
+}
+
+_CLOSED_SETS = {
+    "state": STATES, "reason": SCRAPE_ERROR_REASONS, "collector": COLLECTORS, "path": CANARY_PATHS,
+    "result": CANARY_RESULTS, "verdict": CANARY_VERDICTS,
+}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render() -> str:
+    out = [
+        "# Metrics",
+        "",
+        "<!-- Generated from exporter/catalogue.py by `kvoffload-exporter bundle`; do not edit. -->",
+        "",
+        "Every series the exporter serves on `/metrics`. Prometheus adds `job` and `instance`. Names follow",
+        "Prometheus conventions: `kvoffload_` prefix, base units, `_total` only on counters, ratios 0-1.",
+        "State sets and info metrics are exposed as gauges (1 for the current state / always 1).",
+        "",
+        "Closed label value sets:",
+        "",
+    ]
+    for label, values in _CLOSED_SETS.items():
+        out.append(f"- `{label}`: " + ", ".join(f"`{v}`" for v in values))
+    for group, title in GROUPS.items():
+        metrics = [m for m in CATALOGUE.values() if m.group == group]
+        if not metrics:
+            continue
+        out += ["", f"## {title}", "", "| Name | Type | Unit | Labels | Help | Source |",
+                "|---|---|---|---|---|---|"]
+        for m in metrics:
+            labels = ", ".join(f"`{lb}`" for lb in m.labels) or "–"
+            source = f"`{_cell(m.source)}`" if m.source else "–"
+            out.append(f"| `{m.name}` | {m.type} | {m.unit or '–'} | {labels} | {_cell(m.help)} | {source} |")
+    unknown = sorted({m.group for m in CATALOGUE.values()} - set(GROUPS))
+    if unknown:  # a new catalogue group must get a section title here
+        raise ValueError(f"catalogue groups without a docs section: {unknown}")
+    return "\n".join(out) + "\n"

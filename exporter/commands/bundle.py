@@ -1,0 +1,69 @@
+"""`bundle`: render dashboards, Prometheus rules and Grafana alert provisioning for the user's labels."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import replace
+
+ORDER = 60
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "bundle", help="write Grafana dashboards, Prometheus/Grafana alert rules for your labels",
+        description="Render the monitoring bundle (dashboards/*.json, alerts/*.yaml, Grafana alert "
+                    "provisioning, docs/metrics.md) into DIR. `--out .` in a checkout regenerates the "
+                    "committed files.")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (created if missing)")
+    p.add_argument("--selector", action="append", default=[], metavar="LABEL=VALUE",
+                   help="label matcher added to every PromQL selector, e.g. job=vllm-sidecar "
+                        "(also !=, =~, !~; repeatable)")
+    p.add_argument("--runbook-url", metavar="URL", help="base URL of alerts/runbook.md for runbook_url")
+    p.add_argument("--grafana-datasource-uid", metavar="UID",
+                   help="Prometheus datasource uid for Grafana-managed alerts (default 'prometheus')")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 if any file in DIR differs from what would be written")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from exporter.bundle.settings import DEFAULT
+
+    settings = DEFAULT
+    if args.runbook_url:
+        settings = replace(settings, runbook_url=args.runbook_url.rstrip("/"))
+    if args.grafana_datasource_uid:
+        settings = replace(settings, grafana_datasource_uid=args.grafana_datasource_uid)
+    try:
+        from exporter.bundle import render_bundle
+
+        files = render_bundle(args.selector, settings)
+    except ImportError as e:
+        print(f"kvoffload-exporter bundle: {e}; install the extra: pip install 'kvoffload-exporter[bundle]'",
+              file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"kvoffload-exporter bundle: {e}", file=sys.stderr)
+        return 2
+    stale = []
+    for rel, text in files.items():
+        path = os.path.join(args.out, rel)
+        if args.check:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    if f.read() != text:
+                        stale.append(rel)
+            except FileNotFoundError:
+                stale.append(rel)
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    if args.check:
+        for rel in stale:
+            print(f"stale: {rel}", file=sys.stderr)
+        return 1 if stale else 0
+    print(f"wrote {len(files)} files under {args.out}")
+    return 0
