@@ -18,7 +18,7 @@ from exporter.sim.engine import CACHED_SOURCES, SOURCES, EngineConfig
 from exporter.sim.stats import EngineStats, LabelValues
 from exporter.sim.versions import Version, parse_version
 
-VARIANTS = ("flat-only", "legacy-only", "underscores")  # the `rename` fault's metric generations
+VARIANTS = ("flat-only", "legacy-only", "underscores")  # the `rename` fault's metric generations / names
 
 Children = Callable[[Version], "tuple[LabelValues, ...] | None"]
 
@@ -367,5 +367,6 @@ def render(version: str, engines: Sequence[EngineView], variant: str | None = No
         shown = [e for e in engines if e.connector or not fam.needs_connector]
         if shown:
             _write_family(fam, v, shown, out)
-    text = "".join(out)
-    return text.replace("vllm:", "vllm_") if variant == "underscores" else text
+    if variant == "underscores":  # prometheus_client ≥ 0.23 escaping: samples renamed, HELP/TYPE kept
+        out = [chunk if chunk.startswith("#") else chunk.replace("vllm:", "vllm_", 1) for chunk in out]
+    return "".join(out)
