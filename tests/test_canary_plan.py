@@ -41,6 +41,13 @@ def test_known_chunk_and_overrides() -> None:
     assert s.align == 256 and s.tail_tokens == 8
 
 
+def test_two_resident_prefixes_share_the_cache() -> None:
+    s = size(H200, resident=2)
+    assert s.prefix_tokens == 3328 and 2 * s.prompt_tokens <= 10_240
+    with pytest.raises(PlanError, match="recompute control"):
+        size(H200, prefix_tokens=5120, resident=2)
+
+
 def test_unknown_cache_gives_no_fillers() -> None:
     s = size(CacheFacts())
     assert s.filler_count == 0 and s.prefix_tokens == 4096

@@ -172,10 +172,12 @@ class CanaryState:
         self.tokens_spent = 0
         self.budget_remaining: float | None = None
 
-    def learn_bytes_per_token(self, candidate: float) -> None:
-        # Median over seeds: other traffic inflates a candidate, a store reported late deflates it.
-        self._bpt_candidates.append(candidate)
-        self.bytes_per_token = median(self._bpt_candidates[-25:])
+    def learn_bytes_per_token(self, store_bytes: float, own_tokens: int, other_tokens: float) -> None:
+        """Stored bytes over every prompt token that could have caused them: exact in a quiet window,
+        a lower bound under traffic (never above the truth, so a real full load always "covers" the
+        prefix; whether the hit was full at all comes from the request's own cached_tokens)."""
+        self._bpt_candidates.append(store_bytes / (own_tokens + other_tokens))
+        self.bytes_per_token = median(self._bpt_candidates[-25:])  # robust to one late-reported store
 
     def recompute(self) -> Verdict:
         s = self.settings
@@ -255,11 +257,14 @@ class CanaryEngine:
         eng = next((e for e in snap.engines if e.model_name == target.model), None)
         facts = planning.CacheFacts.from_engine(eng, target.max_model_len, snap.offload_configured)
         s = self.settings
+        strategy = s.effective_strategy
+        # Pressure seeds B after A's GPU revisit, so only one prefix must fit; the wait strategy keeps
+        # A and B resident together until traffic evicts them.
+        resident = 2 if strategy == "wait" and self._use_recompute() else 1
         try:
-            sizing = planning.size(facts, s.prefix_tokens, s.chunk_tokens, s.filler_tokens)
+            sizing = planning.size(facts, s.prefix_tokens, s.chunk_tokens, s.filler_tokens, resident=resident)
         except planning.PlanError as e:
             raise CanaryError("plan", str(e)) from None
-        strategy = s.effective_strategy
         if strategy == "pressure" and not sizing.filler_count:
             raise CanaryError("plan", "pressure needs num_gpu_blocks and block_size from vllm:cache_config_info")
         if control and control.max_model_len and control.max_model_len <= sizing.prompt_tokens:
@@ -466,10 +471,12 @@ class CanaryEngine:
         rec.phases.append(ph)
         return ph
 
-    def _learn(self, stored_bytes: float, seeds: int) -> None:
+    def _learn(self, phases: list[PhaseRecord], seeds: int) -> None:
         assert self.conditions is not None
-        if stored_bytes > 0 and seeds:
-            self.state.learn_bytes_per_token(stored_bytes / (seeds * self.conditions.sizing.prefix_tokens))
+        stored = sum(p.store_bytes for p in phases)
+        if stored > 0 and seeds:
+            self.state.learn_bytes_per_token(stored, seeds * self.conditions.sizing.prefix_tokens,
+                                             sum(p.other_traffic_tokens for p in phases))
 
     async def _controls(self, c: int, rec: CycleRecord, a: list[int], b: list[int] | None,
                         idle: float | None = None) -> dict[str, float]:
@@ -539,8 +546,8 @@ class CanaryEngine:
         rec.phases.append(ph)
         # B is seeded after A's GPU revisit: A and B together may not fit the GPU cache.
         seed_b = await self._seed(c, rec, b + self.prompts.tail(sz), "seed_b") if b is not None else None
-        stored, total = self._stored([seed, ph] + ([seed_b] if seed_b else []))
-        self._learn(total, 2 if seed_b else 1)
+        stored, _ = self._stored([seed, ph] + ([seed_b] if seed_b else []))
+        self._learn([seed, ph] + ([seed_b] if seed_b else []), 2 if seed_b else 1)
         rec.phases.append(await self._displace(c))
         rev, cls, _ = await self._probe(c, "offload_revisit", a + self.prompts.tail(sz), expect="offload_hit",
                                         path="offload_hit")
@@ -568,8 +575,8 @@ class CanaryEngine:
         self._probe_done(ph)
         rec.phases.append(ph)
         seed_b = await self._seed(c, rec, b + self.prompts.tail(sz), "seed_b") if b is not None else None
-        stored, total = self._stored([seed, ph] + ([seed_b] if seed_b else []))
-        self._learn(total, 2 if seed_b else 1)
+        stored, _ = self._stored([seed, ph] + ([seed_b] if seed_b else []))
+        self._learn([seed, ph] + ([seed_b] if seed_b else []), 2 if seed_b else 1)
         idle = s.wait_initial
         while True:
             await self.sleep(idle)

@@ -100,12 +100,14 @@ class Sizing:
 
 
 def size(facts: CacheFacts, prefix_tokens: int | None = None, chunk_tokens: int | None = None,
-         filler_tokens: int | None = None, pressure_factor: float = 1.5) -> Sizing:
+         filler_tokens: int | None = None, pressure_factor: float = 1.5, resident: int = 1) -> Sizing:
     """Plan prompt sizes. Overrides win; the prefix is rounded down to the alignment unit.
 
-    Default prefix: half the GPU cache, at most 8192 tokens and what max_model_len allows, at least
-    four offload chunks. Fillers: distinct prompts whose total is `pressure_factor` × the GPU cache
-    (LRU evicts the oldest blocks first, so the canary prefix goes before the fillers do).
+    Default prefix: the GPU cache / (`resident` + 1) — `resident` prefixes must sit in the GPU cache
+    together (2 for the wait strategy with a recompute control) — at most 8192 tokens and what
+    max_model_len allows, at least four offload chunks. Fillers: distinct prompts whose total is
+    `pressure_factor` × the GPU cache (LRU evicts the oldest blocks first, so the canary prefix goes
+    before the fillers do).
     """
     block = facts.block_size or 16
     chunk = chunk_tokens or facts.chunk_tokens
@@ -121,13 +123,14 @@ def size(facts: CacheFacts, prefix_tokens: int | None = None, chunk_tokens: int 
         if prefix < align:
             raise PlanError(f"prefix of {prefix_tokens} tokens is shorter than one offload chunk ({align})")
     else:
-        target = min(8192, cache // 2 if cache else 4096, max_prompt - tail)
+        target = min(8192, cache // (resident + 1) if cache else 4096, max_prompt - tail)
         prefix = max(4 * align, (target // align) * align)
     if prefix + tail > max_prompt:
         raise PlanError(f"prefix {prefix} + tail {tail} tokens exceed max_model_len {max_prompt + 1}; "
                         f"set a smaller --prefix-tokens")
-    if cache and prefix + tail > cache:
-        raise PlanError(f"prefix {prefix} tokens does not fit the GPU cache of {cache} tokens")
+    if cache and resident * (prefix + tail) > cache:
+        raise PlanError(f"{resident} prefix(es) of {prefix} tokens do not fit the GPU cache of {cache} tokens"
+                        + ("; use a smaller --prefix-tokens or drop the recompute control" if resident > 1 else ""))
     filler = min(max_prompt, filler_tokens or prefix + tail)
     count = math.ceil(pressure_factor * cache / filler) if cache else 0
     return Sizing(align=align, chunk_known=bool(chunk), block_size=block, prefix_tokens=prefix,
