@@ -164,7 +164,7 @@ async def _faults(session: aiohttp.ClientSession, url: str, **body: Any) -> Any:
     ("metrics-500", "http_status"), ("metrics-slow=2", "timeout"), ("metrics-truncated", "truncated"),
     ("metrics-huge=300000", "too_large"), ("down", "connect")])
 async def test_metrics_faults_as_the_exporter_sees_them(live: Any, fault: str, reason: str) -> None:
-    sim, url, session = live
+    _, url, session = live
     assert await fetch_metrics(session, url, 2.0, 200_000)
     status, body = await _faults(session, url, add=[fault])
     assert status == 200 and body["active"] == [fault]
@@ -177,7 +177,7 @@ async def test_metrics_faults_as_the_exporter_sees_them(live: Any, fault: str, r
 
 
 async def test_down_drops_every_endpoint_but_admin(live: Any) -> None:
-    sim, url, session = live
+    _, url, session = live
     await _faults(session, url, add=["down"])
     for path in ("/health", "/v1/models"):
         with pytest.raises(aiohttp.ClientError):
@@ -188,7 +188,7 @@ async def test_down_drops_every_endpoint_but_admin(live: Any) -> None:
 
 
 async def test_admin_endpoint_rejects_bad_requests(live: Any) -> None:
-    sim, url, session = live
+    _, url, session = live
     assert (await _faults(session, url, add=["bogus"]))[0] == 400
     assert (await _faults(session, url, add="down"))[0] == 400
     async with session.post(url + "/_sim/faults", json={"oops": 1}) as resp:

@@ -6,11 +6,11 @@ import json
 import re
 
 import pytest
-
 from conftest import FIXTURES, fixture_text
+
+from exporter.sim.engine import SimRequest
 from exporter.sim.profiles import render
 from exporter.sim.scenario import ManualClock, deltas, run_chain, series
-from exporter.sim.engine import SimRequest
 from exporter.sim.simulator import SimOptions, Simulator
 
 _HELP = re.compile(r"^# HELP (\S+) (.*)$")
@@ -133,7 +133,7 @@ def test_032_offload_sequence_moves_the_same_counters_as_vllm_cpu() -> None:
     import random
 
     rng = random.Random(99)
-    fresh = lambda: tuple(rng.randrange(1000, 32000) for _ in range(2000))  # noqa: E731
+    fresh = lambda: tuple(rng.randrange(1000, 32000) for _ in range(2000))
     a = fresh()
     prompts = {"A cold": (a, None), "A again (device prefix hit)": (a, None)}
     for case in cases:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Any
 
@@ -18,7 +19,7 @@ def test_arrivals_are_seeded_and_bounded() -> None:
     spec = TrafficSpec(rate=50, count=200, seed=3)
     a, b = list(arrivals(spec)), list(arrivals(spec))
     assert a == b and len(a) == 200
-    assert all(x.at < y.at for x, y in zip(a, a[1:]))
+    assert all(x.at < y.at for x, y in itertools.pairwise(a))
     assert list(arrivals(TrafficSpec(rate=50, count=200, seed=4))) != a
     timed = list(arrivals(TrafficSpec(rate=50, duration=2.0)))
     assert timed and timed[-1].at <= 2.0 and 50 < len(timed) < 150  # Poisson: 100 expected

@@ -12,8 +12,13 @@ from dataclasses import replace
 from typing import Any
 
 from exporter.commands.serve import add_exporter_arguments, config_from_args
-from exporter.commands.simulate import (add_simulator_arguments, add_traffic_arguments, options_from_args,
-                                        run_until_stopped, traffic_from_args)
+from exporter.commands.simulate import (
+    add_simulator_arguments,
+    add_traffic_arguments,
+    options_from_args,
+    run_until_stopped,
+    traffic_from_args,
+)
 from exporter.config import ConfigError, TargetConfig, split_listen
 from exporter.sim.simulator import Simulator
 

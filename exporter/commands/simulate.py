@@ -8,7 +8,8 @@ import contextlib
 import logging
 import signal
 import sys
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from exporter.config import split_listen
 from exporter.sim.calibration import CALIBRATIONS, DEFAULT_CALIBRATION
@@ -27,8 +28,8 @@ _ENGINE_FLAGS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     ("cpu_bytes", lambda s: int(float(s)), "CPU tier size in bytes (cpu_bytes_to_use), e.g. 8e9"),
     ("kv_bytes_per_token", int, "KV bytes per token (default: from the calibration's model shape)"),
     ("gpu_memory_utilization", float, "value shown in vllm:cache_config_info"),
-    ("store_report_delay_s", float, "report stores after this many seconds when no engine step comes "
-                                    "(<= 0: only with the next step)"),
+    ("store_report_delay_s", float,
+     "report stores after this many seconds when no engine step comes (<= 0: only with the next step)"),
 )
 _TIMING_FLAGS: tuple[tuple[str, str], ...] = (
     ("frontend_ms", "client TTFT outside the engine (HTTP, tokenise, SSE)"),

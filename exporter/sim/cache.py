@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 BlockHash = bytes
 

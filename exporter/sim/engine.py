@@ -12,8 +12,9 @@ import heapq
 import itertools
 import math
 import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from exporter.sim.cache import CpuTier, GpuPrefixCache, Lease, block_hashes, chunk_hashes
 from exporter.sim.calibration import Calibration
@@ -87,7 +88,7 @@ class Plan:
     gpu_hit: int
     external_hit: int
     load_bytes: int
-    stored_chunks: int  # chunks the request will write to the CPU tier
+    stored_chunks: int  # full prompt chunks offered to the tier (ones already there are not written)
     timing: RequestTiming
     arrival: float
     scheduled_at: float

@@ -9,8 +9,9 @@ the `python_*`, `process_*` and `http_*` families of a real server are deliberat
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from prometheus_client.utils import floatToGoString
 
@@ -91,7 +92,12 @@ class Family:
 
 
 _C, _G, _H = "counter", "gauge", "histogram"
-_OFF = dict(needs_connector=True)
+
+
+def _offload(*args: Any, **kw: Any) -> Family:
+    """A family that exists only with the OffloadingConnector configured."""
+    return Family(*args, **{**kw, "needs_connector": True})
+
 _BYTES_HELP = "Histogram of KV offload {} size, in bytes."
 _USAGE = ("Fraction of CPU KV-cache space currently pinned by in-flight {} that have not yet completed "
           "(0.0 = idle, 1.0 = saturated).")
@@ -99,47 +105,47 @@ _MFU = " (for Model Flops Utilization calculations)."
 
 # Registration order of vLLM 0.26.0 (the connector's families come first).
 FAMILIES: tuple[Family, ...] = (
-    Family("kv_offload_total_bytes", _C, "Number of bytes offloaded by KV connector", ("transfer_type",),
-           _transfer_types, since=(0, 16), generation="legacy", **_OFF),
-    Family("kv_offload_total_time", _C, "Total time measured by all KV offloading operations",
-           ("transfer_type",), _transfer_types, since=(0, 16), generation="legacy", **_OFF),
-    Family("kv_offload_size", _H, "Histogram of KV offload transfer size, in bytes.", ("transfer_type",),
-           _transfer_types, since=(0, 16), generation="legacy", **_OFF),
-    Family("kv_offload_cpu_cache_usage_perc", _G,
+    _offload("kv_offload_total_bytes", _C, "Number of bytes offloaded by KV connector", ("transfer_type",),
+           _transfer_types, since=(0, 16), generation="legacy"),
+    _offload("kv_offload_total_time", _C, "Total time measured by all KV offloading operations",
+           ("transfer_type",), _transfer_types, since=(0, 16), generation="legacy"),
+    _offload("kv_offload_size", _H, "Histogram of KV offload transfer size, in bytes.", ("transfer_type",),
+           _transfer_types, since=(0, 16), generation="legacy"),
+    _offload("kv_offload_cpu_cache_usage_perc", _G,
            "Fraction of CPU KV-cache space currently pinned by active transfers (0.0 = idle, 1.0 = "
            "saturated). Sustained high values indicate transfers (stores or promotions) may be dropped "
-           "due to insufficient capacity.", children=_lazy, since=(0, 24), **_OFF),
-    Family("kv_offload_cpu_cache_write_usage_perc", _G, _USAGE.format("stores"), children=_lazy,
-           since=(0, 26), **_OFF),
-    Family("kv_offload_cpu_cache_read_usage_perc", _G, _USAGE.format("loads"), children=_lazy,
-           since=(0, 26), **_OFF),
-    Family("kv_offload_cpu_allocation_size", _H,
+           "due to insufficient capacity.", children=_lazy, since=(0, 24)),
+    _offload("kv_offload_cpu_cache_write_usage_perc", _G, _USAGE.format("stores"), children=_lazy,
+           since=(0, 26)),
+    _offload("kv_offload_cpu_cache_read_usage_perc", _G, _USAGE.format("loads"), children=_lazy,
+           since=(0, 26)),
+    _offload("kv_offload_cpu_allocation_size", _H,
            "Histogram of the number of CPU blocks requested by each KV offload prepare_store call.",
-           children=_lazy, since=(0, 26), help_changes=((
-               (0, 32), "Histogram of the number of CPU chunks requested by each KV offload prepare_store "
-                        "call."),), **_OFF),
-    Family("kv_offload_load_bytes", _C, "Total bytes loaded from offload storage to GPU.", children=_lazy,
-           since=(0, 24), generation="flat", **_OFF),
-    Family("kv_offload_load_time", _C, "Total load time from offload storage to GPU, in seconds.",
-           children=_lazy, since=(0, 24), generation="flat", **_OFF),
-    Family("kv_offload_load_size", _H, _BYTES_HELP.format("load operation"), children=_lazy, since=(0, 24),
-           generation="flat", **_OFF),
-    Family("kv_offload_store_bytes", _C, "Total bytes stored from GPU to offload storage.", children=_lazy,
-           since=(0, 24), generation="flat", **_OFF),
-    Family("kv_offload_store_time", _C, "Total store time from GPU to offload storage, in seconds.",
-           children=_lazy, since=(0, 24), generation="flat", **_OFF),
-    Family("kv_offload_store_size", _H, _BYTES_HELP.format("store operation"), children=_lazy,
-           since=(0, 24), generation="flat", **_OFF),
-    Family("kv_offload_lookup_sync_delay_seconds", _H,
+           children=_lazy, since=(0, 26), help_changes=(
+               ((0, 32), "Histogram of the number of CPU chunks requested by each KV offload prepare_store call."),
+           )),
+    _offload("kv_offload_load_bytes", _C, "Total bytes loaded from offload storage to GPU.", children=_lazy,
+           since=(0, 24), generation="flat"),
+    _offload("kv_offload_load_time", _C, "Total load time from offload storage to GPU, in seconds.",
+           children=_lazy, since=(0, 24), generation="flat"),
+    _offload("kv_offload_load_size", _H, _BYTES_HELP.format("load operation"), children=_lazy, since=(0, 24),
+           generation="flat"),
+    _offload("kv_offload_store_bytes", _C, "Total bytes stored from GPU to offload storage.", children=_lazy,
+           since=(0, 24), generation="flat"),
+    _offload("kv_offload_store_time", _C, "Total store time from GPU to offload storage, in seconds.",
+           children=_lazy, since=(0, 24), generation="flat"),
+    _offload("kv_offload_store_size", _H, _BYTES_HELP.format("store operation"), children=_lazy,
+           since=(0, 24), generation="flat"),
+    _offload("kv_offload_lookup_sync_delay_seconds", _H,
            "Histogram of the time spent in a single offload lookup call, in seconds.", children=_lazy,
-           since=(0, 26), **_OFF),
-    Family("kv_offload_lookup_async_delay_seconds", _H,
+           since=(0, 26)),
+    _offload("kv_offload_lookup_async_delay_seconds", _H,
            "Histogram of time between a request's offload lookup first deferring and the following lookup "
-           "resolving, or request finish, in seconds.", children=_lazy, since=(0, 26), **_OFF),
-    Family("kv_offload_allocation_failure", _C, "Number of KV offload store allocation attempts that failed.",
-           children=_lazy, since=(0, 26), **_OFF),
-    Family("kv_offload_config_info", "info", "Information of the KV offloading configuration",
-           since=(0, 33), **_OFF),
+           "resolving, or request finish, in seconds.", children=_lazy, since=(0, 26)),
+    _offload("kv_offload_allocation_failure", _C, "Number of KV offload store allocation attempts that failed.",
+           children=_lazy, since=(0, 26)),
+    _offload("kv_offload_config_info", "info", "Information of the KV offloading configuration",
+           since=(0, 33)),
     # Seen first in 0.26.0; earlier presence not verified.
     Family("estimated_flops_per_gpu", _C, "Estimated number of floating point operations per GPU" + _MFU,
            since=(0, 26)),
@@ -154,11 +160,11 @@ FAMILIES: tuple[Family, ...] = (
            "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
            "status). Sum of all reasons equals vllm:num_requests_waiting.", ("reason",),
            _fixed("capacity", "deferred"), since=(0, 22)),
-    Family("num_requests_kv_fetch_by_stage", _G,
+    _offload("num_requests_kv_fetch_by_stage", _G,
            "Number of waiting requests by async KV load stage. Stage labels: 'waiting_to_start' = needs an "
            "async KV load that has not started; 'in_progress' = load started and not yet reported finished; "
            "'completed_waiting' = load finished, request not running yet.", ("stage",),
-           _fixed("waiting_to_start", "in_progress", "completed_waiting"), since=(0, 32), **_OFF),
+           _fixed("waiting_to_start", "in_progress", "completed_waiting"), since=(0, 32)),
     Family("engine_sleep_state", _G,
            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
            "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.", ("sleep_state",),
@@ -276,14 +282,20 @@ def _escape(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
 
 
+def _num(value: float) -> str:
+    """Go-style float text, as prometheus_client writes values and `le` bounds (1e+06, 0.001, +Inf)."""
+    return str(floatToGoString(value))  # type: ignore[no-untyped-call]
+
+
 def _line(name: str, labels: dict[str, str], value: float) -> str:
     body = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
-    return f"{name}{{{body}}} {floatToGoString(value)}\n" if body else f"{name} {floatToGoString(value)}\n"
+    return f"{name}{{{body}}} {_num(value)}\n" if body else f"{name} {_num(value)}\n"
 
 
-def _store(fam: Family, stats: EngineStats) -> dict[LabelValues, object]:
-    table = {"counter": stats.counters, "gauge": stats.gauges, "histogram": stats.hists}[fam.kind]
-    return table.get(fam.key, {})  # type: ignore[return-value]
+def _store(fam: Family, stats: EngineStats) -> Mapping[LabelValues, object]:
+    tables: dict[str, Mapping[str, Mapping[LabelValues, object]]] = {
+        "counter": stats.counters, "gauge": stats.gauges, "histogram": stats.hists}
+    return tables[fam.kind].get(fam.key, {})
 
 
 def _children(fam: Family, v: Version, stats: EngineStats) -> list[LabelValues]:
@@ -318,7 +330,7 @@ def _write_family(fam: Family, v: Version, engines: Sequence[EngineView], out: l
                 h = stats.hists.get(fam.key, {}).get(child)
                 bounds = h.bounds if h else stats.hist_bounds(fam.key)
                 cum = h.cumulative() if h else [0.0] * (len(bounds) + 1)
-                for le, c in zip([floatToGoString(b) for b in bounds] + ["+Inf"], cum):
+                for le, c in zip([_num(b) for b in bounds] + ["+Inf"], cum):
                     out.append(_line(name + "_bucket", {**labels, "le": le}, c))
                 out.append(_line(name + "_count", labels, h.count if h else 0.0))
                 out.append(_line(name + "_sum", labels, h.sum if h else 0.0))

@@ -9,8 +9,9 @@ from __future__ import annotations
 import time
 import uuid
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from exporter.sim.versions import Behaviour
 

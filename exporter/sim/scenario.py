@@ -9,11 +9,13 @@ from the same run.
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from exporter.sim.engine import Plan, SimRequest
 from exporter.sim.simulator import SimOptions, Simulator
@@ -159,7 +161,7 @@ def series(text: str) -> dict[str, float]:
         if not m:
             continue
         name = m.group(1)
-        if name.endswith("_bucket") or name.endswith("_created") or not name.startswith(_KEEP):
+        if name.endswith(("_bucket", "_created")) or not name.startswith(_KEEP):
             continue
         labels = re.sub(r'(model_name|engine)="[^"]*",?', "", m.group(2) or "").replace(",}", "}").replace("{}", "")
         out[name + labels] = float(m.group(3))
@@ -170,7 +172,7 @@ def deltas(snapshots: Mapping[str, str]) -> dict[str, dict[str, float]]:
     """Non-zero differences between consecutive snapshots, keyed like expected_deltas.json."""
     names = list(snapshots)
     res = {}
-    for a, b in zip(names, names[1:]):
+    for a, b in itertools.pairwise(names):
         va, vb = series(snapshots[a]), series(snapshots[b])
         res[f"{a} -> {b}"] = {k: round(v - va.get(k, 0.0), 6) for k, v in sorted(vb.items())
                               if abs(v - va.get(k, 0.0)) > 1e-12}

@@ -76,7 +76,7 @@ async def _one(session: aiohttp.ClientSession, url: str, a: Arrival, headers: di
             report.ok += 1
             if first is not None:
                 report.ttft_ms.append(first * 1e3)
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+    except (TimeoutError, aiohttp.ClientError, ValueError):
         report.errors += 1
 
 

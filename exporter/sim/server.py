@@ -11,12 +11,13 @@ import asyncio
 import hmac
 import json
 import logging
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
 from exporter.sim import protocol
-from exporter.sim.engine import SimRequest
+from exporter.sim.engine import Engine, SimRequest
 from exporter.sim.faults import FAULTS, FaultError
 from exporter.sim.protocol import ApiError, Completion
 from exporter.sim.simulator import Simulator, pad, truncate
@@ -41,9 +42,10 @@ async def _faults_and_auth(request: web.Request, handler: Handler) -> web.Stream
             request.transport.close()  # the client sees the connection drop, no HTTP answer
         return web.Response(status=503)  # never delivered: the transport is gone
     key = sim.opts.api_key
-    if key and request.method != "OPTIONS" and request.path.startswith(sim.behaviour.api_key_prefixes):
-        if not _authorised(request.headers.get("Authorization", ""), key, sim.behaviour.case_sensitive_bearer):
-            return web.json_response({"error": "Unauthorized"}, status=401)
+    guarded = key and request.method != "OPTIONS" and request.path.startswith(sim.behaviour.api_key_prefixes)
+    if guarded and not _authorised(request.headers.get("Authorization", ""), str(key),
+                                   sim.behaviour.case_sensitive_bearer):
+        return web.json_response({"error": "Unauthorized"}, status=401)
     return await handler(request)
 
 
@@ -97,38 +99,27 @@ def _rank(request: web.Request) -> int | None:
 async def _completions(request: web.Request) -> web.StreamResponse:
     sim = request.app[SIMULATOR]
     try:
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ApiError(400, "JSON decode error") from None
-        c = protocol.parse_completion(body, sim.behaviour, sim.model, sim.config.max_model_len)
-        try:
-            engine = sim.pick(_rank(request))
-        except ValueError as e:
-            raise ApiError(400, str(e)) from None
+        c, engine = await _admit(request, sim)
     except ApiError as e:
         return _json_error(e)
     if c.kv_transfer_params is not None and not engine.connector:
         log.warning("Got kv_transfer_params, but no KVConnector found. Disabling KVTransfer for this request.")
     plan = engine.submit(_sim_request(c))
-    scale = sim.opts.time_scale
-    cached = plan.cached
-    use = protocol.usage(plan.prompt_tokens, plan.max_tokens, cached, sim.opts.prompt_tokens_details, sim.behaviour)
-    metrics = engine.response_metrics(plan) if sim.opts.per_request_metrics and sim.behaviour.per_request_metrics \
-        else None
+    details = sim.opts.prompt_tokens_details
+    use = protocol.usage(plan.prompt_tokens, plan.max_tokens, plan.cached, details, sim.behaviour)
+    metrics = (engine.response_metrics(plan)
+               if sim.opts.per_request_metrics and sim.behaviour.per_request_metrics else None)
     ids = list(plan.output_ids)
     if not c.stream:
-        await _sleep_until(sim, plan.client_time(plan.max_tokens - 1), scale)
+        await _sleep_until(sim, plan.client_time(plan.max_tokens - 1))
         return web.json_response(protocol.completion_body(c, sim.model, ids, use, metrics))
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
     await resp.prepare(request)
     for i, tok in enumerate(ids):
-        await _sleep_until(sim, plan.client_time(i), scale)
-        finish = "length" if i == len(ids) - 1 else None
-        event = protocol.token_chunk(c, sim.model, [tok], finish, first=i == 0)
+        await _sleep_until(sim, plan.client_time(i))  # the first event really waits for the modelled TTFT
+        event = protocol.token_chunk(c, sim.model, [tok], "length" if i == len(ids) - 1 else None, first=i == 0)
         if c.include_usage and c.continuous_usage:
-            event["usage"] = protocol.usage(plan.prompt_tokens, i + 1, cached, sim.opts.prompt_tokens_details,
-                                            sim.behaviour)
+            event["usage"] = protocol.usage(plan.prompt_tokens, i + 1, plan.cached, details, sim.behaviour)
         await _send(resp, event)
     if c.include_usage:
         await _send(resp, protocol.usage_chunk(c, sim.model, use, metrics))
@@ -137,13 +128,27 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     return resp
 
 
+async def _admit(request: web.Request, sim: Simulator) -> tuple[Completion, Engine]:
+    """Parse and validate the request and pick its engine; raises ApiError like vLLM would answer."""
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ApiError(400, "JSON decode error") from None
+    c = protocol.parse_completion(body, sim.behaviour, sim.model, sim.config.max_model_len)
+    try:
+        return c, sim.pick(_rank(request))
+    except ValueError as e:
+        raise ApiError(400, str(e)) from None
+
+
 def _sim_request(c: Completion) -> SimRequest:
     return SimRequest(prompt=c.prompt_ids, max_tokens=c.max_tokens, cache_salt=c.cache_salt,
                       kv_transfer_params=c.kv_transfer_params, skip_prefix_cache=c.skip_prefix_cache)
 
 
-async def _sleep_until(sim: Simulator, t: float, scale: float) -> None:
-    delay = (t - sim.clock()) * scale
+async def _sleep_until(sim: Simulator, t: float) -> None:
+    """Sleep until simulated time `t`, in wall seconds scaled by `time_scale`."""
+    delay = (t - sim.clock()) * sim.opts.time_scale
     if delay > 0:
         await asyncio.sleep(delay)
 

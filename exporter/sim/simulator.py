@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from exporter.sim.calibration import CALIBRATIONS, DEFAULT_CALIBRATION, Calibration
 from exporter.sim.engine import Engine, EngineConfig
@@ -70,7 +71,8 @@ class Simulator:
             raise ValueError("; ".join(errors))
         self.opts = opts
         self.behaviour = behaviour(opts.version)
-        self.calibration = replace(CALIBRATIONS[opts.calibration], **dict(opts.timing))
+        timing: dict[str, Any] = dict(opts.timing)
+        self.calibration = replace(CALIBRATIONS[opts.calibration], **timing)
         self.clock = clock or (lambda: time.monotonic() / opts.time_scale)
         self.wall = wall
         cfg = EngineConfig.from_calibration(self.calibration, connector=opts.connector, **dict(opts.engine))

@@ -7,8 +7,8 @@ The engine writes here; `profiles` decides per vLLM version which of these becom
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 LabelValues = tuple[str, ...]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def zipf_weights(n: int, s: float) -> list[float]:
 
 
 def _length(rng: random.Random, median: int, sigma: float, lo: int, hi: int) -> int:
-    return max(lo, min(hi, int(round(median * math.exp(rng.gauss(0.0, sigma))))))
+    return max(lo, min(hi, round(median * math.exp(rng.gauss(0.0, sigma)))))
 
 
 def arrivals(spec: TrafficSpec) -> Iterator[Arrival]:
