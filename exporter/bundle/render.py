@@ -20,10 +20,12 @@ def render_bundle(selectors: Iterable[str] | Mapping[str, str] | None = None,
 
     Raises ImportError when grafanalib (the `bundle` extra) is missing, ValueError on a bad selector."""
     from exporter.bundle import dashboards, grafana_alerts, metrics_doc, rules
+    from exporter.bundle.deploy import render_deploy
 
     matchers = parse_selectors(selectors)
     files: dict[str, str] = {RULES_PATH: rules.prometheus_rules_yaml(settings, matchers),
                              METRICS_DOC_PATH: metrics_doc.render()}
     files.update(dashboards.render(matchers))
     files.update(grafana_alerts.render(settings, matchers))
+    files.update(render_deploy(files, settings))
     return dict(sorted(files.items()))
