@@ -206,6 +206,17 @@ def test_version_generations(version: str, present: list[str], absent: list[str]
         assert name not in fams, f"{version}: {name}"
 
 
+@pytest.mark.parametrize("version,hidden", [
+    ("0.11.0", {"vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries_total",
+                "vllm:gpu_prefix_cache_hits_total"}),
+    ("0.13.0", {"vllm:time_per_output_token_seconds"}), ("0.15.1", set())])
+def test_show_hidden_metrics_brings_back_deprecated_names(version: str, hidden: set[str]) -> None:
+    plain = set(families(Simulator(SimOptions(version=version, seed=1), clock=ManualClock()).metrics_text()))
+    shown = set(families(Simulator(SimOptions(version=version, seed=1, show_hidden_metrics=True),
+                                   clock=ManualClock()).metrics_text()))
+    assert {f for f in shown - plain if not f.endswith("_created")} == hidden and not plain - shown
+
+
 def test_legacy_children_are_lazy_before_024_and_precreated_after() -> None:
     for version, before in (("0.16.0", set()), ("0.24.0", {"CPU_to_GPU", "GPU_to_CPU"})):
         clock = ManualClock()

@@ -73,6 +73,9 @@ def add_simulator_arguments(p: argparse.ArgumentParser) -> None:
                    help="usage.prompt_tokens_details.cached_tokens (default on, as in the H200 runs)")
     p.add_argument("--enable-per-request-metrics", action=argparse.BooleanOptionalAction, default=True,
                    help="the response `metrics` object, vLLM 0.25+ (default on, as in the H200 runs)")
+    p.add_argument("--show-hidden-metrics", action="store_true",
+                   help="like vLLM's --show-hidden-metrics-for-version: 0.11 keeps gpu_* names, 0.12–0.13 "
+                        "time_per_output_token_seconds")
     eng = p.add_argument_group("engine (defaults come from --calibration)")
     for name, conv, text in _ENGINE_FLAGS:
         eng.add_argument(_flag(name), type=conv, metavar="N", help=text)
@@ -102,7 +105,8 @@ def options_from_args(args: argparse.Namespace) -> SimOptions:
                       model=args.model, faults=tuple(args.fault), connector=not args.no_connector,
                       time_scale=args.time_scale, seed=args.seed, noise=not args.no_noise, api_key=args.api_key,
                       prompt_tokens_details=args.enable_prompt_tokens_details,
-                      per_request_metrics=args.enable_per_request_metrics, engine=engine, timing=timing)
+                      per_request_metrics=args.enable_per_request_metrics,
+                      show_hidden_metrics=args.show_hidden_metrics, engine=engine, timing=timing)
 
 
 def traffic_from_args(args: argparse.Namespace, max_prompt_tokens: int, duration: float | None = None) -> TrafficSpec:

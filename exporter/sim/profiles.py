@@ -66,15 +66,17 @@ class Family:
     labels: tuple[str, ...] = ()  # labels besides model_name and engine
     children: Children = _always
     since: Version = (0, 10)
-    until: Version = (99, 0)  # last version that has it
+    until: Version = (99, 0)  # last version that shows it by default
+    hidden_until: Version | None = None  # deprecated: shown up to here with --show-hidden-metrics-for-version
     needs_connector: bool = False
     generation: str = ""  # "flat" | "legacy": dropped by the `rename` fault's variants
     source: str = ""  # stats key when it differs from `name`
     per_engine: bool = True
     help_changes: tuple[tuple[Version, str], ...] = ()
 
-    def present(self, v: Version, variant: str | None) -> bool:
-        if not self.since <= v <= self.until:
+    def present(self, v: Version, variant: str | None, show_hidden: bool = False) -> bool:
+        last = self.hidden_until if show_hidden and self.hidden_until else self.until
+        if not self.since <= v <= last:
             return False
         return not ((variant == "flat-only" and self.generation == "legacy")
                     or (variant == "legacy-only" and self.generation == "flat"))
@@ -171,12 +173,12 @@ FAMILIES: tuple[Family, ...] = (
            _fixed("awake", "weights_offloaded", "discard_all"), since=(0, 12)),
     Family("gpu_cache_usage_perc", _G,
            "GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
-           until=(0, 10)),
+           until=(0, 10), hidden_until=(0, 11)),
     Family("kv_cache_usage_perc", _G, "KV-cache usage. 1 means 100 percent usage."),
     Family("gpu_prefix_cache_queries", _C, "GPU prefix cache queries, in terms of number of queried tokens.",
-           until=(0, 10), source="prefix_cache_queries"),
+           until=(0, 10), hidden_until=(0, 11), source="prefix_cache_queries"),
     Family("gpu_prefix_cache_hits", _C, "GPU prefix cache hits, in terms of number of cached tokens.",
-           until=(0, 10), source="prefix_cache_hits"),
+           until=(0, 10), hidden_until=(0, 11), source="prefix_cache_hits"),
     Family("prefix_cache_queries", _C, "Prefix cache queries, in terms of number of queried tokens."),
     Family("prefix_cache_hits", _C, "Prefix cache hits, in terms of number of cached tokens."),
     Family("external_prefix_cache_queries", _C,
@@ -216,7 +218,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("time_to_first_token_seconds", _H, "Histogram of time to first token in seconds."),
     Family("time_per_output_token_seconds", _H,
            "Histogram of time per output token in seconds.DEPRECATED: Use vllm:inter_token_latency_seconds "
-           "instead.", until=(0, 11)),
+           "instead.", until=(0, 11), hidden_until=(0, 13)),
     Family("inter_token_latency_seconds", _H, "Histogram of inter-token latency in seconds."),
     Family("request_time_per_output_token_seconds", _H,
            "Histogram of time_per_output_token_seconds per request.", since=(0, 11)),
@@ -359,22 +361,25 @@ def _write_info(fam: Family, v: Version, engines: Sequence[EngineView], out: lis
     out.extend(lines)
 
 
-def families_for(version: str, connector: bool = True, variant: str | None = None) -> list[Family]:
+def families_for(version: str, connector: bool = True, variant: str | None = None,
+                 show_hidden: bool = False) -> list[Family]:
     """The families a server of `version` registers (with or without the OffloadingConnector)."""
     v = parse_version(version)
-    return [f for f in FAMILIES if f.present(v, variant) and (connector or not f.needs_connector)]
+    return [f for f in FAMILIES if f.present(v, variant, show_hidden) and (connector or not f.needs_connector)]
 
 
-def render(version: str, engines: Sequence[EngineView], variant: str | None = None) -> str:
+def render(version: str, engines: Sequence[EngineView], variant: str | None = None,
+           show_hidden: bool = False) -> str:
     """The `/metrics` text of a vLLM `version` server whose engines are in the given state.
 
-    `variant` (one of VARIANTS) bends the exposition the way the `rename` fault does."""
+    `variant` (one of VARIANTS) bends the exposition the way the `rename` fault does; `show_hidden`
+    is vLLM's `--show-hidden-metrics-for-version` (deprecated names one or two releases longer)."""
     if variant is not None and variant not in VARIANTS:
         raise ValueError(f"unknown exposition variant {variant!r}; choose from {', '.join(VARIANTS)}")
     v = parse_version(version)
     out: list[str] = []
     for fam in FAMILIES:
-        if not fam.present(v, variant):
+        if not fam.present(v, variant, show_hidden):
             continue
         shown = [e for e in engines if e.connector or not fam.needs_connector]
         if shown:

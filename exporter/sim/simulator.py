@@ -38,6 +38,7 @@ class SimOptions:
     api_key: str | None = None
     prompt_tokens_details: bool = True  # --enable-prompt-tokens-details, as in the H200 runs
     per_request_metrics: bool = True  # --enable-per-request-metrics (0.25+), as in the H200 runs
+    show_hidden_metrics: bool = False  # --show-hidden-metrics-for-version=<previous minor>
     engine: Mapping[str, Any] = field(default_factory=dict)  # EngineConfig overrides (ENGINE_FIELDS)
     timing: Mapping[str, float] = field(default_factory=dict)  # Calibration overrides (TIMING_FIELDS)
 
@@ -149,7 +150,8 @@ class Simulator:
     def metrics_text(self) -> str:
         self.advance()
         rename = self.faults.get("rename")
-        return render(self.opts.version, self.engines, variant=rename.value if rename else None)
+        return render(self.opts.version, self.engines, variant=rename.value if rename else None,
+                      show_hidden=self.opts.show_hidden_metrics)
 
     def state(self) -> dict[str, Any]:
         """The simulator's own view (GET /_sim/state): what vLLM itself does not export."""
