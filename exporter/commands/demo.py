@@ -39,9 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--status-interval", type=float, default=5.0, metavar="SECONDS",
                    help="seconds between status lines (default 5)")
     add_simulator_arguments(p)
-    add_traffic_arguments(p, rate_flag="--rate")
+    add_traffic_arguments(p, rate_flag="--rate", rate=4.0)
     add_exporter_arguments(p)
-    p.set_defaults(func=run, traffic=4.0)
+    p.set_defaults(func=run)
 
 
 def _pct(v: float | None) -> str:

@@ -84,10 +84,11 @@ def add_simulator_arguments(p: argparse.ArgumentParser) -> None:
         tim.add_argument(_flag(name), type=float, metavar="X", help=text)
 
 
-def add_traffic_arguments(p: argparse.ArgumentParser, rate_flag: str = "--traffic") -> None:
+def add_traffic_arguments(p: argparse.ArgumentParser, rate_flag: str = "--traffic",
+                          rate: float | None = None) -> None:
     g = p.add_argument_group("traffic generator (loopback only)")
-    g.add_argument(rate_flag, type=float, metavar="RATE", dest="traffic",
-                   help="requests per second, Poisson arrivals")
+    g.add_argument(rate_flag, type=float, metavar="RATE", dest="traffic", default=rate,
+                   help="requests per second, Poisson arrivals" + (f" (default {rate:g})" if rate else ""))
     g.add_argument("--traffic-count", type=int, metavar="N", help="stop after N requests")
     g.add_argument("--traffic-duration", type=float, metavar="SECONDS", help="stop after SECONDS (default 3600)")
     g.add_argument("--traffic-groups", type=int, default=12, metavar="N", help="shared-prefix groups (default 12)")
