@@ -62,7 +62,7 @@ def test_loopback_only() -> None:
 async def test_sender_drives_a_simulator(aiohttp_server: Any) -> None:
     sim = Simulator(SimOptions(seed=2, time_scale=0.01))
     server = await aiohttp_server(make_app(sim))
-    spec = TrafficSpec(rate=200, count=40, groups=3, prefix_tokens=1024, tail_tokens=32, max_tokens=2, seed=9)
+    spec = TrafficSpec(rate=100, count=40, groups=3, prefix_tokens=1024, tail_tokens=32, max_tokens=2, seed=9)
     report = await send(str(server.make_url("")), spec)
     assert (report.sent, report.ok, report.errors) == (40, 40, 0)
     assert report.cached_tokens > 0 and len(report.ttft_ms) == 40
