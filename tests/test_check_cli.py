@@ -1,0 +1,145 @@
+"""`check` behaviour beyond the verdicts: exit codes, evidence bundle, JSON schema, budget, API key,
+wait strategy, and the real command line against a `simulate` subprocess."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from exporter.canary.plan import Prompts
+from exporter.cli import build_parser
+from exporter.commands.check import run_check
+from exporter.sim.server import start
+from exporter.sim.simulator import SimOptions, Simulator
+
+
+async def _run(tmp_path: Path, *argv: str, sim: dict[str, Any] | None = None) -> tuple[int, dict[str, Any], str, str]:
+    runner = None
+    target = "http://127.0.0.1:9"  # discard port: nothing listens
+    if sim is not None:
+        runner, target = await start(Simulator(SimOptions(time_scale=0.2, seed=5, **sim)))
+    try:
+        args = build_parser().parse_args(["check", "--target", target, "--settle", "0.01",
+                                          "--secret-file", str(tmp_path / "secret"), *argv])
+        out, err = io.StringIO(), io.StringIO()
+        code, doc = await run_check(args, stdout=out, stderr=err)
+        return code, doc, out.getvalue(), err.getvalue()
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+
+
+async def test_unreachable_target_is_an_error(tmp_path: Path) -> None:
+    code, doc, text, _ = await _run(tmp_path, "--rounds", "1", "--json", str(tmp_path / "c.json"))
+    assert code == 3 and doc["verdict"] == "error" and "preflight" in doc["why"]
+    assert json.loads((tmp_path / "c.json").read_text())["exit_code"] == 3
+    assert "verdict: error (exit 3)" in text
+
+
+async def test_json_schema_and_evidence_bundle(tmp_path: Path) -> None:
+    out = tmp_path / "ev"
+    code, doc, text, err = await _run(tmp_path, "--rounds", "2", "--allow-pressure", "--json",
+                                      str(tmp_path / "c.json"), "--out", str(out), sim={})
+    assert code == 2 and doc["verdict"] == "inconclusive"  # 2 rounds < 10 samples
+    on_disk = json.loads((tmp_path / "c.json").read_text())
+    assert on_disk["verdict"] == "inconclusive" and "delta_ttft_seconds" in on_disk
+    for p in on_disk["phases"]:
+        for key in ("path", "classification", "ttft_seconds", "load_bytes", "store_bytes", "cached_tokens"):
+            assert key in p
+    assert {p["path"] for p in on_disk["phases"]} >= {"cold", "gpu_hit", "offload_hit", "displace"}
+    files = {f.name for f in out.iterdir()}
+    assert files >= {"target_metrics_before.prom", "target_metrics_after.prom", "requests.jsonl", "phases.jsonl",
+                     "cycles.json", "conditions.json", "report.txt", "report.json", "ttft.png"}
+    reqs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert {r["kind"] for r in reqs} == {"probe", "flush", "filler"}
+    assert all(r["salt"] in ("family", "fresh") for r in reqs)  # the salt itself never leaves the process
+    cond = json.loads((out / "conditions.json").read_text())
+    assert cond["conditions"]["target"]["version"] == "0.26.0"
+    assert cond["conditions"]["sizing"]["prefix_tokens"] == 5120
+    assert cond["conditions"]["target"]["cache_config"]["num_gpu_blocks"] == "640"
+    assert (out / "ttft.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "report.txt").read_text() == text
+    assert doc["interval"]["engines"][0]["offload_load_bytes"] > 0  # whole-run counters from the snapshots
+    assert "round 2 (2/2 done)" in err  # live progress
+    secret = (tmp_path / "secret").read_bytes().strip()
+    salt = Prompts(secret, "any").salt.encode()
+    for f in out.iterdir():
+        assert salt not in f.read_bytes() and secret not in f.read_bytes(), f.name
+
+
+async def test_store_without_load_is_ineffective(tmp_path: Path) -> None:
+    code, doc, text, _ = await _run(tmp_path, "--rounds", "3", "--allow-pressure",
+                                    sim={"faults": ("store-without-load",)})
+    assert code == 1 and doc["verdict"] == "no_offload_hit"
+    assert doc["reasons"] == {"no_load": 3}
+    assert "no_offload_hit (exit 1)" in text
+
+
+async def test_budget_exhaustion_stops_early(tmp_path: Path) -> None:
+    code, doc, _, err = await _run(tmp_path, "--rounds", "5", "--allow-pressure", "--budget-tokens", "60000", sim={})
+    assert "token budget exhausted after 1 rounds" in err
+    assert doc["rounds_completed"] == 1 and code == 2
+    assert doc["tokens_spent"] <= 60000
+
+
+async def test_api_key_from_file_and_never_in_evidence(tmp_path: Path) -> None:
+    key = "sk-canary-test-123"
+    code, doc, _, _ = await _run(tmp_path, "--rounds", "1", sim={"api_key": key})
+    assert code == 3 and "auth" in doc["why"]
+    (tmp_path / "key").write_text(key + "\n")
+    out = tmp_path / "ev"
+    code, doc, text, err = await _run(tmp_path, "--rounds", "1", "--allow-pressure", "--api-key-file",
+                                      str(tmp_path / "key"), "--out", str(out), "--json", str(tmp_path / "c.json"),
+                                      sim={"api_key": key})
+    assert code == 2 and doc["rounds_completed"] == 1
+    for f in [*out.iterdir(), tmp_path / "c.json"]:
+        assert key.encode() not in f.read_bytes(), f.name
+    assert key not in text + err
+
+
+async def test_wait_strategy_without_traffic_never_displaces(tmp_path: Path) -> None:
+    code, doc, _, _ = await _run(tmp_path, "--rounds", "1", "--wait-initial", "0.05", "--wait-max", "0.2",
+                                 "--no-recompute-control", sim={})
+    assert code == 2 and doc["reasons"] == {"not_displaced": 1}
+    assert [p["classification"] for p in doc["phases"] if p["phase"] == "wait_revisit"] == ["gpu_hit"] * 3
+    assert doc["residency_seconds"] == {"gpu": 0.2}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_command_line_against_a_simulate_process(tmp_path: Path) -> None:
+    port = _free_port()
+    sim = subprocess.Popen([sys.executable, "-m", "exporter", "simulate", "--listen", f"127.0.0.1:{port}",
+                            "--calibration", "h200-qwen3-0.6b", "--vllm-version", "0.32.0", "--time-scale", "0.2",
+                            "--seed", "9"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and sim.poll() is None, "simulator did not start"
+                time.sleep(0.1)
+        r = subprocess.run([sys.executable, "-m", "exporter", "check", "--target", f"http://127.0.0.1:{port}",
+                            "--rounds", "2", "--allow-pressure", "--settle", "0.01", "--json", str(tmp_path / "c.json"),
+                            "--secret-file", str(tmp_path / "secret")], capture_output=True, text=True, timeout=120)
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    assert r.returncode == 2, r.stderr
+    doc = json.loads((tmp_path / "c.json").read_text())
+    assert doc["recompute_control"] == "honoured"  # 0.32 honours max_load_tokens: no load in the counters
+    assert [p["classification"] for p in doc["phases"] if p["phase"] == "recompute"] == ["miss", "miss"]
+    assert "TTFT path" in r.stdout and "round 2 (2/2 done)" in r.stderr
+
