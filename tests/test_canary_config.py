@@ -10,7 +10,12 @@ import pytest
 
 from exporter.canary.config import CanarySettings, from_mapping
 from exporter.canary.plugin import add_arguments, settings_from_args
-from exporter.canary.secrets import ApiKey, SecretError, load_api_key, load_or_create_secret
+from exporter.canary.secrets import (
+    ApiKey,
+    SecretError,
+    load_api_key,
+    load_or_create_secret,
+)
 from exporter.config import Config, ConfigError, TargetConfig
 
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.canary.plan import CacheFacts, PlanError, Prompts, check_salt, honours_max_load_tokens, parse_version, size
+from exporter.canary.plan import (
+    CacheFacts,
+    PlanError,
+    Prompts,
+    check_salt,
+    honours_max_load_tokens,
+    parse_version,
+    size,
+)
 from exporter.normalise import normalise
 from tests.conftest import fixture_text
 

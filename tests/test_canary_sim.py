@@ -7,7 +7,8 @@ Assertions are on classifications, reasons and counters, never on timings.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -42,18 +43,18 @@ class Sim:
 
             eng.submit = submit  # type: ignore[method-assign]
 
-    async def __aenter__(self) -> "Sim":
+    async def __aenter__(self) -> Sim:  # noqa: PYI034 (plain class, never subclassed)
         self.runner, self.url = await start(self.sim)
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.runner.cleanup()
 
 
 def settings(**kw: Any) -> CanarySettings:
-    base: dict[str, Any] = dict(enabled=True, strategy="pressure", allow_pressure=True, budget_tokens_per_hour=None,
-                                settle=0.01, min_samples=10, max_samples=1000, backoff_initial=0.01,
-                                backoff_max=0.05)
+    base: dict[str, Any] = {"enabled": True, "strategy": "pressure", "allow_pressure": True,
+                            "budget_tokens_per_hour": None, "settle": 0.01, "min_samples": 10, "max_samples": 1000,
+                            "backoff_initial": 0.01, "backoff_max": 0.05}
     base.update(kw)
     return CanarySettings(**base)
 

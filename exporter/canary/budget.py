@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 HOUR = 3600.0
 

@@ -32,7 +32,7 @@ class Deltas:
     prompt_tokens: float | None = None  # None: vllm:prompt_tokens not exported
 
     @classmethod
-    def between(cls, before: Snapshot | None, after: Snapshot, model: str | None = None) -> "Deltas":
+    def between(cls, before: Snapshot | None, after: Snapshot, model: str | None = None) -> Deltas:
         derived = interval(before, after)
         sums = {"offload_load_bytes": 0.0, "offload_store_bytes": 0.0, "gpu_prefix_hits": 0.0,
                 "external_prefix_hits": 0.0}

@@ -20,6 +20,7 @@ from exporter.canary.protocol import Completion, MetricsError, SseReader, has_to
 from exporter.canary.secrets import ApiKey
 from exporter.sources.vllm_http import ScrapeError, fetch_metrics, fetch_version
 
+
 def _retry_after(resp: aiohttp.ClientResponse) -> float | None:
     raw = resp.headers.get("Retry-After")
     try:
@@ -92,7 +93,7 @@ class CanaryClient:
                     out.error, out.detail = "stream_error", "stream ended without [DONE]"
                 elif out.error is None and out.ttft_token is None:
                     out.error, out.detail = "protocol", "no token-bearing event"
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             out.error, out.detail = "timeout", f"no complete answer within {self.request_timeout}s"
         except aiohttp.ClientPayloadError as e:
             out.error, out.detail = "stream_error", str(e)[:512]
@@ -115,7 +116,7 @@ class CanaryClient:
                 except ValueError:
                     data = None
                 return resp.status, data
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             return None, "timeout"
         except aiohttp.ClientError as e:
             return None, f"connect: {type(e).__name__}"

@@ -6,8 +6,9 @@ key is never part of the settings, only where to read it from.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from exporter.config import ConfigError, parse_duration

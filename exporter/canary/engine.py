@@ -19,8 +19,9 @@ import asyncio
 import logging
 import time
 from collections import Counter, deque
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Protocol
 
 from exporter.canary import plan as planning
 from exporter.canary.budget import Backoff, TokenBudget
@@ -315,7 +316,7 @@ class CanaryEngine:
             raise BudgetExhausted(self.budget.seconds_until(len(prompt) + 1))
         self._req_no += 1
         fresh = salt is None
-        body = self._body(prompt, self.prompts.fresh_salt(kind) if fresh else salt, kv)
+        body = self._body(prompt, salt if salt is not None else self.prompts.fresh_salt(kind), kv)
         if role == CONTROL and self.conditions and self.conditions.control:
             body["model"] = self.conditions.control.model
         comp = await self.client.complete(self._url(role), body)
@@ -521,9 +522,11 @@ class CanaryEngine:
         rec.result = cls.result
         if cls.result == "offload_hit":
             ctl = next((controls[k] for k in CONTROL_ORDER if k in controls), None)
-            slower = ctl is not None and rev.ttft_seconds is not None and rev.ttft_seconds > ctl
+            ttft = rev.ttft_seconds
+            slower = ctl is not None and ttft is not None and ttft > ctl
             rec.reason = "loaded_but_slower" if slower else "ok"
-            rec.detail = "" if ctl is None else f"offload {rev.ttft_seconds * 1000:.1f} ms vs control {ctl * 1000:.1f} ms"
+            if ctl is not None and ttft is not None:
+                rec.detail = f"offload {ttft * 1000:.1f} ms vs control {ctl * 1000:.1f} ms"
             return
         gpu_part = cls.result == "partial" and rev.gpu_hit_tokens > 0 and rev.load_bytes == 0
         rec.reason = revisit_reason(cls.result, stored, self.state.offload_hits_seen > 0 or rev.load_bytes > 0,

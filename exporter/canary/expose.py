@@ -11,28 +11,26 @@ Sample output (one target, abridged):
 
 from __future__ import annotations
 
-from typing import Iterable, Protocol
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from exporter.canary.stats import quantile
-from exporter.catalogue import CANARY_PATHS, CANARY_REASONS, CANARY_RESULTS, CANARY_TIERS, CANARY_VERDICTS
+from exporter.catalogue import (
+    CANARY_PATHS,
+    CANARY_REASONS,
+    CANARY_RESULTS,
+    CANARY_TIERS,
+    CANARY_VERDICTS,
+)
 from exporter.render import Exposition
+
+if TYPE_CHECKING:  # typing only: the engine module stays out of this pure one at run time
+    from exporter.canary.engine import CanaryState
 
 QUANTILES = (0.25, 0.5, 0.75)
 
 
-class StateView(Protocol):  # engine.CanaryState
-    label: str
-    samples: dict
-    probes: dict
-    cycles: dict
-    tokens_spent: int
-    budget_remaining: float | None
-    last_success: float | None
-    verdict: object
-    residency: dict
-
-
-def render(x: Exposition, states: Iterable[StateView]) -> None:
+def render(x: Exposition, states: Iterable[CanaryState]) -> None:
     for st in states:
         t = {"target": st.label}
         for path in CANARY_PATHS:
@@ -41,7 +39,7 @@ def render(x: Exposition, states: Iterable[StateView]) -> None:
                 for q in QUANTILES:
                     x.add("kvoffload_canary_ttft_seconds", quantile(xs, q), {**t, "path": path, "quantile": str(q)})
         verdict = st.verdict
-        for name, est in sorted(getattr(verdict, "estimates", {}).items()):
+        for name, est in sorted(verdict.estimates.items() if verdict else ()):
             x.add("kvoffload_canary_delta_ttft_seconds", est.delta, {**t, "control": name})
             x.add("kvoffload_canary_delta_ttft_ci_seconds", est.lower, {**t, "control": name, "bound": "lower"})
             x.add("kvoffload_canary_delta_ttft_ci_seconds", est.upper, {**t, "control": name, "bound": "upper"})
@@ -55,5 +53,5 @@ def render(x: Exposition, states: Iterable[StateView]) -> None:
         x.add("kvoffload_canary_last_success_timestamp_seconds", st.last_success, t)
         for tier in CANARY_TIERS:
             x.add("kvoffload_canary_residency_seconds", st.residency.get(tier), {**t, "tier": tier})
-        current = getattr(verdict, "verdict", None) or "inconclusive"
+        current = verdict.verdict if verdict else "inconclusive"
         x.add_states("kvoffload_canary_verdict", t, CANARY_VERDICTS, current)

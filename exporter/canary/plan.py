@@ -15,8 +15,8 @@ import hashlib
 import hmac
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from exporter.model import EngineSignals
 
@@ -54,7 +54,7 @@ class CacheFacts:
 
     @classmethod
     def from_engine(cls, e: EngineSignals | None, max_model_len: int | None = None,
-                    offload_configured: bool = False) -> "CacheFacts":
+                    offload_configured: bool = False) -> CacheFacts:
         if e is None:
             return cls(max_model_len=max_model_len, offload_configured=offload_configured)
         block = _int(e.cache_config.get("block_size"))

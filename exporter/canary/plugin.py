@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 import secrets
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from exporter.canary import expose
 from exporter.canary.config import CanarySettings, from_mapping
@@ -92,4 +93,4 @@ def make_plugin(settings: CanarySettings) -> Plugin:
     return plugin
 
 
-__all__ = ["add_arguments", "settings_from_args", "make_plugin"]
+__all__ = ["add_arguments", "make_plugin", "settings_from_args"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import struct
 import zlib
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from exporter.canary.stats import quantile
 
@@ -104,7 +104,7 @@ def ttft_plot(samples: Mapping[str, Sequence[float]], title: str = "", width: in
     step = _nice_step(hi - lo)
 
     def xpos(ms: float) -> int:
-        return left + int(round((ms - lo) / (hi - lo) * plot_w)) if hi > lo else left
+        return left + round((ms - lo) / (hi - lo) * plot_w) if hi > lo else left
 
     axis_y = top + row_h * max(1, len(rows)) + 4
     c.rect(left, axis_y, left + plot_w, axis_y, (0, 0, 0))

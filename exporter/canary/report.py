@@ -7,7 +7,8 @@ Exit codes: 0 offload effective (offload_faster), 1 ineffective (offload_slower 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from exporter.canary.stats import Summary, Verdict, median, summarize
 from exporter.catalogue import CANARY_PATHS
@@ -36,7 +37,7 @@ def phase_summary(phases: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             continue
         cls = Counter(str(p["classification"]) for p in rows if p["classification"] is not None)
 
-        def med(key: str) -> float | None:
+        def med(key: str, rows: list[Mapping[str, Any]] = rows) -> float | None:
             xs = [float(p[key]) for p in rows if p.get(key) is not None]
             return median(xs) if xs else None
 
@@ -139,7 +140,7 @@ def text(doc: Mapping[str, Any]) -> str:
             mark = "  <- verdict" if k == doc.get("control") else ""
             rows.append([k, f"{d['delta_seconds'] * 1000:+.1f}", f"[{lo * 1000:+.1f}, {hi * 1000:+.1f}]",
                          f"{d['n_offload']}/{d['n_control']}" + mark])
-        pct = int(round(next(iter(deltas.values()))["confidence"] * 100))
+        pct = round(next(iter(deltas.values()))["confidence"] * 100)
         out += _table(["dTTFT offload_hit - control", "median ms", f"{pct}% bootstrap CI ms", "n"], rows,
                       [False, True, True, False])
         out.append("")

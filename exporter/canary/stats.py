@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 CONTROL_ORDER = ("recompute", "control_target", "cold")
 """Preferred control first: the same prefix with loads disabled is the cleanest comparison, then the
@@ -120,7 +120,7 @@ def decide(samples: Mapping[str, Sequence[float]], offload_attempts: int, *, min
     if control is None:
         return Verdict("inconclusive", None, f"no control path has {min_samples} samples", estimates)
     est = estimates[control]
-    pct = int(round(confidence * 100))
+    pct = round(confidence * 100)
     ci = f"{est.delta * 1000:+.1f} ms, {pct}% CI [{est.lower * 1000:+.1f}, {est.upper * 1000:+.1f}] ms"
     if est.lower > 0:
         return Verdict("offload_slower", control, f"offload hit slower than {control}: {ci}", estimates)

@@ -139,8 +139,10 @@ async def run_check(args: argparse.Namespace, stdout: TextIO = sys.stdout, stder
     from exporter.canary.client import CanaryClient
     from exporter.canary.engine import CanaryEngine, CanaryError
     from exporter.canary.plan import Prompts
+    from exporter.canary.protocol import MetricsError
     from exporter.canary.secrets import SecretError, load_api_key, load_or_create_secret
     from exporter.commands.inspect import report as interval_report
+    from exporter.exposition import ParseError
     from exporter.normalise import normalise
 
     try:
@@ -188,7 +190,7 @@ async def run_check(args: argparse.Namespace, stdout: TextIO = sys.stdout, stder
                 if url:
                     try:
                         after_text[role] = await client.metrics(url)
-                    except Exception as e:  # the verdict stands without the closing snapshot
+                    except MetricsError as e:  # the verdict stands without the closing snapshot
                         print(f"kvoffload-exporter check: final /metrics of {url} failed: {e}", file=stderr)
     state = engine.state
     phases = [asdict(p) for c in engine.cycles for p in c.phases]
@@ -201,7 +203,7 @@ async def run_check(args: argparse.Namespace, stdout: TextIO = sys.stdout, stder
     if "target" in engine.first_snapshot and "target" in after_text:
         try:
             interval = interval_report(normalise(engine.first_snapshot["target"]), normalise(after_text["target"]))
-        except Exception:  # evidence only
+        except ParseError:  # evidence only
             interval = None
     extra = {"recompute_control": state.recompute_control, "bytes_per_token": state.bytes_per_token,
              "tokens_spent": state.tokens_spent, "offload_attempts": state.offload_attempts,

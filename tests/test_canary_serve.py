@@ -1,0 +1,50 @@
+"""`serve --canary`: the plugin runs an engine per target and its samples appear on /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+from exporter.app import make_app
+from exporter.canary.config import from_mapping
+from exporter.canary.plugin import make_plugin
+from exporter.config import Config, TargetConfig
+from exporter.sim.server import start
+from exporter.sim.simulator import SimOptions, Simulator
+
+
+def _value(text: str, series: str) -> float | None:
+    m = re.search(re.escape(series) + r" (\S+)", text)
+    return float(m.group(1)) if m else None
+
+
+async def test_canary_samples_on_metrics(aiohttp_client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    runner, url = await start(Simulator(SimOptions(time_scale=0.2, seed=4)))
+    try:
+        settings = from_mapping({"enabled": True, "strategy": "pressure", "allow_pressure": True, "settle": 0.01,
+                                 "interval": 0.2, "budget_tokens_per_hour": 10_000_000,
+                                 "secret_file": str(tmp_path / "secret")})
+        cfg = Config(targets=(TargetConfig(url, name="sim"),), poll_interval=0.5, window=5.0, host_enabled=False,
+                     gpu_enabled=False)
+        client = await aiohttp_client(make_app(cfg, plugins=(make_plugin(settings),)))
+        text = ""
+        for _ in range(200):  # bounded wait for two cycles; nothing here asserts on time
+            text = await (await client.get("/metrics")).text()
+            ok = _value(text, 'kvoffload_canary_cycles_total{target="sim",reason="loaded_but_slower"}') or 0.0
+            ok += _value(text, 'kvoffload_canary_cycles_total{target="sim",reason="ok"}') or 0.0
+            if ok >= 2:
+                break
+            await asyncio.sleep(0.1)
+        assert ok >= 2, text
+    finally:
+        await runner.cleanup()
+    assert _value(text, 'kvoffload_canary_probes_total{target="sim",result="offload_hit"}') >= 2
+    assert _value(text, 'kvoffload_canary_probes_total{target="sim",result="error"}') == 0
+    assert _value(text, 'kvoffload_canary_tokens_spent_total{target="sim"}') > 0
+    remaining = _value(text, 'kvoffload_canary_budget_remaining_tokens{target="sim"}')
+    assert remaining is not None and remaining < 10_000_000
+    assert 'kvoffload_canary_ttft_seconds{target="sim",path="offload_hit",quantile="0.5"}' in text
+    assert 'kvoffload_canary_verdict{target="sim",verdict="inconclusive"} 1.0' in text
+    assert 'kvoffload_collector_success{collector="canary"} 1.0' in text
+    assert _value(text, 'kvoffload_canary_last_success_timestamp_seconds{target="sim"}') is not None
