@@ -60,7 +60,9 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     # A first event without a token (role-like chunk), then the token-bearing one.
     await resp.write(_event({"choices": [{"index": 0, "text": ""}]}))
     await asyncio.sleep(0.02)
-    if mode == 7:  # mid-stream error
+    if mode == 9:  # no return_token_ids support and an empty text (--skip-tokenizer-init)
+        await resp.write(_event({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]}))
+    elif mode == 7:  # mid-stream error
         await resp.write(_event({"error": {"message": "engine died"}}))
     else:
         first = {"choices": [{"index": 0, "text": "", "token_ids": [42],
@@ -97,6 +99,14 @@ async def test_streamed_completion(fake) -> None:  # type: ignore[no-untyped-def
     assert c.server_metrics == {"queue_time_ms": 1.5}
     headers, _ = app[SEEN][0]
     assert headers["Authorization"] == "Bearer sk-x"
+
+
+async def test_token_event_inferred_without_token_ids(fake) -> None:  # type: ignore[no-untyped-def]
+    server, _ = fake
+    async with aiohttp.ClientSession() as session:
+        c = await CanaryClient(session).complete(str(server.make_url("")).rstrip("/"), {"prompt": [9]})
+    assert c.ok and c.ttft_token is not None and "inferred" in c.detail
+    assert c.ttft_token == c.ttft_event  # the first event that has choices
 
 
 @pytest.mark.parametrize("mode,error", [(429, "http_429"), (500, "http_5xx"), (7, "stream_error"),

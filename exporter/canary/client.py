@@ -69,6 +69,7 @@ class CanaryClient:
                     out.detail = (await resp.content.read(512)).decode("utf-8", "replace")
                     return out
                 reader = SseReader()
+                first_choice: float | None = None
                 async for chunk in resp.content.iter_any():
                     for ev in reader.feed(chunk):
                         now = time.perf_counter() - t0
@@ -79,6 +80,8 @@ class CanaryClient:
                             out.error, out.detail = "stream_error", json.dumps(ev["error"])[:512]
                         if out.ttft_token is None and has_token(ev):
                             out.ttft_token = now
+                        if first_choice is None and isinstance(ev, dict) and ev.get("choices"):
+                            first_choice = now
                         if isinstance(ev, dict):
                             if ev.get("usage"):
                                 out.usage = ev["usage"]
@@ -92,7 +95,11 @@ class CanaryClient:
                 if out.error is None and not reader.done:
                     out.error, out.detail = "stream_error", "stream ended without [DONE]"
                 elif out.error is None and out.ttft_token is None:
-                    out.error, out.detail = "protocol", "no token-bearing event"
+                    if first_choice is None:
+                        out.error, out.detail = "protocol", "no token-bearing event"
+                    else:  # a server without return_token_ids and no text: with max_tokens 1 the
+                        out.ttft_token = first_choice  # first choices event is the token's
+                        out.detail = "token event inferred (no text, no token_ids)"
         except TimeoutError:
             out.error, out.detail = "timeout", f"no complete answer within {self.request_timeout}s"
         except aiohttp.ClientPayloadError as e:

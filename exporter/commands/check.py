@@ -148,7 +148,14 @@ async def run_check(args: argparse.Namespace, stdout: TextIO = sys.stdout, stder
     try:
         settings = settings_from_args(args)
         api_key = load_api_key(settings.api_key_file, settings.api_key_env)
-        secret = load_or_create_secret(settings.secret_file)
+        try:
+            secret = load_or_create_secret(settings.secret_file)
+        except SecretError as e:
+            if settings.secret_file:
+                raise
+            # A one-off check on a read-only home still works; its salt just differs from serve's.
+            print(f"kvoffload-exporter check: {e}; using a one-off salt secret", file=stderr)
+            secret = secrets.token_hex(32).encode()
     except (ConfigError, SecretError) as e:
         print(f"kvoffload-exporter check: {e}", file=stderr)
         return 3, {"verdict": "error", "exit_code": 3, "why": str(e)}
