@@ -183,13 +183,16 @@ class _Rules:
                 "KVOffloadCanaryFailing",
                 f"(time() - {q('kvoffload_canary_last_success_timestamp_seconds')} "
                 f"> {_num(s.canary_stale_seconds)})\n"
+                # A canary that has a budget but never succeeded (wrong model, auth, target down).
+                f"or\n({q('kvoffload_canary_budget_remaining_tokens')}\n"
+                f"unless {q('kvoffload_canary_last_success_timestamp_seconds')})\n"
                 f"or\n({canary_err}\nunless {canary_ok})",
                 s.canary_for, "warning",
                 "The offload canary is not producing results.",
                 "The canary for {{ $labels.target }} is not producing results: no cycle completed for "
-                f"more than {_num(s.canary_stale_seconds)} s, or every probe in the last {s.canary_window} "
-                "failed. ΔTTFT and the verdict are stale; check kvoffload_canary_cycles_total{reason} "
-                "and the canary token budget."),
+                f"more than {_num(s.canary_stale_seconds)} s (or none ever did), or every probe in the last "
+                f"{s.canary_window} failed. ΔTTFT and the verdict are stale; check "
+                "kvoffload_canary_cycles_total{reason} and the canary token budget."),
             AlertRule(
                 "KVOffloadCanaryNoOffloadHit",
                 f"{q('kvoffload_canary_verdict', _m('verdict', '=', 'no_offload_hit'))} == 1",

@@ -1,0 +1,297 @@
+"""A real Prometheus scrapes real exporters polling simulated vLLM servers; every dashboard and rule query
+runs through the HTTP API and must return data in the scenario built for it.
+
+Two exporters, two jobs. `kvoffload-healthy` polls a Qwen3-32B-shaped simulator whose CPU tier pays off
+(canary on): no alert may fire for it, ever. `kvoffload-faults` polls one simulator per failure:
+store-without-load, slow loads on the 0.6B shape (slower than recompute), a no-offload control of the
+same model, an "upgrade" that drops the offload families mid-run (plus a tiny tier: allocation
+failures) and a dead port. The rules are the committed ones rendered with `Settings.fast()`
+(second-scale windows and `for`). Deadlines are generous polling bounds, never timed assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+pytest.importorskip("grafanalib")
+
+from exporter.bundle import dashboards, render_bundle  # noqa: E402
+from exporter.bundle.promql import template_free  # noqa: E402
+from exporter.bundle.rules import build, prometheus_rules_yaml  # noqa: E402
+from exporter.bundle.settings import DEFAULT  # noqa: E402
+
+PROMETHEUS = shutil.which("prometheus")
+pytestmark = [pytest.mark.prometheus,
+              pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)")]
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = DEFAULT.fast()
+DEADLINE_S = 80.0  # overall bound for every scenario to show up
+HEALTHY_MIN_S = 40.0  # healthy data observed for at least window + `for` of every alert, restart included
+HEALTHY, FAULTS = "kvoffload-healthy", "kvoffload-faults"
+
+# Alert → (job, target) whose scenario must make its expression return data.
+ALERT_SCENARIOS = {
+    "KVOffloadStoreWithoutLoad": (FAULTS, "store-without-load"),
+    "KVOffloadSlowerThanRecompute": (FAULTS, "slow"),
+    "KVOffloadTTFTRegression": (FAULTS, "slow"),  # vs the no-offload control of the same model
+    "KVOffloadMetricsAbsent": (FAULTS, "upgrade"),
+    "KVOffloadExporterTargetDown": (FAULTS, "down"),
+    "KVOffloadHostMemoryHeadroomLow": (FAULTS, None),  # 1 PB tier configured for "slow"
+    "KVOffloadAllocationFailures": (FAULTS, "upgrade"),  # a one-chunk tier before the upgrade
+    "KVOffloadCanaryFailing": (FAULTS, "down"),  # canary never succeeded
+    "KVOffloadCanaryNoOffloadHit": (FAULTS, "control"),
+}
+# Dashboard panels that need hardware this machine may not have.
+NEEDS_NVML = ("VRAM",)
+# Series no simulated scenario produces, with the reason (the query still has to be valid PromQL).
+NOT_SIMULATED = {
+    "kvoffload_offload_stores_skipped_total": "needs a vLLM with store_threshold >= 2; the simulator has none",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str, timeout: float = 2.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (loopback only)
+        return bytes(r.read())
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
+        try:
+            _get(url, 1.0)
+            return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.2)
+    raise TimeoutError(url)
+
+
+class Stack:
+    """Starts and stops every process; all on 127.0.0.1, all temporary."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.exporters: dict[str, tuple[subprocess.Popen[bytes], list[str]]] = {}
+        self.sims: dict[str, str] = {}
+        self.prom = ""
+        self.started = time.monotonic()
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
+        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
+                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.procs.append(p)
+        return p
+
+    def simulator(self, name: str, *flags: str) -> str:
+        port = _free_port()
+        p = self._spawn(f"sim-{name}", [sys.executable, "-m", "exporter", "simulate", "--listen",
+                                        f"127.0.0.1:{port}", "--time-scale", "0.1", "--no-noise",
+                                        "--traffic", "8", "--traffic-duration", "300", "--duration", "300",
+                                        *flags])
+        url = f"http://127.0.0.1:{port}"
+        self.sims[name] = url
+        _wait_http(f"{url}/health", p, time.monotonic() + 20)
+        return url
+
+    def exporter(self, name: str, targets: list[dict[str, Any]]) -> str:
+        port = _free_port()
+        cfg = {"targets": targets, "poll_interval": 0.5, "window": "10s", "timeout": 1,
+               "gpu": {"enabled": False},
+               "canary": {"enabled": True, "strategy": "pressure", "allow_pressure": True, "interval": "1s",
+                          "settle": 0.1, "min_samples": 3, "max_samples": 10, "bootstrap": 200,
+                          "budget_tokens_per_hour": 10 ** 9, "backoff_initial": "1s", "backoff_max": "2s",
+                          "request_timeout": "5s", "secret_file": str(self.tmp / f"{name}.secret")}}
+        (self.tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+        args = [sys.executable, "-m", "exporter", "serve", "--config", str(self.tmp / f"{name}.yaml"),
+                "--listen", f"127.0.0.1:{port}"]
+        p = self._spawn(f"exporter-{name}", args)
+        self.exporters[name] = (p, args)
+        _wait_http(f"http://127.0.0.1:{port}/healthz", p, time.monotonic() + 20)
+        return f"127.0.0.1:{port}"
+
+    def restart_exporter(self, name: str) -> None:
+        """Stop and start an exporter on the same port: Prometheus sees a gap and fresh series."""
+        p, args = self.exporters[name]
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=10)
+        p = self._spawn(f"exporter-{name}-restarted", args)
+        self.exporters[name] = (p, args)
+        _wait_http(f"http://{args[-1]}/healthz", p, time.monotonic() + 20)
+
+    def prometheus(self, jobs: dict[str, str]) -> None:
+        port = _free_port()
+        (self.tmp / "rules.yaml").write_text(prometheus_rules_yaml(FAST))
+        cfg = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+               "rule_files": [str(self.tmp / "rules.yaml")],
+               "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [addr]}]}
+                                  for job, addr in jobs.items()]}
+        (self.tmp / "prometheus.yml").write_text(yaml.safe_dump(cfg))
+        assert PROMETHEUS
+        p = self._spawn("prometheus", [PROMETHEUS, f"--config.file={self.tmp / 'prometheus.yml'}",
+                                       f"--storage.tsdb.path={self.tmp / 'tsdb'}",
+                                       f"--web.listen-address=127.0.0.1:{port}",
+                                       "--rules.alert.resend-delay=1s", "--log.level=warn"])
+        self.prom = f"http://127.0.0.1:{port}"
+        _wait_http(f"{self.prom}/-/ready", p, time.monotonic() + 20)
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        body = json.loads(_get(f"{self.prom}/api/v1/query?" + urllib.parse.urlencode({"query": expr}), 5.0))
+        assert body["status"] == "success", (expr, body)
+        return list(body["data"]["result"])
+
+    def add_fault(self, sim: str, fault: str) -> None:
+        req = urllib.request.Request(f"{self.sims[sim]}/_sim/faults", data=json.dumps({"add": [fault]}).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        urllib.request.urlopen(req, timeout=2).read()  # noqa: S310 (loopback only)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-1500:]}" for f in sorted(self.tmp.glob("*.log")))
+
+
+def _dashboard_queries() -> list[tuple[str, str, str]]:
+    """(dashboard, panel title, PromQL with the variables set to match everything)."""
+    out = []
+    for name, fn in dashboards.DASHBOARDS.items():
+        d = fn(())
+        for p in d["panels"]:
+            for t in p.get("targets", []):
+                out.append((name, p["title"], template_free(t["expr"])))
+        for v in d["templating"]["list"]:
+            if v["type"] == "query":  # label_values(X, l) → X must return series carrying l
+                inner = v["definition"][len("label_values("):].rsplit(",", 1)[0]
+                out.append((name, f"variable {v['name']}", template_free(inner)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    s = Stack(tmp_path_factory.mktemp("prom-e2e"))
+    try:
+        healthy = s.simulator("healthy", "--calibration", "h200-qwen3-32b", "--vllm-version", "0.33",
+                              "--cpu-bytes", "16e9", "--seed", "1")
+        swl = s.simulator("store-without-load", "--fault", "store-without-load", "--seed", "2")
+        slow = s.simulator("slow", "--fault", "slow-load=40", "--seed", "3")
+        control = s.simulator("control", "--no-connector", "--seed", "4")
+        upgrade = s.simulator("upgrade", "--cpu-bytes", "7340032", "--seed", "5")
+        e_ok = s.exporter("healthy", [{"url": healthy, "name": "healthy"}])
+        e_bad = s.exporter("faults", [
+            {"url": swl, "name": "store-without-load"}, {"url": slow, "name": "slow", "tier_bytes": 1e15},
+            {"url": control, "name": "control"}, {"url": upgrade, "name": "upgrade"},
+            {"url": f"http://127.0.0.1:{_free_port()}", "name": "down"}])
+        s.prometheus({HEALTHY: e_ok, FAULTS: e_bad})
+        yield s
+    except BaseException:
+        print(s.logs())
+        raise
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def observed(stack: Stack) -> dict[str, Any]:
+    """Poll until every scenario has shown up (or the deadline passes); record what returned data."""
+    records, alerts = build(FAST)
+    # key → (PromQL, labels a returned series must carry)
+    pending: dict[str, tuple[str, dict[str, str]]] = {}
+    for name, title, expr in _dashboard_queries():
+        if any(n in title for n in NEEDS_NVML) or any(m in expr for m in NOT_SIMULATED):
+            stack.query(expr)  # valid PromQL, even without data
+            continue
+        pending[f"dashboard {name}: {title}: {expr}"] = (expr, {})
+    for r in records:
+        pending[f"record {r.record}"] = (r.record, {"job": HEALTHY})
+    for a in alerts:
+        job, target = ALERT_SCENARIOS[a.alert]
+        pending[f"alert {a.alert}"] = (a.expr, {"job": job, **({"target": target} if target else {})})
+    pending["StoreWithoutLoad firing"] = ('ALERTS{alertname="KVOffloadStoreWithoutLoad",alertstate="firing"}',
+                                          {"job": FAULTS, "target": "store-without-load"})
+    seen: dict[str, float] = {}
+    upgraded = restarted = False
+    healthy_since: float | None = None
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        if healthy_since is None and stack.query(f'kvoffload_up{{job="{HEALTHY}"}} == 1'):
+            healthy_since = now
+        if not pending and healthy_since is not None and now - healthy_since >= HEALTHY_MIN_S:
+            break
+        if not upgraded and now - stack.started > 20 and \
+                stack.query('kvoffload_target_info{target="upgrade",generation="flat"}'):
+            stack.add_fault("upgrade", "no-connector")  # the offload families vanish, as after an upgrade
+            upgraded = True
+        if not restarted and healthy_since is not None and now - healthy_since > 15:
+            stack.restart_exporter("healthy")  # must not make anything fire for the healthy job
+            restarted = True
+        for key, (expr, want) in list(pending.items()):
+            result = stack.query(expr)  # also asserts the query is valid
+            if any(all(r["metric"].get(k) == v for k, v in want.items()) for r in result):
+                seen[key] = round(time.monotonic() - stack.started, 1)
+                del pending[key]
+        time.sleep(1.0)
+    healthy_alerts = stack.query(f'count_over_time(ALERTS{{job="{HEALTHY}"}}[10m])')
+    print("seconds until each scenario showed up:", json.dumps(seen, indent=1))
+    return {"missing": sorted(pending), "seen": seen, "restarted": restarted, "healthy_alerts": healthy_alerts,
+            "elapsed": time.monotonic() - stack.started, "logs": stack.logs()}
+
+
+def test_every_dashboard_and_rule_query_returns_data_in_its_scenario(observed):
+    assert not observed["missing"], "\n".join(observed["missing"]) + "\n" + observed["logs"]
+
+
+def test_store_without_load_fault_fires_the_alert(observed):
+    assert "StoreWithoutLoad firing" in observed["seen"]
+
+
+def test_healthy_exporter_fires_no_alert_at_all(observed):
+    """Nothing fires for the healthy 32B target at any time of the run, exporter restart included.
+
+    Only one alert may be *pending* (never firing): right after the restart the canary exports its
+    budget before its first cycle succeeds, which is what KVOffloadCanaryFailing's `for` absorbs."""
+    states = sorted({(a["metric"]["alertname"], a["metric"]["alertstate"]) for a in observed["healthy_alerts"]})
+    assert [s for s in states if s[1] == "firing"] == [], states
+    assert {name for name, _ in states} <= {"KVOffloadCanaryFailing"}, states
+    assert observed["restarted"]
+
+
+def test_grafana_provisioned_queries_are_valid_promql(stack):
+    """The Grafana-managed copies (recording rules inlined) parse and run on the same Prometheus."""
+    doc = yaml.safe_load(render_bundle()["alerts/grafana/kvoffload-alert-rules.yaml"])
+    exprs = [d["model"]["expr"] for r in doc["groups"][0]["rules"] for d in r["data"] if d["refId"] == "A"]
+    assert len(exprs) == len(build()[1])
+    for e in exprs:
+        stack.query(e)
