@@ -74,9 +74,10 @@ def make_plugin(settings: CanarySettings) -> Plugin:
 
         client = CanaryClient(session, api_key, request_timeout=settings.request_timeout)
         nonce = secrets.token_hex(4)
-        engines = [CanaryEngine(t.url, settings, client, Prompts(secret, nonce, settings.id_range), label=t.label,
-                                control_url=settings.control_target, keep_records=False)
-                   for t in exporter.config.targets]
+        # One nonce per engine: two targets never get the same prefixes or request ids.
+        engines = [CanaryEngine(t.url, settings, client, Prompts(secret, f"{nonce}{i}", settings.id_range),
+                                label=t.label, control_url=settings.control_target, keep_records=False)
+                   for i, t in enumerate(exporter.config.targets)]
         exporter.extras.append(lambda x: expose.render(x, [e.state for e in engines]))
 
         def on_cycle() -> None:
