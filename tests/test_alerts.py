@@ -13,12 +13,17 @@ import yaml
 
 pytest.importorskip("grafanalib")
 
-from exporter.bundle import render_bundle  # noqa: E402
-from exporter.bundle.grafana_alerts import EXEC_ERR_STATES, NO_DATA_STATES  # noqa: E402
-from exporter.bundle.promql import names_in, parse_selectors  # noqa: E402
-from exporter.bundle.rules import build, dump_yaml, prometheus_rules, prometheus_rules_yaml  # noqa: E402
-from exporter.bundle.settings import DEFAULT  # noqa: E402
-from exporter.catalogue import CATALOGUE  # noqa: E402
+from exporter.bundle import render_bundle
+from exporter.bundle.grafana_alerts import EXEC_ERR_STATES, NO_DATA_STATES
+from exporter.bundle.promql import names_in, parse_selectors
+from exporter.bundle.rules import (
+    build,
+    dump_yaml,
+    prometheus_rules,
+    prometheus_rules_yaml,
+)
+from exporter.bundle.settings import DEFAULT
+from exporter.catalogue import CATALOGUE
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "alerts/kvoffload.rules.yaml"
@@ -37,7 +42,7 @@ REQUIRED_ALERTS = {
 
 def _promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     assert PROMTOOL
-    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=120, cwd=cwd, check=False)
 
 
 def _alerts(doc: dict) -> list[dict]:
@@ -57,7 +62,7 @@ def test_every_alert_is_complete():
     doc = yaml.safe_load(RULES.read_text())
     alerts = _alerts(doc)
     assert REQUIRED_ALERTS <= {a["alert"] for a in alerts}
-    anchors = {re.sub(r"[^a-z0-9-]", "", h.lower()) for h in re.findall(r"^## (.+)$", RUNBOOK.read_text(), re.M)}
+    anchors = {re.sub(r"[^a-z0-9-]", "", h.lower()) for h in re.findall(r"^## (.+)$", RUNBOOK.read_text(), re.MULTILINE)}
     for a in alerts:
         assert re.fullmatch(r"\d+[smhd]", a["for"]), a
         assert a["labels"]["severity"] in ("warning", "critical")
@@ -82,7 +87,7 @@ def test_every_name_comes_from_the_catalogue_or_a_recording_rule():
 
 def test_counters_are_only_read_through_increase_or_rate():
     """A raw counter in an alert would fire on an exporter or engine restart (counter reset)."""
-    records, alerts = build(inline=True)
+    _, alerts = build(inline=True)
     counters = [n for n, m in CATALOGUE.items() if m.type == "counter"]
     for a in alerts:
         for c in counters:

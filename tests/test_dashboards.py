@@ -15,11 +15,11 @@ import pytest
 pytest.importorskip("grafanalib")
 jsonschema = pytest.importorskip("jsonschema")
 
-from exporter.bundle import dashboards, render_bundle  # noqa: E402
-from exporter.bundle.grafana_json import SCHEMA_VERSION  # noqa: E402
-from exporter.bundle.promql import names_in, parse_selectors  # noqa: E402
-from exporter.catalogue import CATALOGUE  # noqa: E402
-from exporter.cli import main  # noqa: E402
+from exporter.bundle import dashboards, render_bundle
+from exporter.bundle.grafana_json import SCHEMA_VERSION
+from exporter.bundle.promql import names_in, parse_selectors
+from exporter.catalogue import CATALOGUE
+from exporter.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "tests/fixtures/grafana/dashboard.schema.json").read_text())

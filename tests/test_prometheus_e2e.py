@@ -11,6 +11,7 @@ failures) and a dead port. The rules are the committed ones rendered with `Setti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,18 +23,19 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
 
 pytest.importorskip("grafanalib")
 
-from exporter.bundle import dashboards, render_bundle  # noqa: E402
-from exporter.bundle.promql import template_free  # noqa: E402
-from exporter.bundle.rules import build, prometheus_rules_yaml  # noqa: E402
-from exporter.bundle.settings import DEFAULT  # noqa: E402
+from exporter.bundle import dashboards, render_bundle
+from exporter.bundle.promql import template_free
+from exporter.bundle.rules import build, prometheus_rules_yaml
+from exporter.bundle.settings import DEFAULT
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = [pytest.mark.prometheus,
@@ -55,7 +57,7 @@ ALERT_SCENARIOS = {
     "KVOffloadHostMemoryHeadroomLow": (FAULTS, None),  # 1 PB tier configured for "slow"
     "KVOffloadAllocationFailures": (FAULTS, "upgrade"),  # a one-chunk tier before the upgrade
     "KVOffloadCanaryFailing": (FAULTS, "down"),  # canary never succeeded
-    "KVOffloadCanaryNoOffloadHit": (FAULTS, "control"),
+    "KVOffloadCanaryNoOffloadHit": (FAULTS, "store-without-load"),
 }
 # Dashboard panels that need hardware this machine may not have.
 NEEDS_NVML = ("VRAM",)
@@ -72,7 +74,7 @@ def _free_port() -> int:
 
 
 def _get(url: str, timeout: float = 2.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (loopback only)
+    with urllib.request.urlopen(url, timeout=timeout) as r:
         return bytes(r.read())
 
 
@@ -100,9 +102,9 @@ class Stack:
         self.started = time.monotonic()
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
-        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
-                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        with open(self.tmp / f"{name}.log", "wb") as log:  # the child keeps its own copy of the fd
+            p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
+                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.procs.append(p)
         return p
 
@@ -166,17 +168,19 @@ class Stack:
     def add_fault(self, sim: str, fault: str) -> None:
         req = urllib.request.Request(f"{self.sims[sim]}/_sim/faults", data=json.dumps({"add": [fault]}).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")
-        urllib.request.urlopen(req, timeout=2).read()  # noqa: S310 (loopback only)
+        urllib.request.urlopen(req, timeout=2).read()
 
     def stop(self) -> None:
         for p in self.procs:
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGTERM)
         for p in self.procs:
             try:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
 
     def logs(self) -> str:

@@ -8,8 +8,9 @@ provisioned copies stay stable. Only this module (and grafana_alerts) imports gr
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import attr
 import grafanalib.core as G

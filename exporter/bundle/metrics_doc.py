@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from exporter.catalogue import CANARY_PATHS, CANARY_RESULTS, CANARY_VERDICTS, CATALOGUE, COLLECTORS, \
-    SCRAPE_ERROR_REASONS, STATES
+from exporter.catalogue import (
+    CANARY_PATHS,
+    CANARY_RESULTS,
+    CANARY_VERDICTS,
+    CATALOGUE,
+    COLLECTORS,
+    SCRAPE_ERROR_REASONS,
+    STATES,
+)
 
 GROUPS = {
     "health": "Exporter and target health",

@@ -8,8 +8,8 @@ the catalogue says the metric carries.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 from exporter.catalogue import CATALOGUE
 
@@ -81,7 +81,7 @@ class Query:
             raise KeyError(f"unknown recording rule {name!r}")
         return f"{name}{{{','.join(extra)}}}" if extra else name
 
-    def with_vars(self) -> "Query":
+    def with_vars(self) -> Query:
         return Query(self.selectors, True, self.recorded)
 
 

@@ -5,7 +5,7 @@ Later generators (Kubernetes, compose) add their files here; the CLI and the dri
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from exporter.bundle.promql import parse_selectors
 from exporter.bundle.settings import DEFAULT, Settings

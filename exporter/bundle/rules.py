@@ -8,8 +8,8 @@ translation use one "is there a value" condition for every rule.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import yaml
 
@@ -195,7 +195,9 @@ class _Rules:
                 "kvoffload_canary_cycles_total{reason} and the canary token budget."),
             AlertRule(
                 "KVOffloadCanaryNoOffloadHit",
-                f"{q('kvoffload_canary_verdict', _m('verdict', '=', 'no_offload_hit'))} == 1",
+                f"{q('kvoffload_canary_verdict', _m('verdict', '=', 'no_offload_hit'))} == 1\n"
+                # A no-offload control target has no tier to hit (KVOffloadMetricsAbsent covers a lost one).
+                f"unless on (job, instance, target) {control}",
                 s.canary_for, "warning",
                 "Canary prefix revisits are never served from the offload tier.",
                 "The canary on {{ $labels.target }} evicted its prefix from the GPU and revisited it, "
@@ -261,4 +263,4 @@ def prometheus_rules_yaml(s: Settings = DEFAULT, selectors: Sequence[Matcher] = 
     return HEADER + dump_yaml(prometheus_rules(s, selectors))
 
 
-__all__ = ["AlertRule", "RecordingRule", "build", "prometheus_rules", "prometheus_rules_yaml", "STATES"]
+__all__ = ["STATES", "AlertRule", "RecordingRule", "build", "prometheus_rules", "prometheus_rules_yaml"]

@@ -68,7 +68,7 @@ class Settings:
     grafana_interval: str = "1m"
     runbook_url: str = RUNBOOK_URL
 
-    def fast(self) -> "Settings":
+    def fast(self) -> Settings:
         """Second-scale windows and `for` durations for a short end-to-end run against a real Prometheus."""
         return replace(
             self, reuse_window="20s", store_without_load_min_bytes=1.0, store_without_load_for="5s",
