@@ -20,8 +20,9 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from exporter.bundle.settings import DEFAULT, Settings
 
@@ -85,7 +86,8 @@ def prometheus_rule(rule_files: Mapping[str, str]) -> str:
     for path, text in rule_files.items():
         doc = yaml.safe_load(text)
         if not isinstance(doc, dict) or not isinstance(doc.get("groups"), list):
-            raise ValueError(f"{path}: not a Prometheus rule file (no `groups` list)")
+            # ValueError, not TypeError: `bundle` reports ValueErrors as bad input.
+            raise ValueError(f"{path}: not a Prometheus rule file (no `groups` list)")  # noqa: TRY004
         groups.extend(doc["groups"])
     names = [g.get("name") for g in groups]
     dup = sorted({n for n in names if names.count(n) > 1})
@@ -107,7 +109,7 @@ def _configmap_name(path: str) -> str:
 
 
 def dashboard_configmaps(dashboards: Mapping[str, str], settings: Settings) -> str:
-    objs = []
+    objs: list[dict[str, Any]] = []
     for path, text in dashboards.items():
         json.loads(text)  # a broken dashboard fails here, not in Grafana
         key = posixpath.basename(path)
@@ -165,9 +167,9 @@ def _dump(docs: list[Any]) -> str:
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
     Dumper.add_representer(str, text)
-    return yaml.dump_all(docs, Dumper=Dumper, sort_keys=False, allow_unicode=True, width=120,
-                         default_flow_style=False, explicit_start=len(docs) > 1)
+    return str(yaml.dump_all(docs, Dumper=Dumper, sort_keys=False, allow_unicode=True, width=120,
+                              default_flow_style=False, explicit_start=len(docs) > 1))
 
 
-__all__ = ["render_deploy", "sources_from_dir", "PROMETHEUS_RULE_PATH", "DASHBOARDS_CONFIGMAPS_PATH",
-           "COMPOSE_DATASOURCES_PATH", "COMPOSE_DASHBOARD_PROVIDER_PATH"]
+__all__ = ["COMPOSE_DASHBOARD_PROVIDER_PATH", "COMPOSE_DATASOURCES_PATH", "DASHBOARDS_CONFIGMAPS_PATH",
+           "PROMETHEUS_RULE_PATH", "render_deploy", "sources_from_dir"]
