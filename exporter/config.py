@@ -53,6 +53,7 @@ class Config:
     host_enabled: bool = True
     proc_root: str = "/proc"
     cgroup_root: str = "/sys/fs/cgroup"
+    cgroup: str = "auto"  # auto: the vLLM process's cgroup | self: cgroup_root as is | off
     gpu_enabled: bool = True
     canary: Mapping[str, Any] = field(default_factory=dict)  # validated by exporter.canary when used
 
@@ -180,7 +181,8 @@ def from_mapping(raw: Any, base: Config | None = None) -> Config:
         else:
             changes["max_body_bytes"] = v
     for section, keys in (("host", {"enabled": "host_enabled", "proc_root": "proc_root",
-                                    "cgroup_root": "cgroup_root"}), ("gpu", {"enabled": "gpu_enabled"})):
+                                    "cgroup_root": "cgroup_root", "cgroup": "cgroup"}),
+                          ("gpu", {"enabled": "gpu_enabled"})):
         sec = raw.get(section)
         if sec is None:
             continue
@@ -192,6 +194,8 @@ def from_mapping(raw: Any, base: Config | None = None) -> Config:
                 errors.append(f"{section}: unknown key {k!r}")
             elif k == "enabled" and not isinstance(v, bool):
                 errors.append(f"{section}.enabled: must be true or false")
+            elif k == "cgroup" and v not in ("auto", "self", "off"):
+                errors.append(f"{section}.cgroup: must be auto, self or off, got {v!r}")
             else:
                 changes[keys[k]] = v
     if "canary" in raw:

@@ -112,7 +112,7 @@ class Exporter:
     def _read_host(self) -> HostMemory:
         pids = [(t.cfg.label, host_source.pids_for(t.cfg.pid, t.cfg.pidfile, t.cfg.local_port))
                 for t in self.targets]
-        return host_source.read_host(self.config.proc_root, self.config.cgroup_root, pids)
+        return host_source.read_host(self.config.proc_root, self.config.cgroup_root, pids, self.config.cgroup)
 
     async def _host_loop(self) -> None:
         while True:

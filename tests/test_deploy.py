@@ -446,7 +446,7 @@ def test_compose_exporter_sidecar_matches_vllm_and_prometheus():
         host, port = cfg.listen_host_port
         assert host == "0.0.0.0" and port in pod_ports and scrape_target == f"vllm-pod:{port}"
         assert [t.url for t in cfg.targets] == ["http://127.0.0.1:8000"]
-        assert cfg.host_enabled and cfg.cgroup_root == "/nonexistent"
+        assert cfg.host_enabled and cfg.cgroup == "auto"
         assert cfg.gpu_enabled is (name == "exporter-gpu")
     # The simulator and vLLM listen where the exporter polls.
     sim_args = build_parser().parse_args(doc["services"]["sim"]["command"])
@@ -677,7 +677,7 @@ def test_kubernetes_objects_are_consistent(renderer, tmp_path):
     assert vllm["args"][vllm["args"].index("--port") + 1] == str(vllm_port)
     assert json.loads(vllm["args"][vllm["args"].index("--kv-transfer-config") + 1]) == KV_TRANSFER_CONFIG
     assert target.tier_bytes == KV_TRANSFER_CONFIG["kv_connector_extra_config"]["cpu_bytes_to_use"]
-    assert cfg.cgroup_root == "/nonexistent" and not cfg.gpu_enabled
+    assert cfg.cgroup == "auto" and not cfg.gpu_enabled
 
     # Hardening and resources.
     sc = side["securityContext"]

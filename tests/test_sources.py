@@ -48,16 +48,40 @@ def test_no_cgroup(tmp_path: Path) -> None:
     assert host.read_cgroup(str(tmp_path)) == (None, None)
 
 
-def test_read_host_with_fake_proc(tmp_path: Path) -> None:
+def _fake_tree(tmp_path: Path) -> tuple[str, str]:
     (tmp_path / "proc" / "42").mkdir(parents=True)
     (tmp_path / "proc" / "42" / "status").write_text(STATUS)
-    (tmp_path / "cg").mkdir()
-    (tmp_path / "cg" / "memory.max").write_text("1000\n")
-    (tmp_path / "cg" / "memory.current").write_text("900\n")
-    m = host.read_host(str(tmp_path / "proc"), str(tmp_path / "cg"), [("a", [42, 43])])
+    (tmp_path / "proc" / "42" / "cgroup").write_text("0::/kubepods/pod1/vllm\n")
+    (tmp_path / "cg" / "kubepods" / "pod1" / "vllm").mkdir(parents=True)
+    (tmp_path / "cg" / "kubepods" / "pod1" / "vllm" / "memory.max").write_text("1000\n")
+    (tmp_path / "cg" / "kubepods" / "pod1" / "vllm" / "memory.current").write_text("900\n")
+    (tmp_path / "cg" / "memory.max").write_text("50\n")  # the exporter's own (sidecar) limit
+    (tmp_path / "cg" / "memory.current").write_text("10\n")
+    return str(tmp_path / "proc"), str(tmp_path / "cg")
+
+
+def test_read_host_uses_the_vllm_process_cgroup(tmp_path: Path) -> None:
+    proc, cg = _fake_tree(tmp_path)
+    m = host.read_host(proc, cg, [("a", [42, 43])])
     assert [(p.pid, p.rss, p.locked) for p in m.processes] == [(42, 2048 * 1024, 64 * 1024)]  # 43 vanished
-    assert m.headroom == 100.0  # container limit - usage caps host available
+    assert (m.cgroup_limit, m.cgroup_usage) == (1000.0, 900.0)
+    assert m.headroom == 100.0  # the vLLM container's limit - usage caps host available
     assert m.total > 0
+
+
+def test_read_host_never_reads_own_cgroup_in_auto_mode(tmp_path: Path) -> None:
+    proc, cg = _fake_tree(tmp_path)
+    m = host.read_host(proc, cg, [("a", [])])  # vLLM process not visible (sidecar without shared PIDs)
+    assert (m.cgroup_limit, m.cgroup_usage) == (None, None)
+    assert host.read_host(proc, cg, [("a", [])], "self").cgroup_limit == 50.0
+    assert host.read_host(proc, cg, [("a", [42])], "off").cgroup_limit is None
+
+
+def test_cgroup_of_v1_and_v2(tmp_path: Path) -> None:
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "cgroup").write_text("12:cpu,cpuacct:/x\n4:memory:/docker/abc\n0::/\n")
+    assert host.cgroup_of(7, str(tmp_path)) == "/docker/abc"
+    assert host.cgroup_of(8, str(tmp_path)) is None
 
 
 def test_pids_for_pidfile_and_children(tmp_path: Path) -> None:

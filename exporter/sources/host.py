@@ -18,19 +18,40 @@ def _read(path: str) -> str | None:
         return None
 
 
-def read_cgroup(cgroup_root: str) -> tuple[float | None, float | None]:
-    """(limit, usage) in bytes from cgroup v2, else v1; limit None when unlimited or unknown."""
-    limit = _read(os.path.join(cgroup_root, "memory.max"))
-    usage = _read(os.path.join(cgroup_root, "memory.current"))
-    if limit is None and usage is None:  # cgroup v1 layout
-        limit = _read(os.path.join(cgroup_root, "memory", "memory.limit_in_bytes"))
-        usage = _read(os.path.join(cgroup_root, "memory", "memory.usage_in_bytes"))
+def read_cgroup(cgroup_root: str, rel: str = "") -> tuple[float | None, float | None]:
+    """(limit, usage) in bytes of the cgroup at `rel` under the mount: v2, else v1; limit None when
+    unlimited or unknown."""
+    rel = rel.strip("/")
+    v2 = os.path.join(cgroup_root, rel)
+    limit = _read(os.path.join(v2, "memory.max"))
+    usage = _read(os.path.join(v2, "memory.current"))
+    if limit is None and usage is None:  # cgroup v1 layout: memory controller in its own hierarchy
+        v1 = os.path.join(cgroup_root, "memory", rel)
+        limit = _read(os.path.join(v1, "memory.limit_in_bytes"))
+        usage = _read(os.path.join(v1, "memory.usage_in_bytes"))
     lim = float(limit) if limit and limit.isdigit() else None
     # v1 reports "no limit" as a huge page-rounded number near 2^63.
     if lim is not None and lim >= 2 ** 60:
         lim = None
     use = float(usage) if usage and usage.isdigit() else None
     return lim, use
+
+
+def cgroup_of(pid: int, proc_root: str) -> str | None:
+    """The memory cgroup path of a process from /proc/<pid>/cgroup (v2 `0::/p`, v1 `N:...memory...:/p`)."""
+    text = _read(os.path.join(proc_root, str(pid), "cgroup"))
+    if text is None:
+        return None
+    v2 = None
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if "memory" in parts[1].split(","):
+            return parts[2]
+        if parts[0] == "0" and parts[1] == "":
+            v2 = parts[2]
+    return v2
 
 
 def parse_status(text: str) -> dict[str, float]:
@@ -76,14 +97,28 @@ def pids_for(pid: int | None, pidfile: str | None, port: int | None) -> list[int
         return []
 
 
-def read_host(proc_root: str, cgroup_root: str,
-              targets: Iterable[tuple[str, list[int]]]) -> HostMemory:
+def read_host(proc_root: str, cgroup_root: str, targets: Iterable[tuple[str, list[int]]],
+              cgroup_mode: str = "auto") -> HostMemory:
+    """Host memory, the vLLM processes' memory and the container memory of the vLLM processes.
+
+    cgroup_mode: `auto` reads the cgroup of the first visible vLLM process (never the exporter's own,
+    which in a sidecar would cap the headroom at the sidecar's limit); `self` reads the cgroup mounted
+    at `cgroup_root` as is; `off` reads none.
+    """
     vm = psutil.virtual_memory()
-    limit, usage = read_cgroup(cgroup_root)
     procs = []
     for target, pids in targets:
         for pid in pids:
             pm = process_memory(target, pid, proc_root)
             if pm is not None:
                 procs.append(pm)
+    limit = usage = None
+    if cgroup_mode == "self":
+        limit, usage = read_cgroup(cgroup_root)
+    elif cgroup_mode == "auto":
+        for p in procs:
+            rel = cgroup_of(p.pid, proc_root)
+            if rel is not None:
+                limit, usage = read_cgroup(cgroup_root, rel)
+                break
     return HostMemory(float(vm.total), float(vm.available), limit, usage, tuple(procs))
