@@ -18,6 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.commands.inspect import report as interval_report
 from exporter.normalise import normalise
 
+from conftest import offload_bytes_oracle
+
 REF = Path(__file__).resolve().parents[1] / "docs" / "gpu-reference"
 MODELS = Path(__file__).resolve().parents[1] / "bench" / "gpu"
 
@@ -59,20 +61,6 @@ def _check(shape: str) -> dict:
     return json.loads(_text(shape, "check"))
 
 
-def _oracle(text: str) -> dict[str, float]:
-    """Independent reading: flat offload bytes and the deprecated transfer_type mirror, per direction."""
-    out = {"flat_load": 0.0, "flat_store": 0.0, "legacy_load": 0.0, "legacy_store": 0.0}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == "vllm:kv_offload_load_bytes_total":
-                out["flat_load"] += s.value
-            elif s.name == "vllm:kv_offload_store_bytes_total":
-                out["flat_store"] += s.value
-            elif s.name == "vllm:kv_offload_total_bytes_total":
-                key = "legacy_load" if s.labels["transfer_type"] == "CPU_to_GPU" else "legacy_store"
-                out[key] += s.value
-    return out
-
 
 def _exporter_samples(shape: str) -> list[tuple[str, dict[str, str], float]]:
     return [(s.name, s.labels, s.value) for fam in text_string_to_metric_families(_text(shape, "exporter"))
@@ -98,7 +86,7 @@ def test_target_dump_is_flat_and_never_doubled(shape: str) -> None:
     assert snap.generation == "flat" and snap.offload_configured and not snap.multiprocess
     (eng,) = snap.engines
     assert eng.key == (SHAPES[shape]["model"], "0")
-    oracle = _oracle(text)
+    oracle = offload_bytes_oracle(text)
     # 0.26.0 exports both generations with equal values: the exporter takes the flat one, once.
     assert oracle["flat_load"] == oracle["legacy_load"] == SHAPES[shape]["load_bytes"]
     assert oracle["flat_store"] == oracle["legacy_store"] == SHAPES[shape]["store_bytes"]
@@ -119,7 +107,7 @@ def test_control_dump_has_no_offload_generation(shape: str) -> None:
     snap = normalise(text)
     assert snap.generation == "none" and not snap.offload_configured
     assert not any(f.startswith("vllm:kv_offload_") for f in snap.families)
-    assert _oracle(text) == {"flat_load": 0.0, "flat_store": 0.0, "legacy_load": 0.0, "legacy_store": 0.0}
+    assert offload_bytes_oracle(text) == {"flat_load": 0.0, "flat_store": 0.0, "legacy_load": 0.0, "legacy_store": 0.0}
     (eng,) = snap.engines
     assert eng.key == (SHAPES[shape]["model"], "0")
     assert not any(k.startswith("offload_") for k in eng.counters)

@@ -6,12 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.derive import interval
 from exporter.normalise import normalise
 
-from conftest import FIXTURES
+from conftest import FIXTURES, offload_bytes_oracle
 
 CHAINS = ("h200-0.6b", "h200-32b")
 
@@ -40,20 +39,6 @@ def _pairs(chain: str, phase: str) -> list[tuple[Path, Path]]:
     fs = _files(chain, phase)
     return list(zip(fs, fs[1:]))
 
-
-def _oracle(text: str) -> dict[str, float]:
-    """Independent reading with prometheus_client: flat offload bytes per direction, and legacy ones."""
-    out = {"flat_load": 0.0, "flat_store": 0.0, "legacy_load": 0.0, "legacy_store": 0.0}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == "vllm:kv_offload_load_bytes_total":
-                out["flat_load"] += s.value
-            elif s.name == "vllm:kv_offload_store_bytes_total":
-                out["flat_store"] += s.value
-            elif s.name == "vllm:kv_offload_total_bytes_total":
-                key = "legacy_load" if s.labels["transfer_type"] == "CPU_to_GPU" else "legacy_store"
-                out[key] += s.value
-    return out
 
 
 @pytest.mark.parametrize("chain", CHAINS)
@@ -87,7 +72,7 @@ def test_cumulative_bytes_never_doubled(path: str) -> None:
     """Flat and transfer_type mirrors carry the same bytes; the snapshot must equal one of them."""
     text = (FIXTURES / path).read_text()
     snap = normalise(text)
-    oracle = _oracle(text)
+    oracle = offload_bytes_oracle(text)
     if snap.generation == "none":
         assert oracle == {k: 0.0 for k in oracle}
         return
@@ -137,7 +122,7 @@ def test_multiprocess_counters_summed_and_flagged() -> None:
     snap = normalise((FIXTURES / "h200-multiprocess" / "mp_10_final.prom").read_text())
     assert snap.multiprocess
     (e,) = snap.engines
-    oracle = _oracle((FIXTURES / "h200-multiprocess" / "mp_10_final.prom").read_text())
+    oracle = offload_bytes_oracle((FIXTURES / "h200-multiprocess" / "mp_10_final.prom").read_text())
     assert e.counters["offload_store_bytes"] == oracle["flat_store"]
     assert e.ttft is not None and e.ttft.count == 35  # 17 + 18 completions across two API servers
 

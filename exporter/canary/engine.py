@@ -537,7 +537,8 @@ class CanaryEngine:
         total = sum(p.store_bytes for p in phases)
         return total > 0, total
 
-    async def _cycle_pressure(self, c: int, rec: CycleRecord) -> None:
+    async def _seed_and_revisit(self, c: int, rec: CycleRecord) -> tuple[list[int], list[int] | None, bool]:
+        """Seed prefix A (and B for the recompute control), revisit A on the GPU; learn bytes/token."""
         assert self.conditions is not None
         sz = self.conditions.sizing
         a = self.prompts.prefix(sz, c, "A")
@@ -549,8 +550,15 @@ class CanaryEngine:
         rec.phases.append(ph)
         # B is seeded after A's GPU revisit: A and B together may not fit the GPU cache.
         seed_b = await self._seed(c, rec, b + self.prompts.tail(sz), "seed_b") if b is not None else None
-        stored, _ = self._stored([seed, ph] + ([seed_b] if seed_b else []))
-        self._learn([seed, ph] + ([seed_b] if seed_b else []), 2 if seed_b else 1)
+        seeded = [seed, ph] + ([seed_b] if seed_b else [])
+        stored, _ = self._stored(seeded)
+        self._learn(seeded, 2 if seed_b else 1)
+        return a, b, stored
+
+    async def _cycle_pressure(self, c: int, rec: CycleRecord) -> None:
+        a, b, stored = await self._seed_and_revisit(c, rec)
+        assert self.conditions is not None
+        sz = self.conditions.sizing
         rec.phases.append(await self._displace(c))
         rev, cls, _ = await self._probe(c, "offload_revisit", a + self.prompts.tail(sz), expect="offload_hit",
                                         path="offload_hit")
@@ -568,18 +576,9 @@ class CanaryEngine:
         self._probe_done(rev)
 
     async def _cycle_wait(self, c: int, rec: CycleRecord) -> None:
+        a, b, stored = await self._seed_and_revisit(c, rec)
         assert self.conditions is not None
         sz, s = self.conditions.sizing, self.settings
-        a = self.prompts.prefix(sz, c, "A")
-        b = self.prompts.prefix(sz, c, "B") if self._use_recompute() else None
-        seed = await self._seed(c, rec, a + self.prompts.tail(sz), "seed")
-        ph, cls, _ = await self._probe(c, "gpu_revisit", a + self.prompts.tail(sz), expect="gpu_hit", path="gpu_hit")
-        self._count(ph, cls, "gpu_hit")
-        self._probe_done(ph)
-        rec.phases.append(ph)
-        seed_b = await self._seed(c, rec, b + self.prompts.tail(sz), "seed_b") if b is not None else None
-        stored, _ = self._stored([seed, ph] + ([seed_b] if seed_b else []))
-        self._learn([seed, ph] + ([seed_b] if seed_b else []), 2 if seed_b else 1)
         idle = s.wait_initial
         while True:
             await self.sleep(idle)
