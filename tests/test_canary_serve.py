@@ -48,3 +48,20 @@ async def test_canary_samples_on_metrics(aiohttp_client, tmp_path: Path) -> None
     assert 'kvoffload_canary_verdict{target="sim",verdict="inconclusive"} 1.0' in text
     assert 'kvoffload_collector_success{collector="canary"} 1.0' in text
     assert _value(text, 'kvoffload_canary_last_success_timestamp_seconds{target="sim"}') is not None
+
+
+async def test_unreachable_target_counts_error_cycles(aiohttp_client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    settings = from_mapping({"enabled": True, "strategy": "pressure", "allow_pressure": True, "interval": 0.05,
+                             "budget_tokens_per_hour": 1_000_000, "secret_file": str(tmp_path / "secret")})
+    cfg = Config(targets=(TargetConfig("http://127.0.0.1:9", name="gone"),), poll_interval=0.5, window=5.0,
+                 host_enabled=False, gpu_enabled=False)
+    client = await aiohttp_client(make_app(cfg, plugins=(make_plugin(settings),)))
+    text = ""
+    for _ in range(200):  # bounded wait for the first failed preparation
+        text = await (await client.get("/metrics")).text()
+        if (_value(text, 'kvoffload_canary_cycles_total{target="gone",reason="error"}') or 0) >= 1:
+            break
+        await asyncio.sleep(0.05)
+    assert (_value(text, 'kvoffload_canary_cycles_total{target="gone",reason="error"}') or 0) >= 1, text
+    assert 'kvoffload_collector_success{collector="canary"} 0.0' in text
+    assert _value(text, 'kvoffload_canary_last_success_timestamp_seconds{target="gone"}') is None

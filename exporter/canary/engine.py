@@ -211,6 +211,7 @@ class CanaryEngine:
         self.conditions: Conditions | None = None
         self.requests: list[RequestRecord] = []
         self.cycles: list[CycleRecord] = []
+        self.failing = False  # the last preparation or cycle failed (serve loop)
         self.first_snapshot: dict[str, str] = {}  # role → raw /metrics text (evidence)
         self.last_text: dict[str, str] = {}
         self._snap: dict[str, tuple[float, Snapshot]] = {}
@@ -616,9 +617,13 @@ class CanaryEngine:
             except CanaryError as e:
                 log.warning("canary %s: %s", self.state.label, e)
                 self.conditions = None
+                # A target the canary cannot even prepare for is a failed cycle, not silence.
+                self.state.cycles["error"] += 1
+                self.failing = True
                 on_cycle()
                 await self.sleep(self.backoff.failure())
                 continue
+            self.failing = rec is not None and rec.reason == "error"
             on_cycle()
             if rec is None:
                 wait = min(s.interval, max(1.0, self.budget.seconds_until(self.cycle_cost())))

@@ -82,7 +82,7 @@ def make_plugin(settings: CanarySettings) -> Plugin:
 
         def on_cycle() -> None:
             last = [e.cycles[-1] for e in engines if e.cycles]
-            ok = all(c.reason != "error" for c in last)
+            ok = not any(e.failing for e in engines)
             exporter.collectors["canary"] = (ok, max((c.finished - c.started for c in last), default=0.0))
             exporter.render()
 
