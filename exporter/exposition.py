@@ -80,7 +80,9 @@ def selector(families: tuple[str, ...], histograms: frozenset[str]) -> Selector:
                     names[f"{base}_{sfx}"] = (fam, sfx)
             else:
                 names[base] = names[base + "_total"] = (fam, "")
-    return Selector(frozenset(f[5:5 + KEY] for f in families), names)
+    # TYPE lines of the same families share the per-line key: "# TYPE vllm:prefix_cache_..."[5:17].
+    type_keys = {f"E {pre}{f[5:]}"[:KEY] for f in families for pre in ("vllm:", "vllm_")}
+    return Selector(frozenset(f[5:5 + KEY] for f in families) | type_keys, names)
 
 
 def read(text: str, sel: Selector) -> tuple[list[Sample], set[str]]:
@@ -95,7 +97,9 @@ def read(text: str, sel: Selector) -> tuple[list[Sample], set[str]]:
     for line in text.split("\n"):
         # One slice + set lookup per line: the cheapest filter that drops most unwanted families.
         if line[5:5 + KEY] not in keys:
-            if line.startswith("# TYPE vllm") and line[12:12 + KEY] in keys:
+            continue
+        if line[0] == "#":
+            if line.startswith("# TYPE "):
                 parts = line.split()
                 if len(parts) >= 3:
                     typed.add(canonical(parts[2]))

@@ -68,11 +68,12 @@ _GEN_LEGACY = frozenset({*_LEGACY, _LEGACY_SIZE})
 
 
 @lru_cache(maxsize=4096)
-def _split(labels: Labels) -> tuple[tuple[str, str], Labels, bool]:
-    """Labels → ((model_name, engine), remaining labels without pid, had_pid)."""
+def _split(labels: Labels) -> tuple[tuple[str, str], Labels, bool, float | None]:
+    """Labels → ((model_name, engine), remaining labels without pid, had_pid, `le` as a float)."""
     model = engine = ""
     rest = []
     pid = False
+    le = None
     for k, v in labels:
         if k == "model_name":
             model = v
@@ -81,8 +82,10 @@ def _split(labels: Labels) -> tuple[tuple[str, str], Labels, bool]:
         elif k == "pid":
             pid = True
         else:
+            if k == "le":
+                le = float(v)
             rest.append((k, v))
-    return (model, engine), tuple(rest), pid
+    return (model, engine), tuple(rest), pid, le
 
 
 class _Hist:
@@ -93,12 +96,11 @@ class _Hist:
         self.sum = 0.0
         self.count = 0.0
 
-    def add(self, s: Sample, le: str | None) -> None:
+    def add(self, s: Sample, le: float | None) -> None:
         if s.suffix == "bucket":
             if le is None:
                 return
-            b = float(le)
-            self.buckets[b] = self.buckets.get(b, 0.0) + s.value
+            self.buckets[le] = self.buckets.get(le, 0.0) + s.value
         elif s.suffix == "sum":
             self.sum += s.value
         elif s.suffix == "count":
@@ -148,7 +150,7 @@ def normalise(text: str) -> Snapshot:
     for s in samples:
         fam = s.name
         families.add(fam)
-        key, rest, pid = _split(s.labels)
+        key, rest, pid, le = _split(s.labels)
         multiprocess |= pid
         if fam == _CACHE_INFO or fam == _OFFLOAD_INFO:
             info = dict(rest)
@@ -161,7 +163,7 @@ def normalise(text: str) -> Snapshot:
         e = engines[key]
         handler = _HANDLERS.get(fam)
         if handler is not None:
-            handler(e, fam, s, rest)
+            handler(e, fam, s, rest, le)
 
     generation = ("flat" if families & _GEN_FLAT else
                   "transfer_type" if families & _GEN_LEGACY else "none")
@@ -222,21 +224,21 @@ def _add(d: dict[str, float], k: str, v: float) -> None:
     d[k] = d.get(k, 0.0) + v  # sums children that differ only by pid
 
 
-def _on_flat(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
+def _on_flat(e: _Engine, fam: str, s: Sample, rest: Labels, le: float | None) -> None:
     _add(e.counters, _FLAT[fam], s.value)
 
 
-def _on_legacy(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
+def _on_legacy(e: _Engine, fam: str, s: Sample, rest: Labels, le: float | None) -> None:
     d = _transfer_direction(rest)
     if d is not None:
         _add(e.legacy, _LEGACY[fam][d], s.value)
 
 
-def _on_counter(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
+def _on_counter(e: _Engine, fam: str, s: Sample, rest: Labels, le: float | None) -> None:
     _add(e.counters, _COUNTERS[fam], s.value)
 
 
-def _on_alias(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
+def _on_alias(e: _Engine, fam: str, s: Sample, rest: Labels, le: float | None) -> None:
     current = _ALIASES[fam]
     if current in _GAUGES:
         prev = e.gauges.get("alias:" + _GAUGES[current])
@@ -245,38 +247,31 @@ def _on_alias(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
         _add(e.counters, "alias:" + _COUNTERS[current], s.value)
 
 
-def _on_gauge(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
+def _on_gauge(e: _Engine, fam: str, s: Sample, rest: Labels, le: float | None) -> None:
     sig = _GAUGES[fam]
     prev = e.gauges.get(sig)
     # pid-split gauges (multiprocess mode) go stale per process: max is advisory, never a sum.
     e.gauges[sig] = s.value if prev is None else max(prev, s.value)
 
 
-def _le(rest: Labels) -> str | None:
-    for k, v in rest:
-        if k == "le":
-            return v
-    return None
-
-
-def _on_hist(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
+def _on_hist(e: _Engine, fam: str, s: Sample, rest: Labels, le: float | None) -> None:
     if s.suffix:
-        e.hists[fam].add(s, _le(rest))
+        e.hists[fam].add(s, le)
 
 
-def _on_legacy_size(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
+def _on_legacy_size(e: _Engine, fam: str, s: Sample, rest: Labels, le: float | None) -> None:
     d = _transfer_direction(rest)
     if d is not None and s.suffix:
-        e.hists["legacy:load" if d == 0 else "legacy:store"].add(s, _le(rest))
+        e.hists["legacy:load" if d == 0 else "legacy:store"].add(s, le)
 
 
-def _on_by_source(e: _Engine, fam: str, s: Sample, rest: Labels) -> None:
+def _on_by_source(e: _Engine, fam: str, s: Sample, rest: Labels, le: float | None) -> None:
     for k, v in rest:
         if k == "source":
             e.by_source[v] += s.value
 
 
-_Handler = Callable[[_Engine, str, Sample, Labels], None]
+_Handler = Callable[[_Engine, str, Sample, Labels, float | None], None]
 _HANDLERS: dict[str, _Handler] = {
     **{f: _on_flat for f in _FLAT},
     **{f: _on_legacy for f in _LEGACY},
