@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -19,11 +19,9 @@ class ParseError(ValueError):
     """The body is not a Prometheus text exposition we can read."""
 
 
-class Sample(NamedTuple):
-    name: str  # canonical: vllm: prefix, `_total` removed
-    suffix: str  # "", "bucket", "sum" or "count"
-    labels: Labels
-    value: float
+Sample = tuple[str, str, Any, float]
+"""(canonical family, suffix "" | "bucket" | "sum" | "count", labels as `labels_of` returned them, value).
+A plain tuple: a NamedTuple's constructor costs more than parsing the line."""
 
 
 _LABEL_RE = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
@@ -85,13 +83,15 @@ def selector(families: tuple[str, ...], histograms: frozenset[str]) -> Selector:
     return Selector(frozenset(f[5:5 + KEY] for f in families) | type_keys, names)
 
 
-def read(text: str, sel: Selector) -> tuple[list[Sample], set[str]]:
+def read(text: str, sel: Selector, labels_of: Callable[[str], Any] = parse_labels) -> tuple[list[Sample], set[str]]:
     """Return the samples of the selected families and the families named in TYPE lines.
 
-    `_created` samples and look-alike families are dropped by exact name. Raises ParseError on a
-    selected line that cannot be read.
+    `_created` samples and look-alike families are dropped by exact name. `labels_of` turns the text
+    between the braces into the sample's labels (a cached caller-specific reading saves a second pass
+    over every label set). Raises ParseError on a selected line that cannot be read.
     """
     samples: list[Sample] = []
+    append = samples.append
     typed: set[str] = set()
     keys, names = sel
     for line in text.split("\n"):
@@ -112,14 +112,14 @@ def read(text: str, sel: Selector) -> tuple[list[Sample], set[str]]:
             close = line.rfind("}")
             if close < brace:
                 raise ParseError(f"unterminated label set: {line[:120]!r}")
-            labels = parse_labels(line[brace + 1:close])
+            labels = labels_of(line[brace + 1:close])
             rest = line[close + 1:]
         else:
             raw_name, _, rest = line.partition(" ")
             target = names.get(raw_name)
             if target is None:
                 continue
-            labels = ()
+            labels = labels_of("")
         fields = rest.split()
         if not fields:
             raise ParseError(f"sample without value: {line[:120]!r}")
@@ -127,5 +127,5 @@ def read(text: str, sel: Selector) -> tuple[list[Sample], set[str]]:
             value = float(fields[0])
         except ValueError:
             raise ParseError(f"bad sample value: {line[:120]!r}") from None
-        samples.append(Sample(target[0], target[1], labels, value))
+        append((target[0], target[1], labels, value))
     return samples, typed

@@ -13,7 +13,7 @@ from collections import defaultdict
 from functools import lru_cache
 from typing import Callable
 
-from exporter.exposition import Labels, Sample, read, selector
+from exporter.exposition import Labels, parse_labels, read, selector
 from exporter.model import OFFLOAD_SIGNALS, EngineSignals, Histogram, Snapshot
 
 # Canonical family -> counter signal. Order matters only for the alias families below.
@@ -68,13 +68,15 @@ _GEN_LEGACY = frozenset({*_LEGACY, _LEGACY_SIZE})
 
 
 @lru_cache(maxsize=4096)
-def _split(labels: Labels) -> tuple[tuple[str, str], Labels, bool, float | None]:
-    """Labels → ((model_name, engine), remaining labels without pid, had_pid, `le` as a float)."""
+def _split(text: str) -> tuple[tuple[str, str], Labels, bool, float | None]:
+    """Label text → ((model_name, engine), remaining labels without pid, had_pid, `le` as a float).
+
+    Cached by the label text itself: a target repeats the same label sets every poll."""
     model = engine = ""
     rest = []
     pid = False
     le = None
-    for k, v in labels:
+    for k, v in parse_labels(text):
         if k == "model_name":
             model = v
         elif k == "engine":
@@ -96,15 +98,15 @@ class _Hist:
         self.sum = 0.0
         self.count = 0.0
 
-    def add(self, s: Sample, le: float | None) -> None:
-        if s.suffix == "bucket":
+    def add(self, sfx: str, value: float, le: float | None) -> None:
+        if sfx == "bucket":
             if le is None:
                 return
-            self.buckets[le] = self.buckets.get(le, 0.0) + s.value
-        elif s.suffix == "sum":
-            self.sum += s.value
-        elif s.suffix == "count":
-            self.count += s.value
+            self.buckets[le] = self.buckets.get(le, 0.0) + value
+        elif sfx == "sum":
+            self.sum += value
+        elif sfx == "count":
+            self.count += value
 
     def freeze(self) -> Histogram:
         bounds = sorted(self.buckets)
@@ -141,16 +143,14 @@ def _transfer_direction(rest: Labels) -> int | None:
 
 def normalise(text: str) -> Snapshot:
     """Read one vLLM exposition. Raises exposition.ParseError on an unreadable body."""
-    samples, typed = read(text, _SELECTOR)
+    samples, typed = read(text, _SELECTOR, _split)
     families: set[str] = {f for f in typed if f in _FAMILY_SET}
     engines: dict[tuple[str, str], _Engine] = defaultdict(_Engine)
     engine_only: dict[str, dict[str, str]] = {}  # cache_config_info has `engine` but no model_name
     multiprocess = False
 
-    for s in samples:
-        fam = s.name
+    for fam, sfx, (key, rest, pid, le), value in samples:
         families.add(fam)
-        key, rest, pid, le = _split(s.labels)
         multiprocess |= pid
         if fam == _CACHE_INFO or fam == _OFFLOAD_INFO:
             info = dict(rest)
@@ -163,7 +163,7 @@ def normalise(text: str) -> Snapshot:
         e = engines[key]
         handler = _HANDLERS.get(fam)
         if handler is not None:
-            handler(e, fam, s, rest, le)
+            handler(e, fam, sfx, value, rest, le)
 
     generation = ("flat" if families & _GEN_FLAT else
                   "transfer_type" if families & _GEN_LEGACY else "none")
@@ -224,54 +224,54 @@ def _add(d: dict[str, float], k: str, v: float) -> None:
     d[k] = d.get(k, 0.0) + v  # sums children that differ only by pid
 
 
-def _on_flat(e: _Engine, fam: str, s: Sample, rest: Labels, le: float | None) -> None:
-    _add(e.counters, _FLAT[fam], s.value)
+def _on_flat(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
+    _add(e.counters, _FLAT[fam], value)
 
 
-def _on_legacy(e: _Engine, fam: str, s: Sample, rest: Labels, le: float | None) -> None:
+def _on_legacy(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
     d = _transfer_direction(rest)
     if d is not None:
-        _add(e.legacy, _LEGACY[fam][d], s.value)
+        _add(e.legacy, _LEGACY[fam][d], value)
 
 
-def _on_counter(e: _Engine, fam: str, s: Sample, rest: Labels, le: float | None) -> None:
-    _add(e.counters, _COUNTERS[fam], s.value)
+def _on_counter(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
+    _add(e.counters, _COUNTERS[fam], value)
 
 
-def _on_alias(e: _Engine, fam: str, s: Sample, rest: Labels, le: float | None) -> None:
+def _on_alias(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
     current = _ALIASES[fam]
     if current in _GAUGES:
         prev = e.gauges.get("alias:" + _GAUGES[current])
-        e.gauges["alias:" + _GAUGES[current]] = s.value if prev is None else max(prev, s.value)
+        e.gauges["alias:" + _GAUGES[current]] = value if prev is None else max(prev, value)
     else:
-        _add(e.counters, "alias:" + _COUNTERS[current], s.value)
+        _add(e.counters, "alias:" + _COUNTERS[current], value)
 
 
-def _on_gauge(e: _Engine, fam: str, s: Sample, rest: Labels, le: float | None) -> None:
+def _on_gauge(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
     sig = _GAUGES[fam]
     prev = e.gauges.get(sig)
     # pid-split gauges (multiprocess mode) go stale per process: max is advisory, never a sum.
-    e.gauges[sig] = s.value if prev is None else max(prev, s.value)
+    e.gauges[sig] = value if prev is None else max(prev, value)
 
 
-def _on_hist(e: _Engine, fam: str, s: Sample, rest: Labels, le: float | None) -> None:
-    if s.suffix:
-        e.hists[fam].add(s, le)
+def _on_hist(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
+    if sfx:
+        e.hists[fam].add(sfx, value, le)
 
 
-def _on_legacy_size(e: _Engine, fam: str, s: Sample, rest: Labels, le: float | None) -> None:
+def _on_legacy_size(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
     d = _transfer_direction(rest)
-    if d is not None and s.suffix:
-        e.hists["legacy:load" if d == 0 else "legacy:store"].add(s, le)
+    if d is not None and sfx:
+        e.hists["legacy:load" if d == 0 else "legacy:store"].add(sfx, value, le)
 
 
-def _on_by_source(e: _Engine, fam: str, s: Sample, rest: Labels, le: float | None) -> None:
+def _on_by_source(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
     for k, v in rest:
         if k == "source":
-            e.by_source[v] += s.value
+            e.by_source[v] += value
 
 
-_Handler = Callable[[_Engine, str, Sample, Labels, float | None], None]
+_Handler = Callable[[_Engine, str, str, float, Labels, float | None], None]
 _HANDLERS: dict[str, _Handler] = {
     **{f: _on_flat for f in _FLAT},
     **{f: _on_legacy for f in _LEGACY},

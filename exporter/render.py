@@ -9,6 +9,8 @@ from exporter.catalogue import CATALOGUE, Metric
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+_HEADS: dict[tuple[str, ...], str] = {}  # (name, label values...) -> `name{k="v",...}`; keys fixed per name
+
 
 def _escape(v: str) -> str:
     if "\\" in v or '"' in v or "\n" in v:
@@ -51,10 +53,15 @@ class Exposition:
 
     @staticmethod
     def _line(name: str, labels: Mapping[str, str], value: float) -> str:
-        if labels:
+        key = (name, *labels.values())
+        head = _HEADS.get(key)
+        if head is None:
+            # The same series are written after every poll: format each series name once.
+            if len(_HEADS) > 50_000:
+                _HEADS.clear()
             body = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
-            return f"{name}{{{body}}} {format_value(value)}"
-        return f"{name} {format_value(value)}"
+            head = _HEADS[key] = f"{name}{{{body}}}" if labels else name
+        return f"{head} {format_value(value)}"
 
     def text(self) -> str:
         out: list[str] = []
