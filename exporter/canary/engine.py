@@ -167,7 +167,7 @@ class CanaryState:
         self.last_success: float | None = None
         self.verdict: Verdict | None = None
         self.residency: dict[str, float] = {}  # tier → longest idle seconds still a hit (wait strategy)
-        self.recompute_control = "unknown"  # unknown | honoured | ignored | off
+        self.recompute_control = "unknown"  # unknown | honoured | ignored | no_connector | off
         self.bytes_per_token: float | None = None
         self._bpt_candidates: list[float] = []
         self.tokens_spent = 0
@@ -495,7 +495,10 @@ class CanaryEngine:
                 ph.note = (ph.note + "; " if ph.note else "") + "max_load_tokens ignored by the server (loaded anyway)"
                 self.state.offload_hits_seen += 1
             elif cls.result == "miss" and ph.load_bytes == 0:
-                self.state.recompute_control = "honoured"
+                # Without offload families no load was possible: that proves nothing about the key.
+                target = self.conditions.target if self.conditions else None
+                configured = target is not None and target.generation != "none"
+                self.state.recompute_control = "honoured" if configured else "no_connector"
                 self._count(ph, cls, "miss")
             self._probe_done(ph)
             rec.phases.append(ph)
