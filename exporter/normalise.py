@@ -13,7 +13,7 @@ from collections import defaultdict
 from functools import lru_cache
 from typing import Callable
 
-from exporter.exposition import Labels, parse_labels, read, selector
+from exporter.exposition import Labels, ParseError, parse_labels, read, selector
 from exporter.model import OFFLOAD_SIGNALS, EngineSignals, Histogram, Snapshot
 
 # Canonical family -> counter signal. Order matters only for the alias families below.
@@ -85,7 +85,10 @@ def _split(text: str) -> tuple[tuple[str, str], Labels, bool, float | None]:
             pid = True
         else:
             if k == "le":
-                le = float(v)
+                try:
+                    le = float(v)
+                except ValueError:
+                    raise ParseError(f"bad histogram bound le={v!r}") from None
             rest.append((k, v))
     return (model, engine), tuple(rest), pid, le
 

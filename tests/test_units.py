@@ -90,7 +90,9 @@ def test_lookalike_families_ignored() -> None:
 
 @pytest.mark.parametrize("bad", ['vllm:prefix_cache_hits_total{engine="0" 1\n',
                                  'vllm:prefix_cache_hits_total{engine="0",model_name="m"} abc\n',
-                                 'vllm:prefix_cache_hits_total{engine="0",model_name="m"}\n'])
+                                 'vllm:prefix_cache_hits_total{engine="0",model_name="m"}\n',
+                                 # a bound that is not a number must not escape as a bare ValueError
+                                 'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m",le="x"} 1\n'])
 def test_malformed_wanted_lines_raise(bad: str) -> None:
     with pytest.raises(ParseError):
         normalise(bad)
