@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-RUNBOOK_URL = "https://github.com/kvoffload/kvoffload-exporter/blob/main/alerts/runbook.md"
-"""Where `runbook_url` points (anchor = lower-case alert name). Override with `bundle --runbook-url`."""
+RUNBOOK_URL = "alerts/runbook.md"
+"""Where `runbook_url` points (anchor = lower-case alert name). The default is the bundle's own file, not a
+link: render with `bundle --runbook-url https://<where you host alerts/runbook.md>` to make it clickable."""
 
 
 @dataclass(frozen=True)
