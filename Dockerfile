@@ -34,10 +34,11 @@ FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=unknown
+# Where the source lives: set it to your repository's URL (no default pretends to know it).
+ARG SOURCE=unknown
 LABEL org.opencontainers.image.title="kvoffload-exporter" \
       org.opencontainers.image.description="Prometheus sidecar exporter for vLLM KV-cache offloading (OffloadingConnector)" \
-      org.opencontainers.image.source="https://github.com/kvoffload/kvoffload-exporter" \
-      org.opencontainers.image.documentation="https://github.com/kvoffload/kvoffload-exporter/blob/main/docs/deploy.md" \
+      org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
