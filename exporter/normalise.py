@@ -93,6 +93,17 @@ def _split(text: str) -> tuple[tuple[str, str], Labels, bool, float | None]:
     return (model, engine), tuple(rest), pid, le
 
 
+_INF = float("inf")
+
+
+def _finite(v: float, what: str) -> float:
+    """A cumulative value must be finite: one NaN or Inf would poison the reset-adjusted totals for
+    the exporter's lifetime (Inf - Inf is NaN), so the poll fails with reason `parse` instead."""
+    if not -_INF < v < _INF:
+        raise ParseError(f"non-finite cumulative value {v} in {what}")
+    return v
+
+
 class _Hist:
     __slots__ = ("buckets", "sum", "count")
 
@@ -105,11 +116,11 @@ class _Hist:
         if sfx == "bucket":
             if le is None:
                 return
-            self.buckets[le] = self.buckets.get(le, 0.0) + value
+            self.buckets[le] = self.buckets.get(le, 0.0) + _finite(value, "histogram bucket")
         elif sfx == "sum":
             self.sum += value
         elif sfx == "count":
-            self.count += value
+            self.count += _finite(value, "histogram count")
 
     def freeze(self) -> Histogram:
         bounds = sorted(self.buckets)
@@ -224,7 +235,7 @@ def _freeze(model: str, engine: str, e: _Engine, generation: str, families: set[
 
 
 def _add(d: dict[str, float], k: str, v: float) -> None:
-    d[k] = d.get(k, 0.0) + v  # sums children that differ only by pid
+    d[k] = d.get(k, 0.0) + _finite(v, k)  # sums children that differ only by pid
 
 
 def _on_flat(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
@@ -271,7 +282,7 @@ def _on_legacy_size(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, 
 def _on_by_source(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
     for k, v in rest:
         if k == "source":
-            e.by_source[v] += value
+            e.by_source[v] += _finite(value, fam)
 
 
 _Handler = Callable[[_Engine, str, str, float, Labels, float | None], None]

@@ -98,6 +98,21 @@ def test_malformed_wanted_lines_raise(bad: str) -> None:
         normalise(bad)
 
 
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf"])
+def test_non_finite_cumulative_values_raise(value: str) -> None:
+    # NaN/Inf in a counter would make every later delta NaN (clamped to 0): state stuck at idle.
+    lb = 'engine="0",model_name="m"'
+    for line in (f'vllm:kv_offload_load_bytes_total{{{lb}}} {value}\n',
+                 f'vllm:prefix_cache_hits_total{{{lb}}} {value}\n',
+                 f'vllm:prompt_tokens_by_source_total{{{lb},source="local_compute"}} {value}\n',
+                 f'vllm:time_to_first_token_seconds_bucket{{{lb},le="+Inf"}} {value}\n'):
+        with pytest.raises(ParseError, match="non-finite"):
+            normalise(line)
+    # A gauge is passed on as it is.
+    (e,) = normalise(f'vllm:num_requests_waiting{{{lb}}} {value}\n').engines
+    assert e.requests_waiting is not None
+
+
 def test_unknown_garbage_lines_are_ignored() -> None:
     snap = normalise("garbage here\nfoo{ 1\n" + expo(store=3))
     assert snap.engines[0].counters["offload_store_bytes"] == 3
