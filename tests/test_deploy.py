@@ -45,6 +45,15 @@ AMTOOL = shutil.which("amtool")
 KUBECTL = shutil.which("kubectl")
 
 
+def sources_from_dir(root: Path) -> dict[str, str]:
+    """The committed sources `render_deploy` reads (rule files and dashboards), as {path: text}."""
+    out = {}
+    for pattern in ("alerts/*.rules.yaml", "dashboards/*.json"):
+        for p in sorted(root.glob(pattern)):
+            out[p.relative_to(root).as_posix()] = p.read_text(encoding="utf-8")
+    return out
+
+
 def app_routes() -> set[str]:
     app = make_app(Config(targets=(TargetConfig(url="http://127.0.0.1:8000"),)))
     return {r.resource.canonical for r in app.router.routes() if r.resource is not None}
@@ -55,7 +64,7 @@ def app_routes() -> set[str]:
 # --------------------------------------------------------------------------------------------------
 
 def test_committed_generated_files_are_current():
-    files = deploy.render_deploy(deploy.sources_from_dir(ROOT))
+    files = deploy.render_deploy(sources_from_dir(ROOT))
     assert set(files) == {deploy.PROMETHEUS_RULE_PATH, deploy.DASHBOARDS_CONFIGMAPS_PATH,
                           deploy.COMPOSE_DATASOURCES_PATH, deploy.COMPOSE_DASHBOARD_PROVIDER_PATH}
     stale = [p for p, text in files.items() if not (ROOT / p).exists() or (ROOT / p).read_text() != text]
@@ -67,7 +76,7 @@ def test_bundle_renders_the_deploy_files():
     from exporter.bundle import render_bundle
 
     bundle = render_bundle()
-    for path, text in deploy.render_deploy(deploy.sources_from_dir(ROOT)).items():
+    for path, text in deploy.render_deploy(sources_from_dir(ROOT)).items():
         assert bundle.get(path) == text, path
     # Selectors reach the generated Kubernetes objects too.
     selected = render_bundle(["job=vllm-kvoffload"])
@@ -76,7 +85,7 @@ def test_bundle_renders_the_deploy_files():
 
 
 def test_prometheus_rule_and_configmaps_carry_the_sources_unchanged():
-    src = deploy.sources_from_dir(ROOT)
+    src = sources_from_dir(ROOT)
     rules = [p for p in src if deploy.RULE_FILE.match(p)]
     dashboards = [p for p in src if deploy.DASHBOARD_FILE.match(p)]
     assert rules and dashboards
@@ -101,7 +110,7 @@ def test_generator_on_a_minimal_stand_in(tmp_path):
     (tmp_path / "alerts/tests/a.test.yaml").write_text("rule_files: [../a.rules.yaml]\n")
     (tmp_path / "alerts/not-rules.yaml").write_text("apiVersion: 1\n")
     (tmp_path / "dashboards/My Board.json").write_text(json.dumps({"uid": "x", "title": "Ünïcode →"}, indent=2) + "\n")
-    src = deploy.sources_from_dir(tmp_path)
+    src = sources_from_dir(tmp_path)
     assert set(src) == {"alerts/a.rules.yaml", "dashboards/My Board.json"}
     out = deploy.render_deploy(src)
     (rule,) = yaml.safe_load_all(out[deploy.PROMETHEUS_RULE_PATH])

@@ -21,7 +21,6 @@ import json
 import posixpath
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from exporter.bundle.settings import DEFAULT, Settings
@@ -68,15 +67,6 @@ def render_deploy(files: Mapping[str, str], settings: Settings = DEFAULT) -> dic
         COMPOSE_DASHBOARD_PROVIDER_PATH: compose_dashboard_provider(settings),
     }
 
-
-def sources_from_dir(root: str | Path) -> dict[str, str]:
-    """The committed sources `render_deploy` reads (rule files and dashboards), as {path: text}."""
-    root = Path(root)
-    out = {}
-    for pattern in ("alerts/*.rules.yaml", "dashboards/*.json"):
-        for p in sorted(root.glob(pattern)):
-            out[p.relative_to(root).as_posix()] = p.read_text(encoding="utf-8")
-    return out
 
 
 def prometheus_rule(rule_files: Mapping[str, str]) -> str:
@@ -172,4 +162,4 @@ def _dump(docs: list[Any]) -> str:
 
 
 __all__ = ["COMPOSE_DASHBOARD_PROVIDER_PATH", "COMPOSE_DATASOURCES_PATH", "DASHBOARDS_CONFIGMAPS_PATH",
-           "PROMETHEUS_RULE_PATH", "render_deploy", "sources_from_dir"]
+           "PROMETHEUS_RULE_PATH", "render_deploy"]
