@@ -260,6 +260,17 @@ def _untimed(d: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in d.items() if not any(t in k for t in _TIME_KEYS)}
 
 
+@pytest.mark.parametrize("folder", ["h200-0.6b", "h200-32b"])
+def test_deltas_reads_the_real_captures_as_make_expected_does(folder: str) -> None:
+    """`scenario.deltas` is the comparison's yardstick: on the real files it gives expected_deltas.json."""
+    expected = json.loads((FIXTURES / folder / "expected_deltas.json").read_text())
+    got = {}
+    for phase in ("A", "B"):
+        files = sorted(p.name for p in (FIXTURES / folder).glob(f"{phase}_*.prom"))
+        got.update(deltas({name: fixture_text(f"{folder}/{name}") for name in files}))
+    assert got == expected
+
+
 @pytest.mark.parametrize("folder,calibration", [("h200-0.6b", "h200-qwen3-0.6b"), ("h200-32b", "h200-qwen3-32b")])
 @pytest.mark.parametrize("phase", ["A", "B"])
 def test_canary_chain_moves_the_same_counters_in_the_same_steps(folder: str, calibration: str, phase: str) -> None:
