@@ -129,6 +129,10 @@ def _target(raw: Any, where: str, errors: list[str]) -> TargetConfig | None:
         v = raw.get(k)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
             errors.append(f"{where}: {k} must be a positive integer")
+    for k in ("name", "pidfile"):
+        v = raw.get(k)
+        if v is not None and (not isinstance(v, str) or not v):
+            errors.append(f"{where}: {k} must be a non-empty string")
     tb = raw.get("tier_bytes")
     if tb is not None and (isinstance(tb, bool) or not isinstance(tb, (int, float)) or tb <= 0):
         errors.append(f"{where}: tier_bytes must be a positive number")
@@ -196,6 +200,8 @@ def from_mapping(raw: Any, base: Config | None = None) -> Config:
                 errors.append(f"{section}.enabled: must be true or false")
             elif k == "cgroup" and v not in ("auto", "self", "off"):
                 errors.append(f"{section}.cgroup: must be auto, self or off, got {v!r}")
+            elif k.endswith("_root") and (not isinstance(v, str) or not v):
+                errors.append(f"{section}.{k}: must be a path")
             else:
                 changes[keys[k]] = v
     if "canary" in raw:
@@ -234,4 +240,6 @@ def load_file(path: str, base: Config | None = None) -> Config:
         raise ConfigError([f"cannot read {path}: {e.strerror}"]) from None
     except yaml.YAMLError as e:
         raise ConfigError([f"{path}: not valid YAML: {e}"]) from None
+    except UnicodeDecodeError:
+        raise ConfigError([f"{path}: not UTF-8 text"]) from None
     return from_mapping(raw, base)

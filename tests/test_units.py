@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from exporter import derive
 from exporter.catalogue import CATALOGUE
-from exporter.config import ConfigError, from_mapping, parse_duration
+from exporter.config import ConfigError, from_mapping, load_file, parse_duration
 from exporter.exposition import ParseError
 from exporter.normalise import normalise
 from exporter.render import Exposition
@@ -217,6 +219,21 @@ def test_config_lists_every_error() -> None:
                    "unknown key 'bogus'", "host.enabled"):
         assert needle in msgs
     assert len(e.value.errors) >= 6
+
+
+def test_config_wrong_types_and_unreadable_file_are_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        from_mapping({"targets": [{"url": "http://a:1", "pidfile": 5, "name": [1]}], "host": {"proc_root": 5}})
+    msgs = "\n".join(e.value.errors)
+    for needle in ("targets[0]: pidfile must be", "targets[0]: name must be", "host.proc_root: must be a path"):
+        assert needle in msgs
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"targets: [\xff\xfe]\n")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_file(str(bad))
+    bad.write_text("- http://a:1\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_file(str(bad))
 
 
 def test_config_good() -> None:
