@@ -22,6 +22,7 @@ from exporter.catalogue import CATALOGUE, STATES
 
 OVERVIEW_UID = "kvoffload-overview"
 HEALTH_UID = "kvoffload-exporter-health"
+TAGS = ["vllm", "kv-offload", "kvoffload-exporter"]
 
 UNITS = {"bytes": "bytes", "seconds": "s", "ratio": "percentunit", "bytes_per_second": "Bps",
          "tokens": "suffix: tokens"}
@@ -109,32 +110,35 @@ class _Ctx:
     q: Query  # with template-variable matchers
     raw: Query  # user selectors only (variable queries)
 
+    @classmethod
+    def of(cls, selectors: Sequence[Matcher]) -> _Ctx:
+        return cls(Query(tuple(selectors), template_vars=True), Query(tuple(selectors)))
+
     def per_exporter(self, expr: str) -> str:
         """Series without a `target` label (host, GPU, collectors): keep the exporters of the chosen targets."""
         return f"{expr} and on (job, instance) {self.q('kvoffload_up')}"
 
 
+def _multi(name: str, label: str, query: str) -> G.Template:
+    """A multi-value variable with "All" (any value) selected by default."""
+    return G.Template(name=name, label=label, query=query, dataSource="${datasource}", includeAll=True,
+                      multi=True, allValue=".*", default="$__all", refresh=G.REFRESH_ON_TIME_RANGE_CHANGE)
+
+
 def _variables(c: _Ctx, engine_vars: bool) -> G.Templating:
     ds = G.Template(name="datasource", label="Data source", query="prometheus", type="datasource")
-    out = [ds, G.Template(name="target", label="Target", query=f"label_values({c.raw('kvoffload_up')}, target)",
-                          dataSource="${datasource}", includeAll=True, multi=True, allValue=".*",
-                          default="$__all", refresh=G.REFRESH_ON_TIME_RANGE_CHANGE)]
+    out = [ds, _multi("target", "Target", f"label_values({c.raw('kvoffload_up')}, target)")]
     if engine_vars:
         tokens = "kvoffload_prompt_tokens_total"
-        out.append(G.Template(
-            name="model", label="Model", includeAll=True, multi=True, allValue=".*", default="$__all",
-            query=f"label_values({c.raw(tokens, _mt('target', '=~', '$target'))}, model_name)",
-            dataSource="${datasource}", refresh=G.REFRESH_ON_TIME_RANGE_CHANGE))
-        out.append(G.Template(
-            name="engine", label="Engine", includeAll=True, multi=True, allValue=".*", default="$__all",
-            query=f"label_values({c.raw(tokens, _mt('target', '=~', '$target'), _mt('model_name', '=~', '$model'))}, engine)",
-            dataSource="${datasource}", refresh=G.REFRESH_ON_TIME_RANGE_CHANGE))
+        target = _mt("target", "=~", "$target")
+        out.append(_multi("model", "Model", f"label_values({c.raw(tokens, target)}, model_name)"))
+        model = _mt("model_name", "=~", "$model")
+        out.append(_multi("engine", "Engine", f"label_values({c.raw(tokens, target, model)}, engine)"))
     return G.Templating(list=out)
 
 
-def _dashboard(title: str, uid: str, description: str, tags: list[str], layout: Layout,
-               templating: G.Templating) -> dict[str, Any]:
-    dash = G.Dashboard(title=title, uid=uid, description=description, tags=tags, panels=layout.panels,
+def _dashboard(title: str, uid: str, description: str, layout: Layout, templating: G.Templating) -> dict[str, Any]:
+    dash = G.Dashboard(title=title, uid=uid, description=description, tags=TAGS, panels=layout.panels,
                        templating=templating, timezone="browser", refresh="30s",
                        time=G.Time("now-6h", "now"), graphTooltip=G.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
                        editable=True)
@@ -143,7 +147,7 @@ def _dashboard(title: str, uid: str, description: str, tags: list[str], layout: 
 
 
 def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
-    c = _Ctx(Query(tuple(selectors), template_vars=True), Query(tuple(selectors)))
+    c = _Ctx.of(selectors)
     q = c.q
     eng = "{{target}} {{model_name}} e{{engine}}"
     L = Layout()
@@ -247,11 +251,11 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         "KV offload overview", OVERVIEW_UID,
         "Is vLLM KV-cache offloading paying off? Evidence state, load/store ratio, bandwidth, hit ratios, "
         "TTFT, canary ΔTTFT and memory headroom, from kvoffload-exporter.",
-        ["vllm", "kv-offload", "kvoffload-exporter"], L, _variables(c, engine_vars=True))
+        L, _variables(c, engine_vars=True))
 
 
 def exporter_health(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
-    c = _Ctx(Query(tuple(selectors), template_vars=True), Query(tuple(selectors)))
+    c = _Ctx.of(selectors)
     q = c.q
     L = Layout()
     L.row("Targets")
@@ -321,7 +325,7 @@ def exporter_health(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
     return _dashboard(
         "KV offload exporter health", HEALTH_UID,
         "Can the KV offload overview be trusted? Target polls, collectors, and the canary's budget.",
-        ["vllm", "kv-offload", "kvoffload-exporter"], L, _variables(c, engine_vars=False))
+        L, _variables(c, engine_vars=False))
 
 
 DASHBOARDS = {"kvoffload-overview.json": overview, "kvoffload-exporter-health.json": exporter_health}
