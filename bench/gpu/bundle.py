@@ -177,6 +177,23 @@ def _file_reader(path):
         yield from iter(lambda: f.read(BUF), b"")
 
 
+def _unpack(name, reader, sha, store, done_dir, what):
+    """Unpack one part, check its sha256 and mark it done; 0, or load's exit code (7 unpack, 5 sha)."""
+    t = time.time()
+    try:
+        got = _extract_stream(reader, store)
+    except Exception as e:  # noqa: BLE001
+        _log(f"{name}: unpack failed: {e!r}")
+        return 7
+    if got != sha:
+        _log(f"{name}: sha256 MISMATCH")
+        return 5
+    with open(os.path.join(done_dir, name), "w") as f:
+        f.write(f"{time.time():.0f}\n")
+    _log(f"{name}: {what} unpacked in {time.time() - t:.1f}s")
+    return 0
+
+
 def load(store, dirs):
     store = os.path.abspath(store)
     chunk_dir, done_dir = os.path.join(store, "chunks"), os.path.join(store, "done")
@@ -198,18 +215,9 @@ def load(store, dirs):
             if os.path.exists(os.path.join(done_dir, name)):
                 _log(f"{name}: already unpacked")
                 continue
-            t = time.time()
-            try:
-                got = _extract_stream(_file_reader(os.path.join(d, name)), store)
-            except Exception as e:  # noqa: BLE001
-                _log(f"{name}: unpack failed: {e!r}")
-                return 7
-            if got != sha:
-                _log(f"{name}: sha256 MISMATCH")
-                return 5
-            with open(os.path.join(done_dir, name), "w") as f:
-                f.write(f"{time.time():.0f}\n")
-            _log(f"{name}: {sz} B unpacked in {time.time() - t:.1f}s")
+            rc = _unpack(name, _file_reader(os.path.join(d, name)), sha, store, done_dir, f"{sz} B")
+            if rc:
+                return rc
             continue
         if not os.path.exists(smf):
             shutil.copyfile(mf, smf)
@@ -244,18 +252,10 @@ def load(store, dirs):
         if missing:
             _log(f"{name}: waits for chunk(s) {missing}")
             continue
-        t = time.time()
-        try:
-            got = _extract_stream(_chunk_reader(chunk_dir, cs, off, sz), store)
-        except Exception as e:  # noqa: BLE001
-            _log(f"{name}: unpack failed: {e!r}")
-            return 7
-        if got != sha:
-            _log(f"{name}: sha256 MISMATCH")
-            return 5
-        with open(os.path.join(done_dir, name), "w") as f:
-            f.write(f"{time.time():.0f}\n")
-        _log(f"{name}: {sz} B from chunk(s) {first}..{last} unpacked in {time.time() - t:.1f}s")
+        rc = _unpack(name, _chunk_reader(chunk_dir, cs, off, sz), sha, store, done_dir,
+                     f"{sz} B from chunk(s) {first}..{last}")
+        if rc:
+            return rc
     # chunks whose parts are all unpacked are no longer needed
     for i in sorted(m["chunks"]):
         lo, hi = (i - 1) * cs, i * cs
