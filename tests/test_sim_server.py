@@ -69,6 +69,13 @@ async def test_non_streaming_body_and_text_prompt(aiohttp_client: Any) -> None:
     assert body["usage"]["prompt_tokens"] == 3 and body["metrics"]["mean_itl_ms"] > 0
 
 
+async def test_created_comes_from_the_simulators_wall_clock(aiohttp_client: Any) -> None:
+    sim = Simulator(SimOptions(time_scale=SCALE, seed=3), wall=lambda: 1_700_000_000.7)
+    client = await aiohttp_client(make_app(sim))
+    body = await (await client.post("/v1/completions", json={"prompt": "w5", "max_tokens": 1})).json()
+    assert body["created"] == 1_700_000_000
+
+
 @pytest.mark.parametrize("version,usage_by_default", [("0.17.0", True), ("0.26.0", False)])
 async def test_include_usage_default_flipped_at_018(aiohttp_client: Any, version: str, usage_by_default: bool) -> None:
     client = await client_for(aiohttp_client, version=version)

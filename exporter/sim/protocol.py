@@ -6,7 +6,6 @@ and error shape (`{"error": {"message", "type", "param", "code"}}`).
 
 from __future__ import annotations
 
-import time
 import uuid
 import zlib
 from collections.abc import Mapping
@@ -110,8 +109,10 @@ def _bool(body: Mapping[str, Any], key: str, default: bool = False) -> bool:
     return v
 
 
-def parse_completion(body: Any, b: Behaviour, served_model: str, max_model_len: int) -> Completion:
-    """Validate a `/v1/completions` body like vLLM's OpenAI server does (the parts the simulator uses)."""
+def parse_completion(body: Any, b: Behaviour, served_model: str, max_model_len: int, created: int) -> Completion:
+    """Validate a `/v1/completions` body like vLLM's OpenAI server does (the parts the simulator uses).
+
+    `created`: the response's Unix time, from the simulator's wall clock."""
     if not isinstance(body, dict):
         raise ApiError(400, "JSON decode error: the body must be a JSON object.")
     model = body.get("model")
@@ -155,7 +156,7 @@ def parse_completion(body: Any, b: Behaviour, served_model: str, max_model_len: 
         prompt_ids=ids, max_tokens=max_tokens, stream=stream, include_usage=bool(include),
         continuous_usage=bool(options.get("continuous_usage_stats")),
         return_token_ids=_bool(body, "return_token_ids"), cache_salt=_salt(body.get("cache_salt"), b),
-        kv_transfer_params=kv, skip_prefix_cache=skip, created=int(time.time()))
+        kv_transfer_params=kv, skip_prefix_cache=skip, created=created)
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached: int, details: bool, b: Behaviour) -> dict[str, Any]:

@@ -134,7 +134,8 @@ async def _admit(request: web.Request, sim: Simulator) -> tuple[Completion, Engi
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise ApiError(400, "JSON decode error") from None
-    c = protocol.parse_completion(body, sim.behaviour, sim.model, sim.config.max_model_len)
+    c = protocol.parse_completion(body, sim.behaviour, sim.model, sim.config.max_model_len,
+                                 int(sim.wall()))
     try:
         return c, sim.pick(_rank(request))
     except ValueError as e:
