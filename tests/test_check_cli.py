@@ -42,6 +42,13 @@ async def test_unreachable_target_is_an_error(tmp_path: Path) -> None:
     assert "verdict: error (exit 3)" in text
 
 
+async def test_bad_flags_are_errors_named_by_flag(tmp_path: Path) -> None:
+    # --wait-initial 0 used to pass (check built its settings by hand) and then spun forever doubling 0.
+    code, doc, _, err = await _run(tmp_path, "--rounds", "1", "--wait-initial", "0", "--timeout", "-1")
+    assert code == 3 and doc["verdict"] == "error"
+    assert "--wait-initial: must be > 0" in err and "--timeout: not a duration" in err
+
+
 async def test_json_schema_and_evidence_bundle(tmp_path: Path) -> None:
     out = tmp_path / "ev"
     code, doc, text, err = await _run(tmp_path, "--rounds", "2", "--allow-pressure", "--json",

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from exporter.config import ConfigError, parse_duration
+from exporter.config import ConfigError
 
 ORDER = 35
 
@@ -60,33 +60,38 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
+_SETTINGS = {  # flag dest → canary settings key; validated by canary.config.from_mapping like serve's
+    "settle": "settle", "wait_initial": "wait_initial", "wait_max": "wait_max", "timeout": "request_timeout",
+    "prefix_tokens": "prefix_tokens", "chunk_tokens": "chunk_tokens", "filler_tokens": "filler_tokens",
+    "budget_tokens": "budget_tokens_per_hour", "min_samples": "min_samples", "seed": "seed",
+    "secret_file": "secret_file", "api_key_file": "api_key_file", "control_target": "control_target",
+    "model": "model",
+}
+
+
 def settings_from_args(args: argparse.Namespace) -> Any:  # CanarySettings (imported lazily)
-    from exporter.canary.config import CanarySettings, check
+    from exporter.canary.config import CanarySettings, from_mapping
 
     errors = []
-    durations = {}
-    for flag in ("settle", "wait_initial", "wait_max", "timeout"):
-        try:
-            durations[flag] = parse_duration(getattr(args, flag))
-        except ValueError as e:
-            errors.append(f"--{flag.replace('_', '-')}: {e}")
     for flag in ("rounds", "prefix_tokens", "chunk_tokens", "filler_tokens", "budget_tokens", "min_samples"):
         v = getattr(args, flag, None)
         if v is not None and v < 1:
             errors.append(f"--{flag.replace('_', '-')}: must be >= 1")
     if errors:
         raise ConfigError(errors)
-    s = CanarySettings(
-        enabled=True, strategy="pressure" if args.allow_pressure else "wait", allow_pressure=args.allow_pressure,
-        budget_tokens_per_hour=args.budget_tokens, prefix_tokens=args.prefix_tokens, chunk_tokens=args.chunk_tokens,
-        filler_tokens=args.filler_tokens, settle=durations["settle"], flush=not args.no_flush,
-        min_samples=args.min_samples, max_samples=max(args.min_samples, 1_000_000), seed=args.seed,
-        recompute_control=not args.no_recompute_control, wait_initial=durations["wait_initial"],
-        wait_max=durations["wait_max"], request_timeout=durations["timeout"], secret_file=args.secret_file,
-        api_key_file=args.api_key_file, control_target=args.control_target.rstrip("/") if args.control_target else None,
-        model=args.model, backoff_initial=1.0, backoff_max=30.0)
-    check(s)
-    return s
+    raw: dict[str, Any] = {key: getattr(args, dest) for dest, key in _SETTINGS.items()}
+    raw.update(enabled=True, strategy="pressure" if args.allow_pressure else "wait",
+               allow_pressure=args.allow_pressure, flush=not args.no_flush,
+               recompute_control=not args.no_recompute_control,
+               max_samples=max(args.min_samples, 1_000_000))
+    # check's own defaults: no budget unless asked, quick retries within one run.
+    base = CanarySettings(budget_tokens_per_hour=None, backoff_initial=1.0, backoff_max=30.0)
+    try:
+        return from_mapping(raw, base)
+    except ConfigError as e:  # name the flag, not the config key
+        flags = {f"canary.{key}:": f"--{dest.replace('_', '-')}:" for dest, key in _SETTINGS.items()}
+        raise ConfigError([next((m.replace(k, f) for k, f in flags.items() if m.startswith(k)), m)
+                           for m in e.errors]) from None
 
 
 class _Progress:
@@ -252,9 +257,6 @@ def _public_argv(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.rounds < 1:
-        print("kvoffload-exporter check: --rounds must be >= 1", file=sys.stderr)
-        return 3
     try:
         code, _ = asyncio.run(run_check(args))
     except OSError as e:
