@@ -9,9 +9,9 @@ inside the window; `interval()` does the same for two snapshots (inspect, canary
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from exporter.model import EMPTY, EngineKey, EngineSignals, Histogram, Snapshot
+from exporter.model import EngineKey, EngineSignals, Histogram, Snapshot
 
 QUANTILES = (0.5, 0.9, 0.99)
 REUSE_SOURCES = ("local_cache_hit", "external_kv_transfer")
@@ -216,9 +216,5 @@ def interval(before: Snapshot | None, after: Snapshot) -> dict[EngineKey, Engine
     return {key: compare(p0 if before is not None else None, p1, key) for key in p1.totals}
 
 
-def keys(points: Iterable[Point]) -> set[EngineKey]:
-    return {k for p in points for k in p.totals}
-
-
 __all__ = ["advance", "compare", "derive", "interval", "evidence_state", "histogram_quantile",
-           "Point", "Totals", "EngineDerived", "EMPTY"]
+           "Point", "Totals", "EngineDerived"]

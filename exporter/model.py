@@ -75,9 +75,6 @@ class Snapshot:
         return None
 
 
-EMPTY = Snapshot(generation="none", engines=())
-
-
 @dataclass(frozen=True)
 class ProcessMemory:
     target: str

@@ -12,12 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.catalogue import CANARY_REASONS
 from exporter.derive import interval
 from exporter.model import Snapshot
-
-REASONS = CANARY_REASONS
-"""Why a cycle ended the way it did: the closed label set of kvoffload_canary_cycles_total."""
 
 
 @dataclass(frozen=True)

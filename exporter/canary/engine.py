@@ -29,6 +29,7 @@ from exporter.canary.classify import Classification, Deltas, classify, revisit_r
 from exporter.canary.config import CanarySettings
 from exporter.canary.protocol import MetricsError, parse_models
 from exporter.canary.stats import CONTROL_ORDER, Verdict, decide, median
+from exporter.catalogue import CANARY_PATHS
 from exporter.exposition import ParseError
 from exporter.model import Snapshot
 from exporter.normalise import normalise
@@ -146,7 +147,7 @@ class CycleRecord:
     started: float
     finished: float
     result: str  # the displaced revisit's classification, or error
-    reason: str  # classify.REASONS
+    reason: str  # catalogue.CANARY_REASONS
     detail: str
     phases: list[PhaseRecord] = field(default_factory=list)
 
@@ -158,8 +159,7 @@ class CanaryState:
         self.label = label
         self.settings = settings
         maxlen = max_samples if max_samples is not None else settings.max_samples
-        self.samples: dict[str, deque[float]] = {p: deque(maxlen=maxlen) for p in
-                                                 ("cold", "gpu_hit", "offload_hit", "recompute", "control_target")}
+        self.samples: dict[str, deque[float]] = {p: deque(maxlen=maxlen) for p in CANARY_PATHS}
         self.probes: Counter[str] = Counter()
         self.cycles: Counter[str] = Counter()
         self.offload_attempts = 0
@@ -213,7 +213,6 @@ class CanaryEngine:
         self.cycles: list[CycleRecord] = []
         self.failing = False  # the last preparation or cycle failed (serve loop)
         self.first_snapshot: dict[str, str] = {}  # role → raw /metrics text (evidence)
-        self.last_text: dict[str, str] = {}
         self._snap: dict[str, tuple[float, Snapshot]] = {}
         self._cycle_no = 0
         self._req_no = 0
@@ -288,7 +287,6 @@ class CanaryEngine:
             raise CycleFailed(f"{url}/metrics has no vllm: families")
         if keep_first and role not in self.first_snapshot:
             self.first_snapshot[role] = text
-        self.last_text[role] = text
         self._snap[role] = (self.clock(), snap)
         return snap
 
@@ -537,9 +535,9 @@ class CanaryEngine:
                                     gpu_part)
         rec.detail = cls.note
 
-    def _stored(self, phases: list[PhaseRecord]) -> tuple[bool, float]:
-        total = sum(p.store_bytes for p in phases)
-        return total > 0, total
+    @staticmethod
+    def _stored(phases: list[PhaseRecord]) -> bool:
+        return sum(p.store_bytes for p in phases) > 0
 
     async def _seed_and_revisit(self, c: int, rec: CycleRecord) -> tuple[list[int], list[int] | None, bool]:
         """Seed prefix A (and B for the recompute control), revisit A on the GPU; learn bytes/token."""
@@ -555,7 +553,7 @@ class CanaryEngine:
         # B is seeded after A's GPU revisit: A and B together may not fit the GPU cache.
         seed_b = await self._seed(c, rec, b + self.prompts.tail(sz), "seed_b") if b is not None else None
         seeded = [seed, ph] + ([seed_b] if seed_b else [])
-        stored, _ = self._stored(seeded)
+        stored = self._stored(seeded)
         self._learn(seeded, 2 if seed_b else 1)
         return a, b, stored
 
