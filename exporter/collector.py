@@ -55,23 +55,21 @@ class TargetView:
     last_error: str | None = None
 
 
-def tier_bytes(e: EngineSignals, configured: float | None) -> float | None:
-    """CPU-tier capacity: kv_offload_config_info (0.33), cache_config kv_offloading_size (GiB), config."""
-    for raw, scale in ((e.offload_config.get("cpu_kv_cache_size_bytes"), 1.0),
-                       (e.cache_config.get("kv_offloading_size"), float(2 ** 30))):
-        try:
-            if raw not in (None, "", "None"):
-                return float(raw) * scale  # type: ignore[arg-type]
-        except ValueError:
-            pass
-    return configured
-
-
-def _int_label(raw: str | None) -> float | None:
+def _label_number(raw: str | None) -> float | None:
+    """A number carried in an info label; None when absent, empty, "None" or not a number."""
     try:
         return float(raw) if raw not in (None, "", "None") else None  # type: ignore[arg-type]
     except ValueError:
         return None
+
+
+def tier_bytes(e: EngineSignals, configured: float | None) -> float | None:
+    """CPU-tier capacity: kv_offload_config_info (0.33), cache_config kv_offloading_size (GiB), config."""
+    exact = _label_number(e.offload_config.get("cpu_kv_cache_size_bytes"))
+    if exact is not None:
+        return exact
+    gib = _label_number(e.cache_config.get("kv_offloading_size"))
+    return gib * 2 ** 30 if gib is not None else configured
 
 
 def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | None, window: str) -> None:
@@ -84,8 +82,8 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
         x.add(name, getattr(e, attr), lb)
     x.add("kvoffload_offload_tier_bytes", tier_bytes(e, t.tier_bytes) if t.snapshot and
           t.snapshot.offload_configured else None, lb)
-    x.add("kvoffload_gpu_kv_cache_blocks", _int_label(e.cache_config.get("num_gpu_blocks")), lb)
-    x.add("kvoffload_gpu_kv_block_size_tokens", _int_label(e.cache_config.get("block_size")), lb)
+    x.add("kvoffload_gpu_kv_cache_blocks", _label_number(e.cache_config.get("num_gpu_blocks")), lb)
+    x.add("kvoffload_gpu_kv_block_size_tokens", _label_number(e.cache_config.get("block_size")), lb)
     if d is None:
         return
     x.add_states("kvoffload_state", lb, STATES, d.state)

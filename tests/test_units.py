@@ -251,3 +251,17 @@ def test_duplicate_targets_rejected() -> None:
 @pytest.mark.parametrize("raw,sec", [(5, 5.0), ("500ms", 0.5), ("2m", 120.0), ("1h", 3600.0), ("1.5s", 1.5)])
 def test_durations(raw: object, sec: float) -> None:
     assert parse_duration(raw) == sec
+
+
+def test_tier_bytes_precedence() -> None:
+    from exporter.collector import tier_bytes
+    from exporter.model import EngineSignals
+
+    def e(offload: str | None = None, size: str | None = None) -> EngineSignals:
+        return EngineSignals("m", "0", {}, offload_config={"cpu_kv_cache_size_bytes": offload} if offload else {},
+                             cache_config={"kv_offloading_size": size} if size else {})
+
+    assert tier_bytes(e("8000", "2"), 5.0) == 8000.0
+    assert tier_bytes(e("junk", "2"), 5.0) == 2 * 2 ** 30
+    assert tier_bytes(e(None, "None"), 5.0) == 5.0
+    assert tier_bytes(e(), None) is None
