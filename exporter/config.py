@@ -86,6 +86,14 @@ def parse_duration(v: Any) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
+def positive_duration(v: Any) -> float:
+    """parse_duration, refusing zero: poll intervals, windows and timeouts must be > 0."""
+    seconds = parse_duration(v)
+    if seconds <= 0:
+        raise ValueError(f"must be > 0, got {v!r}")
+    return seconds
+
+
 def format_duration(seconds: float) -> str:
     """Prometheus-style label for a window: 300 → "5m", 90 → "90s"."""
     s = int(round(seconds))
@@ -166,10 +174,7 @@ def from_mapping(raw: Any, base: Config | None = None) -> Config:
     for key in ("poll_interval", "window", "timeout"):
         if key in raw:
             try:
-                v = parse_duration(raw[key])
-                if v <= 0:
-                    raise ValueError(f"must be > 0, got {raw[key]!r}")
-                changes[key] = v
+                changes[key] = positive_duration(raw[key])
             except ValueError as e:
                 errors.append(f"{key}: {e}")
     if "listen" in raw:

@@ -7,7 +7,7 @@ import logging
 import sys
 from dataclasses import replace
 
-from exporter.config import Config, ConfigError, TargetConfig, check, load_file, parse_duration, split_listen
+from exporter.config import Config, ConfigError, TargetConfig, check, load_file, positive_duration, split_listen
 
 ORDER = 10
 
@@ -53,10 +53,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         raw = getattr(args, flag, None)
         if raw is not None:
             try:
-                v = parse_duration(raw)
-                if v <= 0:
-                    raise ValueError(f"must be > 0, got {raw!r}")
-                changes[key] = v
+                changes[key] = positive_duration(raw)
             except ValueError as e:
                 errors.append(f"--{flag.replace('_', '-')}: {e}")
     if getattr(args, "listen", None):
