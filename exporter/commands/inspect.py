@@ -75,7 +75,7 @@ def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
         row["external_prefix_hit_ratio"] = _r(d.external_hit_ratio)
         row["ttft_seconds"] = {str(q): _r(v) for q, v in d.ttft_quantiles.items()}
         row["cache_config"] = {k: v for k, v in e.cache_config.items() if k in _CACHE_KEYS}
-        engines.append({k: v for k, v in row.items()})
+        engines.append(row)
     return {"mode": "interval" if before is not None else "cumulative", "generation": after.generation,
             "multiprocess": after.multiprocess, "engines": engines}
 
