@@ -18,7 +18,7 @@ STATES = ("not_configured", "idle", "storing", "store_without_load", "hit")
 """Evidence states, in the order they are documented (see derive.evidence_state)."""
 
 SCRAPE_ERROR_REASONS = (
-    "timeout", "connect", "http_status", "content_type", "too_large", "truncated", "parse",
+    "timeout", "connect", "http_status", "content_type", "too_large", "truncated", "parse", "internal",
 )
 """Closed set of reasons for kvoffload_scrape_errors_total; never free text in labels."""
 

@@ -46,16 +46,25 @@ class TargetPoller:
         now = self.clock()
         version = self.view.version
         try:
-            if version is None or now - self._version_checked > 300:  # /version can change on upgrade
-                version = await fetch_version(session, self.cfg.url, self.config.timeout) or version
-                self._version_checked = now
-            text = await fetch_metrics(session, self.cfg.url, self.config.timeout, self.config.max_body_bytes)
             try:
-                snapshot = normalise(text)
-            except ParseError as e:
-                raise ScrapeError("parse", str(e)) from e
-            if not snapshot.families:
-                raise ScrapeError("parse", "no vllm: metrics in the body")
+                if version is None or now - self._version_checked > 300:  # /version can change on upgrade
+                    version = await fetch_version(session, self.cfg.url, self.config.timeout) or version
+                    self._version_checked = now
+                text = await fetch_metrics(session, self.cfg.url, self.config.timeout, self.config.max_body_bytes)
+                try:
+                    snapshot = normalise(text)
+                except ParseError as e:
+                    raise ScrapeError("parse", str(e)) from e
+                if not snapshot.families:
+                    raise ScrapeError("parse", "no vllm: metrics in the body")
+                prev = self.history[-1] if self.history else None
+                point = derive.advance(prev, snapshot, now)
+                derived = derive.derive([*self.history, point], now, self.config.window)
+            except ScrapeError:
+                raise
+            except Exception as e:  # a bug must never stop polling or leave `up` stale
+                log.exception("target %s: unexpected error while polling", self.cfg.label)
+                raise ScrapeError("internal", f"{type(e).__name__}: {e}") from e
         except ScrapeError as e:
             self.errors[e.reason] = self.errors.get(e.reason, 0) + 1
             if e.detail != self._last_error_logged:  # log a failure once, not every poll
@@ -69,10 +78,7 @@ class TargetPoller:
         finally:
             self.polls += 1
         self._last_error_logged = None
-        prev = self.history[-1] if self.history else None
-        point = derive.advance(prev, snapshot, now)
         self.history.append(point)
-        derived = derive.derive(self.history, now, self.config.window)
         self.view = TargetView(
             label=self.cfg.label, url=self.cfg.url, up=True, errors=dict(self.errors),
             duration=time.monotonic() - started, body_bytes=len(text), last_success=now,

@@ -170,3 +170,31 @@ async def test_exposition_passes_promtool() -> None:
     finally:
         await client.close()
         await upstream.close()
+
+
+async def test_unexpected_error_marks_target_down_and_polling_continues(monkeypatch: pytest.MonkeyPatch) -> None:
+    import exporter.poller as poller
+
+    real = poller.normalise
+    broken = {"on": False}
+
+    def flaky(text: str):  # type: ignore[no-untyped-def]
+        if broken["on"]:
+            raise RuntimeError("bug")
+        return real(text)
+
+    monkeypatch.setattr(poller, "normalise", flaky)
+    fake = FakeVllm()
+    upstream, client, _ = await _start(fake)
+    try:
+        await _metrics_after_polls(client)
+        broken["on"] = True
+        text = await _metrics_after_polls(client, 2)
+        assert 'kvoffload_up{target="a"} 0.0' in text
+        assert 'kvoffload_scrape_errors_total{target="a",reason="internal"} 0.0' not in text
+        broken["on"] = False
+        text = await _metrics_after_polls(client, 2)
+        assert 'kvoffload_up{target="a"} 1.0' in text  # the poll task survived
+    finally:
+        await client.close()
+        await upstream.close()
