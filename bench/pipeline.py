@@ -19,9 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from exporter import derive  # noqa: E402
-from exporter.collector import TargetView, collect  # noqa: E402
-from exporter.normalise import normalise  # noqa: E402
+from exporter import derive
+from exporter.collector import TargetView, collect
+from exporter.normalise import normalise
 
 CAPTURE = Path(__file__).with_name("A_12_final.prom")
 

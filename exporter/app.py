@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 from aiohttp import web

@@ -7,8 +7,8 @@ A failed source omits its series (never zeros); `kvoffload_up` and the collector
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 from exporter import __version__
 from exporter.catalogue import COLLECTORS, SCRAPE_ERROR_REASONS, STATES

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 DEFAULT_LISTEN = "127.0.0.1:9466"

@@ -8,8 +8,8 @@ inside the window; `interval()` does the same for two snapshots (inspect, canary
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from exporter.model import EngineKey, EngineSignals, Histogram, Snapshot
 
@@ -216,5 +216,14 @@ def interval(before: Snapshot | None, after: Snapshot) -> dict[EngineKey, Engine
     return {key: compare(p0 if before is not None else None, p1, key) for key in p1.totals}
 
 
-__all__ = ["advance", "compare", "derive", "interval", "evidence_state", "histogram_quantile",
-           "Point", "Totals", "EngineDerived"]
+__all__ = [
+    "EngineDerived",
+    "Point",
+    "Totals",
+    "advance",
+    "compare",
+    "derive",
+    "evidence_state",
+    "histogram_quantile",
+    "interval",
+]

@@ -10,8 +10,9 @@ are reported by canonical name: `vllm_` (OpenMetrics-escaped) becomes `vllm:`, a
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 Labels = tuple[tuple[str, str], ...]
 

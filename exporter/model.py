@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 EngineKey = tuple[str, str]
 """(model_name, engine): KV caches are per engine, so every signal is kept per engine."""

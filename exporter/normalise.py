@@ -10,8 +10,8 @@ counters and histograms, max for advisory gauges. Unknown families are ignored.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Callable
 
 from exporter.exposition import Labels, ParseError, parse_labels, read, selector
 from exporter.model import OFFLOAD_SIGNALS, EngineSignals, Histogram, Snapshot
@@ -105,7 +105,7 @@ def _finite(v: float, what: str) -> float:
 
 
 class _Hist:
-    __slots__ = ("buckets", "sum", "count")
+    __slots__ = ("buckets", "count", "sum")
 
     def __init__(self) -> None:
         self.buckets: dict[float, float] = {}

@@ -10,8 +10,9 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from contextlib import suppress
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 
@@ -165,7 +166,7 @@ class Exporter:
         if self.config.gpu_enabled:
             self._tasks.append(asyncio.create_task(self._gpu_loop()))
 
-    def add_task(self, coro: "asyncio.Future[None] | asyncio.Task[None]") -> None:
+    def add_task(self, coro: asyncio.Future[None] | asyncio.Task[None]) -> None:
         self._tasks.append(asyncio.ensure_future(coro))
 
     async def stop(self) -> None:

@@ -9,11 +9,10 @@ import subprocess
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from conftest import fixture_text
 
 from exporter.app import EXPORTER, make_app
 from exporter.config import Config, TargetConfig
-
-from conftest import fixture_text
 
 GOOD = fixture_text("h200-0.6b/A_12_final.prom")
 

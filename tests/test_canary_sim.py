@@ -43,7 +43,7 @@ class Sim:
 
             eng.submit = submit  # type: ignore[method-assign]
 
-    async def __aenter__(self) -> Sim:  # noqa: PYI034 (plain class, never subclassed)
+    async def __aenter__(self) -> Sim:
         self.runner, self.url = await start(self.sim)
         return self
 

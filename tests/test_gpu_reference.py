@@ -13,12 +13,11 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import offload_bytes_oracle
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.commands.inspect import report as interval_report
 from exporter.normalise import normalise
-
-from conftest import offload_bytes_oracle
 
 REF = Path(__file__).resolve().parents[1] / "docs" / "gpu-reference"
 MODELS = Path(__file__).resolve().parents[1] / "bench" / "gpu"

@@ -7,11 +7,10 @@ import subprocess
 import sys
 
 import pytest
+from conftest import FIXTURES
 
 from exporter import __version__
 from exporter.cli import main
-
-from conftest import FIXTURES
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, offload_bytes_oracle
 
 from exporter.derive import interval
 from exporter.normalise import normalise
-
-from conftest import FIXTURES, offload_bytes_oracle
 
 CHAINS = ("h200-0.6b", "h200-32b")
 

@@ -48,7 +48,7 @@ def test_prompt_lengths_fit_the_model() -> None:
     spec = TrafficSpec(rate=100, count=500, prefix_tokens=6000, prefix_sigma=1.0, max_prompt_tokens=4096,
                        max_tokens=16)
     for r in arrivals(spec):
-        assert 1 <= len(r.prompt) and len(r.prompt) + r.max_tokens <= 4096
+        assert len(r.prompt) >= 1 and len(r.prompt) + r.max_tokens <= 4096
 
 
 def test_loopback_only() -> None:

@@ -193,7 +193,7 @@ def test_catalogue_conventions() -> None:
     for name, m in CATALOGUE.items():
         assert name.startswith("kvoffload_") and ":" not in name
         assert name.endswith("_total") == (m.type == "counter"), name
-        assert m.help and m.help[-1] == "." or m.help.endswith(")"), name
+        assert (m.help and m.help[-1] == ".") or m.help.endswith(")"), name
         if m.type == "stateset":
             assert m.labels[-1] in ("state", "verdict")
 

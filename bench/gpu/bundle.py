@@ -182,7 +182,7 @@ def _unpack(name, reader, sha, store, done_dir, what):
     t = time.time()
     try:
         got = _extract_stream(reader, store)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         _log(f"{name}: unpack failed: {e!r}")
         return 7
     if got != sha:

@@ -86,7 +86,7 @@ def sh(cmd, timeout=30):
     try:
         p = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=timeout, check=False)
         return (p.stdout + p.stderr).strip()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return repr(e)
 
 
@@ -105,7 +105,7 @@ def http_req(port, path, method="GET", body=None, timeout=10, host="127.0.0.1"):
 def try_get(port, path, timeout=10, host="127.0.0.1"):
     try:
         return http_req(port, path, timeout=timeout, host=host)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return None, repr(e)
 
 
@@ -151,7 +151,7 @@ def complete(port, served, tokens, salt=None, timeout=180):
         res["ttft_ms"] = None if ttft is None else round(ttft * 1e3, 3)
         res["ok"] = ttft is not None and "error" not in res
         return res
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         res.update(ok=False, error=repr(e))
         return res
     finally:
@@ -585,7 +585,7 @@ def pack(prefix, servers, exporters, checks):
         for root, _dirs, files in os.walk(WORK):
             for fn in sorted(files):
                 p = os.path.join(root, fn)
-                if p.startswith(os.path.join(WORK, "evidence_")) or fn.startswith("check_") and fn.endswith(".json"):
+                if p.startswith(os.path.join(WORK, "evidence_")) or (fn.startswith("check_") and fn.endswith(".json")):
                     continue
                 if any(p == s.log_path for s in servers):
                     continue  # the .trim copy goes instead

@@ -77,7 +77,7 @@ def prometheus_rule(rule_files: Mapping[str, str]) -> str:
         doc = yaml.safe_load(text)
         if not isinstance(doc, dict) or not isinstance(doc.get("groups"), list):
             # ValueError, not TypeError: `bundle` reports ValueErrors as bad input.
-            raise ValueError(f"{path}: not a Prometheus rule file (no `groups` list)")  # noqa: TRY004
+            raise ValueError(f"{path}: not a Prometheus rule file (no `groups` list)")
         groups.extend(doc["groups"])
     names = [g.get("name") for g in groups]
     dup = sorted({n for n in names if names.count(n) > 1})

@@ -358,7 +358,8 @@ class CanaryEngine:
         comp = await self._send(cycle, phase, "probe", role, prompt, None if fresh_salt else self.prompts.salt, kv)
         own = len(prompt) + await self._flush(cycle, phase, role)
         after = await self._scrape(role)
-        model = (self.conditions.control if role == CONTROL and self.conditions.control else self.conditions.target).model
+        info = self.conditions.control if role == CONTROL and self.conditions.control else self.conditions.target
+        model = info.model
         d = Deltas.between(before, after, model)
         cls = classify(sz.prefix_tokens, comp.cached_tokens, d, own, self.state.bytes_per_token, sz.tolerance, expect)
         rec = PhaseRecord(

@@ -20,8 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--selector", action="append", default=[], metavar="LABEL=VALUE",
                    help="label matcher added to every PromQL selector, e.g. job=vllm-sidecar "
                         "(also !=, =~, !~; repeatable)")
-    p.add_argument("--runbook-url", metavar="URL", help="where you host alerts/runbook.md, for each alert's runbook_url (default: the "
-                        "relative path alerts/runbook.md, not a link)")
+    p.add_argument("--runbook-url", metavar="URL",
+                   help="where you host alerts/runbook.md, for each alert's runbook_url "
+                        "(default: the relative path alerts/runbook.md, not a link)")
     p.add_argument("--grafana-datasource-uid", metavar="UID",
                    help="Prometheus datasource uid for Grafana-managed alerts (default 'prometheus')")
     p.add_argument("--check", action="store_true",

@@ -55,9 +55,10 @@ def status_lines(exporter: Any, sim: Simulator, elapsed: float) -> list[str]:
     for target in exporter.targets:
         view = target.view
         if not view.up:
-            lines.append(f"[{elapsed:4.0f}s] {view.label}: exporter sees it down ({view.last_error or 'not polled yet'})")
+            why = view.last_error or "not polled yet"
+            lines.append(f"[{elapsed:4.0f}s] {view.label}: exporter sees it down ({why})")
             continue
-        for (model, engine), d in sorted(view.derived.items()):
+        for (_model, engine), d in sorted(view.derived.items()):
             tier = views.get(engine, {})
             p50 = d.ttft_quantiles.get(0.5)
             ratio = "  n/a" if d.load_store_ratio is None else f"{d.load_store_ratio:5.2f}"

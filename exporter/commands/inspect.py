@@ -41,13 +41,13 @@ def _load(path: str) -> Snapshot:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as e:
-        raise SystemExit(f"kvoffload-exporter inspect: cannot read {path}: {e.strerror}")
+        raise SystemExit(f"kvoffload-exporter inspect: cannot read {path}: {e.strerror}") from None
     except UnicodeDecodeError:
-        raise SystemExit(f"kvoffload-exporter inspect: {path} is not UTF-8 text")
+        raise SystemExit(f"kvoffload-exporter inspect: {path} is not UTF-8 text") from None
     try:
         snap = normalise(text)
     except ParseError as e:
-        raise SystemExit(f"kvoffload-exporter inspect: {path}: {e}")
+        raise SystemExit(f"kvoffload-exporter inspect: {path}: {e}") from None
     if not snap.families:
         raise SystemExit(f"kvoffload-exporter inspect: {path} contains no vllm: metrics")
     return snap

@@ -103,4 +103,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["register", "run", "config_from_args", "add_exporter_arguments", "TargetConfig"]
+__all__ = ["TargetConfig", "add_exporter_arguments", "config_from_args", "register", "run"]

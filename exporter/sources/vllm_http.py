@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import aiohttp
@@ -51,7 +50,7 @@ async def fetch_metrics(session: aiohttp.ClientSession, base_url: str, timeout: 
             body = await _read_capped(resp, max_bytes)
     except ScrapeError:
         raise
-    except (asyncio.TimeoutError, TimeoutError) as e:  # aiohttp raises the builtin on total timeout
+    except TimeoutError as e:  # aiohttp raises the builtin on total timeout
         raise ScrapeError("timeout", f"no complete answer within {timeout}s") from e
     except aiohttp.ClientPayloadError as e:
         raise ScrapeError("truncated", str(e)) from e
@@ -76,5 +75,5 @@ async def fetch_version(session: aiohttp.ClientSession, base_url: str, timeout: 
             data = json.loads(await _read_capped(resp, 64 * 1024))
             v = data.get("version") if isinstance(data, dict) else None
             return str(v) if v else None
-    except (aiohttp.ClientError, asyncio.TimeoutError, TimeoutError, ScrapeError, ValueError):
+    except (aiohttp.ClientError, TimeoutError, ScrapeError, ValueError):
         return None

@@ -135,7 +135,7 @@ class VllmServer:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.command(), env=self.env(), stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=_die_with_parent)  # noqa: PLW1509 (prctl only, no locks)
+                                         preexec_fn=_die_with_parent)
         return self
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> Self:

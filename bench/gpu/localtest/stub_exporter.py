@@ -28,7 +28,7 @@ def cmd_serve(a):
                             async with s.get(u + "/metrics") as r:
                                 await r.text()
                                 state[u]["up"] = int(r.status == 200)
-                        except Exception:  # noqa: BLE001
+                        except Exception:
                             state[u]["up"] = 0
                         state[u]["n"] += 1
                     await asyncio.sleep(a.poll_interval)
