@@ -31,6 +31,7 @@ Environment (device_step.sh sets the first four):
   KVO_COMPILE_JOBS (0 = all cores), KVO_COMPILEALL (1)
   MOCK=1                      local test: localtest/mock_vllm.py instead of vLLM, no nvidia-smi
 """
+import contextlib
 import http.client
 import json
 import os
@@ -608,6 +609,39 @@ def final_scrapes(prefix, servers, exp, exp_name, vllm_dir=None):
             log(f"vLLM {s.tag} final /metrics saved: {ok}")
 
 
+def serve_with_canary(target, control, tag, seconds):
+    """`serve --canary` (pressure, control target) against the connector server for `seconds`, after the
+    check: the exporter's own canary series (TTFT per path, delta TTFT, verdict) on real vLLM."""
+    listen = "127.0.0.1:9401"
+    argv = exporter_argv(os.environ.get("KVO_SERVE_CANARY_ARGS") or
+                         "serve --target {target} --listen {listen} --poll-interval 1 --canary "
+                         "--canary-allow-pressure --canary-control-target {control} --canary-interval 1s "
+                         "--canary-budget-tokens-per-hour 50000000 --canary-secret-file {secret}", "serve",
+                         target=target, control=control, listen=listen,
+                         secret=os.path.join(WORK, f"canary_secret_{tag}"))
+    log(f"exporter serve --canary [{tag}] for {seconds:.0f}s:", shlex.join(argv))
+    SUMMARY.setdefault("exporter", {})[f"serve_canary_{tag}"] = shlex.join(argv)
+    log_path = os.path.join(WORK, f"exporter_serve_canary_{tag}.log")
+    with open(log_path, "w") as logf:
+        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, env=exporter_env(), cwd=REPO,
+                                process_group=0)
+        record_pgid(proc.pid)
+        time.sleep(seconds)
+        st, body = try_get(9401, "/metrics", timeout=5, host="127.0.0.1")
+        dest = os.path.join(OUT, f"{tag}_exporter_canary_metrics.txt")
+        if st == 200:
+            write_text(dest, body if isinstance(body, str) else body.decode())
+        log(f"exporter serve --canary [{tag}] /metrics status {st} -> {os.path.basename(dest)}")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    for line in tail(log_path, 15):
+        print("  " + line, flush=True)
+
+
 def serve_check_canary(servers, tag, rounds, check_share=1.0):
     """exporter serve against `servers`, check (first = target, second = control), canary, final scrapes.
     Returns (exporter, check result)."""
@@ -624,6 +658,9 @@ def serve_check_canary(servers, tag, rounds, check_share=1.0):
             exp.scrape_to(os.path.join(WORK, f"exporter_{tag}_after_check.txt"))
     else:
         log(f"no time left for check [{tag}] ({left():.0f}s left)")
+    serve_canary_s = float(os.environ.get("KVO_SERVE_CANARY_S", "0"))
+    if serve_canary_s > 0 and len(urls) > 1 and left() > RESERVE_S + serve_canary_s + 20:
+        serve_with_canary(urls[0], urls[1], tag, serve_canary_s)
     if os.environ.get("KVO_CANARY", "1") == "1" and left() > RESERVE_S + 25 * len(servers):
         SUMMARY.setdefault("canary", {})[tag] = {
             s.tag: canary(s, s.tag, os.path.join(WORK, f"canary_{tag}")) for s in servers}
