@@ -58,6 +58,7 @@ def _fix_panel(p: dict[str, Any], steps: dict[int, list[tuple[str, float | None]
         p.pop("maxDataPoints", None)
         p.pop("description", None)
         p.pop("links", None)
+        p.pop("transparent", None)  # not a row property (grafanalib leftover)
         p.setdefault("collapsed", False)
         p["panels"] = []
         return p
@@ -79,6 +80,10 @@ def _fix_panel(p: dict[str, Any], steps: dict[int, list[tuple[str, float | None]
         opts["showThresholdLabels"] = fc.pop("showThresholdLabels", False)
         opts["showThresholdMarkers"] = fc.pop("showThresholdMarkers", True)
         opts.setdefault("orientation", "auto")
+        # Grafana's gauge defaults, written out: its panel schema lists them as required.
+        opts.setdefault("sizing", "auto")
+        opts.setdefault("minVizWidth", 75)
+        opts.setdefault("minVizHeight", 75)
         d.pop("override", None)
         d.pop("title", None)
         d.pop("links", None)
@@ -89,10 +94,15 @@ def _fix_panel(p: dict[str, Any], steps: dict[int, list[tuple[str, float | None]
         opts = p.setdefault("options", {})
         opts.setdefault("wideLayout", True)
         opts.setdefault("showPercentChange", False)
+        opts.setdefault("percentChangeColorMode", "standard")  # Grafana's default (11.x+; ignored before)
     if p.get("type") == "timeseries":
         p["options"]["legend"]["showLegend"] = p["options"]["legend"].get("displayMode") != "hidden"
     if p.get("type") == "state-timeline":
         p["options"]["legend"]["showLegend"] = True
+    if p.get("type") in ("timeseries", "state-timeline"):
+        # Grafana's defaults for the legend and tooltip options its panel schemas require.
+        p["options"]["legend"].setdefault("calcs", [])
+        p["options"].setdefault("tooltip", {"mode": "single"}).setdefault("sort", "none")
     if not p.get("transformations"):
         p.pop("transformations", None)
     if not p.get("links"):
@@ -103,8 +113,9 @@ def _fix_panel(p: dict[str, Any], steps: dict[int, list[tuple[str, float | None]
 def _fix_variable(v: dict[str, Any]) -> dict[str, Any]:
     for k in _VARIABLE_DROP:
         v.pop(k, None)
+    # No `current`: Grafana then selects the default option; `{}` is not a valid VariableOption (text, value).
+    v.pop("current", None)
     if v.get("type") == "datasource":
-        v["current"] = {}
         v.pop("datasource", None)
         v["options"] = []
         v["query"] = "prometheus"
@@ -114,7 +125,6 @@ def _fix_variable(v: dict[str, Any]) -> dict[str, Any]:
     v["datasource"] = dict(DATASOURCE)
     v["definition"] = q
     v["query"] = {"query": q, "refId": "PrometheusVariableQueryEditor-VariableQuery"}
-    v["current"] = {}
     v["options"] = []
     v.setdefault("regex", "")
     return v
