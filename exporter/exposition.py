@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from functools import lru_cache
 from typing import Any, NamedTuple
 
 Labels = tuple[tuple[str, str], ...]
@@ -30,9 +29,9 @@ _LABEL_RE = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
 
-@lru_cache(maxsize=4096)
 def parse_labels(text: str) -> Labels:
-    """`a="1",b="x"` → (("a","1"),("b","x")). Cached: a target repeats the same label sets every poll."""
+    """`a="1",b="x"` → (("a","1"),("b","x")). Not cached here: callers cache what they derive from it
+    (normalise caches its split of each label text), so one label set is never held twice."""
     out = []
     pos = 0
     n = len(text)

@@ -196,7 +196,7 @@ def _freeze(model: str, engine: str, e: _Engine, generation: str, families: set[
     if generation == "transfer_type":
         counters.update(e.legacy)
     for alias, current in _ALIASES.items():
-        sig = _COUNTERS.get(alias.replace("gpu_", "", 1))
+        sig = _COUNTERS.get(current)
         if sig and current not in families and alias in families and ("alias:" + sig) in counters:
             counters[sig] = counters["alias:" + sig]
     counters = {k: v for k, v in counters.items() if not k.startswith("alias:")}
