@@ -31,8 +31,17 @@ def pipeline(text: str, prev: derive.Point | None, t: float) -> tuple[derive.Poi
     point = derive.advance(prev, snap, t)
     history = [prev, point] if prev else [point]
     derived = derive.derive(history, t, 300.0)
-    view = TargetView(label="vllm", url="http://127.0.0.1:8000", up=True, snapshot=snap, derived=derived,
-                      version="0.26.0", last_success=t, duration=0.001, body_bytes=len(text))
+    view = TargetView(
+        label="vllm",
+        url="http://127.0.0.1:8000",
+        up=True,
+        snapshot=snap,
+        derived=derived,
+        version="0.26.0",
+        last_success=t,
+        duration=0.001,
+        body_bytes=len(text),
+    )
     return point, collect([view], "5m")
 
 

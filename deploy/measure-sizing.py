@@ -60,8 +60,19 @@ def wait_http(url: str, deadline: float) -> None:
 
 def measure(exe: str, targets: list[str], seconds: float, poll: str, window: str, fill: float) -> dict[str, object]:
     port = free_port()
-    cmd = [exe, "serve", "--listen", f"127.0.0.1:{port}", "--poll-interval", poll, "--window", window, "--no-gpu",
-           "--log-level", "WARNING"]
+    cmd = [
+        exe,
+        "serve",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--poll-interval",
+        poll,
+        "--window",
+        window,
+        "--no-gpu",
+        "--log-level",
+        "WARNING",
+    ]
     for t in targets:
         cmd += ["--target", t]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -77,10 +88,17 @@ def measure(exe: str, targets: list[str], seconds: float, poll: str, window: str
             time.sleep(1)
         cpu = (cpu_seconds(proc.pid) - cpu0) / (time.monotonic() - t0)
         st = status(proc.pid)
-        return {"targets": len(targets), "poll_interval": poll, "window": window, "rss_median_mib": round(statistics.median(rss) / 2**20, 1),
-                "rss_max_mib": round(max(rss) / 2**20, 1), "vmhwm_mib": round(st["VmHWM"] / 2**20, 1),
-                "cpu_share_of_one_core": round(cpu, 4), "metrics_bytes": len(body),
-                "metrics_samples": sum(1 for ln in body.splitlines() if ln and not ln.startswith(b"#"))}
+        return {
+            "targets": len(targets),
+            "poll_interval": poll,
+            "window": window,
+            "rss_median_mib": round(statistics.median(rss) / 2**20, 1),
+            "rss_max_mib": round(max(rss) / 2**20, 1),
+            "vmhwm_mib": round(st["VmHWM"] / 2**20, 1),
+            "cpu_share_of_one_core": round(cpu, 4),
+            "metrics_bytes": len(body),
+            "metrics_samples": sum(1 for ln in body.splitlines() if ln and not ln.startswith(b"#")),
+        }
     finally:
         proc.terminate()
         proc.wait(10)
@@ -103,21 +121,46 @@ def main() -> int:
     try:
         for _ in range(n):
             p = free_port()
-            sims.append(subprocess.Popen([exe, "simulate", "--listen", f"127.0.0.1:{p}", "--traffic", str(args.rate),
-                                          "--traffic-duration", duration, "--duration", duration],
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            sims.append(
+                subprocess.Popen(
+                    [
+                        exe,
+                        "simulate",
+                        "--listen",
+                        f"127.0.0.1:{p}",
+                        "--traffic",
+                        str(args.rate),
+                        "--traffic-duration",
+                        duration,
+                        "--duration",
+                        duration,
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
             urls.append(f"http://127.0.0.1:{p}")
         for u in urls:
             wait_http(u + "/metrics", time.monotonic() + 30)
-        results = [measure(exe, urls[:k], args.seconds, args.poll_interval, args.window, args.fill)
-                   for k in args.targets]
+        results = [
+            measure(exe, urls[:k], args.seconds, args.poll_interval, args.window, args.fill) for k in args.targets
+        ]
     finally:
         for s in sims:
             s.terminate()
         for s in sims:
             s.wait(10)
-    print(json.dumps({"python": subprocess.run([os.path.join(args.bin, "python"), "-V"], check=False, capture_output=True,
-                                               text=True).stdout.strip(), "results": results}, indent=2))
+    print(
+        json.dumps(
+            {
+                "python": subprocess.run(
+                    [os.path.join(args.bin, "python"), "-V"], check=False, capture_output=True, text=True
+                ).stdout.strip(),
+                "results": results,
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -32,15 +32,29 @@ async def _index(request: web.Request) -> web.Response:
     for t in exp.targets:
         v = t.view
         states = ", ".join(f"{m}/{e}: {d.state}" for (m, e), d in sorted(v.derived.items())) if v.up else ""
-        rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
-            v.label, v.url, "up" if v.up else f"down ({v.last_error or 'not polled yet'})",
-            v.version or "", v.snapshot.generation if v.snapshot else "", states)) + "</tr>")
-    body = (f"<!doctype html><html><head><title>kvoffload-exporter</title></head><body>"
-            f"<h1>kvoffload-exporter {html.escape(__version__)}</h1>"
-            f"<p><a href='/metrics'>/metrics</a> · <a href='/healthz'>/healthz</a> · window "
-            f"{html.escape(exp.config.window_label)}</p><table border='1' cellpadding='4'>"
-            f"<tr><th>target</th><th>url</th><th>status</th><th>vLLM</th><th>generation</th>"
-            f"<th>state per engine</th></tr>{''.join(rows)}</table></body></html>")
+        rows.append(
+            "<tr>"
+            + "".join(
+                f"<td>{html.escape(str(c))}</td>"
+                for c in (
+                    v.label,
+                    v.url,
+                    "up" if v.up else f"down ({v.last_error or 'not polled yet'})",
+                    v.version or "",
+                    v.snapshot.generation if v.snapshot else "",
+                    states,
+                )
+            )
+            + "</tr>"
+        )
+    body = (
+        f"<!doctype html><html><head><title>kvoffload-exporter</title></head><body>"
+        f"<h1>kvoffload-exporter {html.escape(__version__)}</h1>"
+        f"<p><a href='/metrics'>/metrics</a> · <a href='/healthz'>/healthz</a> · window "
+        f"{html.escape(exp.config.window_label)}</p><table border='1' cellpadding='4'>"
+        f"<tr><th>target</th><th>url</th><th>status</th><th>vLLM</th><th>generation</th>"
+        f"<th>state per engine</th></tr>{''.join(rows)}</table></body></html>"
+    )
     return web.Response(text=body, content_type="text/html")
 
 

@@ -19,8 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # Each module in exporter/commands/ registers one sub-command: new commands need no edit here.
-    mods = [importlib.import_module(f"{commands.__name__}.{m.name}")
-            for m in pkgutil.iter_modules(commands.__path__)]
+    mods = [importlib.import_module(f"{commands.__name__}.{m.name}") for m in pkgutil.iter_modules(commands.__path__)]
     for mod in sorted(mods, key=lambda m: getattr(m, "ORDER", 100)):
         mod.register(sub)
     return parser

@@ -69,7 +69,7 @@ def tier_bytes(e: EngineSignals, configured: float | None) -> float | None:
     if exact is not None:
         return exact
     gib = _label_number(e.cache_config.get("kv_offloading_size"))
-    return gib * 2 ** 30 if gib is not None else configured
+    return gib * 2**30 if gib is not None else configured
 
 
 def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | None, window: str) -> None:
@@ -80,8 +80,11 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
         x.add("kvoffload_prompt_tokens_by_source_total", v, {**lb, "source": source})
     for attr, name in _GAUGE_METRICS.items():
         x.add(name, getattr(e, attr), lb)
-    x.add("kvoffload_offload_tier_bytes", tier_bytes(e, t.tier_bytes) if t.snapshot and
-          t.snapshot.offload_configured else None, lb)
+    x.add(
+        "kvoffload_offload_tier_bytes",
+        tier_bytes(e, t.tier_bytes) if t.snapshot and t.snapshot.offload_configured else None,
+        lb,
+    )
     x.add("kvoffload_gpu_kv_cache_blocks", _label_number(e.cache_config.get("num_gpu_blocks")), lb)
     x.add("kvoffload_gpu_kv_block_size_tokens", _label_number(e.cache_config.get("block_size")), lb)
     if d is None:
@@ -101,15 +104,17 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
 def _target(x: Exposition, t: TargetView, window: str) -> None:
     x.add("kvoffload_up", 1.0 if t.up else 0.0, {"target": t.label})
     for reason in SCRAPE_ERROR_REASONS:  # pre-created so rate() works from the first error
-        x.add("kvoffload_scrape_errors_total", float(t.errors.get(reason, 0)),
-              {"target": t.label, "reason": reason})
+        x.add("kvoffload_scrape_errors_total", float(t.errors.get(reason, 0)), {"target": t.label, "reason": reason})
     x.add("kvoffload_scrape_duration_seconds", t.duration, {"target": t.label})
     x.add("kvoffload_scrape_body_bytes", t.body_bytes, {"target": t.label})
     x.add("kvoffload_last_success_timestamp_seconds", t.last_success, {"target": t.label})
     if not t.up or t.snapshot is None:
         return
-    x.add("kvoffload_target_info", 1.0, {"target": t.label, "vllm_version": t.version or "unknown",
-                                         "generation": t.snapshot.generation})
+    x.add(
+        "kvoffload_target_info",
+        1.0,
+        {"target": t.label, "vllm_version": t.version or "unknown", "generation": t.snapshot.generation},
+    )
     for e in t.snapshot.engines:
         _engine(x, t, e, t.derived.get(e.key), window)
 
@@ -134,20 +139,23 @@ def _gpu(x: Exposition, devices: Sequence[GpuMemory]) -> None:
         x.add("kvoffload_gpu_memory_used_bytes", d.used, lb)
         x.add("kvoffload_gpu_memory_free_bytes", d.free, lb)
         for pid, used in d.processes:
-            x.add("kvoffload_gpu_process_memory_used_bytes", used, {"gpu": d.index, "uuid": d.uuid,
-                                                                   "pid": str(pid)})
+            x.add("kvoffload_gpu_process_memory_used_bytes", used, {"gpu": d.index, "uuid": d.uuid, "pid": str(pid)})
 
 
 Extra = Callable[[Exposition], None]
 
 
-def collect(targets: Sequence[TargetView], window: str, host: HostMemory | None = None,
-            gpu: Sequence[GpuMemory] | None = None, collectors: Mapping[str, tuple[bool, float]] | None = None,
-            extras: Sequence[Extra] = ()) -> str:
+def collect(
+    targets: Sequence[TargetView],
+    window: str,
+    host: HostMemory | None = None,
+    gpu: Sequence[GpuMemory] | None = None,
+    collectors: Mapping[str, tuple[bool, float]] | None = None,
+    extras: Sequence[Extra] = (),
+) -> str:
     """Render the whole exposition. `collectors` maps collector name → (success, duration seconds)."""
     x = Exposition()
-    x.add("kvoffload_exporter_build_info", 1.0, {"version": __version__,
-                                                 "python": platform.python_version()})
+    x.add("kvoffload_exporter_build_info", 1.0, {"version": __version__, "python": platform.python_version()})
     for name in COLLECTORS:
         if collectors and name in collectors:
             ok, dur = collectors[name]

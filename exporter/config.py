@@ -146,9 +146,14 @@ def _target(raw: Any, where: str, errors: list[str]) -> TargetConfig | None:
     if tb is not None and (isinstance(tb, bool) or not isinstance(tb, (int, float)) or tb <= 0):
         errors.append(f"{where}: tier_bytes must be a positive number")
     try:
-        return TargetConfig(url=str(raw.get("url", "")).rstrip("/"), name=str(raw.get("name") or ""),
-                            pid=raw.get("pid"), pidfile=raw.get("pidfile"), port=raw.get("port"),
-                            tier_bytes=float(tb) if isinstance(tb, (int, float)) else None)
+        return TargetConfig(
+            url=str(raw.get("url", "")).rstrip("/"),
+            name=str(raw.get("name") or ""),
+            pid=raw.get("pid"),
+            pidfile=raw.get("pidfile"),
+            port=raw.get("port"),
+            tier_bytes=float(tb) if isinstance(tb, (int, float)) else None,
+        )
     except (TypeError, ValueError) as e:
         errors.append(f"{where}: {e}")
         return None
@@ -190,9 +195,13 @@ def from_mapping(raw: Any, base: Config | None = None) -> Config:
             errors.append("max_body_bytes: must be an integer >= 1024")
         else:
             changes["max_body_bytes"] = v
-    for section, keys in (("host", {"enabled": "host_enabled", "proc_root": "proc_root",
-                                    "cgroup_root": "cgroup_root", "cgroup": "cgroup"}),
-                          ("gpu", {"enabled": "gpu_enabled"})):
+    for section, keys in (
+        (
+            "host",
+            {"enabled": "host_enabled", "proc_root": "proc_root", "cgroup_root": "cgroup_root", "cgroup": "cgroup"},
+        ),
+        ("gpu", {"enabled": "gpu_enabled"}),
+    ):
         sec = raw.get(section)
         if sec is None:
             continue

@@ -67,8 +67,9 @@ def _reset(prev: EngineSignals, cur: EngineSignals) -> bool:
     return False
 
 
-def _accumulate(prev_tot: Mapping[str, float], prev_raw: Mapping[str, float], raw: Mapping[str, float],
-                reset: bool) -> dict[str, float]:
+def _accumulate(
+    prev_tot: Mapping[str, float], prev_raw: Mapping[str, float], raw: Mapping[str, float], reset: bool
+) -> dict[str, float]:
     out = {}
     for k, v in raw.items():
         if k in prev_tot and k in prev_raw:
@@ -78,8 +79,9 @@ def _accumulate(prev_tot: Mapping[str, float], prev_raw: Mapping[str, float], ra
     return out
 
 
-def _ttft_totals(prev: Totals | None, p: Histogram | None, c: Histogram | None,
-                 reset: bool) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def _ttft_totals(
+    prev: Totals | None, p: Histogram | None, c: Histogram | None, reset: bool
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
     if c is None:
         return (), ()
     if prev is None or p is None or prev.ttft_bounds != c.bounds or len(p.counts) != len(c.counts):
@@ -95,8 +97,9 @@ def advance(prev: Point | None, snapshot: Snapshot, t: float) -> Point:
         p_sig = prev.snapshot.engine(e.key) if prev else None
         p_tot = prev.totals.get(e.key) if prev else None
         if p_sig is None or p_tot is None:
-            totals[e.key] = Totals(dict(e.counters), dict(e.prompt_tokens_by_source),
-                                   *(_ttft_totals(None, None, e.ttft, False)))
+            totals[e.key] = Totals(
+                dict(e.counters), dict(e.prompt_tokens_by_source), *(_ttft_totals(None, None, e.ttft, False))
+            )
             continue
         reset = _reset(p_sig, e)
         totals[e.key] = Totals(
@@ -140,8 +143,11 @@ def evidence_state(configured: bool, deltas: Mapping[str, float], by_source: Map
         return "hit"
     if deltas.get("offload_store_bytes", 0.0) <= 0:
         return "idle"
-    reuse = (deltas.get("gpu_prefix_hits", 0.0) > 0 or deltas.get("external_prefix_hits", 0.0) > 0
-             or any(by_source.get(s, 0.0) > 0 for s in REUSE_SOURCES))
+    reuse = (
+        deltas.get("gpu_prefix_hits", 0.0) > 0
+        or deltas.get("external_prefix_hits", 0.0) > 0
+        or any(by_source.get(s, 0.0) > 0 for s in REUSE_SOURCES)
+    )
     return "store_without_load" if reuse else "storing"
 
 

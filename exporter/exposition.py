@@ -81,7 +81,7 @@ def selector(families: tuple[str, ...], histograms: frozenset[str]) -> Selector:
                 names[base] = names[base + "_total"] = (fam, "")
     # TYPE lines of the same families share the per-line key: "# TYPE vllm:prefix_cache_..."[5:17].
     type_keys = {f"E {pre}{f[5:]}"[:KEY] for f in families for pre in ("vllm:", "vllm_")}
-    return Selector(frozenset(f[5:5 + KEY] for f in families) | type_keys, names)
+    return Selector(frozenset(f[5 : 5 + KEY] for f in families) | type_keys, names)
 
 
 def read(text: str, sel: Selector, labels_of: Callable[[str], Any] = parse_labels) -> tuple[list[Sample], set[str]]:
@@ -97,7 +97,7 @@ def read(text: str, sel: Selector, labels_of: Callable[[str], Any] = parse_label
     keys, names = sel
     for line in text.split("\n"):
         # One slice + set lookup per line: the cheapest filter that drops most unwanted families.
-        if line[5:5 + KEY] not in keys:
+        if line[5 : 5 + KEY] not in keys:
             continue
         if line[0] == "#":
             if line.startswith("# TYPE "):
@@ -113,8 +113,8 @@ def read(text: str, sel: Selector, labels_of: Callable[[str], Any] = parse_label
             close = line.rfind("}")
             if close < brace:
                 raise ParseError(f"unterminated label set: {line[:120]!r}")
-            labels = labels_of(line[brace + 1:close])
-            rest = line[close + 1:]
+            labels = labels_of(line[brace + 1 : close])
+            rest = line[close + 1 :]
         else:
             raw_name, _, rest = line.partition(" ")
             target = names.get(raw_name)

@@ -11,9 +11,18 @@ EngineKey = tuple[str, str]
 GENERATIONS = ("flat", "transfer_type", "none")
 
 COUNTER_SIGNALS = (
-    "offload_load_bytes", "offload_store_bytes", "offload_load_seconds", "offload_store_seconds",
-    "offload_loads", "offload_stores", "offload_allocation_failures", "offload_stores_skipped",
-    "gpu_prefix_queries", "gpu_prefix_hits", "external_prefix_queries", "external_prefix_hits",
+    "offload_load_bytes",
+    "offload_store_bytes",
+    "offload_load_seconds",
+    "offload_store_seconds",
+    "offload_loads",
+    "offload_stores",
+    "offload_allocation_failures",
+    "offload_stores_skipped",
+    "gpu_prefix_queries",
+    "gpu_prefix_hits",
+    "external_prefix_queries",
+    "external_prefix_hits",
     "prompt_tokens",
 )
 """Cumulative counters kept as floats; `None` means the family was absent from the scrape."""

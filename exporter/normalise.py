@@ -57,8 +57,23 @@ _CACHE_INFO = "vllm:cache_config_info"
 _OFFLOAD_INFO = "vllm:kv_offload_config_info"
 
 HISTOGRAMS = frozenset({_TTFT, _LEGACY_SIZE, *_FLAT_SIZE})
-FAMILIES = tuple(sorted({*_FLAT, *_FLAT_SIZE, *_LEGACY, _LEGACY_SIZE, *_COUNTERS, *_ALIASES, *_GAUGES,
-                         _TTFT, _BY_SOURCE, _CACHE_INFO, _OFFLOAD_INFO}))
+FAMILIES = tuple(
+    sorted(
+        {
+            *_FLAT,
+            *_FLAT_SIZE,
+            *_LEGACY,
+            _LEGACY_SIZE,
+            *_COUNTERS,
+            *_ALIASES,
+            *_GAUGES,
+            _TTFT,
+            _BY_SOURCE,
+            _CACHE_INFO,
+            _OFFLOAD_INFO,
+        }
+    )
+)
 _FAMILY_SET = frozenset(FAMILIES)
 _SELECTOR = selector(FAMILIES, HISTOGRAMS)
 _OFFLOAD_FAMILY_PREFIX = "vllm:kv_offload_"
@@ -179,19 +194,18 @@ def normalise(text: str) -> Snapshot:
         if handler is not None:
             handler(e, fam, sfx, value, rest, le)
 
-    generation = ("flat" if families & _GEN_FLAT else
-                  "transfer_type" if families & _GEN_LEGACY else "none")
+    generation = "flat" if families & _GEN_FLAT else "transfer_type" if families & _GEN_LEGACY else "none"
     out = []
     for (model, engine), e in sorted(engines.items()):
         if not model and not engine:
             continue
         out.append(_freeze(model, engine, e, generation, families, engine_only.get(engine, {})))
-    return Snapshot(generation=generation, engines=tuple(out), families=frozenset(families),
-                    multiprocess=multiprocess)
+    return Snapshot(generation=generation, engines=tuple(out), families=frozenset(families), multiprocess=multiprocess)
 
 
-def _freeze(model: str, engine: str, e: _Engine, generation: str, families: set[str],
-            engine_info: dict[str, str]) -> EngineSignals:
+def _freeze(
+    model: str, engine: str, e: _Engine, generation: str, families: set[str], engine_info: dict[str, str]
+) -> EngineSignals:
     counters = dict(e.counters)
     if generation == "transfer_type":
         counters.update(e.legacy)

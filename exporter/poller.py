@@ -72,18 +72,34 @@ class TargetPoller:
                 log.warning("target %s: %s", self.cfg.label, e)
                 self._last_error_logged = e.detail
             self.view = TargetView(
-                label=self.cfg.label, url=self.cfg.url, up=False, errors=dict(self.errors),
-                duration=time.monotonic() - started, last_success=self.view.last_success,
-                version=version, tier_bytes=self.cfg.tier_bytes, last_error=e.reason)
+                label=self.cfg.label,
+                url=self.cfg.url,
+                up=False,
+                errors=dict(self.errors),
+                duration=time.monotonic() - started,
+                last_success=self.view.last_success,
+                version=version,
+                tier_bytes=self.cfg.tier_bytes,
+                last_error=e.reason,
+            )
             return
         finally:
             self.polls += 1
         self._last_error_logged = None
         self.history.append(point)
         self.view = TargetView(
-            label=self.cfg.label, url=self.cfg.url, up=True, errors=dict(self.errors),
-            duration=time.monotonic() - started, body_bytes=len(text), last_success=now,
-            version=version, snapshot=snapshot, derived=derived, tier_bytes=self.cfg.tier_bytes)
+            label=self.cfg.label,
+            url=self.cfg.url,
+            up=True,
+            errors=dict(self.errors),
+            duration=time.monotonic() - started,
+            body_bytes=len(text),
+            last_success=now,
+            version=version,
+            snapshot=snapshot,
+            derived=derived,
+            tier_bytes=self.cfg.tier_bytes,
+        )
 
 
 class Exporter:
@@ -106,8 +122,9 @@ class Exporter:
         vllm_ok = all(t.view.up for t in self.targets) if self.targets else True
         durs = [t.view.duration or 0.0 for t in self.targets]
         self.collectors["vllm"] = (vllm_ok, max(durs, default=0.0))
-        self.body = collect([t.view for t in self.targets], self.config.window_label, self.host, self.gpu,
-                            self.collectors, self.extras).encode()
+        self.body = collect(
+            [t.view for t in self.targets], self.config.window_label, self.host, self.gpu, self.collectors, self.extras
+        ).encode()
 
     async def _target_loop(self, poller: TargetPoller, session: aiohttp.ClientSession) -> None:
         while True:
@@ -117,8 +134,7 @@ class Exporter:
             await asyncio.sleep(max(0.0, self.config.poll_interval - (time.monotonic() - started)))
 
     def _read_host(self) -> HostMemory:
-        pids = [(t.cfg.label, host_source.pids_for(t.cfg.pid, t.cfg.pidfile, t.cfg.local_port))
-                for t in self.targets]
+        pids = [(t.cfg.label, host_source.pids_for(t.cfg.pid, t.cfg.pidfile, t.cfg.local_port)) for t in self.targets]
         return host_source.read_host(self.config.proc_root, self.config.cgroup_root, pids, self.config.cgroup)
 
     async def _host_loop(self) -> None:

@@ -34,9 +34,14 @@ PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")
 
 REQUIRED_ALERTS = {
-    "KVOffloadStoreWithoutLoad", "KVOffloadSlowerThanRecompute", "KVOffloadTTFTRegression",
-    "KVOffloadMetricsAbsent", "KVOffloadExporterTargetDown", "KVOffloadHostMemoryHeadroomLow",
-    "KVOffloadAllocationFailures", "KVOffloadCanaryFailing",
+    "KVOffloadStoreWithoutLoad",
+    "KVOffloadSlowerThanRecompute",
+    "KVOffloadTTFTRegression",
+    "KVOffloadMetricsAbsent",
+    "KVOffloadExporterTargetDown",
+    "KVOffloadHostMemoryHeadroomLow",
+    "KVOffloadAllocationFailures",
+    "KVOffloadCanaryFailing",
 }
 
 
@@ -51,9 +56,12 @@ def _alerts(doc: dict) -> list[dict]:
 
 def test_committed_alert_files_are_current():
     files = {k: v for k, v in render_bundle().items() if k.startswith("alerts/")}
-    assert set(files) == {"alerts/kvoffload.rules.yaml", GRAFANA_RULES,
-                          "alerts/grafana/contact-points.example.yaml",
-                          "alerts/grafana/notification-policies.example.yaml"}
+    assert set(files) == {
+        "alerts/kvoffload.rules.yaml",
+        GRAFANA_RULES,
+        "alerts/grafana/contact-points.example.yaml",
+        "alerts/grafana/notification-policies.example.yaml",
+    }
     stale = [p for p, text in files.items() if not (ROOT / p).exists() or (ROOT / p).read_text() != text]
     assert not stale, f"regenerate with `kvoffload-exporter bundle --out .`: {stale}"
 
@@ -62,7 +70,9 @@ def test_every_alert_is_complete():
     doc = yaml.safe_load(RULES.read_text())
     alerts = _alerts(doc)
     assert {a["alert"] for a in alerts} >= REQUIRED_ALERTS
-    anchors = {re.sub(r"[^a-z0-9-]", "", h.lower()) for h in re.findall(r"^## (.+)$", RUNBOOK.read_text(), re.MULTILINE)}
+    anchors = {
+        re.sub(r"[^a-z0-9-]", "", h.lower()) for h in re.findall(r"^## (.+)$", RUNBOOK.read_text(), re.MULTILINE)
+    }
     for a in alerts:
         assert re.fullmatch(r"\d+[smhd]", a["for"]), a
         assert a["labels"]["severity"] in ("warning", "critical")
@@ -92,7 +102,7 @@ def test_counters_are_only_read_through_increase_or_rate():
     for a in alerts:
         for c in counters:
             for m in re.finditer(rf"{c}\b", a.expr):
-                before = a.expr[:m.start()]
+                before = a.expr[: m.start()]
                 assert re.search(r"(increase|rate)\($", before), (a.alert, c)
 
 
@@ -143,7 +153,7 @@ def test_promtool_tests_name_a_positive_and_a_negative_case_per_alert():
 def _run_tests_against(tmp_path: Path, rules_text: str, only: str = "") -> subprocess.CompletedProcess[str]:
     """Run the committed promtool cases (those whose name contains `only`) against other rules."""
     (tmp_path / "kvoffload.rules.yaml").write_text(rules_text)
-    tests = (tmp_path / "tests")
+    tests = tmp_path / "tests"
     tests.mkdir(exist_ok=True)
     doc = yaml.safe_load(PROMTOOL_TESTS.read_text())
     doc["tests"] = [t for t in doc["tests"] if only in t["name"]]
@@ -169,10 +179,27 @@ def test_promtool_tests_catch_a_broken_rule(tmp_path):
 def test_grafana_inlined_expressions_behave_like_the_prometheus_rules(tmp_path):
     """The Grafana copy inlines the recording rules: run the same promtool cases against it."""
     _, alerts = build(inline=True)
-    doc = {"groups": [{"name": "inlined", "rules": [
-        {"alert": a.alert, "expr": a.expr, "for": a.for_, "labels": {"severity": a.severity},
-         "annotations": {"summary": a.summary, "description": a.description,
-                         "runbook_url": a.runbook_url(DEFAULT.runbook_url)}} for a in alerts]}]}
+    doc = {
+        "groups": [
+            {
+                "name": "inlined",
+                "rules": [
+                    {
+                        "alert": a.alert,
+                        "expr": a.expr,
+                        "for": a.for_,
+                        "labels": {"severity": a.severity},
+                        "annotations": {
+                            "summary": a.summary,
+                            "description": a.description,
+                            "runbook_url": a.runbook_url(DEFAULT.runbook_url),
+                        },
+                    }
+                    for a in alerts
+                ],
+            }
+        ]
+    }
     res = _run_tests_against(tmp_path, dump_yaml(doc))
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -185,8 +212,17 @@ def test_grafana_provisioning_shape():
     assert group["orgId"] == 1 and group["name"] and group["folder"] and re.fullmatch(r"\d+[sm]", group["interval"])
     uids = set()
     for r in group["rules"]:
-        assert set(r) >= {"uid", "title", "condition", "data", "noDataState", "execErrState", "for", "labels",
-                          "annotations"}
+        assert set(r) >= {
+            "uid",
+            "title",
+            "condition",
+            "data",
+            "noDataState",
+            "execErrState",
+            "for",
+            "labels",
+            "annotations",
+        }
         assert "grafana_alert" not in r
         assert r["title"] in prom
         assert re.fullmatch(r"[a-z0-9-]{1,40}", r["uid"]) and r["uid"] not in uids

@@ -44,8 +44,9 @@ class FakeVllm:
         if self.mode == "garbage":
             return web.Response(text="hello\n", content_type="text/plain")
         if self.mode == "badvalue":
-            return web.Response(text='vllm:prefix_cache_hits_total{engine="0",model_name="m"} x\n',
-                                content_type="text/plain")
+            return web.Response(
+                text='vllm:prefix_cache_hits_total{engine="0",model_name="m"} x\n', content_type="text/plain"
+            )
         return web.Response(text=self.body, content_type="text/plain")
 
     async def version(self, request: web.Request) -> web.Response:
@@ -62,8 +63,15 @@ async def _start(fake: FakeVllm, **cfg: object) -> tuple[TestServer, TestClient,
     upstream = TestServer(fake.app())
     await upstream.start_server()
     url = f"http://127.0.0.1:{upstream.port}"
-    config = Config(targets=(TargetConfig(url=url, name="a"),), poll_interval=0.05, timeout=0.5,
-                    max_body_bytes=1_000_000, gpu_enabled=False, window=10.0, **cfg)  # type: ignore[arg-type]
+    config = Config(
+        targets=(TargetConfig(url=url, name="a"),),
+        poll_interval=0.05,
+        timeout=0.5,
+        max_body_bytes=1_000_000,
+        gpu_enabled=False,
+        window=10.0,
+        **cfg,
+    )  # type: ignore[arg-type]
     client = TestClient(TestServer(make_app(config)))
     await client.start_server()
     return upstream, client, url
@@ -82,10 +90,19 @@ async def _metrics_after_polls(client: TestClient, polls: int = 3) -> str:
     return await resp.text()
 
 
-@pytest.mark.parametrize("mode,reason", [
-    ("500", "http_status"), ("slow", "timeout"), ("html", "content_type"), ("huge", "too_large"),
-    ("truncated", "truncated"), ("cut", "truncated"), ("garbage", "parse"), ("badvalue", "parse"),
-])
+@pytest.mark.parametrize(
+    "mode,reason",
+    [
+        ("500", "http_status"),
+        ("slow", "timeout"),
+        ("html", "content_type"),
+        ("huge", "too_large"),
+        ("truncated", "truncated"),
+        ("cut", "truncated"),
+        ("garbage", "parse"),
+        ("badvalue", "parse"),
+    ],
+)
 async def test_failures_set_up_zero_with_reason(mode: str, reason: str) -> None:
     fake = FakeVllm()
     upstream, client, _ = await _start(fake)
@@ -96,8 +113,11 @@ async def test_failures_set_up_zero_with_reason(mode: str, reason: str) -> None:
         fake.mode = mode
         text = await _metrics_after_polls(client, 2)
         assert 'kvoffload_up{target="a"} 0.0' in text
-        errors = {line.split("reason=")[1].split('"')[1]: float(line.rsplit(" ", 1)[1])
-                  for line in text.splitlines() if line.startswith("kvoffload_scrape_errors_total{")}
+        errors = {
+            line.split("reason=")[1].split('"')[1]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("kvoffload_scrape_errors_total{")
+        }
         assert errors[reason] >= 1
         assert sum(errors.values()) == errors[reason]
         assert "kvoffload_offload_load_bytes_total" not in text  # a failed source omits its series
@@ -111,8 +131,13 @@ async def test_failures_set_up_zero_with_reason(mode: str, reason: str) -> None:
 
 
 async def test_target_down_and_pages() -> None:
-    config = Config(targets=(TargetConfig(url="http://127.0.0.1:9", name="gone"),), poll_interval=0.05,
-                    timeout=0.5, gpu_enabled=False, window=10.0)
+    config = Config(
+        targets=(TargetConfig(url="http://127.0.0.1:9", name="gone"),),
+        poll_interval=0.05,
+        timeout=0.5,
+        gpu_enabled=False,
+        window=10.0,
+    )
     async with TestClient(TestServer(make_app(config))) as client:
         text = await _metrics_after_polls(client, 2)
         assert 'kvoffload_up{target="gone"} 0.0' in text
@@ -128,8 +153,9 @@ async def test_values_and_version_exported() -> None:
     try:
         text = await _metrics_after_polls(client)
         assert 'kvoffload_target_info{target="a",vllm_version="0.26.0",generation="flat"} 1.0' in text
-        assert ('kvoffload_offload_load_bytes_total{target="a",model_name="Qwen/Qwen3-0.6B",engine="0"} '
-                "14804844544.0") in text
+        assert (
+            'kvoffload_offload_load_bytes_total{target="a",model_name="Qwen/Qwen3-0.6B",engine="0"} 14804844544.0'
+        ) in text
         fake.body = fixture_text("h200-0.6b/B_08_final.prom")
         text = await _metrics_after_polls(client)
         assert 'state="not_configured"} 1.0' in text
@@ -146,8 +172,11 @@ async def test_restart_yields_no_negative_window_values() -> None:
         await _metrics_after_polls(client)
         fake.body = fixture_text("h200-0.6b/A_00_initial.prom")  # counters go back: a restart
         text = await _metrics_after_polls(client, 2)
-        ratios = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                  if line.startswith(("kvoffload_load_store_ratio", "kvoffload_offload_store_bandwidth"))]
+        ratios = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(("kvoffload_load_store_ratio", "kvoffload_offload_store_bandwidth"))
+        ]
         assert all(v >= 0 for v in ratios)
         exp = client.server.app[EXPORTER]
         d = exp.targets[0].view.derived[("Qwen/Qwen3-0.6B", "0")]

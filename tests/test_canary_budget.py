@@ -32,8 +32,8 @@ def test_budget_is_a_sliding_hour() -> None:
 
 def test_unlimited_budget() -> None:
     b = TokenBudget(None, Clock())
-    b.spend(10 ** 9)
-    assert b.remaining() is None and b.can_spend(10 ** 9) and b.seconds_until(5) == 0.0
+    b.spend(10**9)
+    assert b.remaining() is None and b.can_spend(10**9) and b.seconds_until(5) == 0.0
 
 
 def test_backoff_doubles_with_jitter_and_honours_retry_after() -> None:

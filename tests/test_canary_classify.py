@@ -13,8 +13,11 @@ BPT = 114_688  # KV bytes per token of the Qwen3-0.6B shape
 
 
 def _deltas(chain: str, before: str, after: str) -> Deltas:
-    return Deltas.between(normalise(fixture_text(f"{chain}/{before}.prom")),
-                          normalise(fixture_text(f"{chain}/{after}.prom")), "Qwen/Qwen3-0.6B")
+    return Deltas.between(
+        normalise(fixture_text(f"{chain}/{before}.prom")),
+        normalise(fixture_text(f"{chain}/{after}.prom")),
+        "Qwen/Qwen3-0.6B",
+    )
 
 
 # (before, after, expected prefix tokens, cached_tokens from the usage chunk, own tokens, result)
@@ -42,12 +45,20 @@ def test_real_h200_steps(before: str, after: str, expected: int, cached: int, ow
 
 def test_real_h200_steps_without_usage_details() -> None:
     """cached_tokens absent (no --enable-prompt-tokens-details): the counters alone decide."""
-    assert classify(5952, None, _deltas("h200-0.6b", "A_04_after_pressure", "A_05_after_cpu_tier_hit"),
-                    6004, BPT).result == "offload_hit"
-    assert classify(5984, None, _deltas("h200-0.6b", "A_02_after_cold", "A_03_after_gpu_hit"),
-                    6004, BPT).result == "gpu_hit"
-    assert classify(5952, None, _deltas("h200-0.6b", "A_06_after_gpu_hit_again", "A_07_after_salted_cold"),
-                    6004, BPT).result == "miss"
+    assert (
+        classify(5952, None, _deltas("h200-0.6b", "A_04_after_pressure", "A_05_after_cpu_tier_hit"), 6004, BPT).result
+        == "offload_hit"
+    )
+    assert (
+        classify(5984, None, _deltas("h200-0.6b", "A_02_after_cold", "A_03_after_gpu_hit"), 6004, BPT).result
+        == "gpu_hit"
+    )
+    assert (
+        classify(
+            5952, None, _deltas("h200-0.6b", "A_06_after_gpu_hit_again", "A_07_after_salted_cold"), 6004, BPT
+        ).result
+        == "miss"
+    )
 
 
 def test_bytes_per_token_unknown_still_needs_loads_and_external_hits() -> None:
@@ -101,7 +112,7 @@ def test_others_loads_do_not_turn_a_miss_into_a_hit() -> None:
 
 
 def test_offload_hit_with_unrelated_traffic() -> None:
-    d = Deltas(True, load_bytes=P * BPT, store_bytes=10 ** 9, ext_hits=P, gpu_hits=3000, prompt_tokens=P + 8000)
+    d = Deltas(True, load_bytes=P * BPT, store_bytes=10**9, ext_hits=P, gpu_hits=3000, prompt_tokens=P + 8000)
     c = classify(P, P, d, P + 4, BPT, 15)
     assert c.result == "offload_hit" and not c.ambiguous
 

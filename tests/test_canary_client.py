@@ -65,12 +65,23 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     elif mode == 7:  # mid-stream error
         await resp.write(_event({"error": {"message": "engine died"}}))
     else:
-        first = {"choices": [{"index": 0, "text": "", "token_ids": [42],
-                              "prompt_token_ids": list(range(400_000))}]}  # a ~3 MB line
+        first = {
+            "choices": [{"index": 0, "text": "", "token_ids": [42], "prompt_token_ids": list(range(400_000))}]
+        }  # a ~3 MB line
         await resp.write(_event(first))
-        await resp.write(_event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1,
-                                                          "prompt_tokens_details": {"cached_tokens": 2}},
-                                 "metrics": {"queue_time_ms": 1.5}}))
+        await resp.write(
+            _event(
+                {
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": 3,
+                        "completion_tokens": 1,
+                        "prompt_tokens_details": {"cached_tokens": 2},
+                    },
+                    "metrics": {"queue_time_ms": 1.5},
+                }
+            )
+        )
     if mode != 8:  # 8: the stream ends without [DONE]
         await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()
@@ -90,8 +101,9 @@ async def fake(aiohttp_server):  # type: ignore[no-untyped-def]
 async def test_streamed_completion(fake) -> None:  # type: ignore[no-untyped-def]
     server, app = fake
     async with aiohttp.ClientSession() as session:  # default read_bufsize: a 3 MB line must still work
-        c = await CanaryClient(session, ApiKey("sk-x")).complete(str(server.make_url("")).rstrip("/"),
-                                                                  {"prompt": [1, 2, 3]})
+        c = await CanaryClient(session, ApiKey("sk-x")).complete(
+            str(server.make_url("")).rstrip("/"), {"prompt": [1, 2, 3]}
+        )
     assert c.ok, c.detail
     assert c.events == 3
     assert c.ttft_event is not None and c.ttft_token is not None and c.ttft_event < c.ttft_token
@@ -109,8 +121,7 @@ async def test_token_event_inferred_without_token_ids(fake) -> None:  # type: ig
     assert c.ttft_token == c.ttft_event  # the first event that has choices
 
 
-@pytest.mark.parametrize("mode,error", [(429, "http_429"), (500, "http_5xx"), (7, "stream_error"),
-                                        (8, "stream_error")])
+@pytest.mark.parametrize("mode,error", [(429, "http_429"), (500, "http_5xx"), (7, "stream_error"), (8, "stream_error")])
 async def test_failures_are_closed_reasons(fake, mode: int, error: str) -> None:  # type: ignore[no-untyped-def]
     server, _ = fake
     async with aiohttp.ClientSession() as session:

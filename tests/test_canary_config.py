@@ -20,9 +20,18 @@ from exporter.config import Config, ConfigError, TargetConfig
 
 
 def test_valid_mapping() -> None:
-    s = from_mapping({"enabled": True, "strategy": "pressure", "allow_pressure": True, "interval": "2m",
-                      "budget_tokens_per_hour": 50_000, "settle": 0, "control_target": "http://h:8001/",
-                      "id_range": [1000, 5000]})
+    s = from_mapping(
+        {
+            "enabled": True,
+            "strategy": "pressure",
+            "allow_pressure": True,
+            "interval": "2m",
+            "budget_tokens_per_hour": 50_000,
+            "settle": 0,
+            "control_target": "http://h:8001/",
+            "id_range": [1000, 5000],
+        }
+    )
     assert s.effective_strategy == "pressure" and s.interval == 120.0 and s.settle == 0.0
     assert s.control_target == "http://h:8001" and s.id_range == (1000, 5000)
     assert from_mapping({"budget_tokens_per_hour": None}).budget_tokens_per_hour is None
@@ -30,8 +39,17 @@ def test_valid_mapping() -> None:
 
 def test_every_error_is_listed() -> None:
     with pytest.raises(ConfigError) as e:
-        from_mapping({"strategy": "flood", "interval": "soon", "min_samples": 1, "api_key": "sk-123",
-                      "confidence": 2, "control_target": "ftp://x", "flush": "yes"})
+        from_mapping(
+            {
+                "strategy": "flood",
+                "interval": "soon",
+                "min_samples": 1,
+                "api_key": "sk-123",
+                "confidence": 2,
+                "control_target": "ftp://x",
+                "flush": "yes",
+            }
+        )
     text = "\n".join(e.value.errors)
     for needle in ("strategy", "interval", "min_samples", "api_key_file", "confidence", "control_target", "flush"):
         assert needle in text
@@ -53,8 +71,12 @@ def _serve_args(*argv: str) -> argparse.Namespace:
 def test_serve_flags_override_the_config_file() -> None:
     cfg = Config(targets=(TargetConfig("http://a:8000"),), canary={"interval": "10m", "enabled": False})
     assert settings_from_args(_serve_args(), cfg) is None
-    s = settings_from_args(_serve_args("--canary", "--canary-allow-pressure", "--canary-interval", "30s",
-                                       "--canary-budget-tokens-per-hour", "1000"), cfg)
+    s = settings_from_args(
+        _serve_args(
+            "--canary", "--canary-allow-pressure", "--canary-interval", "30s", "--canary-budget-tokens-per-hour", "1000"
+        ),
+        cfg,
+    )
     assert s is not None and s.effective_strategy == "pressure" and s.interval == 30.0
     assert s.budget_tokens_per_hour == 1000
     two = Config(targets=(TargetConfig("http://a:8000"), TargetConfig("http://b:8000")))

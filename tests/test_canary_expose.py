@@ -31,7 +31,9 @@ def _text(states: list[CanaryState]) -> str:
 
 def test_exposition() -> None:
     text = _text([_state()])
-    for name in [n for n in CATALOGUE if n.startswith("kvoffload_canary_") and n != "kvoffload_canary_residency_seconds"]:
+    for name in [
+        n for n in CATALOGUE if n.startswith("kvoffload_canary_") and n != "kvoffload_canary_residency_seconds"
+    ]:
         assert f"# TYPE {name} " in text, name
     assert 'kvoffload_canary_ttft_seconds{target="gpu0",path="offload_hit",quantile="0.5"} 0.062' in text
     assert 'kvoffload_canary_verdict{target="gpu0",verdict="offload_slower"} 1.0' in text
@@ -53,4 +55,4 @@ def test_fresh_state_is_inconclusive_without_ttft_series() -> None:
     text = _text([st])
     assert "kvoffload_canary_ttft_seconds" not in text
     assert 'kvoffload_canary_verdict{target="t",verdict="inconclusive"} 1.0' in text
-    assert 'kvoffload_canary_budget_remaining_tokens' not in text  # set by the engine once it runs
+    assert "kvoffload_canary_budget_remaining_tokens" not in text  # set by the engine once it runs

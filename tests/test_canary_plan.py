@@ -61,12 +61,15 @@ def test_unknown_cache_gives_no_fillers() -> None:
     assert s.filler_count == 0 and s.prefix_tokens == 4096
 
 
-@pytest.mark.parametrize("facts,kw", [
-    (CacheFacts(block_size=16, num_gpu_blocks=640, max_model_len=1024), {}),
-    (H200, {"prefix_tokens": 100}),
-    (H200, {"prefix_tokens": 9000}),
-    (CacheFacts(block_size=16, num_gpu_blocks=100, max_model_len=8192), {"prefix_tokens": 4096}),
-])
+@pytest.mark.parametrize(
+    "facts,kw",
+    [
+        (CacheFacts(block_size=16, num_gpu_blocks=640, max_model_len=1024), {}),
+        (H200, {"prefix_tokens": 100}),
+        (H200, {"prefix_tokens": 9000}),
+        (CacheFacts(block_size=16, num_gpu_blocks=100, max_model_len=8192), {"prefix_tokens": 4096}),
+    ],
+)
 def test_impossible_plans_are_refused(facts: CacheFacts, kw: dict) -> None:
     with pytest.raises(PlanError):
         size(facts, **kw)

@@ -22,11 +22,24 @@ def _value(text: str, series: str) -> float | None:
 async def test_canary_samples_on_metrics(aiohttp_client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     runner, url = await start(Simulator(SimOptions(time_scale=0.2, seed=4)))
     try:
-        settings = from_mapping({"enabled": True, "strategy": "pressure", "allow_pressure": True, "settle": 0.01,
-                                 "interval": 0.2, "budget_tokens_per_hour": 10_000_000,
-                                 "secret_file": str(tmp_path / "secret")})
-        cfg = Config(targets=(TargetConfig(url, name="sim"),), poll_interval=0.5, window=5.0, host_enabled=False,
-                     gpu_enabled=False)
+        settings = from_mapping(
+            {
+                "enabled": True,
+                "strategy": "pressure",
+                "allow_pressure": True,
+                "settle": 0.01,
+                "interval": 0.2,
+                "budget_tokens_per_hour": 10_000_000,
+                "secret_file": str(tmp_path / "secret"),
+            }
+        )
+        cfg = Config(
+            targets=(TargetConfig(url, name="sim"),),
+            poll_interval=0.5,
+            window=5.0,
+            host_enabled=False,
+            gpu_enabled=False,
+        )
         client = await aiohttp_client(make_app(cfg, plugins=(make_plugin(settings),)))
         text = ""
         for _ in range(200):  # bounded wait for two cycles; nothing here asserts on time
@@ -51,10 +64,23 @@ async def test_canary_samples_on_metrics(aiohttp_client, tmp_path: Path) -> None
 
 
 async def test_unreachable_target_counts_error_cycles(aiohttp_client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    settings = from_mapping({"enabled": True, "strategy": "pressure", "allow_pressure": True, "interval": 0.05,
-                             "budget_tokens_per_hour": 1_000_000, "secret_file": str(tmp_path / "secret")})
-    cfg = Config(targets=(TargetConfig("http://127.0.0.1:9", name="gone"),), poll_interval=0.5, window=5.0,
-                 host_enabled=False, gpu_enabled=False)
+    settings = from_mapping(
+        {
+            "enabled": True,
+            "strategy": "pressure",
+            "allow_pressure": True,
+            "interval": 0.05,
+            "budget_tokens_per_hour": 1_000_000,
+            "secret_file": str(tmp_path / "secret"),
+        }
+    )
+    cfg = Config(
+        targets=(TargetConfig("http://127.0.0.1:9", name="gone"),),
+        poll_interval=0.5,
+        window=5.0,
+        host_enabled=False,
+        gpu_enabled=False,
+    )
     client = await aiohttp_client(make_app(cfg, plugins=(make_plugin(settings),)))
     text = ""
     for _ in range(200):  # bounded wait for the first failed preparation

@@ -52,9 +52,17 @@ class Sim:
 
 
 def settings(**kw: Any) -> CanarySettings:
-    base: dict[str, Any] = {"enabled": True, "strategy": "pressure", "allow_pressure": True,
-                            "budget_tokens_per_hour": None, "settle": 0.01, "min_samples": 10, "max_samples": 1000,
-                            "backoff_initial": 0.01, "backoff_max": 0.05}
+    base: dict[str, Any] = {
+        "enabled": True,
+        "strategy": "pressure",
+        "allow_pressure": True,
+        "budget_tokens_per_hour": None,
+        "settle": 0.01,
+        "min_samples": 10,
+        "max_samples": 1000,
+        "backoff_initial": 0.01,
+        "backoff_max": 0.05,
+    }
     base.update(kw)
     return CanarySettings(**base)
 
@@ -65,10 +73,12 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
         yield s
 
 
-def engine(session: aiohttp.ClientSession, url: str, control: str | None = None, client: Any = None,
-           **kw: Any) -> CanaryEngine:
-    return CanaryEngine(url, settings(**kw), client or CanaryClient(session), Prompts(b"s" * 32, "test"),
-                        control_url=control)
+def engine(
+    session: aiohttp.ClientSession, url: str, control: str | None = None, client: Any = None, **kw: Any
+) -> CanaryEngine:
+    return CanaryEngine(
+        url, settings(**kw), client or CanaryClient(session), Prompts(b"s" * 32, "test"), control_url=control
+    )
 
 
 def phases(e: CanaryEngine, cycle: int) -> list[tuple[str, str | None]]:
@@ -84,21 +94,36 @@ def truth_of(plan: Any, prefix: int) -> str:
 
 
 async def test_healthy_tier_on_0_26_every_phase(session: aiohttp.ClientSession) -> None:
-    async with Sim(calibration="h200-qwen3-0.6b", version="0.26.0") as sim, \
-            Sim(calibration="h200-qwen3-0.6b", version="0.26.0", connector=False, seed=12) as ctl:
+    async with (
+        Sim(calibration="h200-qwen3-0.6b", version="0.26.0") as sim,
+        Sim(calibration="h200-qwen3-0.6b", version="0.26.0", connector=False, seed=12) as ctl,
+    ):
         e = engine(session, sim.url, ctl.url)
         cond = await e.prepare()
         assert cond.target.generation == "flat" and ctl.sim.config.connector is False
         assert cond.control is not None and cond.control.generation == "none"
         for _ in range(2):
             await e.run_cycle()
-    assert phases(e, 1) == [("seed", "miss"), ("gpu_revisit", "gpu_hit"), ("seed_b", "miss"), ("displace", None),
-                            ("offload_revisit", "offload_hit"), ("recompute", "offload_hit"), ("cold", "miss"),
-                            ("control_target", "miss")]
+    assert phases(e, 1) == [
+        ("seed", "miss"),
+        ("gpu_revisit", "gpu_hit"),
+        ("seed_b", "miss"),
+        ("displace", None),
+        ("offload_revisit", "offload_hit"),
+        ("recompute", "offload_hit"),
+        ("cold", "miss"),
+        ("control_target", "miss"),
+    ]
     # 0.26 ignores max_load_tokens: seen in the counters, so the control is dropped from cycle 2 on.
     assert e.state.recompute_control == "ignored"
-    assert phases(e, 2) == [("seed", "miss"), ("gpu_revisit", "gpu_hit"), ("displace", None),
-                            ("offload_revisit", "offload_hit"), ("cold", "miss"), ("control_target", "miss")]
+    assert phases(e, 2) == [
+        ("seed", "miss"),
+        ("gpu_revisit", "gpu_hit"),
+        ("displace", None),
+        ("offload_revisit", "offload_hit"),
+        ("cold", "miss"),
+        ("control_target", "miss"),
+    ]
     for c in e.cycles:
         assert c.result == "offload_hit" and c.reason in ("ok", "loaded_but_slower")
         rev = next(p for p in c.phases if p.phase == "offload_revisit")
@@ -132,8 +157,13 @@ async def test_store_without_load(session: aiohttp.ClientSession) -> None:
         for _ in range(3):
             await e.run_cycle()
     for i in (1, 2, 3):
-        assert phases(e, i) == [("seed", "miss"), ("gpu_revisit", "gpu_hit"), ("displace", None),
-                                ("offload_revisit", "miss"), ("cold", "miss")]
+        assert phases(e, i) == [
+            ("seed", "miss"),
+            ("gpu_revisit", "gpu_hit"),
+            ("displace", None),
+            ("offload_revisit", "miss"),
+            ("cold", "miss"),
+        ]
         assert e.cycles[i - 1].reason == "no_load"
         assert e.cycles[i - 1].phases[0].store_bytes > 0
     assert e.state.verdict is not None and e.state.verdict.verdict == "no_offload_hit"
@@ -159,8 +189,16 @@ async def test_classifications_match_the_simulator_under_concurrent_traffic(sess
     async with Sim(calibration="h200-qwen3-0.6b") as sim:
         e = engine(session, sim.url, recompute_control=False)
         sim.record(e.prompts.salt)
-        spec = TrafficSpec(rate=20.0, duration=60.0, groups=4, prefix_tokens=512, tail_tokens=64, max_tokens=2,
-                           max_prompt_tokens=2000, seed=3)
+        spec = TrafficSpec(
+            rate=20.0,
+            duration=60.0,
+            groups=4,
+            prefix_tokens=512,
+            tail_tokens=64,
+            max_tokens=2,
+            max_prompt_tokens=2000,
+            seed=3,
+        )
         traffic = asyncio.create_task(send(sim.url, spec))
         try:
             for _ in range(3):
@@ -176,7 +214,18 @@ async def test_classifications_match_the_simulator_under_concurrent_traffic(sess
     assert len(truth) == len(measured)
     assert sum(p.other_traffic_tokens > 0 for p in measured) >= len(measured) // 2  # traffic really ran
     for t, p in zip(truth, measured):
-        assert p.classification == t, (p.phase, p.classification, t, p.note, p.load_bytes, p.external_hit_tokens, p.gpu_hit_tokens, p.cached_tokens, p.other_traffic_tokens, e.state.bytes_per_token)
+        assert p.classification == t, (
+            p.phase,
+            p.classification,
+            t,
+            p.note,
+            p.load_bytes,
+            p.external_hit_tokens,
+            p.gpu_hit_tokens,
+            p.cached_tokens,
+            p.other_traffic_tokens,
+            e.state.bytes_per_token,
+        )
     assert sum(p.classification == "offload_hit" for p in measured) >= 2
 
 
@@ -193,8 +242,9 @@ async def test_budget_allows_whole_cycles_only(session: aiohttp.ClientSession) -
     assert first is not None and first.reason != "error"
     assert second is None and none is None
     assert tiny.state.tokens_spent == 0 and tiny.requests == []
-    spent = sum((r.usage or {}).get("prompt_tokens", 0) + (r.usage or {}).get("completion_tokens", 0)
-                for r in e.requests)
+    spent = sum(
+        (r.usage or {}).get("prompt_tokens", 0) + (r.usage or {}).get("completion_tokens", 0) for r in e.requests
+    )
     assert e.state.tokens_spent == spent and 0 < spent <= cost
     assert e.state.budget_remaining == cost + 1000 - spent
 
@@ -208,8 +258,9 @@ class FailOnce:
     async def complete(self, url: str, body: dict[str, Any]) -> Completion:
         self.n += 1
         if self.n == self.fail_at:
-            return Completion(status=self.status, error="http_429" if self.status == 429 else "http_5xx",
-                              retry_after=self.retry_after)
+            return Completion(
+                status=self.status, error="http_429" if self.status == 429 else "http_5xx", retry_after=self.retry_after
+            )
         return await self.inner.complete(url, body)
 
     def __getattr__(self, name: str) -> Any:
@@ -232,6 +283,7 @@ async def test_server_error_mid_cycle_then_recovery(session: aiohttp.ClientSessi
 
 async def test_metrics_failure_mid_cycle(session: aiohttp.ClientSession) -> None:
     async with Sim(calibration="h200-qwen3-0.6b") as sim:
+
         def progress(kind: str, obj: Any) -> None:
             if kind == "phase" and obj.phase == "displace" and obj.cycle == 1:
                 sim.sim.update_faults(add=["metrics-500"])
@@ -258,12 +310,22 @@ async def test_wait_strategy_measures_residency(session: aiohttp.ClientSession) 
             if seconds >= 0.4:  # an idle gap of 0.4 "s" is long enough for traffic to evict the prefix
                 for _ in range(3):
                     sent += 1
-                    body = {"prompt": list(range(2000 + sent * 10, 2000 + sent * 10 + 5000)), "max_tokens": 1,
-                            "stream": True, "stream_options": {"include_usage": True}, "cache_salt": f"user{sent}"}
+                    body = {
+                        "prompt": list(range(2000 + sent * 10, 2000 + sent * 10 + 5000)),
+                        "max_tokens": 1,
+                        "stream": True,
+                        "stream_options": {"include_usage": True},
+                        "cache_salt": f"user{sent}",
+                    }
                     assert (await users.complete(sim.url, body)).ok
 
-        e = CanaryEngine(sim.url, settings(strategy="wait", allow_pressure=False, wait_initial=0.1, wait_max=2.0),
-                         CanaryClient(session), Prompts(b"s" * 32, "wait"), sleep=sleep)
+        e = CanaryEngine(
+            sim.url,
+            settings(strategy="wait", allow_pressure=False, wait_initial=0.1, wait_max=2.0),
+            CanaryClient(session),
+            Prompts(b"s" * 32, "wait"),
+            sleep=sleep,
+        )
         rec = await e.run_cycle()
     assert rec is not None and rec.strategy == "wait"
     revisits = [(p.idle_seconds, p.classification) for p in rec.phases if p.phase == "wait_revisit"]
@@ -274,12 +336,17 @@ async def test_wait_strategy_measures_residency(session: aiohttp.ClientSession) 
 
 async def test_wait_strategy_not_displaced(session: aiohttp.ClientSession) -> None:
     async with Sim(calibration="h200-qwen3-0.6b") as sim:
+
         async def sleep(seconds: float) -> None:
             await asyncio.sleep(0)
 
-        e = CanaryEngine(sim.url, settings(strategy="wait", allow_pressure=False, wait_initial=1.0, wait_max=4.0,
-                                           recompute_control=False),
-                         CanaryClient(session), Prompts(b"s" * 32, "idle"), sleep=sleep)
+        e = CanaryEngine(
+            sim.url,
+            settings(strategy="wait", allow_pressure=False, wait_initial=1.0, wait_max=4.0, recompute_control=False),
+            CanaryClient(session),
+            Prompts(b"s" * 32, "idle"),
+            sleep=sleep,
+        )
         rec = await e.run_cycle()
     assert rec is not None and rec.reason == "not_displaced" and rec.result == "gpu_hit"
     assert [p.idle_seconds for p in rec.phases if p.phase == "wait_revisit"] == [1.0, 2.0, 4.0]

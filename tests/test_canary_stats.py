@@ -48,8 +48,9 @@ def test_verdict_offload_slower_like_the_0_6b_run() -> None:
 
 
 def test_verdict_offload_faster_like_the_32b_run() -> None:
-    v = decide({"offload_hit": _noisy(0.088, 10, 1), "recompute": _noisy(0.634, 10, 2),
-                "cold": _noisy(0.649, 20, 3)}, 10)
+    v = decide(
+        {"offload_hit": _noisy(0.088, 10, 1), "recompute": _noisy(0.634, 10, 2), "cold": _noisy(0.649, 20, 3)}, 10
+    )
     assert v.verdict == "offload_faster"
     assert v.control == "recompute"  # preferred over cold when both have enough samples
     assert set(v.estimates) == {"recompute", "cold"}

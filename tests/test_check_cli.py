@@ -25,8 +25,9 @@ async def _run(tmp_path: Path, *argv: str, sim: dict[str, Any] | None = None) ->
     if sim is not None:
         runner, target = await start(Simulator(SimOptions(time_scale=0.2, seed=5, **sim)))
     try:
-        args = build_parser().parse_args(["check", "--target", target, "--settle", "0.01",
-                                          "--secret-file", str(tmp_path / "secret"), *argv])
+        args = build_parser().parse_args(
+            ["check", "--target", target, "--settle", "0.01", "--secret-file", str(tmp_path / "secret"), *argv]
+        )
         out, err = io.StringIO(), io.StringIO()
         code, doc = await run_check(args, stdout=out, stderr=err)
         return code, doc, out.getvalue(), err.getvalue()
@@ -51,8 +52,9 @@ async def test_bad_flags_are_errors_named_by_flag(tmp_path: Path) -> None:
 
 async def test_json_schema_and_evidence_bundle(tmp_path: Path) -> None:
     out = tmp_path / "ev"
-    code, doc, text, err = await _run(tmp_path, "--rounds", "2", "--allow-pressure", "--json",
-                                      str(tmp_path / "c.json"), "--out", str(out), sim={})
+    code, doc, text, err = await _run(
+        tmp_path, "--rounds", "2", "--allow-pressure", "--json", str(tmp_path / "c.json"), "--out", str(out), sim={}
+    )
     assert code == 2 and doc["verdict"] == "inconclusive"  # 2 rounds < 10 samples
     on_disk = json.loads((tmp_path / "c.json").read_text())
     assert on_disk["verdict"] == "inconclusive" and "delta_ttft_seconds" in on_disk
@@ -61,8 +63,17 @@ async def test_json_schema_and_evidence_bundle(tmp_path: Path) -> None:
             assert key in p
     assert {p["path"] for p in on_disk["phases"]} >= {"cold", "gpu_hit", "offload_hit", "displace"}
     files = {f.name for f in out.iterdir()}
-    assert files >= {"target_metrics_before.prom", "target_metrics_after.prom", "requests.jsonl", "phases.jsonl",
-                     "cycles.json", "conditions.json", "report.txt", "report.json", "ttft.png"}
+    assert files >= {
+        "target_metrics_before.prom",
+        "target_metrics_after.prom",
+        "requests.jsonl",
+        "phases.jsonl",
+        "cycles.json",
+        "conditions.json",
+        "report.txt",
+        "report.json",
+        "ttft.png",
+    }
     reqs = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     assert {r["kind"] for r in reqs} == {"probe", "flush", "filler"}
     assert all(r["salt"] in ("family", "fresh") for r in reqs)  # the salt itself never leaves the process
@@ -81,8 +92,9 @@ async def test_json_schema_and_evidence_bundle(tmp_path: Path) -> None:
 
 
 async def test_store_without_load_is_ineffective(tmp_path: Path) -> None:
-    code, doc, text, _ = await _run(tmp_path, "--rounds", "3", "--allow-pressure",
-                                    sim={"faults": ("store-without-load",)})
+    code, doc, text, _ = await _run(
+        tmp_path, "--rounds", "3", "--allow-pressure", sim={"faults": ("store-without-load",)}
+    )
     assert code == 1 and doc["verdict"] == "no_offload_hit"
     assert doc["reasons"] == {"no_load": 3}
     assert "no_offload_hit (exit 1)" in text
@@ -101,9 +113,19 @@ async def test_api_key_from_file_and_never_in_evidence(tmp_path: Path) -> None:
     assert code == 3 and "auth" in doc["why"]
     (tmp_path / "key").write_text(key + "\n")
     out = tmp_path / "ev"
-    code, doc, text, err = await _run(tmp_path, "--rounds", "1", "--allow-pressure", "--api-key-file",
-                                      str(tmp_path / "key"), "--out", str(out), "--json", str(tmp_path / "c.json"),
-                                      sim={"api_key": key})
+    code, doc, text, err = await _run(
+        tmp_path,
+        "--rounds",
+        "1",
+        "--allow-pressure",
+        "--api-key-file",
+        str(tmp_path / "key"),
+        "--out",
+        str(out),
+        "--json",
+        str(tmp_path / "c.json"),
+        sim={"api_key": key},
+    )
     assert code == 2 and doc["rounds_completed"] == 1
     for f in [*out.iterdir(), tmp_path / "c.json"]:
         assert key.encode() not in f.read_bytes(), f.name
@@ -111,8 +133,9 @@ async def test_api_key_from_file_and_never_in_evidence(tmp_path: Path) -> None:
 
 
 async def test_wait_strategy_without_traffic_never_displaces(tmp_path: Path) -> None:
-    code, doc, _, _ = await _run(tmp_path, "--rounds", "1", "--wait-initial", "0.05", "--wait-max", "0.2",
-                                 "--no-recompute-control", sim={})
+    code, doc, _, _ = await _run(
+        tmp_path, "--rounds", "1", "--wait-initial", "0.05", "--wait-max", "0.2", "--no-recompute-control", sim={}
+    )
     assert code == 2 and doc["reasons"] == {"not_displaced": 1}
     assert [p["classification"] for p in doc["phases"] if p["phase"] == "wait_revisit"] == ["gpu_hit"] * 3
     assert doc["residency_seconds"] == {"gpu": 0.2}
@@ -126,9 +149,26 @@ def _free_port() -> int:
 
 def test_command_line_against_a_simulate_process(tmp_path: Path) -> None:
     port = _free_port()
-    sim = subprocess.Popen([sys.executable, "-m", "exporter", "simulate", "--listen", f"127.0.0.1:{port}",
-                            "--calibration", "h200-qwen3-0.6b", "--vllm-version", "0.32.0", "--time-scale", "0.2",
-                            "--seed", "9"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    sim = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "exporter",
+            "simulate",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--calibration",
+            "h200-qwen3-0.6b",
+            "--vllm-version",
+            "0.32.0",
+            "--time-scale",
+            "0.2",
+            "--seed",
+            "9",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -138,9 +178,29 @@ def test_command_line_against_a_simulate_process(tmp_path: Path) -> None:
             except OSError:
                 assert time.monotonic() < deadline and sim.poll() is None, "simulator did not start"
                 time.sleep(0.1)
-        r = subprocess.run([sys.executable, "-m", "exporter", "check", "--target", f"http://127.0.0.1:{port}",
-                            "--rounds", "2", "--allow-pressure", "--settle", "0.01", "--json", str(tmp_path / "c.json"),
-                            "--secret-file", str(tmp_path / "secret")], capture_output=True, text=True, timeout=120, check=False)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "check",
+                "--target",
+                f"http://127.0.0.1:{port}",
+                "--rounds",
+                "2",
+                "--allow-pressure",
+                "--settle",
+                "0.01",
+                "--json",
+                str(tmp_path / "c.json"),
+                "--secret-file",
+                str(tmp_path / "secret"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     finally:
         sim.terminate()
         sim.wait(10)
@@ -149,4 +209,3 @@ def test_command_line_against_a_simulate_process(tmp_path: Path) -> None:
     assert doc["recompute_control"] == "honoured"  # 0.32 honours max_load_tokens: no load in the counters
     assert [p["classification"] for p in doc["phases"] if p["phase"] == "recompute"] == ["miss", "miss"]
     assert "TTFT path" in r.stdout and "round 2 (2/2 done)" in r.stderr
-

@@ -18,8 +18,16 @@ from exporter.commands.check import run_check
 from exporter.sim.server import start
 from exporter.sim.simulator import SimOptions, Simulator
 
-EXPECTED = {"seed": "miss", "gpu_revisit": "gpu_hit", "seed_b": "miss", "displace": None,
-            "offload_revisit": "offload_hit", "recompute": "offload_hit", "cold": "miss", "control_target": "miss"}
+EXPECTED = {
+    "seed": "miss",
+    "gpu_revisit": "gpu_hit",
+    "seed_b": "miss",
+    "displace": None,
+    "offload_revisit": "offload_hit",
+    "recompute": "offload_hit",
+    "cold": "miss",
+    "control_target": "miss",
+}
 
 
 async def _check(tmp_path: Path, calibration: str, scale: float, rounds: int = 10) -> tuple[int, dict[str, Any], str]:
@@ -27,15 +35,33 @@ async def _check(tmp_path: Path, calibration: str, scale: float, rounds: int = 1
     try:
         urls = []
         for seed, connector in ((21, True), (22, False)):
-            sim = Simulator(SimOptions(calibration=calibration, version="0.26.0", time_scale=scale, seed=seed,
-                                       connector=connector))
+            sim = Simulator(
+                SimOptions(calibration=calibration, version="0.26.0", time_scale=scale, seed=seed, connector=connector)
+            )
             runner, url = await start(sim)
             runners.append(runner)
             urls.append(url)
-        args = build_parser().parse_args([
-            "check", "--target", urls[0], "--control-target", urls[1], "--rounds", str(rounds), "--allow-pressure",
-            "--settle", "0.02", "--json", str(tmp_path / "check.json"), "--out", str(tmp_path / "evidence"),
-            "--secret-file", str(tmp_path / "secret"), "--quiet"])
+        args = build_parser().parse_args(
+            [
+                "check",
+                "--target",
+                urls[0],
+                "--control-target",
+                urls[1],
+                "--rounds",
+                str(rounds),
+                "--allow-pressure",
+                "--settle",
+                "0.02",
+                "--json",
+                str(tmp_path / "check.json"),
+                "--out",
+                str(tmp_path / "evidence"),
+                "--secret-file",
+                str(tmp_path / "secret"),
+                "--quiet",
+            ]
+        )
         out = io.StringIO()
         code, doc = await run_check(args, stdout=out, stderr=io.StringIO())
         return code, doc, out.getvalue()

@@ -48,20 +48,43 @@ PANEL_KINDS = {"timeseries": "timeseries", "stat": "stat", "gauge": "gauge", "st
 # the SDK's generated JSON schema is stricter than Grafana belong here; real problems are fixed in
 # exporter/bundle/grafana_json.py instead.
 FOUNDATION_SDK_ALLOWED: list[tuple[str, str, str, str]] = [
-    ("dashboard", r"panels/\d+/fieldConfig/overrides/\d+/matcher/options", "type",
-     # Grafana's MatcherConfig has `options?: _` (any; the SDK's own Go type is `any` too), and the
-     # byFrameRefID/byName matchers take a plain string: Grafana itself saves {"id": "byFrameRefID",
-     # "options": "B"}. The SDK's JSON schema narrows `options` to an object.
-     "MatcherConfig.options is `any` in Grafana; byFrameRefID takes a refId string"),
-    ("dashboard", r"templating/list/\d+/query/(query|refId)", "type",
-     # Grafana's VariableModel has `query?: string | {...}` (any object). The SDK renders the object branch
-     # as a map whose values must be objects, but the Prometheus variable editor saves
-     # {"query": "label_values(...)", "refId": "PrometheusVariableQueryEditor-VariableQuery"} (strings).
-     "VariableModel.query object is {...} in Grafana; the Prometheus editor stores string values"),
+    (
+        "dashboard",
+        r"panels/\d+/fieldConfig/overrides/\d+/matcher/options",
+        "type",
+        # Grafana's MatcherConfig has `options?: _` (any; the SDK's own Go type is `any` too), and the
+        # byFrameRefID/byName matchers take a plain string: Grafana itself saves {"id": "byFrameRefID",
+        # "options": "B"}. The SDK's JSON schema narrows `options` to an object.
+        "MatcherConfig.options is `any` in Grafana; byFrameRefID takes a refId string",
+    ),
+    (
+        "dashboard",
+        r"templating/list/\d+/query/(query|refId)",
+        "type",
+        # Grafana's VariableModel has `query?: string | {...}` (any object). The SDK renders the object branch
+        # as a map whose values must be objects, but the Prometheus variable editor saves
+        # {"query": "label_values(...)", "refId": "PrometheusVariableQueryEditor-VariableQuery"} (strings).
+        "VariableModel.query object is {...} in Grafana; the Prometheus editor stores string values",
+    ),
 ]
 
-LEGACY_KEYS = {"rows", "style", "sharedCrosshair", "hideControls", "__inputs", "span", "minSpan", "height",
-               "useTags", "tagsQuery", "tagValuesQuery", "intervalFactor", "step", "metric", "query_ref"}
+LEGACY_KEYS = {
+    "rows",
+    "style",
+    "sharedCrosshair",
+    "hideControls",
+    "__inputs",
+    "span",
+    "minSpan",
+    "height",
+    "useTags",
+    "tagsQuery",
+    "tagValuesQuery",
+    "intervalFactor",
+    "step",
+    "metric",
+    "query_ref",
+}
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +136,14 @@ def _fsdk_violations(d: dict) -> list[tuple[str, str, str, str]]:
         if "FieldConfig" in json.loads((FOUNDATION_SDK / f"{kind}.jsonschema.json").read_text())["definitions"]:
             check(kind, "FieldConfig", custom or {}, f"panels/{i}/fieldConfig/defaults/custom")
         elif custom:
-            out.append((kind, f"panels/{i}/fieldConfig/defaults/custom", "FieldConfig",
-                        f"{p['type']} has no custom field config"))
+            out.append(
+                (
+                    kind,
+                    f"panels/{i}/fieldConfig/defaults/custom",
+                    "FieldConfig",
+                    f"{p['type']} has no custom field config",
+                )
+            )
         for j, t in enumerate(p.get("targets", [])):
             check("prometheus", "Dataquery", t, f"panels/{i}/targets/{j}")
     return out
@@ -141,8 +170,11 @@ def _walk_keys(obj, path=""):
 def test_committed_dashboards_and_metrics_doc_are_current():
     files = render_bundle()
     wanted = {k: v for k, v in files.items() if k.startswith("dashboards/") or k == "docs/metrics.md"}
-    assert set(wanted) == {"dashboards/kvoffload-overview.json", "dashboards/kvoffload-exporter-health.json",
-                           "docs/metrics.md"}
+    assert set(wanted) == {
+        "dashboards/kvoffload-overview.json",
+        "dashboards/kvoffload-exporter-health.json",
+        "docs/metrics.md",
+    }
     stale = [p for p, text in wanted.items() if not (ROOT / p).exists() or (ROOT / p).read_text() != text]
     assert not stale, f"regenerate with `kvoffload-exporter bundle --out .`: {stale}"
 
@@ -174,8 +206,11 @@ def test_committed_dashboards_are_the_generated_set():
 @pytest.mark.parametrize("name", sorted(dashboards.DASHBOARDS))
 def test_valid_against_grafana_foundation_sdk_schemas(name):
     """The committed file, as Grafana will read it: dashboard, each panel's options/custom, each target."""
-    bad = [v for v in _fsdk_violations(_committed()[name])
-           if not any(_allowed(v, entry) for entry in FOUNDATION_SDK_ALLOWED)]
+    bad = [
+        v
+        for v in _fsdk_violations(_committed()[name])
+        if not any(_allowed(v, entry) for entry in FOUNDATION_SDK_ALLOWED)
+    ]
     assert not bad, "\n".join(f"{s}: {path} [{kw}] {msg}" for s, path, kw, msg in bad)
 
 
@@ -191,14 +226,17 @@ def test_foundation_sdk_panel_kinds_cover_the_dashboards(rendered):
     used = {p["type"] for d in rendered.values() for p in d["panels"]} - {"row"}
     assert used <= set(PANEL_KINDS), used - set(PANEL_KINDS)
     assert {p.name for p in FOUNDATION_SDK.glob("*.jsonschema.json")} == {
-        f"{k}.jsonschema.json" for k in {"dashboard", "prometheus", *PANEL_KINDS.values()}}
+        f"{k}.jsonschema.json" for k in {"dashboard", "prometheus", *PANEL_KINDS.values()}
+    }
 
 
 def _break(d: dict, what: str) -> str:
     """Re-introduce one problem the post-processing fixes; return the (schema, path) that must be reported."""
     panels = d["panels"]
-    idx = {t: next(i for i, p in enumerate(panels) if p["type"] == t)
-           for t in ("row", "stat", "gauge", "timeseries", "state-timeline")}
+    idx = {
+        t: next(i for i, p in enumerate(panels) if p["type"] == t)
+        for t in ("row", "stat", "gauge", "timeseries", "state-timeline")
+    }
     if what == "row-transparent":
         panels[idx["row"]]["transparent"] = False
         return f"dashboard panels/{idx['row']}"
@@ -226,8 +264,9 @@ def _break(d: dict, what: str) -> str:
     raise AssertionError(what)
 
 
-@pytest.mark.parametrize("what", ["row-transparent", "empty-current", "stat-option", "gauge-option", "legend",
-                                  "tooltip", "custom", "target"])
+@pytest.mark.parametrize(
+    "what", ["row-transparent", "empty-current", "stat-option", "gauge-option", "legend", "tooltip", "custom", "target"]
+)
 def test_foundation_sdk_check_has_teeth(what):
     d = copy.deepcopy(_committed()["kvoffload-overview.json"])
     expected = _break(d, what)
@@ -239,9 +278,19 @@ def test_foundation_sdk_rejects_raw_grafanalib_output():
     import grafanalib.core as G
     from grafanalib._gen import DashboardEncoder
 
-    raw = G.Dashboard(title="t", uid="u", panels=[
-        G.GaugePanel(title="g", description="d", targets=[G.Target(expr="kvoffload_up", refId="A")],
-                     gridPos=G.GridPos(h=4, w=4, x=0, y=0), id=1)]).to_json_data()
+    raw = G.Dashboard(
+        title="t",
+        uid="u",
+        panels=[
+            G.GaugePanel(
+                title="g",
+                description="d",
+                targets=[G.Target(expr="kvoffload_up", refId="A")],
+                gridPos=G.GridPos(h=4, w=4, x=0, y=0),
+                id=1,
+            )
+        ],
+    ).to_json_data()
     raw = json.loads(json.dumps(raw, cls=DashboardEncoder))
     bad = [v for v in _fsdk_violations(raw) if not any(_allowed(v, e) for e in FOUNDATION_SDK_ALLOWED)]
     messages = " ".join(v[3] for v in bad)
@@ -256,9 +305,19 @@ def test_schema_rejects_raw_grafanalib_output():
     import grafanalib.core as G
     from grafanalib._gen import DashboardEncoder
 
-    raw = G.Dashboard(title="t", uid="u", panels=[
-        G.GaugePanel(title="g", description="d", targets=[G.Target(expr="kvoffload_up", refId="A")],
-                     gridPos=G.GridPos(h=4, w=4, x=0, y=0), id=1)]).to_json_data()
+    raw = G.Dashboard(
+        title="t",
+        uid="u",
+        panels=[
+            G.GaugePanel(
+                title="g",
+                description="d",
+                targets=[G.Target(expr="kvoffload_up", refId="A")],
+                gridPos=G.GridPos(h=4, w=4, x=0, y=0),
+                id=1,
+            )
+        ],
+    ).to_json_data()
     raw = json.loads(json.dumps(raw, cls=DashboardEncoder))
     messages = " ".join(e.message for e in jsonschema.Draft202012Validator(SCHEMA).iter_errors(raw))
     assert "12 is less than the minimum of 39" in messages
@@ -326,10 +385,15 @@ def test_panel_units_match_the_catalogue(rendered):
             if len(units) != 1:
                 continue
             unit, per_second = units.pop()
-            expected = {("bytes", True): "Bps", ("bytes", False): "bytes", ("seconds", False): "s",
-                        ("ratio", False): "percentunit", ("bytes_per_second", False): "Bps",
-                        ("tokens", False): "suffix: tokens", ("tokens", True): "suffix: tokens/s"}.get(
-                            (unit, per_second))
+            expected = {
+                ("bytes", True): "Bps",
+                ("bytes", False): "bytes",
+                ("seconds", False): "s",
+                ("ratio", False): "percentunit",
+                ("bytes_per_second", False): "Bps",
+                ("tokens", False): "suffix: tokens",
+                ("tokens", True): "suffix: tokens/s",
+            }.get((unit, per_second))
             if expected:
                 checked += 1
                 assert p["fieldConfig"]["defaults"]["unit"] == expected, p["title"]
@@ -364,8 +428,18 @@ def test_queries_use_catalogue_names_and_filter_by_variables(rendered):
 
 def test_overview_covers_the_issue_panels(rendered):
     titles = " | ".join(p["title"] for p in rendered["kvoffload-overview.json"]["panels"])
-    for needle in ("state per engine", "Load/store ratio", "bandwidth", "GPU vs external", "TTFT quantiles",
-                   "Canary TTFT per path", "ΔTTFT", "verdict", "headroom vs configured tier", "VRAM"):
+    for needle in (
+        "state per engine",
+        "Load/store ratio",
+        "bandwidth",
+        "GPU vs external",
+        "TTFT quantiles",
+        "Canary TTFT per path",
+        "ΔTTFT",
+        "verdict",
+        "headroom vs configured tier",
+        "VRAM",
+    ):
         assert needle in titles, needle
     health = " | ".join(p["title"] for p in rendered["kvoffload-exporter-health.json"]["panels"])
     for needle in ("target up", "Collector success", "Collector duration", "Poll errors", "budget"):

@@ -38,8 +38,11 @@ K8S = ROOT / "deploy/kubernetes"
 LOCK = ROOT / "deploy/requirements.lock"
 BUILD_LOCK = ROOT / "deploy/build-requirements.lock"
 SIDECAR = "kvoffload-exporter"
-KV_TRANSFER_CONFIG = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
-                      "kv_connector_extra_config": {"block_size": 64, "cpu_bytes_to_use": 8000000000}}
+KV_TRANSFER_CONFIG = {
+    "kv_connector": "OffloadingConnector",
+    "kv_role": "kv_both",
+    "kv_connector_extra_config": {"block_size": 64, "cpu_bytes_to_use": 8000000000},
+}
 PROMTOOL = shutil.which("promtool")
 AMTOOL = shutil.which("amtool")
 KUBECTL = shutil.which("kubectl")
@@ -63,10 +66,15 @@ def app_routes() -> set[str]:
 # Generated files
 # --------------------------------------------------------------------------------------------------
 
+
 def test_committed_generated_files_are_current():
     files = deploy.render_deploy(sources_from_dir(ROOT))
-    assert set(files) == {deploy.PROMETHEUS_RULE_PATH, deploy.DASHBOARDS_CONFIGMAPS_PATH,
-                          deploy.COMPOSE_DATASOURCES_PATH, deploy.COMPOSE_DASHBOARD_PROVIDER_PATH}
+    assert set(files) == {
+        deploy.PROMETHEUS_RULE_PATH,
+        deploy.DASHBOARDS_CONFIGMAPS_PATH,
+        deploy.COMPOSE_DATASOURCES_PATH,
+        deploy.COMPOSE_DASHBOARD_PROVIDER_PATH,
+    }
     stale = [p for p, text in files.items() if not (ROOT / p).exists() or (ROOT / p).read_text() != text]
     assert not stale, f"regenerate with `kvoffload-exporter bundle --out .`: {stale}"
 
@@ -106,7 +114,8 @@ def test_generator_on_a_minimal_stand_in(tmp_path):
     (tmp_path / "alerts/tests").mkdir(parents=True)
     (tmp_path / "dashboards").mkdir()
     (tmp_path / "alerts/a.rules.yaml").write_text(
-        "groups:\n- name: a\n  rules:\n  - alert: A\n    expr: |-\n      up\n      == 0\n    for: 5m\n")
+        "groups:\n- name: a\n  rules:\n  - alert: A\n    expr: |-\n      up\n      == 0\n    for: 5m\n"
+    )
     (tmp_path / "alerts/tests/a.test.yaml").write_text("rule_files: [../a.rules.yaml]\n")
     (tmp_path / "alerts/not-rules.yaml").write_text("apiVersion: 1\n")
     (tmp_path / "dashboards/My Board.json").write_text(json.dumps({"uid": "x", "title": "Ünïcode →"}, indent=2) + "\n")
@@ -139,6 +148,7 @@ def test_prometheus_rule_spec_passes_promtool(tmp_path):
 # Lock files
 # --------------------------------------------------------------------------------------------------
 
+
 def parse_lock(path: Path) -> dict[str, tuple[str, list[str]]]:
     text = re.sub(r"\\\n", " ", path.read_text())
     pins = {}
@@ -165,8 +175,12 @@ def test_lock_pins_exactly_the_runtime_dependency_closure():
         name = canonicalize_name(req.name)
         assert name in pins, f"{req.name} is a runtime dependency but not in {LOCK.name}"
         assert req.specifier.contains(pins[name][0], prereleases=True), (raw, pins[name][0])
-    extras = {canonicalize_name(Requirement(r).name) for group in ("bundle", "test", "dev")
-              for r in pyproject()["project"]["optional-dependencies"][group] if not r.startswith("kvoffload")}
+    extras = {
+        canonicalize_name(Requirement(r).name)
+        for group in ("bundle", "test", "dev")
+        for r in pyproject()["project"]["optional-dependencies"][group]
+        if not r.startswith("kvoffload")
+    }
     assert not extras & set(pins), f"build/test-only packages in the image lock: {extras & set(pins)}"
     assert "grafanalib" not in pins
     # Closed under Requires-Dist (for the image's CPython 3.12 on Linux), checked with the metadata of
@@ -174,9 +188,17 @@ def test_lock_pins_exactly_the_runtime_dependency_closure():
     # venv says nothing about the pinned one).
     from importlib import metadata
 
-    env = {"python_version": "3.12", "python_full_version": "3.12.0", "sys_platform": "linux",
-           "platform_system": "Linux", "os_name": "posix", "implementation_name": "cpython",
-           "platform_python_implementation": "CPython", "platform_machine": "x86_64", "extra": ""}
+    env = {
+        "python_version": "3.12",
+        "python_full_version": "3.12.0",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "platform_machine": "x86_64",
+        "extra": "",
+    }
     checked = 0
     for name, (version, _) in pins.items():
         try:
@@ -204,6 +226,7 @@ def test_build_lock_pins_the_build_backend():
 # --------------------------------------------------------------------------------------------------
 # Dockerfile
 # --------------------------------------------------------------------------------------------------
+
 
 def dockerfile() -> list[list[tuple[str, str]]]:
     """Stages, each a list of (INSTRUCTION, arguments) with continuations joined and comments dropped."""
@@ -284,8 +307,9 @@ def test_dockerfile_entrypoint_cmd_port_and_healthcheck_match_the_cli():
 def dockerignore_excludes(rel: str) -> bool:
     """Docker's rules: patterns in order, the last match wins, `!` re-includes; a match on a parent
     directory excludes everything below it."""
-    patterns = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
-                if ln.strip() and not ln.startswith("#")]
+    patterns = [
+        ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")
+    ]
 
     def regex(p: str) -> re.Pattern[str]:
         out = ""
@@ -320,8 +344,14 @@ def test_build_context_holds_exactly_what_the_dockerfile_copies():
         probe = s if (ROOT / s).is_file() else f"{s}/cli.py"
         assert not dockerignore_excludes(probe), f"{probe} is copied but excluded by .dockerignore"
     assert pyproject()["project"]["readme"] in sources  # setuptools reads it while building
-    for kept_out in (".git/HEAD", ".venv/bin/python", "tests/test_app.py", "bench/pipeline.py",
-                     "exporter/__pycache__/cli.cpython-312.pyc", "deploy/compose/compose.yaml"):
+    for kept_out in (
+        ".git/HEAD",
+        ".venv/bin/python",
+        "tests/test_app.py",
+        "bench/pipeline.py",
+        "exporter/__pycache__/cli.cpython-312.pyc",
+        "deploy/compose/compose.yaml",
+    ):
         assert dockerignore_excludes(kept_out), kept_out
 
 
@@ -339,8 +369,12 @@ def test_runtime_dependencies_suffice_for_the_entrypoint(tmp_path):
             src = Path(dist.locate_file(top))
             if src.exists() and not (site / top).exists() and top != "__pycache__":
                 (site / top).symlink_to(src)
-    stdlib = subprocess.run([sys.executable, "-S", "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
-                            capture_output=True, text=True, check=True).stdout
+    stdlib = subprocess.run(
+        [sys.executable, "-S", "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     paths = json.loads(stdlib) + [str(site), str(ROOT)]
     code = f"""
 import json, sys
@@ -353,12 +387,23 @@ for m in ("grafanalib", "jsonschema", "pytest"):
     assert m not in sys.modules, m
 """
     (cmd,) = instr(dockerfile()[-1], "CMD")
-    r = subprocess.run([sys.executable, "-S", "-c", code, cmd], check=False, capture_output=True, text=True, cwd=tmp_path,
-                       env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    r = subprocess.run(
+        [sys.executable, "-S", "-c", code, cmd],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "configuration OK" in r.stdout
-    r = subprocess.run([sys.executable, "-S", "-c", f"import sys; sys.path[:] = {paths!r}; import grafanalib"],
-                       check=False, capture_output=True, text=True, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-S", "-c", f"import sys; sys.path[:] = {paths!r}; import grafanalib"],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert r.returncode != 0, "the isolation lets a non-locked package through"
 
 
@@ -514,8 +559,12 @@ def test_compose_prometheus_config_passes_promtool(tmp_path):
 @pytest.mark.skipif(AMTOOL is None, reason="amtool not installed (apt-get install prometheus-alertmanager)")
 def test_compose_alertmanager_config_passes_amtool():
     mounts = bind_mounts(compose()["services"]["alertmanager"])
-    r = subprocess.run([AMTOOL, "check-config", str(mounts["/etc/alertmanager/alertmanager.yml"])],
-                       check=False, capture_output=True, text=True)
+    r = subprocess.run(
+        [AMTOOL, "check-config", str(mounts["/etc/alertmanager/alertmanager.yml"])],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -530,15 +579,20 @@ def compose_cli() -> list[str] | None:
 @pytest.mark.skipif(compose_cli() is None, reason="no compose CLI (docker compose plugin or docker-compose)")
 @pytest.mark.parametrize("profile", ["sim", "gpu"])
 def test_compose_config_resolves(profile):
-    r = subprocess.run([*compose_cli(), "-f", str(COMPOSE), "--profile", profile, "config", "-q"],
-                       check=False, capture_output=True, text=True, env={k: v for k, v in os.environ.items()
-                                                           if not k.startswith(("VLLM_", "HF_", "KVOFFLOAD_"))})
+    r = subprocess.run(
+        [*compose_cli(), "-f", str(COMPOSE), "--profile", profile, "config", "-q"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "HF_", "KVOFFLOAD_"))},
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
 # --------------------------------------------------------------------------------------------------
 # Kubernetes (kustomize)
 # --------------------------------------------------------------------------------------------------
+
 
 def _merge(base: Any, patch: Any) -> Any:
     """Strategic merge, the part used here: maps merge, lists of named maps merge by name."""
@@ -547,8 +601,11 @@ def _merge(base: Any, patch: Any) -> Any:
         for k, v in patch.items():
             out[k] = _merge(base[k], v) if k in base else copy.deepcopy(v)
         return out
-    if (isinstance(base, list) and isinstance(patch, list) and all(isinstance(x, dict) and "name" in x
-                                                                  for x in base + patch)):
+    if (
+        isinstance(base, list)
+        and isinstance(patch, list)
+        and all(isinstance(x, dict) and "name" in x for x in base + patch)
+    ):
         out = [copy.deepcopy(x) for x in base]
         new = []
         for item in patch:
@@ -586,8 +643,14 @@ def kustomize_py(directory: Path, objs: list[dict[str, Any]] | None = None) -> l
         objs = kustomize_py(directory / c, objs)
     for g in k.get("configMapGenerator", []):
         data = {Path(f).name: (directory / f).read_text() for f in g.get("files", [])}
-        objs.append({"apiVersion": "v1", "kind": "ConfigMap",
-                     "metadata": {"name": g["name"], "labels": g.get("options", {}).get("labels", {})}, "data": data})
+        objs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": g["name"], "labels": g.get("options", {}).get("labels", {})},
+                "data": data,
+            }
+        )
     for patch in k.get("patches", []):
         body = yaml.safe_load((directory / patch["path"]).read_text())
         target = patch.get("target") or {"kind": body["kind"], "name": body["metadata"]["name"]}
@@ -608,8 +671,9 @@ def kustomize_py(directory: Path, objs: list[dict[str, Any]] | None = None) -> l
                         node[last] = copy.deepcopy(op["value"])
                 objs[i] = obj
             else:
-                objs[i] = _merge(objs[i], {k2: v for k2, v in body.items() if k2 not in ("apiVersion", "kind",
-                                                                                        "metadata")})
+                objs[i] = _merge(
+                    objs[i], {k2: v for k2, v in body.items() if k2 not in ("apiVersion", "kind", "metadata")}
+                )
     return objs
 
 
@@ -696,8 +760,9 @@ def test_kubernetes_objects_are_consistent(renderer, tmp_path):
     assert str(sc["runAsUser"]) == uid
     assert {"cpu", "memory"} <= set(side["resources"]["requests"]) and "memory" in side["resources"]["limits"]
     state = env_of(dockerfile()[-1])["XDG_STATE_HOME"]
-    assert any(m["mountPath"] == state and "emptyDir" in volumes[m["name"]] for m in mounts.values()), \
+    assert any(m["mountPath"] == state and "emptyDir" in volumes[m["name"]] for m in mounts.values()), (
         "the canary's state directory must be writable under readOnlyRootFilesystem"
+    )
     env = {e["name"]: e for e in side.get("env", [])}
     key = env[canary.api_key_env]["valueFrom"]["secretKeyRef"]
     assert key["optional"] is True and key["name"] and key["key"]
@@ -706,8 +771,11 @@ def test_kubernetes_objects_are_consistent(renderer, tmp_path):
     # Service → pods, ServiceMonitor → Service and port.
     services = {s["metadata"]["name"]: s for s in by_kind(objs, "Service")}
     (sm,) = by_kind(objs, "ServiceMonitor")
-    matched = [s for s in services.values()
-               if sm["spec"]["selector"]["matchLabels"].items() <= s["metadata"].get("labels", {}).items()]
+    matched = [
+        s
+        for s in services.values()
+        if sm["spec"]["selector"]["matchLabels"].items() <= s["metadata"].get("labels", {}).items()
+    ]
     assert len(matched) == 1, "the ServiceMonitor must select exactly the metrics Service"
     (svc,) = matched
     assert svc["spec"]["selector"].items() <= pod_labels.items()
@@ -737,6 +805,11 @@ def test_kubernetes_renderers_agree():
 
 def test_kubernetes_guide_names_the_release_label():
     text = (ROOT / "docs/deploy.md").read_text()
-    for needle in ("release", "grafana_dashboard", "kubectl kustomize deploy/kubernetes/example",
-                   "serviceMonitorSelectorNilUsesHelmValues", "ruleSelectorNilUsesHelmValues"):
+    for needle in (
+        "release",
+        "grafana_dashboard",
+        "kubectl kustomize deploy/kubernetes/example",
+        "serviceMonitorSelectorNilUsesHelmValues",
+        "ruleSelectorNilUsesHelmValues",
+    ):
         assert needle in text, needle

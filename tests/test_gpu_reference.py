@@ -60,10 +60,12 @@ def _check(shape: str) -> dict:
     return json.loads(_text(shape, "check"))
 
 
-
 def _exporter_samples(shape: str) -> list[tuple[str, dict[str, str], float]]:
-    return [(s.name, s.labels, s.value) for fam in text_string_to_metric_families(_text(shape, "exporter"))
-            for s in fam.samples]
+    return [
+        (s.name, s.labels, s.value)
+        for fam in text_string_to_metric_families(_text(shape, "exporter"))
+        for s in fam.samples
+    ]
 
 
 def _one(samples: list[tuple[str, dict[str, str], float]], name: str, **labels: str) -> float:
@@ -165,7 +167,8 @@ def test_check_document_verdict_and_phase_deltas(shape: str) -> None:
     assert phases["control_target"]["load_bytes"] == phases["control_target"]["store_bytes"] == 0.0
     med = doc["ttft_seconds"]
     assert doc["delta_ttft_seconds"] == pytest.approx(
-        med["offload_hit"]["median"] - med["control_target"]["median"], abs=1e-6)
+        med["offload_hit"]["median"] - med["control_target"]["median"], abs=1e-6
+    )
     lo, hi = doc["delta_ttft_ci_seconds"]
     assert lo <= doc["delta_ttft_seconds"] <= hi
     assert (hi < 0) if doc["verdict"] == "offload_faster" else (lo > 0)

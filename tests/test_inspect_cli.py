@@ -26,7 +26,9 @@ def test_version_and_help() -> None:
 
 def test_inspect_two_files_json(capsys: pytest.CaptureFixture[str]) -> None:
     d = FIXTURES / "h200-0.6b"
-    assert main(["inspect", str(d / "A_04_after_pressure.prom"), str(d / "A_05_after_cpu_tier_hit.prom"), "--json"]) == 0
+    assert (
+        main(["inspect", str(d / "A_04_after_pressure.prom"), str(d / "A_05_after_cpu_tier_hit.prom"), "--json"]) == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["generation"] == "flat" and doc["mode"] == "interval"
     (e,) = doc["engines"]

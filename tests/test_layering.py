@@ -17,8 +17,11 @@ CORE_PURE = ["catalogue", "exposition", "model", "normalise", "derive", "render"
 CANARY_PURE = ["plan", "classify", "stats", "budget", "config", "protocol", "expose", "report", "png", "engine"]
 SIM_IO = {"server", "sender"}
 SIM_PURE = sorted(m.name for m in pkgutil.iter_modules(exporter.sim.__path__) if m.name not in SIM_IO)
-PURE = ([f"exporter.{m}" for m in CORE_PURE] + [f"exporter.canary.{m}" for m in CANARY_PURE]
-        + [f"exporter.sim.{m}" for m in SIM_PURE])
+PURE = (
+    [f"exporter.{m}" for m in CORE_PURE]
+    + [f"exporter.canary.{m}" for m in CANARY_PURE]
+    + [f"exporter.sim.{m}" for m in SIM_PURE]
+)
 
 
 def _imports(path: Path) -> set[str]:
@@ -60,7 +63,10 @@ def test_pure_module_has_no_io_imports(module: str) -> None:
 
 @pytest.mark.parametrize("package,allowed", [("canary", {"client"}), ("sim", SIM_IO)])
 def test_only_the_named_modules_import_aiohttp(package: str, allowed: set[str]) -> None:
-    users = {p.stem for p in (ROOT / "exporter" / package).glob("*.py")
-             if "aiohttp" in {i.split(".")[0] for i in _imports(p)}}
+    users = {
+        p.stem
+        for p in (ROOT / "exporter" / package).glob("*.py")
+        if "aiohttp" in {i.split(".")[0] for i in _imports(p)}
+    }
     assert users <= allowed, users - allowed
     assert {"engine", "profiles", "timing", "traffic", "simulator"} <= set(SIM_PURE)

@@ -16,6 +16,11 @@ def test_ruff_clean() -> None:
     ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
     if not Path(ruff).exists():
         pytest.skip("ruff is not installed (pip install -e '.[test]')")
-    res = subprocess.run([ruff, "check", "--no-cache", "exporter", "tests", "bench"], cwd=ROOT,
-                         capture_output=True, text=True, check=False)
+    res = subprocess.run(
+        [ruff, "check", "--no-cache", "exporter", "tests", "bench"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout + res.stderr

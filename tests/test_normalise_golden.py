@@ -39,7 +39,6 @@ def _pairs(chain: str, phase: str) -> list[tuple[Path, Path]]:
     return list(zip(fs, fs[1:]))
 
 
-
 @pytest.mark.parametrize("chain", CHAINS)
 @pytest.mark.parametrize("pair", range(12))
 def test_a_chain_interval_bytes_and_state(chain: str, pair: int) -> None:
@@ -85,8 +84,10 @@ def test_cumulative_bytes_never_doubled(path: str) -> None:
 
 def test_long_interval_with_gpu_hits_and_stores_is_store_without_load() -> None:
     """A_02→A_04 = a GPU hit, then pressure: stores, no loads, reuse visible."""
-    a, b = (normalise((FIXTURES / "h200-0.6b" / f).read_text())
-            for f in ("A_02_after_cold.prom", "A_04_after_pressure.prom"))
+    a, b = (
+        normalise((FIXTURES / "h200-0.6b" / f).read_text())
+        for f in ("A_02_after_cold.prom", "A_04_after_pressure.prom")
+    )
     (d,) = interval(a, b).values()
     assert d.deltas["offload_load_bytes"] == 0
     assert d.deltas["gpu_prefix_hits"] == 5984
@@ -95,8 +96,12 @@ def test_long_interval_with_gpu_hits_and_stores_is_store_without_load() -> None:
 
 def test_generations_across_versions() -> None:
     gen = {p.name: normalise(p.read_text()).generation for p in (FIXTURES / "reconstructed").glob("*.prom")}
-    assert gen == {"A_v0.10-0.11.prom": "none", "B_v0.12-0.15.prom": "none",
-                   "C_v0.16-0.23.prom": "transfer_type", "D_v0.24-0.32.prom": "flat"}
+    assert gen == {
+        "A_v0.10-0.11.prom": "none",
+        "B_v0.12-0.15.prom": "none",
+        "C_v0.16-0.23.prom": "transfer_type",
+        "D_v0.24-0.32.prom": "flat",
+    }
 
 
 def test_reconstructed_scenario_values() -> None:

@@ -38,8 +38,10 @@ from exporter.bundle.rules import build, prometheus_rules_yaml
 from exporter.bundle.settings import DEFAULT
 
 PROMETHEUS = shutil.which("prometheus")
-pytestmark = [pytest.mark.prometheus,
-              pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)")]
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (apt-get install prometheus)"),
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = DEFAULT.fast()
@@ -103,17 +105,40 @@ class Stack:
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         with open(self.tmp / f"{name}.log", "wb") as log:  # the child keeps its own copy of the fd
-            p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
-                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            p = subprocess.Popen(
+                args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
         self.procs.append(p)
         return p
 
     def simulator(self, name: str, *flags: str) -> str:
         port = _free_port()
-        p = self._spawn(f"sim-{name}", [sys.executable, "-m", "exporter", "simulate", "--listen",
-                                        f"127.0.0.1:{port}", "--time-scale", "0.1", "--no-noise",
-                                        "--traffic", "8", "--traffic-duration", "300", "--duration", "300",
-                                        *flags])
+        p = self._spawn(
+            f"sim-{name}",
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "simulate",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--time-scale",
+                "0.1",
+                "--no-noise",
+                "--traffic",
+                "8",
+                "--traffic-duration",
+                "300",
+                "--duration",
+                "300",
+                *flags,
+            ],
+        )
         url = f"http://127.0.0.1:{port}"
         self.sims[name] = url
         _wait_http(f"{url}/health", p, time.monotonic() + 20)
@@ -121,15 +146,39 @@ class Stack:
 
     def exporter(self, name: str, targets: list[dict[str, Any]]) -> str:
         port = _free_port()
-        cfg = {"targets": targets, "poll_interval": 0.5, "window": "10s", "timeout": 1,
-               "gpu": {"enabled": False},
-               "canary": {"enabled": True, "strategy": "pressure", "allow_pressure": True, "interval": "1s",
-                          "settle": 0.1, "min_samples": 3, "max_samples": 10, "bootstrap": 200,
-                          "budget_tokens_per_hour": 10 ** 9, "backoff_initial": "1s", "backoff_max": "2s",
-                          "request_timeout": "5s", "secret_file": str(self.tmp / f"{name}.secret")}}
+        cfg = {
+            "targets": targets,
+            "poll_interval": 0.5,
+            "window": "10s",
+            "timeout": 1,
+            "gpu": {"enabled": False},
+            "canary": {
+                "enabled": True,
+                "strategy": "pressure",
+                "allow_pressure": True,
+                "interval": "1s",
+                "settle": 0.1,
+                "min_samples": 3,
+                "max_samples": 10,
+                "bootstrap": 200,
+                "budget_tokens_per_hour": 10**9,
+                "backoff_initial": "1s",
+                "backoff_max": "2s",
+                "request_timeout": "5s",
+                "secret_file": str(self.tmp / f"{name}.secret"),
+            },
+        }
         (self.tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
-        args = [sys.executable, "-m", "exporter", "serve", "--config", str(self.tmp / f"{name}.yaml"),
-                "--listen", f"127.0.0.1:{port}"]
+        args = [
+            sys.executable,
+            "-m",
+            "exporter",
+            "serve",
+            "--config",
+            str(self.tmp / f"{name}.yaml"),
+            "--listen",
+            f"127.0.0.1:{port}",
+        ]
         p = self._spawn(f"exporter-{name}", args)
         self.exporters[name] = (p, args)
         _wait_http(f"http://127.0.0.1:{port}/healthz", p, time.monotonic() + 20)
@@ -147,16 +196,26 @@ class Stack:
     def prometheus(self, jobs: dict[str, str]) -> None:
         port = _free_port()
         (self.tmp / "rules.yaml").write_text(prometheus_rules_yaml(FAST))
-        cfg = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-               "rule_files": [str(self.tmp / "rules.yaml")],
-               "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [addr]}]}
-                                  for job, addr in jobs.items()]}
+        cfg = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(self.tmp / "rules.yaml")],
+            "scrape_configs": [
+                {"job_name": job, "static_configs": [{"targets": [addr]}]} for job, addr in jobs.items()
+            ],
+        }
         (self.tmp / "prometheus.yml").write_text(yaml.safe_dump(cfg))
         assert PROMETHEUS
-        p = self._spawn("prometheus", [PROMETHEUS, f"--config.file={self.tmp / 'prometheus.yml'}",
-                                       f"--storage.tsdb.path={self.tmp / 'tsdb'}",
-                                       f"--web.listen-address=127.0.0.1:{port}",
-                                       "--rules.alert.resend-delay=1s", "--log.level=warn"])
+        p = self._spawn(
+            "prometheus",
+            [
+                PROMETHEUS,
+                f"--config.file={self.tmp / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.tmp / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--rules.alert.resend-delay=1s",
+                "--log.level=warn",
+            ],
+        )
         self.prom = f"http://127.0.0.1:{port}"
         _wait_http(f"{self.prom}/-/ready", p, time.monotonic() + 20)
 
@@ -166,8 +225,12 @@ class Stack:
         return list(body["data"]["result"])
 
     def add_fault(self, sim: str, fault: str) -> None:
-        req = urllib.request.Request(f"{self.sims[sim]}/_sim/faults", data=json.dumps({"add": [fault]}).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+        req = urllib.request.Request(
+            f"{self.sims[sim]}/_sim/faults",
+            data=json.dumps({"add": [fault]}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
         urllib.request.urlopen(req, timeout=2).read()
 
     def stop(self) -> None:
@@ -184,7 +247,9 @@ class Stack:
                 p.wait()
 
     def logs(self) -> str:
-        return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-1500:]}" for f in sorted(self.tmp.glob("*.log")))
+        return "\n".join(
+            f"--- {f.name}\n{f.read_text(errors='replace')[-1500:]}" for f in sorted(self.tmp.glob("*.log"))
+        )
 
 
 def _dashboard_queries() -> list[tuple[str, str, str]]:
@@ -197,7 +262,7 @@ def _dashboard_queries() -> list[tuple[str, str, str]]:
                 out.append((name, p["title"], template_free(t["expr"])))
         for v in d["templating"]["list"]:
             if v["type"] == "query":  # label_values(X, l) → X must return series carrying l
-                inner = v["definition"][len("label_values("):].rsplit(",", 1)[0]
+                inner = v["definition"][len("label_values(") :].rsplit(",", 1)[0]
                 out.append((name, f"variable {v['name']}", template_free(inner)))
     return out
 
@@ -206,17 +271,24 @@ def _dashboard_queries() -> list[tuple[str, str, str]]:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     s = Stack(tmp_path_factory.mktemp("prom-e2e"))
     try:
-        healthy = s.simulator("healthy", "--calibration", "h200-qwen3-32b", "--vllm-version", "0.33",
-                              "--cpu-bytes", "16e9", "--seed", "1")
+        healthy = s.simulator(
+            "healthy", "--calibration", "h200-qwen3-32b", "--vllm-version", "0.33", "--cpu-bytes", "16e9", "--seed", "1"
+        )
         swl = s.simulator("store-without-load", "--fault", "store-without-load", "--seed", "2")
         slow = s.simulator("slow", "--fault", "slow-load=40", "--seed", "3")
         control = s.simulator("control", "--no-connector", "--seed", "4")
         upgrade = s.simulator("upgrade", "--cpu-bytes", "7340032", "--seed", "5")
         e_ok = s.exporter("healthy", [{"url": healthy, "name": "healthy"}])
-        e_bad = s.exporter("faults", [
-            {"url": swl, "name": "store-without-load"}, {"url": slow, "name": "slow", "tier_bytes": 1e15},
-            {"url": control, "name": "control"}, {"url": upgrade, "name": "upgrade"},
-            {"url": f"http://127.0.0.1:{_free_port()}", "name": "down"}])
+        e_bad = s.exporter(
+            "faults",
+            [
+                {"url": swl, "name": "store-without-load"},
+                {"url": slow, "name": "slow", "tier_bytes": 1e15},
+                {"url": control, "name": "control"},
+                {"url": upgrade, "name": "upgrade"},
+                {"url": f"http://127.0.0.1:{_free_port()}", "name": "down"},
+            ],
+        )
         s.prometheus({HEALTHY: e_ok, FAULTS: e_bad})
         yield s
     except BaseException:
@@ -242,8 +314,10 @@ def observed(stack: Stack) -> dict[str, Any]:
     for a in alerts:
         job, target = ALERT_SCENARIOS[a.alert]
         pending[f"alert {a.alert}"] = (a.expr, {"job": job, **({"target": target} if target else {})})
-    pending["StoreWithoutLoad firing"] = ('ALERTS{alertname="KVOffloadStoreWithoutLoad",alertstate="firing"}',
-                                          {"job": FAULTS, "target": "store-without-load"})
+    pending["StoreWithoutLoad firing"] = (
+        'ALERTS{alertname="KVOffloadStoreWithoutLoad",alertstate="firing"}',
+        {"job": FAULTS, "target": "store-without-load"},
+    )
     seen: dict[str, float] = {}
     upgraded = restarted = False
     healthy_since: float | None = None
@@ -254,8 +328,11 @@ def observed(stack: Stack) -> dict[str, Any]:
             healthy_since = now
         if not pending and healthy_since is not None and now - healthy_since >= HEALTHY_MIN_S:
             break
-        if not upgraded and now - stack.started > 20 and \
-                stack.query('kvoffload_target_info{target="upgrade",generation="flat"}'):
+        if (
+            not upgraded
+            and now - stack.started > 20
+            and stack.query('kvoffload_target_info{target="upgrade",generation="flat"}')
+        ):
             stack.add_fault("upgrade", "no-connector")  # the offload families vanish, as after an upgrade
             upgraded = True
         if not restarted and healthy_since is not None and now - healthy_since > 15:
@@ -269,8 +346,14 @@ def observed(stack: Stack) -> dict[str, Any]:
         time.sleep(1.0)
     healthy_alerts = stack.query(f'count_over_time(ALERTS{{job="{HEALTHY}"}}[10m])')
     print("seconds until each scenario showed up:", json.dumps(seen, indent=1))
-    return {"missing": sorted(pending), "seen": seen, "restarted": restarted, "healthy_alerts": healthy_alerts,
-            "elapsed": time.monotonic() - stack.started, "logs": stack.logs()}
+    return {
+        "missing": sorted(pending),
+        "seen": seen,
+        "restarted": restarted,
+        "healthy_alerts": healthy_alerts,
+        "elapsed": time.monotonic() - stack.started,
+        "logs": stack.logs(),
+    }
 
 
 def test_every_dashboard_and_rule_query_returns_data_in_its_scenario(observed):

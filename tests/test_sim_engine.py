@@ -24,8 +24,15 @@ class Clock:
 def make_engine(version: str = "0.26.0", **cfg: object) -> tuple[Engine, Clock]:
     clock = Clock()
     config = EngineConfig.from_calibration(H200_QWEN3_0_6B, **cfg)
-    engine = Engine(0, config, behaviour(version), TimeModel(H200_QWEN3_0_6B, random.Random(1), noise=False),
-                    clock, lambda: 1.7e9 + clock.now, random.Random(2))
+    engine = Engine(
+        0,
+        config,
+        behaviour(version),
+        TimeModel(H200_QWEN3_0_6B, random.Random(1), noise=False),
+        clock,
+        lambda: 1.7e9 + clock.now,
+        random.Random(2),
+    )
     return engine, clock
 
 
@@ -49,6 +56,7 @@ def evict(engine: Engine, clock: Clock, n: int = 2) -> None:
 
 
 # ---- hashing and caches ----------------------------------------------------------------------------
+
 
 def test_kv_bytes_per_token_of_the_calibrated_shapes() -> None:
     assert QWEN3_0_6B.kv_bytes_per_token == 114_688
@@ -104,6 +112,7 @@ def test_cpu_tier_lru_capacity_and_allocation_failure() -> None:
 
 
 # ---- requests --------------------------------------------------------------------------------------
+
 
 def test_cold_gpu_hit_eviction_cpu_tier_hit_and_gpu_hit_again() -> None:
     engine, clock = make_engine()
@@ -163,7 +172,7 @@ def test_external_hit_after_a_gpu_hit_ending_mid_chunk() -> None:
     send(engine, clock, P)
     evict(engine, clock)
     engine.gpu.clear()
-    send(engine, clock, P[:4208 + 5] + ids(700_000, 100))  # puts P's first 263 blocks on the GPU
+    send(engine, clock, P[: 4208 + 5] + ids(700_000, 100))  # puts P's first 263 blocks on the GPU
     plan = send(engine, clock, P)
     assert (plan.gpu_hit, plan.external_hit, plan.computed) == (4208, 1744, 48)
     assert plan.load_bytes == 1744 * 114_688

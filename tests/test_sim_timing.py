@@ -35,10 +35,13 @@ def test_the_two_runs_reach_opposite_verdicts(modelled: tuple[str, dict[tuple[st
     assert (delta > 0) == (name == "h200-qwen3-0.6b")
 
 
-@pytest.mark.parametrize("cal,queue_ms,engine_ttft_ms,load_ms", [
-    (H200_QWEN3_0_6B, 24.5, 29.3, 17.9),  # CPU-tier hit: response metrics and kv_offload_load_time
-    (H200_QWEN3_32B, 38.8, 42.1, 33.0),
-])
+@pytest.mark.parametrize(
+    "cal,queue_ms,engine_ttft_ms,load_ms",
+    [
+        (H200_QWEN3_0_6B, 24.5, 29.3, 17.9),  # CPU-tier hit: response metrics and kv_offload_load_time
+        (H200_QWEN3_32B, 38.8, 42.1, 33.0),
+    ],
+)
 def test_server_side_split_of_a_cpu_tier_hit(cal, queue_ms: float, engine_ttft_ms: float, load_ms: float) -> None:
     t = TimeModel(cal, noise=False).request(48, 5952 * cal.shape.kv_bytes_per_token, connector=True)
     assert t.queue_s * 1e3 == pytest.approx(queue_ms, rel=TOLERANCE)
@@ -75,4 +78,5 @@ def test_every_parameter_can_be_overridden() -> None:
     cal = replace(H200_QWEN3_0_6B, connector_ms=0.0, step_ms=10.0)
     assert expected_client_ttft_ms(cal, 16, 0, True) == pytest.approx(6.5 + 0.03 + 10.0 + 16 * 0.001387)
     assert expected_client_ttft_ms(H200_QWEN3_0_6B, 16, 0, True) - expected_client_ttft_ms(
-        H200_QWEN3_0_6B, 16, 0, False) == pytest.approx(8.0)
+        H200_QWEN3_0_6B, 16, 0, False
+    ) == pytest.approx(8.0)

@@ -45,8 +45,7 @@ def test_zipf_popularity_and_shared_prefixes() -> None:
 
 
 def test_prompt_lengths_fit_the_model() -> None:
-    spec = TrafficSpec(rate=100, count=500, prefix_tokens=6000, prefix_sigma=1.0, max_prompt_tokens=4096,
-                       max_tokens=16)
+    spec = TrafficSpec(rate=100, count=500, prefix_tokens=6000, prefix_sigma=1.0, max_prompt_tokens=4096, max_tokens=16)
     for r in arrivals(spec):
         assert len(r.prompt) >= 1 and len(r.prompt) + r.max_tokens <= 4096
 

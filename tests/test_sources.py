@@ -89,7 +89,7 @@ def test_pids_for_pidfile_and_children(tmp_path: Path) -> None:
     pidfile.write_text(f"{os.getpid()}\n")
     assert host.pids_for(None, str(pidfile), None)[0] == os.getpid()
     assert host.pids_for(None, str(tmp_path / "missing"), None) == []
-    assert host.pids_for(2 ** 22 + 12345, None, None) == []  # no such process
+    assert host.pids_for(2**22 + 12345, None, None) == []  # no such process
 
 
 def test_nvml_without_driver_raises_gpu_unavailable() -> None:
@@ -107,8 +107,13 @@ def test_nvml_without_driver_raises_gpu_unavailable() -> None:
 
 
 async def test_gpu_failure_does_not_stop_the_rest() -> None:
-    config = Config(targets=(TargetConfig(url="http://127.0.0.1:9", name="x", pid=os.getpid()),),
-                    poll_interval=0.05, timeout=0.2, window=10.0, gpu_enabled=True)
+    config = Config(
+        targets=(TargetConfig(url="http://127.0.0.1:9", name="x", pid=os.getpid()),),
+        poll_interval=0.05,
+        timeout=0.2,
+        window=10.0,
+        gpu_enabled=True,
+    )
     async with TestClient(TestServer(make_app(config))) as client:
         exp = client.server.app[EXPORTER]
         for _ in range(200):

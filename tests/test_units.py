@@ -14,13 +14,23 @@ from exporter.normalise import normalise
 from exporter.render import Exposition
 
 
-def expo(load: float | None = None, store: float = 0.0, hits: float = 0.0, queries: float = 0.0,
-         flat: bool = True, ttft: tuple[float, ...] | None = None, extra: str = "") -> str:
+def expo(
+    load: float | None = None,
+    store: float = 0.0,
+    hits: float = 0.0,
+    queries: float = 0.0,
+    flat: bool = True,
+    ttft: tuple[float, ...] | None = None,
+    extra: str = "",
+) -> str:
     lb = 'engine="0",model_name="m"'
     lines = [f"vllm:prefix_cache_queries_total{{{lb}}} {queries}", f"vllm:prefix_cache_hits_total{{{lb}}} {hits}"]
     if flat:
-        lines += ["# TYPE vllm:kv_offload_load_bytes_total counter", "# TYPE vllm:kv_offload_store_bytes_total counter",
-                  f"vllm:kv_offload_store_bytes_total{{{lb}}} {store}"]
+        lines += [
+            "# TYPE vllm:kv_offload_load_bytes_total counter",
+            "# TYPE vllm:kv_offload_store_bytes_total counter",
+            f"vllm:kv_offload_store_bytes_total{{{lb}}} {store}",
+        ]
         if load is not None:
             lines.append(f"vllm:kv_offload_load_bytes_total{{{lb}}} {load}")
     if ttft:
@@ -35,19 +45,24 @@ def expo(load: float | None = None, store: float = 0.0, hits: float = 0.0, queri
 
 # --- parser / normaliser ---------------------------------------------------------------------------
 
+
 def test_names_without_total_and_escaped_prefix_are_accepted() -> None:
-    text = ('vllm_prefix_cache_hits{engine="0",model_name="m"} 7\n'
-            'vllm:prefix_cache_queries{engine="0",model_name="m"} 9\n'
-            'vllm:prefix_cache_queries_created{engine="0",model_name="m"} 1.7e9\n')
+    text = (
+        'vllm_prefix_cache_hits{engine="0",model_name="m"} 7\n'
+        'vllm:prefix_cache_queries{engine="0",model_name="m"} 9\n'
+        'vllm:prefix_cache_queries_created{engine="0",model_name="m"} 1.7e9\n'
+    )
     (e,) = normalise(text).engines
     assert e.counters["gpu_prefix_hits"] == 7 and e.counters["gpu_prefix_queries"] == 9
 
 
 def test_legacy_transfer_type_is_case_insensitive_and_unknown_types_ignored() -> None:
     lb = 'engine="0",model_name="m"'
-    text = (f'vllm:kv_offload_total_bytes_total{{{lb},transfer_type="cpu_to_gpu"}} 5\n'
-            f'vllm:kv_offload_total_bytes_total{{{lb},transfer_type="GPU_to_CPU"}} 11\n'
-            f'vllm:kv_offload_total_bytes_total{{{lb},transfer_type="NPU_to_DISK"}} 99\n')
+    text = (
+        f'vllm:kv_offload_total_bytes_total{{{lb},transfer_type="cpu_to_gpu"}} 5\n'
+        f'vllm:kv_offload_total_bytes_total{{{lb},transfer_type="GPU_to_CPU"}} 11\n'
+        f'vllm:kv_offload_total_bytes_total{{{lb},transfer_type="NPU_to_DISK"}} 99\n'
+    )
     snap = normalise(text)
     assert snap.generation == "transfer_type"
     (e,) = snap.engines
@@ -56,25 +71,31 @@ def test_legacy_transfer_type_is_case_insensitive_and_unknown_types_ignored() ->
 
 def test_flat_preferred_over_legacy_never_summed() -> None:
     lb = 'engine="0",model_name="m"'
-    text = (f'vllm:kv_offload_store_bytes_total{{{lb}}} 10\n'
-            f'vllm:kv_offload_total_bytes_total{{{lb},transfer_type="GPU_to_CPU"}} 10\n')
+    text = (
+        f"vllm:kv_offload_store_bytes_total{{{lb}}} 10\n"
+        f'vllm:kv_offload_total_bytes_total{{{lb},transfer_type="GPU_to_CPU"}} 10\n'
+    )
     (e,) = normalise(text).engines
     assert e.counters["offload_store_bytes"] == 10
 
 
 def test_pid_split_counters_summed_gauges_maxed() -> None:
     lb = 'engine="0",model_name="m"'
-    text = (f'vllm:prefix_cache_hits_total{{{lb},pid="1"}} 3\nvllm:prefix_cache_hits_total{{{lb},pid="2"}} 4\n'
-            f'vllm:kv_offload_cpu_cache_usage_perc{{{lb},pid="1"}} 0.0\n'
-            f'vllm:kv_offload_cpu_cache_usage_perc{{{lb},pid="2"}} 0.08\n')
+    text = (
+        f'vllm:prefix_cache_hits_total{{{lb},pid="1"}} 3\nvllm:prefix_cache_hits_total{{{lb},pid="2"}} 4\n'
+        f'vllm:kv_offload_cpu_cache_usage_perc{{{lb},pid="1"}} 0.0\n'
+        f'vllm:kv_offload_cpu_cache_usage_perc{{{lb},pid="2"}} 0.08\n'
+    )
     snap = normalise(text)
     (e,) = snap.engines
     assert e.counters["gpu_prefix_hits"] == 7 and e.offload_inflight == 0.08 and snap.multiprocess
 
 
 def test_engines_are_kept_apart() -> None:
-    text = ('vllm:prefix_cache_hits_total{engine="0",model_name="m"} 1\n'
-            'vllm:prefix_cache_hits_total{engine="1",model_name="m"} 2\n')
+    text = (
+        'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 1\n'
+        'vllm:prefix_cache_hits_total{engine="1",model_name="m"} 2\n'
+    )
     assert [e.counters["gpu_prefix_hits"] for e in normalise(text).engines] == [1, 2]
 
 
@@ -84,17 +105,24 @@ def test_missing_family_is_absent_not_zero() -> None:
 
 
 def test_lookalike_families_ignored() -> None:
-    text = ('vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 5\n'
-            'vllm:num_requests_waiting{engine="0",model_name="m"} 2\n')
+    text = (
+        'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 5\n'
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 2\n'
+    )
     (e,) = normalise(text).engines
     assert e.requests_waiting == 2
 
 
-@pytest.mark.parametrize("bad", ['vllm:prefix_cache_hits_total{engine="0" 1\n',
-                                 'vllm:prefix_cache_hits_total{engine="0",model_name="m"} abc\n',
-                                 'vllm:prefix_cache_hits_total{engine="0",model_name="m"}\n',
-                                 # a bound that is not a number must not escape as a bare ValueError
-                                 'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m",le="x"} 1\n'])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        'vllm:prefix_cache_hits_total{engine="0" 1\n',
+        'vllm:prefix_cache_hits_total{engine="0",model_name="m"} abc\n',
+        'vllm:prefix_cache_hits_total{engine="0",model_name="m"}\n',
+        # a bound that is not a number must not escape as a bare ValueError
+        'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="m",le="x"} 1\n',
+    ],
+)
 def test_malformed_wanted_lines_raise(bad: str) -> None:
     with pytest.raises(ParseError):
         normalise(bad)
@@ -104,14 +132,16 @@ def test_malformed_wanted_lines_raise(bad: str) -> None:
 def test_non_finite_cumulative_values_raise(value: str) -> None:
     # NaN/Inf in a counter would make every later delta NaN (clamped to 0): state stuck at idle.
     lb = 'engine="0",model_name="m"'
-    for line in (f'vllm:kv_offload_load_bytes_total{{{lb}}} {value}\n',
-                 f'vllm:prefix_cache_hits_total{{{lb}}} {value}\n',
-                 f'vllm:prompt_tokens_by_source_total{{{lb},source="local_compute"}} {value}\n',
-                 f'vllm:time_to_first_token_seconds_bucket{{{lb},le="+Inf"}} {value}\n'):
+    for line in (
+        f"vllm:kv_offload_load_bytes_total{{{lb}}} {value}\n",
+        f"vllm:prefix_cache_hits_total{{{lb}}} {value}\n",
+        f'vllm:prompt_tokens_by_source_total{{{lb},source="local_compute"}} {value}\n',
+        f'vllm:time_to_first_token_seconds_bucket{{{lb},le="+Inf"}} {value}\n',
+    ):
         with pytest.raises(ParseError, match="non-finite"):
             normalise(line)
     # A gauge is passed on as it is.
-    (e,) = normalise(f'vllm:num_requests_waiting{{{lb}}} {value}\n').engines
+    (e,) = normalise(f"vllm:num_requests_waiting{{{lb}}} {value}\n").engines
     assert e.requests_waiting is not None
 
 
@@ -126,6 +156,7 @@ def test_label_escapes() -> None:
 
 
 # --- derivation --------------------------------------------------------------------------------------
+
 
 def _points(texts: list[str], dt: float = 10.0) -> list[derive.Point]:
     pts: list[derive.Point] = []
@@ -150,9 +181,15 @@ def test_window_excludes_old_points() -> None:
     assert d.deltas["offload_store_bytes"] == 1000 and d.state == "storing"
 
 
-@pytest.mark.parametrize("load,store,hits,state", [
-    (None, 0, 0, "idle"), (0, 500, 0, "storing"), (0, 500, 64, "store_without_load"), (64, 500, 64, "hit"),
-])
+@pytest.mark.parametrize(
+    "load,store,hits,state",
+    [
+        (None, 0, 0, "idle"),
+        (0, 500, 0, "storing"),
+        (0, 500, 64, "store_without_load"),
+        (64, 500, 64, "hit"),
+    ],
+)
 def test_states(load: float | None, store: float, hits: float, state: str) -> None:
     before = normalise(expo(load=0, store=0, hits=0, queries=0))
     after = normalise(expo(load=load, store=store, hits=hits, queries=hits + 10))
@@ -189,6 +226,7 @@ def test_histogram_quantile_matches_prometheus_rules() -> None:
 
 # --- rendering and catalogue -----------------------------------------------------------------------
 
+
 def test_catalogue_conventions() -> None:
     for name, m in CATALOGUE.items():
         assert name.startswith("kvoffload_") and ":" not in name
@@ -204,19 +242,33 @@ def test_render_rejects_wrong_labels_and_skips_none() -> None:
         x.add("kvoffload_up", 1.0, {"instance": "x"})
     x.add("kvoffload_up", None, {"target": "a"})
     x.add("kvoffload_up", 1.0, {"target": 'a"b'})
-    assert x.text() == ('# HELP kvoffload_up 1 if the last poll of the vLLM target succeeded, else 0.\n'
-                        '# TYPE kvoffload_up gauge\nkvoffload_up{target="a\\"b"} 1.0\n')
+    assert x.text() == (
+        "# HELP kvoffload_up 1 if the last poll of the vLLM target succeeded, else 0.\n"
+        '# TYPE kvoffload_up gauge\nkvoffload_up{target="a\\"b"} 1.0\n'
+    )
 
 
 # --- config ------------------------------------------------------------------------------------------
 
+
 def test_config_lists_every_error() -> None:
     with pytest.raises(ConfigError) as e:
-        from_mapping({"targets": [{"url": "ftp://x"}, {"urll": "http://a:1"}], "window": "5 parsecs",
-                      "bogus": 1, "host": {"enabled": "yes"}})
+        from_mapping(
+            {
+                "targets": [{"url": "ftp://x"}, {"urll": "http://a:1"}],
+                "window": "5 parsecs",
+                "bogus": 1,
+                "host": {"enabled": "yes"},
+            }
+        )
     msgs = "\n".join(e.value.errors)
-    for needle in ("targets[0]: url must be http(s)", "targets[1]: unknown key 'urll'", "window: not a duration",
-                   "unknown key 'bogus'", "host.enabled"):
+    for needle in (
+        "targets[0]: url must be http(s)",
+        "targets[1]: unknown key 'urll'",
+        "window: not a duration",
+        "unknown key 'bogus'",
+        "host.enabled",
+    ):
         assert needle in msgs
     assert len(e.value.errors) >= 6
 
@@ -237,8 +289,13 @@ def test_config_wrong_types_and_unreadable_file_are_config_errors(tmp_path: Path
 
 
 def test_config_good() -> None:
-    cfg = from_mapping({"targets": ["http://127.0.0.1:8000", {"url": "http://b:8000", "name": "b", "tier_bytes": 8e9}],
-                        "window": "10m", "poll_interval": "2s"})
+    cfg = from_mapping(
+        {
+            "targets": ["http://127.0.0.1:8000", {"url": "http://b:8000", "name": "b", "tier_bytes": 8e9}],
+            "window": "10m",
+            "poll_interval": "2s",
+        }
+    )
     assert [t.label for t in cfg.targets] == ["127.0.0.1:8000", "b"]
     assert cfg.window == 600 and cfg.window_label == "10m" and cfg.poll_interval == 2
 
@@ -258,10 +315,15 @@ def test_tier_bytes_precedence() -> None:
     from exporter.model import EngineSignals
 
     def e(offload: str | None = None, size: str | None = None) -> EngineSignals:
-        return EngineSignals("m", "0", {}, offload_config={"cpu_kv_cache_size_bytes": offload} if offload else {},
-                             cache_config={"kv_offloading_size": size} if size else {})
+        return EngineSignals(
+            "m",
+            "0",
+            {},
+            offload_config={"cpu_kv_cache_size_bytes": offload} if offload else {},
+            cache_config={"kv_offloading_size": size} if size else {},
+        )
 
     assert tier_bytes(e("8000", "2"), 5.0) == 8000.0
-    assert tier_bytes(e("junk", "2"), 5.0) == 2 * 2 ** 30
+    assert tier_bytes(e("junk", "2"), 5.0) == 2 * 2**30
     assert tier_bytes(e(None, "None"), 5.0) == 5.0
     assert tier_bytes(e(), None) is None

@@ -18,6 +18,7 @@ GPU side (device_step.sh):
                                      manifest) are unpacked, 4 if not
 STORE layout: MANIFEST (the chunk manifest), chunks/chunk.K, done/<part> (unpacked), site/ over/ xdeps/.
 """
+
 import hashlib
 import os
 import shutil
@@ -63,8 +64,11 @@ def make(outroot, build_id, n, partfiles):
     n = int(n)
     total = sum(os.path.getsize(p) for p in partfiles)
     cs = -(-total // n)
-    head = ["# bundle parts cut into byte-chunks (bench/gpu/bundle.py); offsets into the concatenation",
-            f"build {build_id}", f"chunk_size {cs}"]
+    head = [
+        "# bundle parts cut into byte-chunks (bench/gpu/bundle.py); offsets into the concatenation",
+        f"build {build_id}",
+        f"chunk_size {cs}",
+    ]
     part_lines, off = [], 0
     for p in partfiles:
         sz = os.path.getsize(p)
@@ -104,8 +108,10 @@ def single(outdir, build_id, part):
     dst = os.path.join(outdir, os.path.basename(part))
     shutil.copyfile(part, dst)
     with open(os.path.join(outdir, "MANIFEST"), "w") as f:
-        f.write(f"# one bundle part that travels whole (bench/gpu/bundle.py)\nbuild {build_id}\n"
-                f"whole {os.path.basename(part)} {os.path.getsize(dst)} {sha256_file(dst)}\n")
+        f.write(
+            f"# one bundle part that travels whole (bench/gpu/bundle.py)\nbuild {build_id}\n"
+            f"whole {os.path.basename(part)} {os.path.getsize(dst)} {sha256_file(dst)}\n"
+        )
     print(f"{dst}: {os.path.getsize(dst)} B")
 
 
@@ -252,8 +258,9 @@ def load(store, dirs):
         if missing:
             _log(f"{name}: waits for chunk(s) {missing}")
             continue
-        rc = _unpack(name, _chunk_reader(chunk_dir, cs, off, sz), sha, store, done_dir,
-                     f"{sz} B from chunk(s) {first}..{last}")
+        rc = _unpack(
+            name, _chunk_reader(chunk_dir, cs, off, sz), sha, store, done_dir, f"{sz} B from chunk(s) {first}..{last}"
+        )
         if rc:
             return rc
     # chunks whose parts are all unpacked are no longer needed

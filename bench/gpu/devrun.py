@@ -31,6 +31,7 @@ Environment (device_step.sh sets the first four):
   KVO_COMPILE_JOBS (0 = all cores), KVO_COMPILEALL (1)
   MOCK=1                      local test: localtest/mock_vllm.py instead of vLLM, no nvidia-smi
 """
+
 import contextlib
 import http.client
 import json
@@ -112,16 +113,24 @@ def try_get(port, path, timeout=10, host="127.0.0.1"):
 
 def complete(port, served, tokens, salt=None, timeout=180):
     """Streaming /v1/completions, max_tokens 1; client TTFT = first `data:` line."""
-    body = {"model": served, "prompt": tokens, "max_tokens": 1, "temperature": 0.0, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": served,
+        "prompt": tokens,
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if salt is not None:
         body["cache_salt"] = salt
     res = {"prompt_len": len(tokens), "salt": salt}
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         t0 = time.perf_counter()
-        c.request("POST", "/v1/completions", body=json.dumps(body).encode(),
-                  headers={"Content-Type": "application/json"})
+        c.request(
+            "POST", "/v1/completions", body=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         r = c.getresponse()
         if r.status != 200:
             res.update(ok=False, status=r.status, error=r.read().decode("utf-8", "replace")[:1000])
@@ -229,8 +238,10 @@ def wait_gpu_free(limit_mib=4000, timeout=60):
 def machine(tag):
     if MOCK:
         return {}
-    snap = {"gpu": sh("nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv,noheader"),
-            "host_mem": sh("free -m | head -2")}
+    snap = {
+        "gpu": sh("nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv,noheader"),
+        "host_mem": sh("free -m | head -2"),
+    }
     log(f"machine[{tag}]:", json.dumps(snap))
     SUMMARY.setdefault("machine", {})[tag] = snap
     return snap
@@ -248,7 +259,7 @@ def trimmed_copy(src, dst, limit=1_500_000):
     except OSError:
         return
     if len(data) > limit:
-        data = data[: limit // 3] + b"\n...[trimmed]...\n" + data[-(2 * limit) // 3:]
+        data = data[: limit // 3] + b"\n...[trimmed]...\n" + data[-(2 * limit) // 3 :]
     with open(dst, "wb") as f:
         f.write(data)
 
@@ -280,26 +291,61 @@ class Server:
     def cmd(self):
         if MOCK:
             return [PY, os.path.join(HERE, "localtest", "mock_vllm.py"), str(self.port), self.phase, self.served]
-        c = [PY, "-m", "vllm.entrypoints.cli.main", "serve", self.model["dir"],
-             "--served-model-name", self.served, "--load-format", "dummy", "--skip-tokenizer-init",
-             "--enforce-eager", "--max-model-len", "8192", "--block-size", "16",
-             "--num-gpu-blocks-override", "640", "--gpu-memory-utilization", str(self.util),
-             "--max-num-seqs", "16", "--enable-prompt-tokens-details", "--enable-per-request-metrics",
-             "--host", "127.0.0.1", "--port", str(self.port)]
+        c = [
+            PY,
+            "-m",
+            "vllm.entrypoints.cli.main",
+            "serve",
+            self.model["dir"],
+            "--served-model-name",
+            self.served,
+            "--load-format",
+            "dummy",
+            "--skip-tokenizer-init",
+            "--enforce-eager",
+            "--max-model-len",
+            "8192",
+            "--block-size",
+            "16",
+            "--num-gpu-blocks-override",
+            "640",
+            "--gpu-memory-utilization",
+            str(self.util),
+            "--max-num-seqs",
+            "16",
+            "--enable-prompt-tokens-details",
+            "--enable-per-request-metrics",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
         if self.phase == "A":
-            kv = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
-                  "kv_connector_extra_config": {"block_size": 64, "cpu_bytes_to_use": self.model["cpu_bytes"]}}
+            kv = {
+                "kv_connector": "OffloadingConnector",
+                "kv_role": "kv_both",
+                "kv_connector_extra_config": {"block_size": 64, "cpu_bytes_to_use": self.model["cpu_bytes"]},
+            }
             c += ["--kv-transfer-config", json.dumps(kv, separators=(",", ":"))]
         return c
 
     def env(self):
         env = dict(os.environ)
         env["PYTHONPATH"] = bundle_pythonpath() + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-                    "DO_NOT_TRACK": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_LOGGING_LEVEL": "INFO",
-                    "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
-                    "TRITON_CACHE_DIR": os.path.join(STORE, "cache", "triton"),
-                    "VLLM_CACHE_ROOT": os.path.join(STORE, "cache", "vllm")})
+        env.update(
+            {
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "VLLM_NO_USAGE_STATS": "1",
+                "DO_NOT_TRACK": "1",
+                "VLLM_USE_FLASHINFER_SAMPLER": "0",
+                "VLLM_LOGGING_LEVEL": "INFO",
+                "PYTHONUNBUFFERED": "1",
+                "TOKENIZERS_PARALLELISM": "false",
+                "TRITON_CACHE_DIR": os.path.join(STORE, "cache", "triton"),
+                "VLLM_CACHE_ROOT": os.path.join(STORE, "cache", "vllm"),
+            }
+        )
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         return env
 
@@ -313,11 +359,11 @@ class Server:
         self.logf.write("# cmd: " + shlex.join(cmd) + "\n")
         self.logf.flush()
         self.t0 = time.time()
-        self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT, env=self.env(),
-                                     cwd=REPO, process_group=0)
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.logf, stderr=subprocess.STDOUT, env=self.env(), cwd=REPO, process_group=0
+        )
         record_pgid(self.proc.pid)
-        SUMMARY.setdefault("servers", {})[self.tag] = {"cmd": shlex.join(cmd), "port": self.port,
-                                                       "util": self.util}
+        SUMMARY.setdefault("servers", {})[self.tag] = {"cmd": shlex.join(cmd), "port": self.port, "util": self.util}
 
     def wait_healthy(self, timeout):
         end, last_note = time.time() + timeout, time.time()
@@ -386,8 +432,9 @@ def exporter_env():
 
 def exporter_argv(template, which, **kw):
     """KVO_EXPORTER_SERVE / KVO_EXPORTER_CHECK override the command prefix for one sub-command."""
-    base = shlex.split(os.environ.get(f"KVO_EXPORTER_{which.upper()}") or os.environ.get("KVO_EXPORTER")
-                       or f"{PY} -m exporter")
+    base = shlex.split(
+        os.environ.get(f"KVO_EXPORTER_{which.upper()}") or os.environ.get("KVO_EXPORTER") or f"{PY} -m exporter"
+    )
     if not template:
         raise SystemExit("KVO_SERVE_ARGS / KVO_CHECK_ARGS not set (device_step.sh sets them)")
     s = template
@@ -408,13 +455,18 @@ class Exporter:
         self.proc, self.stop_ev, self.thread, self.n = None, threading.Event(), None, 0
 
     def start(self):
-        argv = exporter_argv(os.environ.get("KVO_SERVE_ARGS"), "serve",
-                             targets=" ".join(f"--target {u}" for u in self.urls), listen=LISTEN)
+        argv = exporter_argv(
+            os.environ.get("KVO_SERVE_ARGS"),
+            "serve",
+            targets=" ".join(f"--target {u}" for u in self.urls),
+            listen=LISTEN,
+        )
         log("exporter serve:", shlex.join(argv))
         SUMMARY.setdefault("exporter", {})[f"serve_{self.tag}"] = shlex.join(argv)
         self.logf = open(self.log_path, "w")  # noqa: SIM115 (held by the child process)
-        self.proc = subprocess.Popen(argv, stdout=self.logf, stderr=subprocess.STDOUT, env=exporter_env(),
-                                     cwd=REPO, process_group=0)
+        self.proc = subprocess.Popen(
+            argv, stdout=self.logf, stderr=subprocess.STDOUT, env=exporter_env(), cwd=REPO, process_group=0
+        )
         record_pgid(self.proc.pid)
         end = time.time() + 30
         while time.time() < end:
@@ -469,15 +521,20 @@ def check_ok(res):
 def run_check(target_url, control_url, rounds, tag, timeout):
     json_path = os.path.join(WORK, f"check_{tag}.json")
     ev_dir = os.path.join(WORK, f"evidence_{tag}")
-    argv = exporter_argv(os.environ.get("KVO_CHECK_ARGS"), "check", target=target_url,
-                         control=f"--control-target {control_url}" if control_url else "",
-                         rounds=str(rounds), json=json_path, evidence=ev_dir)
+    argv = exporter_argv(
+        os.environ.get("KVO_CHECK_ARGS"),
+        "check",
+        target=target_url,
+        control=f"--control-target {control_url}" if control_url else "",
+        rounds=str(rounds),
+        json=json_path,
+        evidence=ev_dir,
+    )
     log(f"exporter check [{tag}] (timeout {timeout:.0f}s):", shlex.join(argv))
     logp = os.path.join(WORK, f"check_{tag}.log")
     t = time.time()
     with open(logp, "w") as lf:
-        p = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT, env=exporter_env(), cwd=REPO,
-                             process_group=0)
+        p = subprocess.Popen(argv, stdout=lf, stderr=subprocess.STDOUT, env=exporter_env(), cwd=REPO, process_group=0)
         record_pgid(p.pid)
         try:
             rc = p.wait(timeout=max(timeout, 5))
@@ -497,8 +554,13 @@ def run_check(target_url, control_url, rounds, tag, timeout):
     log(f"check [{tag}] rc={rc} ({VERDICT.get(rc, 'timeout' if rc == 'timeout' else '?')}) in {dt}s; last lines:")
     for x in tail(logp, 25):
         print("  " + x, flush=True)
-    SUMMARY.setdefault("checks", {})[tag] = {"rc": rc, "s": dt, "argv": shlex.join(argv),
-                                             "json": os.path.exists(json_path), "evidence": os.path.exists(ev_dir)}
+    SUMMARY.setdefault("checks", {})[tag] = {
+        "rc": rc,
+        "s": dt,
+        "argv": shlex.join(argv),
+        "json": os.path.exists(json_path),
+        "evidence": os.path.exists(ev_dir),
+    }
     return rc, json_path, ev_dir
 
 
@@ -510,9 +572,11 @@ def rand_tokens(n):
     return [RNG.randrange(1000, 150000) for _ in range(n)]
 
 
-KEYS = re.compile(r"^(vllm:(prefix_cache_(queries|hits)|external_prefix_cache_(queries|hits)|kv_offload_"
-                  r"(load|store)_bytes|kv_offload_total_bytes|prompt_tokens_by_source|prompt_tokens_cached)"
-                  r"[a-z_]*)(\{[^}]*\})?\s+(\S+)")
+KEYS = re.compile(
+    r"^(vllm:(prefix_cache_(queries|hits)|external_prefix_cache_(queries|hits)|kv_offload_"
+    r"(load|store)_bytes|kv_offload_total_bytes|prompt_tokens_by_source|prompt_tokens_cached)"
+    r"[a-z_]*)(\{[^}]*\})?\s+(\S+)"
+)
 
 
 def key_counters(text):
@@ -551,8 +615,17 @@ def canary(server, tag, cdir):
         a = snap(name + "_after")
         d = {k: round(v - b.get(k, 0.0), 3) for k, v in a.items() if abs(v - b.get(k, 0.0)) > 1e-9}
         cached = ((r.get("usage") or {}).get("prompt_tokens_details") or {}).get("cached_tokens")
-        steps.append({"step": name, "ok": r.get("ok"), "ttft_ms": r.get("ttft_ms"), "cached_tokens": cached,
-                      "server_metrics": r.get("server_metrics"), "error": r.get("error"), "delta": d})
+        steps.append(
+            {
+                "step": name,
+                "ok": r.get("ok"),
+                "ttft_ms": r.get("ttft_ms"),
+                "cached_tokens": cached,
+                "server_metrics": r.get("server_metrics"),
+                "error": r.get("error"),
+                "delta": d,
+            }
+        )
         short = {k: v for k, v in d.items() if "hits" in k or "bytes" in k}
         log(f"  canary {tag} {name:<12} ok={r.get('ok')} ttft={r.get('ttft_ms')}ms cached={cached} {json.dumps(short)}")
 
@@ -613,18 +686,24 @@ def serve_with_canary(target, control, tag, seconds):
     """`serve --canary` (pressure, control target) against the connector server for `seconds`, after the
     check: the exporter's own canary series (TTFT per path, delta TTFT, verdict) on real vLLM."""
     listen = "127.0.0.1:9401"
-    argv = exporter_argv(os.environ.get("KVO_SERVE_CANARY_ARGS") or
-                         "serve --target {target} --listen {listen} --poll-interval 1 --canary "
-                         "--canary-allow-pressure --canary-control-target {control} --canary-interval 1s "
-                         "--canary-budget-tokens-per-hour 50000000 --canary-secret-file {secret}", "serve",
-                         target=target, control=control, listen=listen,
-                         secret=os.path.join(WORK, f"canary_secret_{tag}"))
+    argv = exporter_argv(
+        os.environ.get("KVO_SERVE_CANARY_ARGS")
+        or "serve --target {target} --listen {listen} --poll-interval 1 --canary "
+        "--canary-allow-pressure --canary-control-target {control} --canary-interval 1s "
+        "--canary-budget-tokens-per-hour 50000000 --canary-secret-file {secret}",
+        "serve",
+        target=target,
+        control=control,
+        listen=listen,
+        secret=os.path.join(WORK, f"canary_secret_{tag}"),
+    )
     log(f"exporter serve --canary [{tag}] for {seconds:.0f}s:", shlex.join(argv))
     SUMMARY.setdefault("exporter", {})[f"serve_canary_{tag}"] = shlex.join(argv)
     log_path = os.path.join(WORK, f"exporter_serve_canary_{tag}.log")
     with open(log_path, "w") as logf:
-        proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, env=exporter_env(), cwd=REPO,
-                                process_group=0)
+        proc = subprocess.Popen(
+            argv, stdout=logf, stderr=subprocess.STDOUT, env=exporter_env(), cwd=REPO, process_group=0
+        )
         record_pgid(proc.pid)
         time.sleep(seconds)
         st, body = try_get(9401, "/metrics", timeout=5, host="127.0.0.1")
@@ -663,7 +742,8 @@ def serve_check_canary(servers, tag, rounds, check_share=1.0):
         serve_with_canary(urls[0], urls[1], tag, serve_canary_s)
     if os.environ.get("KVO_CANARY", "1") == "1" and left() > RESERVE_S + 25 * len(servers):
         SUMMARY.setdefault("canary", {})[tag] = {
-            s.tag: canary(s, s.tag, os.path.join(WORK, f"canary_{tag}")) for s in servers}
+            s.tag: canary(s, s.tag, os.path.join(WORK, f"canary_{tag}")) for s in servers
+        }
     return exp, res
 
 
@@ -674,14 +754,23 @@ def cmd_prepare():
         print(sh("nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total,memory.used --format=csv,noheader"))
     print(sh("uname -r; nproc; free -g | head -2; df -h /tmp | tail -1; which xz tar curl 2>&1"))
     print(sh(f"{PY} -c 'import sys; print(sys.version)'"))
-    vers = ("torch triton transformers numpy aiohttp prometheus-client psutil PyYAML nvidia-ml-py protobuf "
-            "uvloop anyio typing_extensions attrs click h11 httpx pydantic setuptools")
-    code = (f"import importlib.metadata as m\nfor n in {vers!r}.split():\n"
-            "    try: print(f'  {n}=={m.version(n)}')\n    except Exception as e: print(f'  {n}: {e!r}')\n")
+    vers = (
+        "torch triton transformers numpy aiohttp prometheus-client psutil PyYAML nvidia-ml-py protobuf "
+        "uvloop anyio typing_extensions attrs click h11 httpx pydantic setuptools"
+    )
+    code = (
+        f"import importlib.metadata as m\nfor n in {vers!r}.split():\n"
+        "    try: print(f'  {n}=={m.version(n)}')\n    except Exception as e: print(f'  {n}: {e!r}')\n"
+    )
     print(sh(f"{PY} -c {shlex.quote(code)}", timeout=60))
     if not MOCK:
-        print(sh(f"{PY} -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available(), "
-                 "torch.cuda.get_device_name(0))'", timeout=120))
+        print(
+            sh(
+                f"{PY} -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available(), "
+                "torch.cuda.get_device_name(0))'",
+                timeout=120,
+            )
+        )
     if os.path.isdir(SITE):
         import_test()
         compile_bundle()
@@ -693,18 +782,56 @@ def cmd_prepare():
     return 0
 
 
-DEPS = ["pydantic", "pydantic_core", "fastapi", "starlette", "uvicorn", "openai", "anthropic", "mcp", "zmq",
-        "msgspec", "xgrammar", "llguidance", "outlines_core", "mistral_common", "cbor2", "pybase64", "setproctitle",
-        "ijson", "partial_json_parser", "pythonjsonlogger", "prometheus_fastapi_instrumentator", "blake3",
-        "compressed_tensors", "depyf", "opentelemetry.sdk.trace", "model_hosting_container_standards",
-        "openai_harmony", "jsonschema", "lark", "lmformatenforcer", "watchfiles", "httptools", "websockets",
-        "uvloop", "sse_starlette", "multipart", "email_validator", "jiter", "httpx2", "tvm_ffi"]
+DEPS = [
+    "pydantic",
+    "pydantic_core",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "openai",
+    "anthropic",
+    "mcp",
+    "zmq",
+    "msgspec",
+    "xgrammar",
+    "llguidance",
+    "outlines_core",
+    "mistral_common",
+    "cbor2",
+    "pybase64",
+    "setproctitle",
+    "ijson",
+    "partial_json_parser",
+    "pythonjsonlogger",
+    "prometheus_fastapi_instrumentator",
+    "blake3",
+    "compressed_tensors",
+    "depyf",
+    "opentelemetry.sdk.trace",
+    "model_hosting_container_standards",
+    "openai_harmony",
+    "jsonschema",
+    "lark",
+    "lmformatenforcer",
+    "watchfiles",
+    "httptools",
+    "websockets",
+    "uvloop",
+    "sse_starlette",
+    "multipart",
+    "email_validator",
+    "jiter",
+    "httpx2",
+    "tvm_ffi",
+]
 
 
 def import_test():
-    code = (f"import importlib,sys\nbad=[]\nfor m in {DEPS!r}:\n    try: importlib.import_module(m)\n"
-            "    except Exception as e: bad.append((m, repr(e)[:200]))\nprint('IMPORT_FAILURES', len(bad), bad)\n"
-            "sys.exit(1 if bad else 0)\n")
+    code = (
+        f"import importlib,sys\nbad=[]\nfor m in {DEPS!r}:\n    try: importlib.import_module(m)\n"
+        "    except Exception as e: bad.append((m, repr(e)[:200]))\nprint('IMPORT_FAILURES', len(bad), bad)\n"
+        "sys.exit(1 if bad else 0)\n"
+    )
     best = None
     for pp in (SITE, f"{SITE}:{OVER}"):
         t = time.time()
@@ -734,8 +861,13 @@ def compile_bundle():
     t = time.time()
     jobs = os.environ.get("KVO_COMPILE_JOBS", "0")
     try:
-        p = subprocess.run([PY, "-m", "compileall", "-q", "-j", jobs, SITE], capture_output=True, text=True,
-                           timeout=max(30, min(240, left() - 60)), check=False)
+        p = subprocess.run(
+            [PY, "-m", "compileall", "-q", "-j", jobs, SITE],
+            capture_output=True,
+            text=True,
+            timeout=max(30, min(240, left() - 60)),
+            check=False,
+        )
         rc = p.returncode
     except subprocess.TimeoutExpired:
         rc = "timeout"
@@ -746,30 +878,39 @@ def compile_bundle():
         write_text(os.path.join(STORE, "compiled"), f"{time.time():.0f}\n")
 
 
-MIN_VERSIONS = {"aiohttp": "3.9", "prometheus-client": "0.20", "psutil": "5.9", "nvidia-ml-py": "12.535",
-                "PyYAML": "6.0"}
+MIN_VERSIONS = {
+    "aiohttp": "3.9",
+    "prometheus-client": "0.20",
+    "psutil": "5.9",
+    "nvidia-ml-py": "12.535",
+    "PyYAML": "6.0",
+}
 
 
 def exporter_preflight():
     """Choose the exporter's PYTHONPATH: <repo>:site first, then + xdeps/ + over/ (bundle copies)."""
-    code = ("import importlib, importlib.metadata as md, re, sys\nbad = []\n"
-            "for mod in ('aiohttp', 'prometheus_client', 'psutil', 'yaml', 'pynvml'):\n"
-            "    try: importlib.import_module(mod)\n"
-            "    except Exception as e: bad.append(f'{mod}: {e!r}'[:200])\n"
-            "def v(s): return tuple(int(x) for x in re.findall(r'\\d+', s)[:3])\n"
-            f"for dist, mn in {MIN_VERSIONS!r}.items():\n"
-            "    try:\n        got = md.version(dist)\n        print(f'  {dist}=={got} (min {mn})')\n"
-            "        if v(got) < v(mn): bad.append(f'{dist} {got} < {mn}')\n"
-            "    except Exception as e: bad.append(f'{dist}: {e!r}'[:200])\n"
-            "print('EXPORTER_DEP_PROBLEMS', bad)\nsys.exit(1 if bad else 0)\n")
+    code = (
+        "import importlib, importlib.metadata as md, re, sys\nbad = []\n"
+        "for mod in ('aiohttp', 'prometheus_client', 'psutil', 'yaml', 'pynvml'):\n"
+        "    try: importlib.import_module(mod)\n"
+        "    except Exception as e: bad.append(f'{mod}: {e!r}'[:200])\n"
+        "def v(s): return tuple(int(x) for x in re.findall(r'\\d+', s)[:3])\n"
+        f"for dist, mn in {MIN_VERSIONS!r}.items():\n"
+        "    try:\n        got = md.version(dist)\n        print(f'  {dist}=={got} (min {mn})')\n"
+        "        if v(got) < v(mn): bad.append(f'{dist} {got} < {mn}')\n"
+        "    except Exception as e: bad.append(f'{dist}: {e!r}'[:200])\n"
+        "print('EXPORTER_DEP_PROBLEMS', bad)\nsys.exit(1 if bad else 0)\n"
+    )
     base = shlex.split(os.environ.get("KVO_EXPORTER") or f"{PY} -m exporter")
     chosen = None
     for pp in (f"{REPO}:{SITE}", f"{REPO}:{SITE}:{XDEPS}:{OVER}"):
         env = dict(os.environ, PYTHONPATH=pp)
-        r1 = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=120,
-                            check=False)
-        r2 = subprocess.run(base + ["--help"], capture_output=True, text=True, env=env, cwd=REPO, timeout=120,
-                            check=False)
+        r1 = subprocess.run(
+            [PY, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=120, check=False
+        )
+        r2 = subprocess.run(
+            base + ["--help"], capture_output=True, text=True, env=env, cwd=REPO, timeout=120, check=False
+        )
         log(f"exporter preflight PYTHONPATH={pp}: deps rc={r1.returncode}, `--help` rc={r2.returncode}")
         print((r1.stdout + r1.stderr).strip()[-1500:], flush=True)
         if r2.returncode != 0:
@@ -785,8 +926,9 @@ def exporter_preflight():
     env = dict(os.environ, PYTHONPATH=chosen)
     for sub in ("serve", "check"):
         sb = shlex.split(os.environ.get(f"KVO_EXPORTER_{sub.upper()}") or " ".join(map(shlex.quote, base)))
-        r = subprocess.run(sb + [sub, "--help"], capture_output=True, text=True, env=env, cwd=REPO, timeout=60,
-                           check=False)
+        r = subprocess.run(
+            sb + [sub, "--help"], capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False
+        )
         txt = (r.stdout + r.stderr).strip()
         log(f"`exporter {sub} --help` rc={r.returncode}")
         print("  " + txt[:1200].replace("\n", "\n  "), flush=True)
@@ -843,8 +985,17 @@ def cmd_run06():
         SUMMARY["rc"] = rc
         pack("", servers, [exp], checks)
         _drop_pgids()
-        log("SUMMARY", json.dumps({"rc": rc, "servers": {k: v.get("ready_s") for k, v in SUMMARY.get("servers", {}).items()},
-                                   "checks": SUMMARY.get("checks")}, default=str))
+        log(
+            "SUMMARY",
+            json.dumps(
+                {
+                    "rc": rc,
+                    "servers": {k: v.get("ready_s") for k, v in SUMMARY.get("servers", {}).items()},
+                    "checks": SUMMARY.get("checks"),
+                },
+                default=str,
+            ),
+        )
     return rc
 
 
@@ -933,9 +1084,18 @@ def cmd_run32():
         SUMMARY["rc"] = rc
         pack("32_", all_servers, exps, checks)
         _drop_pgids()
-        log("SUMMARY", json.dumps({"rc": rc, "mode": SUMMARY.get("mode_32b"),
-                                   "servers": {k: v.get("ready_s") for k, v in SUMMARY.get("servers", {}).items()},
-                                   "checks": SUMMARY.get("checks")}, default=str))
+        log(
+            "SUMMARY",
+            json.dumps(
+                {
+                    "rc": rc,
+                    "mode": SUMMARY.get("mode_32b"),
+                    "servers": {k: v.get("ready_s") for k, v in SUMMARY.get("servers", {}).items()},
+                    "checks": SUMMARY.get("checks"),
+                },
+                default=str,
+            ),
+        )
 
 
 def _drop_pgids():
@@ -954,6 +1114,7 @@ def main():
 
     def on_term(signum, _frame):  # the device tool's timeout: leave through the finally blocks
         raise KeyboardInterrupt(f"signal {signum}")
+
     signal.signal(signal.SIGTERM, on_term)
     if CMD == "run06":
         return cmd_run06()

@@ -24,14 +24,24 @@ OVERVIEW_UID = "kvoffload-overview"
 HEALTH_UID = "kvoffload-exporter-health"
 TAGS = ["vllm", "kv-offload", "kvoffload-exporter"]
 
-UNITS = {"bytes": "bytes", "seconds": "s", "ratio": "percentunit", "bytes_per_second": "Bps",
-         "tokens": "suffix: tokens"}
+UNITS = {
+    "bytes": "bytes",
+    "seconds": "s",
+    "ratio": "percentunit",
+    "bytes_per_second": "Bps",
+    "tokens": "suffix: tokens",
+}
 """Catalogue unit → Grafana unit id (tests check every panel's unit against its metrics)."""
 
 _UNIT_NONE = {"fieldConfig": {"defaults": {"unit": "none"}}}  # StateTimeline has no unit parameter
 
-STATE_COLORS = {"not_configured": "text", "idle": "blue", "storing": "yellow",
-                "store_without_load": "red", "hit": "green"}
+STATE_COLORS = {
+    "not_configured": "text",
+    "idle": "blue",
+    "storing": "yellow",
+    "store_without_load": "red",
+    "hit": "green",
+}
 
 
 def _mt(label: str, op: str, value: str) -> str:
@@ -54,8 +64,9 @@ class Layout:
 
     def row(self, title: str) -> None:
         self._newline()
-        self.panels.append(G.RowPanel(title=title, id=len(self.panels) + 1,
-                                      gridPos=G.GridPos(h=1, w=24, x=0, y=self.y)))
+        self.panels.append(
+            G.RowPanel(title=title, id=len(self.panels) + 1, gridPos=G.GridPos(h=1, w=24, x=0, y=self.y))
+        )
         self.y += 1
 
     def _newline(self) -> None:
@@ -75,34 +86,81 @@ class Layout:
 
 
 def _targets(exprs: Sequence[tuple[str, str]], instant: bool = False) -> list[G.Target]:
-    return [G.Target(expr=e, legendFormat=legend, refId=chr(ord("A") + i), instant=instant)
-            for i, (e, legend) in enumerate(exprs)]
+    return [
+        G.Target(expr=e, legendFormat=legend, refId=chr(ord("A") + i), instant=instant)
+        for i, (e, legend) in enumerate(exprs)
+    ]
 
 
-def timeseries(title: str, description: str, exprs: Sequence[tuple[str, str]], unit: str, *,
-               stack: bool = False, fill: int = 10, overrides: Sequence[dict[str, Any]] = (),
-               thresholds_line: bool = False, decimals: int | None = None) -> G.TimeSeries:
+def timeseries(
+    title: str,
+    description: str,
+    exprs: Sequence[tuple[str, str]],
+    unit: str,
+    *,
+    stack: bool = False,
+    fill: int = 10,
+    overrides: Sequence[dict[str, Any]] = (),
+    thresholds_line: bool = False,
+    decimals: int | None = None,
+) -> G.TimeSeries:
     return G.TimeSeries(
-        title=title, description=description, targets=_targets(exprs), unit=unit, fillOpacity=fill,
-        legendDisplayMode="table", legendPlacement="bottom", legendCalcs=["lastNotNull", "max"],
-        tooltipMode="multi", tooltipSort="desc", stacking={"mode": "normal", "group": "A"} if stack else {},
-        overrides=list(overrides), thresholdsStyleMode="line" if thresholds_line else "off",
-        valueDecimals=decimals, spanNulls=False, showPoints="never")
+        title=title,
+        description=description,
+        targets=_targets(exprs),
+        unit=unit,
+        fillOpacity=fill,
+        legendDisplayMode="table",
+        legendPlacement="bottom",
+        legendCalcs=["lastNotNull", "max"],
+        tooltipMode="multi",
+        tooltipSort="desc",
+        stacking={"mode": "normal", "group": "A"} if stack else {},
+        overrides=list(overrides),
+        thresholdsStyleMode="line" if thresholds_line else "off",
+        valueDecimals=decimals,
+        spanNulls=False,
+        showPoints="never",
+    )
 
 
-def stat(title: str, description: str, exprs: Sequence[tuple[str, str]], unit: str, *,
-         text_mode: str = "auto", mappings: Sequence[dict[str, Any]] = (), color_mode: str = "value",
-         graph: bool = False) -> G.Stat:
-    return G.Stat(title=title, description=description, targets=_targets(exprs, instant=True), format=unit,
-                  textMode=text_mode, mappings=list(mappings), colorMode=color_mode, reduceCalc="lastNotNull",
-                  graphMode="area" if graph else "none", noValue="no data", orientation="auto")
+def stat(
+    title: str,
+    description: str,
+    exprs: Sequence[tuple[str, str]],
+    unit: str,
+    *,
+    text_mode: str = "auto",
+    mappings: Sequence[dict[str, Any]] = (),
+    color_mode: str = "value",
+    graph: bool = False,
+) -> G.Stat:
+    return G.Stat(
+        title=title,
+        description=description,
+        targets=_targets(exprs, instant=True),
+        format=unit,
+        textMode=text_mode,
+        mappings=list(mappings),
+        colorMode=color_mode,
+        reduceCalc="lastNotNull",
+        graphMode="area" if graph else "none",
+        noValue="no data",
+        orientation="auto",
+    )
 
 
 def _value_mappings(values: dict[int, tuple[str, str]]) -> list[dict[str, Any]]:
     """Grafana ≥ 8 value mappings: {value: (text, color)} → one `value` mapping."""
-    return [{"type": "value", "options": {
-        str(v): {"text": text, "color": color, "index": i}
-        for i, (v, (text, color)) in enumerate(sorted(values.items()))}}]
+    return [
+        {
+            "type": "value",
+            "options": {
+                str(v): {"text": text, "color": color, "index": i}
+                for i, (v, (text, color)) in enumerate(sorted(values.items()))
+            },
+        }
+    ]
 
 
 @dataclass(frozen=True)
@@ -121,8 +179,17 @@ class _Ctx:
 
 def _multi(name: str, label: str, query: str) -> G.Template:
     """A multi-value variable with "All" (any value) selected by default."""
-    return G.Template(name=name, label=label, query=query, dataSource="${datasource}", includeAll=True,
-                      multi=True, allValue=".*", default="$__all", refresh=G.REFRESH_ON_TIME_RANGE_CHANGE)
+    return G.Template(
+        name=name,
+        label=label,
+        query=query,
+        dataSource="${datasource}",
+        includeAll=True,
+        multi=True,
+        allValue=".*",
+        default="$__all",
+        refresh=G.REFRESH_ON_TIME_RANGE_CHANGE,
+    )
 
 
 def _variables(c: _Ctx, engine_vars: bool) -> G.Templating:
@@ -138,10 +205,19 @@ def _variables(c: _Ctx, engine_vars: bool) -> G.Templating:
 
 
 def _dashboard(title: str, uid: str, description: str, layout: Layout, templating: G.Templating) -> dict[str, Any]:
-    dash = G.Dashboard(title=title, uid=uid, description=description, tags=TAGS, panels=layout.panels,
-                       templating=templating, timezone="browser", refresh="30s",
-                       time=G.Time("now-6h", "now"), graphTooltip=G.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
-                       editable=True)
+    dash = G.Dashboard(
+        title=title,
+        uid=uid,
+        description=description,
+        tags=TAGS,
+        panels=layout.panels,
+        templating=templating,
+        timezone="browser",
+        refresh="30s",
+        time=G.Time("now-6h", "now"),
+        graphTooltip=G.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
+        editable=True,
+    )
     plain = json.loads(json.dumps(dash.to_json_data(), cls=DashboardEncoder))
     return modernise(plain, layout.steps)
 
@@ -153,105 +229,233 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
     L = Layout()
 
     L.row("Is offloading paying off?")
-    state_expr = "max without (state) (" + " or ".join(
-        f"{q('kvoffload_state', _mt('state', '=', s))} * {i}" for i, s in enumerate(STATES) if i) + ")"
-    L.add(G.StateTimeline(
-        title="Offload evidence state per engine",
-        description="Exporter's verdict per engine over its window: hit = loads from the tier happened; "
-                    "store_without_load = stores but no loads while prefixes were reused (the failure "
-                    "mode of vllm-project/vllm#47890); storing = stores, no reuse visible; idle = nothing "
-                    "moved; not configured = no offload metrics.",
-        targets=_targets([(state_expr, eng)]),
-        mappings=_value_mappings({i: (s.replace("_", " "), STATE_COLORS[s]) for i, s in enumerate(STATES)}),
-        colorMode="fixed", rowHeight=0.8, showValue="auto", mergeValues=True, extraJson=_UNIT_NONE), w=24, h=6)
-    L.add(timeseries(
-        "Load/store ratio", "Offload bytes loaded back ÷ bytes stored over the exporter window. Near 0 "
-        "with steady stores means the tier is written but never read; > 1 means stored blocks are reused "
-        "several times.", [(q("kvoffload_load_store_ratio"), eng)], "percentunit"), w=8, h=8)
-    L.add(timeseries(
-        "Offload traffic", "Bytes per second moved between GPU KV cache and the offload tier "
-        "(Prometheus rate of the exporter's de-duplicated counters; loads up, stores down).",
-        [(f"rate({q('kvoffload_offload_load_bytes_total')}[$__rate_interval])", f"load {eng}"),
-         (f"-rate({q('kvoffload_offload_store_bytes_total')}[$__rate_interval])", f"store {eng}")],
-        "Bps"), w=8, h=8)
-    L.add(timeseries(
-        "Transfer bandwidth", "Bytes per transfer-second of loads and stores over the window (per-worker "
-        "mean with TP > 1). H200 reference: ~38-47 GB/s host to device.",
-        [(q("kvoffload_offload_load_bandwidth_bytes_per_second"), f"load {eng}"),
-         (q("kvoffload_offload_store_bandwidth_bytes_per_second"), f"store {eng}")], "Bps"), w=8, h=8)
+    state_expr = (
+        "max without (state) ("
+        + " or ".join(f"{q('kvoffload_state', _mt('state', '=', s))} * {i}" for i, s in enumerate(STATES) if i)
+        + ")"
+    )
+    L.add(
+        G.StateTimeline(
+            title="Offload evidence state per engine",
+            description="Exporter's verdict per engine over its window: hit = loads from the tier happened; "
+            "store_without_load = stores but no loads while prefixes were reused (the failure "
+            "mode of vllm-project/vllm#47890); storing = stores, no reuse visible; idle = nothing "
+            "moved; not configured = no offload metrics.",
+            targets=_targets([(state_expr, eng)]),
+            mappings=_value_mappings({i: (s.replace("_", " "), STATE_COLORS[s]) for i, s in enumerate(STATES)}),
+            colorMode="fixed",
+            rowHeight=0.8,
+            showValue="auto",
+            mergeValues=True,
+            extraJson=_UNIT_NONE,
+        ),
+        w=24,
+        h=6,
+    )
+    L.add(
+        timeseries(
+            "Load/store ratio",
+            "Offload bytes loaded back ÷ bytes stored over the exporter window. Near 0 "
+            "with steady stores means the tier is written but never read; > 1 means stored blocks are reused "
+            "several times.",
+            [(q("kvoffload_load_store_ratio"), eng)],
+            "percentunit",
+        ),
+        w=8,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Offload traffic",
+            "Bytes per second moved between GPU KV cache and the offload tier "
+            "(Prometheus rate of the exporter's de-duplicated counters; loads up, stores down).",
+            [
+                (f"rate({q('kvoffload_offload_load_bytes_total')}[$__rate_interval])", f"load {eng}"),
+                (f"-rate({q('kvoffload_offload_store_bytes_total')}[$__rate_interval])", f"store {eng}"),
+            ],
+            "Bps",
+        ),
+        w=8,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Transfer bandwidth",
+            "Bytes per transfer-second of loads and stores over the window (per-worker "
+            "mean with TP > 1). H200 reference: ~38-47 GB/s host to device.",
+            [
+                (q("kvoffload_offload_load_bandwidth_bytes_per_second"), f"load {eng}"),
+                (q("kvoffload_offload_store_bandwidth_bytes_per_second"), f"store {eng}"),
+            ],
+            "Bps",
+        ),
+        w=8,
+        h=8,
+    )
 
     L.row("Prefix cache and TTFT")
-    L.add(timeseries(
-        "GPU vs external prefix hit ratio", "Share of looked-up prompt tokens served from the GPU prefix "
-        "cache and from the external (offload) cache over the window. From vLLM 0.16 the external ratio "
-        "is a share of what the GPU cache missed.",
-        [(q("kvoffload_gpu_prefix_hit_ratio"), f"GPU {eng}"),
-         (q("kvoffload_external_prefix_hit_ratio"), f"external {eng}")], "percentunit"), w=12, h=8)
-    L.add(timeseries(
-        "Server TTFT quantiles", "Time to first token from vLLM's histogram over the exporter window "
-        "(includes the queue wait while offloaded KV loads).",
-        [(q("kvoffload_ttft_seconds"), f"q{{{{quantile}}}} {eng}")], "s"), w=12, h=8)
+    L.add(
+        timeseries(
+            "GPU vs external prefix hit ratio",
+            "Share of looked-up prompt tokens served from the GPU prefix "
+            "cache and from the external (offload) cache over the window. From vLLM 0.16 the external ratio "
+            "is a share of what the GPU cache missed.",
+            [
+                (q("kvoffload_gpu_prefix_hit_ratio"), f"GPU {eng}"),
+                (q("kvoffload_external_prefix_hit_ratio"), f"external {eng}"),
+            ],
+            "percentunit",
+        ),
+        w=12,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Server TTFT quantiles",
+            "Time to first token from vLLM's histogram over the exporter window "
+            "(includes the queue wait while offloaded KV loads).",
+            [(q("kvoffload_ttft_seconds"), f"q{{{{quantile}}}} {eng}")],
+            "s",
+        ),
+        w=12,
+        h=8,
+    )
 
     L.row("Canary")
-    L.add(timeseries(
-        "Canary TTFT per path", "Client-side time to first token of the canary's probes: cold, GPU hit, "
-        "offload hit, recompute and a no-offload control target (median of recent samples).",
-        [(q("kvoffload_canary_ttft_seconds"), "{{target}} {{path}} q{{quantile}}")], "s"), w=10, h=8)
-    L.add(timeseries(
-        "ΔTTFT offload hit vs control", "TTFT(offload hit) − TTFT(control): above 0 (red line) offloading "
-        "made the request slower than the control. H200 reference: +27.7 ms on Qwen3-0.6B (slower), "
-        "−546 ms on Qwen3-32B (7x faster). Dashed: bootstrap CI bounds.",
-        [(q("kvoffload_canary_delta_ttft_seconds"), "{{target}} vs {{control}}"),
-         (q("kvoffload_canary_delta_ttft_ci_seconds"), "{{target}} vs {{control}} CI {{bound}}")], "s",
-        thresholds_line=True, fill=0,
-        overrides=[{"matcher": {"id": "byFrameRefID", "options": "B"}, "properties": [
-            {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}}]}]),
-        w=10, h=8, steps=[("green", None), ("red", 0.0)])
-    L.add(stat(
-        "Canary verdict", "The canary's conclusion per target: offload faster, offload slower, no offload "
-        "hit on revisit, or inconclusive (confidence interval spans 0).",
-        [(f"{q('kvoffload_canary_verdict')} == 1", "{{target}}: {{verdict}}")], "none", text_mode="name",
-        color_mode="background", mappings=[]), w=4, h=8, steps=[("blue", None)])
+    L.add(
+        timeseries(
+            "Canary TTFT per path",
+            "Client-side time to first token of the canary's probes: cold, GPU hit, "
+            "offload hit, recompute and a no-offload control target (median of recent samples).",
+            [(q("kvoffload_canary_ttft_seconds"), "{{target}} {{path}} q{{quantile}}")],
+            "s",
+        ),
+        w=10,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "ΔTTFT offload hit vs control",
+            "TTFT(offload hit) − TTFT(control): above 0 (red line) offloading "
+            "made the request slower than the control. H200 reference: +27.7 ms on Qwen3-0.6B (slower), "
+            "−546 ms on Qwen3-32B (7x faster). Dashed: bootstrap CI bounds.",
+            [
+                (q("kvoffload_canary_delta_ttft_seconds"), "{{target}} vs {{control}}"),
+                (q("kvoffload_canary_delta_ttft_ci_seconds"), "{{target}} vs {{control}} CI {{bound}}"),
+            ],
+            "s",
+            thresholds_line=True,
+            fill=0,
+            overrides=[
+                {
+                    "matcher": {"id": "byFrameRefID", "options": "B"},
+                    "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}}],
+                }
+            ],
+        ),
+        w=10,
+        h=8,
+        steps=[("green", None), ("red", 0.0)],
+    )
+    L.add(
+        stat(
+            "Canary verdict",
+            "The canary's conclusion per target: offload faster, offload slower, no offload "
+            "hit on revisit, or inconclusive (confidence interval spans 0).",
+            [(f"{q('kvoffload_canary_verdict')} == 1", "{{target}}: {{verdict}}")],
+            "none",
+            text_mode="name",
+            color_mode="background",
+            mappings=[],
+        ),
+        w=4,
+        h=8,
+        steps=[("blue", None)],
+    )
 
     L.row("Memory")
-    L.add(timeseries(
-        "Host RAM headroom vs configured tier", "Memory that can still be allocated (min of host available "
-        "and cgroup limit − usage) next to the pinned offload tier configured on that host. Headroom far "
-        "below the tier means a restart that re-pins it, or any spike, risks an OOM kill.",
-        [(c.per_exporter(q("kvoffload_host_memory_headroom_bytes")), "headroom {{instance}}"),
-         (c.per_exporter(q("kvoffload_host_memory_available_bytes")), "available {{instance}}"),
-         (f"sum by (job, instance) ({q('kvoffload_offload_tier_bytes')})", "configured tier {{instance}}")],
-        "bytes"), w=12, h=8)
-    vram = (f"{q('kvoffload_gpu_memory_used_bytes')} / {q('kvoffload_gpu_memory_total_bytes')}")
-    L.add(G.GaugePanel(
-        title="VRAM used per GPU", description="Framebuffer used ÷ total per GPU (NVML) on the exporters "
-        "of the selected targets.", targets=_targets([(c.per_exporter(vram), "GPU {{gpu}} {{name}}")],
-                                                     instant=True),
-        format="percentunit", min=0, max=1, calc="lastNotNull", thresholdMarkers=True),
-        w=6, h=8, steps=[("green", None), ("orange", 0.9), ("red", 0.97)])
-    L.add(timeseries(
-        "VRAM per GPU", "Framebuffer used and total per GPU (NVML).",
-        [(c.per_exporter(q("kvoffload_gpu_memory_used_bytes")), "used GPU {{gpu}}"),
-         (c.per_exporter(q("kvoffload_gpu_memory_total_bytes")), "total GPU {{gpu}}")], "bytes", fill=0),
-        w=6, h=8)
+    L.add(
+        timeseries(
+            "Host RAM headroom vs configured tier",
+            "Memory that can still be allocated (min of host available "
+            "and cgroup limit − usage) next to the pinned offload tier configured on that host. Headroom far "
+            "below the tier means a restart that re-pins it, or any spike, risks an OOM kill.",
+            [
+                (c.per_exporter(q("kvoffload_host_memory_headroom_bytes")), "headroom {{instance}}"),
+                (c.per_exporter(q("kvoffload_host_memory_available_bytes")), "available {{instance}}"),
+                (f"sum by (job, instance) ({q('kvoffload_offload_tier_bytes')})", "configured tier {{instance}}"),
+            ],
+            "bytes",
+        ),
+        w=12,
+        h=8,
+    )
+    vram = f"{q('kvoffload_gpu_memory_used_bytes')} / {q('kvoffload_gpu_memory_total_bytes')}"
+    L.add(
+        G.GaugePanel(
+            title="VRAM used per GPU",
+            description="Framebuffer used ÷ total per GPU (NVML) on the exporters of the selected targets.",
+            targets=_targets([(c.per_exporter(vram), "GPU {{gpu}} {{name}}")], instant=True),
+            format="percentunit",
+            min=0,
+            max=1,
+            calc="lastNotNull",
+            thresholdMarkers=True,
+        ),
+        w=6,
+        h=8,
+        steps=[("green", None), ("orange", 0.9), ("red", 0.97)],
+    )
+    L.add(
+        timeseries(
+            "VRAM per GPU",
+            "Framebuffer used and total per GPU (NVML).",
+            [
+                (c.per_exporter(q("kvoffload_gpu_memory_used_bytes")), "used GPU {{gpu}}"),
+                (c.per_exporter(q("kvoffload_gpu_memory_total_bytes")), "total GPU {{gpu}}"),
+            ],
+            "bytes",
+            fill=0,
+        ),
+        w=6,
+        h=8,
+    )
 
     L.row("Offload tier pressure")
-    L.add(timeseries(
-        "Allocation failures and skipped stores", "Store allocations that failed because the tier was full "
-        "of in-flight chunks, and stores skipped by reuse gating (store_threshold ≥ 2), per second.",
-        [(f"rate({q('kvoffload_offload_allocation_failures_total')}[$__rate_interval])", f"failed {eng}"),
-         (f"rate({q('kvoffload_offload_stores_skipped_total')}[$__rate_interval])", f"skipped {eng}")],
-        "cps"), w=12, h=8)
-    L.add(timeseries(
-        "Tier chunks pinned by in-flight transfers", "Share of offload-tier chunks held by transfers in "
-        "flight. NOT the fill level (vLLM exports none); advisory in multiprocess mode.",
-        [(q("kvoffload_offload_inflight_ratio"), eng)], "percentunit"), w=12, h=8)
+    L.add(
+        timeseries(
+            "Allocation failures and skipped stores",
+            "Store allocations that failed because the tier was full "
+            "of in-flight chunks, and stores skipped by reuse gating (store_threshold ≥ 2), per second.",
+            [
+                (f"rate({q('kvoffload_offload_allocation_failures_total')}[$__rate_interval])", f"failed {eng}"),
+                (f"rate({q('kvoffload_offload_stores_skipped_total')}[$__rate_interval])", f"skipped {eng}"),
+            ],
+            "cps",
+        ),
+        w=12,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Tier chunks pinned by in-flight transfers",
+            "Share of offload-tier chunks held by transfers in "
+            "flight. NOT the fill level (vLLM exports none); advisory in multiprocess mode.",
+            [(q("kvoffload_offload_inflight_ratio"), eng)],
+            "percentunit",
+        ),
+        w=12,
+        h=8,
+    )
 
     return _dashboard(
-        "KV offload overview", OVERVIEW_UID,
+        "KV offload overview",
+        OVERVIEW_UID,
         "Is vLLM KV-cache offloading paying off? Evidence state, load/store ratio, bandwidth, hit ratios, "
         "TTFT, canary ΔTTFT and memory headroom, from kvoffload-exporter.",
-        L, _variables(c, engine_vars=True))
+        L,
+        _variables(c, engine_vars=True),
+    )
 
 
 def exporter_health(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
@@ -259,73 +463,179 @@ def exporter_health(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
     q = c.q
     L = Layout()
     L.row("Targets")
-    L.add(stat(
-        "vLLM target up", "1 when the exporter's last poll of the target's /metrics succeeded.",
-        [(q("kvoffload_up"), "{{target}}")], "none", color_mode="background",
-        mappings=_value_mappings({0: ("DOWN", "red"), 1: ("UP", "green")})), w=6, h=5)
-    L.add(stat(
-        "vLLM version and offload metric generation", "From /version and the offload families seen: flat "
-        "(0.24+), transfer_type (0.16+) or none (no offload metrics).",
-        [(q("kvoffload_target_info"), "{{target}}: vLLM {{vllm_version}} ({{generation}})")], "none",
-        text_mode="name"), w=8, h=5, steps=[("blue", None)])
-    L.add(stat(
-        "Time since last successful poll", "Seconds since the exporter last read the target's /metrics.",
-        [(f"time() - {q('kvoffload_last_success_timestamp_seconds')}", "{{target}}")], "s"),
-        w=5, h=5, steps=[("green", None), ("orange", 30.0), ("red", 120.0)])
-    L.add(stat(
-        "Exporter build", "Exporter and Python versions of the exporters polling the selected targets.",
-        [(c.per_exporter(q("kvoffload_exporter_build_info")), "{{instance}} {{version}} (Python {{python}})")],
-        "none", text_mode="name"), w=5, h=5, steps=[("blue", None)])
+    L.add(
+        stat(
+            "vLLM target up",
+            "1 when the exporter's last poll of the target's /metrics succeeded.",
+            [(q("kvoffload_up"), "{{target}}")],
+            "none",
+            color_mode="background",
+            mappings=_value_mappings({0: ("DOWN", "red"), 1: ("UP", "green")}),
+        ),
+        w=6,
+        h=5,
+    )
+    L.add(
+        stat(
+            "vLLM version and offload metric generation",
+            "From /version and the offload families seen: flat "
+            "(0.24+), transfer_type (0.16+) or none (no offload metrics).",
+            [(q("kvoffload_target_info"), "{{target}}: vLLM {{vllm_version}} ({{generation}})")],
+            "none",
+            text_mode="name",
+        ),
+        w=8,
+        h=5,
+        steps=[("blue", None)],
+    )
+    L.add(
+        stat(
+            "Time since last successful poll",
+            "Seconds since the exporter last read the target's /metrics.",
+            [(f"time() - {q('kvoffload_last_success_timestamp_seconds')}", "{{target}}")],
+            "s",
+        ),
+        w=5,
+        h=5,
+        steps=[("green", None), ("orange", 30.0), ("red", 120.0)],
+    )
+    L.add(
+        stat(
+            "Exporter build",
+            "Exporter and Python versions of the exporters polling the selected targets.",
+            [(c.per_exporter(q("kvoffload_exporter_build_info")), "{{instance}} {{version}} (Python {{python}})")],
+            "none",
+            text_mode="name",
+        ),
+        w=5,
+        h=5,
+        steps=[("blue", None)],
+    )
 
     L.row("Polls")
-    L.add(timeseries(
-        "Poll errors by reason", "Failed polls of each target per second, by closed reason (timeout, "
-        "connect, http_status, content_type, too_large, truncated, parse).",
-        [(f"sum by (target, reason) (rate({q('kvoffload_scrape_errors_total')}[$__rate_interval]))",
-          "{{target}} {{reason}}")], "reqps"), w=8, h=8)
-    L.add(timeseries(
-        "Poll duration", "Duration of the last poll of each target (GET /metrics and parsing).",
-        [(q("kvoffload_scrape_duration_seconds"), "{{target}}")], "s"), w=8, h=8)
-    L.add(timeseries(
-        "Body size", "Size of the last /metrics body read from each target.",
-        [(q("kvoffload_scrape_body_bytes"), "{{target}}")], "bytes"), w=8, h=8)
+    L.add(
+        timeseries(
+            "Poll errors by reason",
+            "Failed polls of each target per second, by closed reason (timeout, "
+            "connect, http_status, content_type, too_large, truncated, parse).",
+            [
+                (
+                    f"sum by (target, reason) (rate({q('kvoffload_scrape_errors_total')}[$__rate_interval]))",
+                    "{{target}} {{reason}}",
+                )
+            ],
+            "reqps",
+        ),
+        w=8,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Poll duration",
+            "Duration of the last poll of each target (GET /metrics and parsing).",
+            [(q("kvoffload_scrape_duration_seconds"), "{{target}}")],
+            "s",
+        ),
+        w=8,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Body size",
+            "Size of the last /metrics body read from each target.",
+            [(q("kvoffload_scrape_body_bytes"), "{{target}}")],
+            "bytes",
+        ),
+        w=8,
+        h=8,
+    )
 
     L.row("Collectors")
-    L.add(G.StateTimeline(
-        title="Collector success", description="1 when the collector's last run succeeded: vllm (every "
-        "target polled), host (psutil/cgroup), gpu (NVML), canary.",
-        targets=_targets([(c.per_exporter(q("kvoffload_collector_success")), "{{instance}} {{collector}}")]),
-        mappings=_value_mappings({0: ("failed", "red"), 1: ("ok", "green")}), colorMode="fixed",
-        extraJson=_UNIT_NONE),
-        w=12, h=8)
-    L.add(timeseries(
-        "Collector duration", "Duration of each collector's last run.",
-        [(c.per_exporter(q("kvoffload_collector_duration_seconds")), "{{instance}} {{collector}}")], "s"),
-        w=12, h=8)
+    L.add(
+        G.StateTimeline(
+            title="Collector success",
+            description="1 when the collector's last run succeeded: vllm (every "
+            "target polled), host (psutil/cgroup), gpu (NVML), canary.",
+            targets=_targets([(c.per_exporter(q("kvoffload_collector_success")), "{{instance}} {{collector}}")]),
+            mappings=_value_mappings({0: ("failed", "red"), 1: ("ok", "green")}),
+            colorMode="fixed",
+            extraJson=_UNIT_NONE,
+        ),
+        w=12,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Collector duration",
+            "Duration of each collector's last run.",
+            [(c.per_exporter(q("kvoffload_collector_duration_seconds")), "{{instance}} {{collector}}")],
+            "s",
+        ),
+        w=12,
+        h=8,
+    )
 
     L.row("Canary budget")
-    L.add(timeseries(
-        "Canary token budget left", "Canary tokens still allowed in the current hour; at 0 the canary "
-        "pauses until the next hour.", [(q("kvoffload_canary_budget_remaining_tokens"), "{{target}}")],
-        unit_of("kvoffload_canary_budget_remaining_tokens")), w=6, h=8)
-    L.add(timeseries(
-        "Canary tokens spent", "Prompt + generated tokens spent by canaries per second.",
-        [(f"rate({q('kvoffload_canary_tokens_spent_total')}[$__rate_interval])", "{{target}}")],
-        "suffix: tokens/s"), w=6, h=8)
-    L.add(timeseries(
-        "Canary probes by result", "Canary revisit probes per second by classification (offload_hit, "
-        "gpu_hit, partial, miss, error).",
-        [(f"sum by (target, result) (rate({q('kvoffload_canary_probes_total')}[$__rate_interval]))",
-          "{{target}} {{result}}")], "reqps", stack=True), w=6, h=8)
-    L.add(timeseries(
-        "Canary cycles by reason", "Canary cycles per second by result reason.",
-        [(f"sum by (target, reason) (rate({q('kvoffload_canary_cycles_total')}[$__rate_interval]))",
-          "{{target}} {{reason}}")], "reqps", stack=True), w=6, h=8)
+    L.add(
+        timeseries(
+            "Canary token budget left",
+            "Canary tokens still allowed in the current hour; at 0 the canary pauses until the next hour.",
+            [(q("kvoffload_canary_budget_remaining_tokens"), "{{target}}")],
+            unit_of("kvoffload_canary_budget_remaining_tokens"),
+        ),
+        w=6,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Canary tokens spent",
+            "Prompt + generated tokens spent by canaries per second.",
+            [(f"rate({q('kvoffload_canary_tokens_spent_total')}[$__rate_interval])", "{{target}}")],
+            "suffix: tokens/s",
+        ),
+        w=6,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Canary probes by result",
+            "Canary revisit probes per second by classification (offload_hit, gpu_hit, partial, miss, error).",
+            [
+                (
+                    f"sum by (target, result) (rate({q('kvoffload_canary_probes_total')}[$__rate_interval]))",
+                    "{{target}} {{result}}",
+                )
+            ],
+            "reqps",
+            stack=True,
+        ),
+        w=6,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Canary cycles by reason",
+            "Canary cycles per second by result reason.",
+            [
+                (
+                    f"sum by (target, reason) (rate({q('kvoffload_canary_cycles_total')}[$__rate_interval]))",
+                    "{{target}} {{reason}}",
+                )
+            ],
+            "reqps",
+            stack=True,
+        ),
+        w=6,
+        h=8,
+    )
 
     return _dashboard(
-        "KV offload exporter health", HEALTH_UID,
+        "KV offload exporter health",
+        HEALTH_UID,
         "Can the KV offload overview be trusted? Target polls, collectors, and the canary's budget.",
-        L, _variables(c, engine_vars=False))
+        L,
+        _variables(c, engine_vars=False),
+    )
 
 
 DASHBOARDS = {"kvoffload-overview.json": overview, "kvoffload-exporter-health.json": exporter_health}

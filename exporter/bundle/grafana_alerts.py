@@ -47,12 +47,20 @@ def _rule(a: AlertRule, s: Settings) -> G.AlertRulev9:
         condition="C",
         triggers=[
             G.Target(expr=a.expr, refId="A", datasource=s.grafana_datasource_uid, instant=True),
-            G.AlertExpression(refId="B", expression="A", expressionType=G.EXP_TYPE_REDUCE,
-                              reduceFunction=G.EXP_REDUCER_FUNC_LAST, reduceMode=G.EXP_REDUCER_FUNC_DROP_NN),
+            G.AlertExpression(
+                refId="B",
+                expression="A",
+                expressionType=G.EXP_TYPE_REDUCE,
+                reduceFunction=G.EXP_REDUCER_FUNC_LAST,
+                reduceMode=G.EXP_REDUCER_FUNC_DROP_NN,
+            ),
             G.AlertExpression(refId="C", expression="is_number($B)", expressionType=G.EXP_TYPE_MATH),
         ],
-        annotations={"summary": a.summary, "description": _grafana_template(a.description),
-                     "runbook_url": a.runbook_url(s.runbook_url)},
+        annotations={
+            "summary": a.summary,
+            "description": _grafana_template(a.description),
+            "runbook_url": a.runbook_url(s.runbook_url),
+        },
         labels={"severity": a.severity},
         evaluateFor=a.for_,
         noDataAlertState=G.ALERTRULE_STATE_DATA_OK,
@@ -76,15 +84,32 @@ def _provisioning_rule(ruler: dict[str, Any]) -> dict[str, Any]:
     data = []
     for q in ga["data"]:
         if q["datasourceUid"] == "-100":  # grafanalib's legacy expression datasource id
-            data.append({"refId": q["refId"], "datasourceUid": EXPR_UID, "relativeTimeRange": {"from": 0, "to": 0},
-                         "model": _expression_model(q["model"])})
+            data.append(
+                {
+                    "refId": q["refId"],
+                    "datasourceUid": EXPR_UID,
+                    "relativeTimeRange": {"from": 0, "to": 0},
+                    "model": _expression_model(q["model"]),
+                }
+            )
         else:
             model = q["model"]
-            data.append({"refId": q["refId"], "datasourceUid": q["datasourceUid"],
-                         "relativeTimeRange": q["relativeTimeRange"],
-                         "model": {"refId": model["refId"], "expr": model["expr"], "instant": True,
-                                   "range": False, "editorMode": "code", "intervalMs": 1000,
-                                   "maxDataPoints": 43200}})
+            data.append(
+                {
+                    "refId": q["refId"],
+                    "datasourceUid": q["datasourceUid"],
+                    "relativeTimeRange": q["relativeTimeRange"],
+                    "model": {
+                        "refId": model["refId"],
+                        "expr": model["expr"],
+                        "instant": True,
+                        "range": False,
+                        "editorMode": "code",
+                        "intervalMs": 1000,
+                        "maxDataPoints": 43200,
+                    },
+                }
+            )
     state = {"No Data": "NoData", "Error": "Error"}
     return {
         "uid": ruler["uid"],
@@ -104,58 +129,82 @@ def _provisioning_rule(ruler: dict[str, Any]) -> dict[str, Any]:
 
 def provisioning(s: Settings = DEFAULT, selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
     _, alerts = build(s, selectors, inline=True)  # Grafana has no recording rules: inline them
-    group = G.AlertGroup(name="kvoffload", folder=s.grafana_folder, evaluateInterval=s.grafana_interval,
-                         rules=[_rule(a, s) for a in alerts])
+    group = G.AlertGroup(
+        name="kvoffload",
+        folder=s.grafana_folder,
+        evaluateInterval=s.grafana_interval,
+        rules=[_rule(a, s) for a in alerts],
+    )
     raw = G.AlertFileBasedProvisioning([group]).to_json_data()
     plain = json.loads(json.dumps(raw, cls=DashboardEncoder))
-    groups = [{"orgId": 1, "name": g["name"], "folder": g["folder"], "interval": g["interval"],
-               "rules": [_provisioning_rule(r) for r in g["rules"]]} for g in plain["groups"]]
+    groups = [
+        {
+            "orgId": 1,
+            "name": g["name"],
+            "folder": g["folder"],
+            "interval": g["interval"],
+            "rules": [_provisioning_rule(r) for r in g["rules"]],
+        }
+        for g in plain["groups"]
+    ]
     return {"apiVersion": plain["apiVersion"], "groups": groups}
 
 
 CONTACT_POINTS = {
     "apiVersion": 1,
-    "contactPoints": [{
-        "orgId": 1,
-        "name": "kvoffload-oncall",
-        "receivers": [{
-            "uid": "kvoffload-oncall-email",
-            "type": "email",
-            "disableResolveMessage": False,
-            "settings": {"addresses": "llm-oncall@example.com", "singleEmail": True},
-        }],
-    }],
+    "contactPoints": [
+        {
+            "orgId": 1,
+            "name": "kvoffload-oncall",
+            "receivers": [
+                {
+                    "uid": "kvoffload-oncall-email",
+                    "type": "email",
+                    "disableResolveMessage": False,
+                    "settings": {"addresses": "llm-oncall@example.com", "singleEmail": True},
+                }
+            ],
+        }
+    ],
 }
 
 POLICIES = {
     "apiVersion": 1,
-    "policies": [{
-        "orgId": 1,
-        "receiver": "kvoffload-oncall",
-        "group_by": ["grafana_folder", "alertname", "target"],
-        "group_wait": "30s",
-        "group_interval": "5m",
-        "repeat_interval": "4h",
-        "routes": [{
+    "policies": [
+        {
+            "orgId": 1,
             "receiver": "kvoffload-oncall",
-            "object_matchers": [["severity", "=", "critical"]],
-            "repeat_interval": "1h",
-        }],
-    }],
+            "group_by": ["grafana_folder", "alertname", "target"],
+            "group_wait": "30s",
+            "group_interval": "5m",
+            "repeat_interval": "4h",
+            "routes": [
+                {
+                    "receiver": "kvoffload-oncall",
+                    "object_matchers": [["severity", "=", "critical"]],
+                    "repeat_interval": "1h",
+                }
+            ],
+        }
+    ],
 }
 
-_HEADER = ("# Generated by `kvoffload-exporter bundle` (exporter/bundle/grafana_alerts.py): "
-           "Grafana file provisioning,\n# place in provisioning/alerting/. {note}\n")
+_HEADER = (
+    "# Generated by `kvoffload-exporter bundle` (exporter/bundle/grafana_alerts.py): "
+    "Grafana file provisioning,\n# place in provisioning/alerting/. {note}\n"
+)
 
 
 def render(s: Settings = DEFAULT, selectors: Sequence[Matcher] = ()) -> dict[str, str]:
     return {
-        "alerts/grafana/kvoffload-alert-rules.yaml":
-            _HEADER.format(note="Same rules as alerts/kvoffload.rules.yaml; datasource uid "
-                                f"{s.grafana_datasource_uid!r}.") + dump_yaml(provisioning(s, selectors)),
-        "alerts/grafana/contact-points.example.yaml":
-            _HEADER.format(note="Example: replace the address.") + dump_yaml(CONTACT_POINTS),
-        "alerts/grafana/notification-policies.example.yaml":
-            _HEADER.format(note="Example: this REPLACES the organisation's whole policy tree.")
-            + dump_yaml(POLICIES),
+        "alerts/grafana/kvoffload-alert-rules.yaml": _HEADER.format(
+            note=f"Same rules as alerts/kvoffload.rules.yaml; datasource uid {s.grafana_datasource_uid!r}."
+        )
+        + dump_yaml(provisioning(s, selectors)),
+        "alerts/grafana/contact-points.example.yaml": _HEADER.format(note="Example: replace the address.")
+        + dump_yaml(CONTACT_POINTS),
+        "alerts/grafana/notification-policies.example.yaml": _HEADER.format(
+            note="Example: this REPLACES the organisation's whole policy tree."
+        )
+        + dump_yaml(POLICIES),
     }

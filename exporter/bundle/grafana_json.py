@@ -14,9 +14,23 @@ SCHEMA_VERSION = 39
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
 _DASHBOARD_DROP = ("__inputs", "rows", "style", "sharedCrosshair", "hideControls", "gnetId")
-_PANEL_DROP = ("span", "minSpan", "height", "error", "cacheTimeout", "hideTimeOverride", "repeat",
-               "repeatDirection", "maxPerRow", "timeFrom", "timeShift", "interval", "thresholds",
-               "thresholdType", "editable")
+_PANEL_DROP = (
+    "span",
+    "minSpan",
+    "height",
+    "error",
+    "cacheTimeout",
+    "hideTimeOverride",
+    "repeat",
+    "repeatDirection",
+    "maxPerRow",
+    "timeFrom",
+    "timeShift",
+    "interval",
+    "thresholds",
+    "thresholdType",
+    "editable",
+)
 _TARGET_KEEP = ("expr", "format", "hide", "legendFormat", "refId", "instant", "interval")
 _VARIABLE_DROP = ("useTags", "tagsQuery", "tagValuesQuery", "auto", "auto_min", "auto_count", "tags")
 
@@ -32,8 +46,10 @@ def _strip_none(obj: Any) -> Any:
 
 def threshold_steps(steps: list[tuple[str, float | None]]) -> dict[str, Any]:
     """Absolute threshold steps in the shape Grafana ≥ 8 reads: the base step has value null."""
-    return {"mode": "absolute",
-            "steps": [{"color": c, "value": (None if i == 0 else v)} for i, (c, v) in enumerate(steps)]}
+    return {
+        "mode": "absolute",
+        "steps": [{"color": c, "value": (None if i == 0 else v)} for i, (c, v) in enumerate(steps)],
+    }
 
 
 def _fix_target(t: dict[str, Any]) -> dict[str, Any]:
@@ -72,8 +88,11 @@ def _fix_panel(p: dict[str, Any], steps: dict[int, list[tuple[str, float | None]
     if p.get("type") == "gauge":
         # grafanalib puts the reducer under fieldConfig, where Grafana ignores it (grafanalib#575).
         opts = p.setdefault("options", {})
-        opts["reduceOptions"] = {"calcs": d.pop("calcs", ["lastNotNull"]), "fields": "",
-                                 "values": bool(d.pop("values", False))}
+        opts["reduceOptions"] = {
+            "calcs": d.pop("calcs", ["lastNotNull"]),
+            "fields": "",
+            "values": bool(d.pop("values", False)),
+        }
         limit = d.pop("limit", None)
         if limit:
             opts["reduceOptions"]["limit"] = limit
@@ -147,10 +166,19 @@ def modernise(dashboard: dict[str, Any], steps: dict[int, list[tuple[str, float 
     tp.pop("hidden", None)
     tp.pop("nowDelay", None)
     d["timepicker"] = tp
-    d["annotations"] = {"list": [{
-        "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True,
-        "hide": True, "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts",
-        "type": "dashboard"}]}
+    d["annotations"] = {
+        "list": [
+            {
+                "builtIn": 1,
+                "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                "enable": True,
+                "hide": True,
+                "iconColor": "rgba(0, 211, 255, 1)",
+                "name": "Annotations & Alerts",
+                "type": "dashboard",
+            }
+        ]
+    }
     d["fiscalYearStartMonth"] = 0
     d["liveNow"] = False
     d["weekStart"] = ""

@@ -21,8 +21,12 @@ GROUPS = {
 }
 
 _CLOSED_SETS = {
-    "state": STATES, "reason": SCRAPE_ERROR_REASONS, "collector": COLLECTORS, "path": CANARY_PATHS,
-    "result": CANARY_RESULTS, "verdict": CANARY_VERDICTS,
+    "state": STATES,
+    "reason": SCRAPE_ERROR_REASONS,
+    "collector": COLLECTORS,
+    "path": CANARY_PATHS,
+    "result": CANARY_RESULTS,
+    "verdict": CANARY_VERDICTS,
 }
 
 
@@ -49,8 +53,7 @@ def render() -> str:
         metrics = [m for m in CATALOGUE.values() if m.group == group]
         if not metrics:
             continue
-        out += ["", f"## {title}", "", "| Name | Type | Unit | Labels | Help | Source |",
-                "|---|---|---|---|---|---|"]
+        out += ["", f"## {title}", "", "| Name | Type | Unit | Labels | Help | Source |", "|---|---|---|---|---|---|"]
         for m in metrics:
             labels = ", ".join(f"`{lb}`" for lb in m.labels) or "–"
             source = f"`{_cell(m.source)}`" if m.source else "–"

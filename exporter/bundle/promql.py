@@ -93,8 +93,15 @@ def names_in(expr: str) -> set[str]:
 
 def template_free(expr: str, values: Mapping[str, str] | None = None) -> str:
     """Substitute Grafana variables so a dashboard query can run against the Prometheus HTTP API."""
-    values = {"target": ".*", "model": ".*", "engine": ".*", "__rate_interval": "1m",
-              "__interval": "15s", "__range": "5m", **(values or {})}
+    values = {
+        "target": ".*",
+        "model": ".*",
+        "engine": ".*",
+        "__rate_interval": "1m",
+        "__interval": "15s",
+        "__range": "5m",
+        **(values or {}),
+    }
     out = expr
     for k in sorted(values, key=len, reverse=True):
         out = out.replace("${" + k + "}", values[k]).replace("$" + k, values[k])

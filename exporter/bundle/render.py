@@ -14,8 +14,9 @@ RULES_PATH = "alerts/kvoffload.rules.yaml"
 METRICS_DOC_PATH = "docs/metrics.md"
 
 
-def render_bundle(selectors: Iterable[str] | Mapping[str, str] | None = None,
-                  settings: Settings = DEFAULT) -> dict[str, str]:
+def render_bundle(
+    selectors: Iterable[str] | Mapping[str, str] | None = None, settings: Settings = DEFAULT
+) -> dict[str, str]:
     """Render the bundle. `selectors`: `["job=vllm-sidecar", ...]` or `{"job": "vllm-sidecar"}`.
 
     Raises ImportError when grafanalib (the `bundle` extra) is missing, ValueError on a bad selector."""
@@ -23,8 +24,10 @@ def render_bundle(selectors: Iterable[str] | Mapping[str, str] | None = None,
     from exporter.bundle.deploy import render_deploy
 
     matchers = parse_selectors(selectors)
-    files: dict[str, str] = {RULES_PATH: rules.prometheus_rules_yaml(settings, matchers),
-                             METRICS_DOC_PATH: metrics_doc.render()}
+    files: dict[str, str] = {
+        RULES_PATH: rules.prometheus_rules_yaml(settings, matchers),
+        METRICS_DOC_PATH: metrics_doc.render(),
+    }
     files.update(dashboards.render(matchers))
     files.update(grafana_alerts.render(settings, matchers))
     files.update(render_deploy(files, settings))

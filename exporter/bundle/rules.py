@@ -54,20 +54,24 @@ class _Rules:
         self.inline = inline
         w = s.reuse_window
         self._records: dict[str, Callable[[str], str]] = {
-            f"engine:kvoffload_offload_store_bytes:increase{w}":
-                lambda off: f"increase({self.q('kvoffload_offload_store_bytes_total')}[{w}]{off})",
-            f"engine:kvoffload_offload_load_bytes:increase{w}":
-                lambda off: f"increase({self.q('kvoffload_offload_load_bytes_total')}[{w}]{off})",
+            f"engine:kvoffload_offload_store_bytes:increase{w}": lambda off: (
+                f"increase({self.q('kvoffload_offload_store_bytes_total')}[{w}]{off})"
+            ),
+            f"engine:kvoffload_offload_load_bytes:increase{w}": lambda off: (
+                f"increase({self.q('kvoffload_offload_load_bytes_total')}[{w}]{off})"
+            ),
             # Reuse is visible when prompts are served from a prefix cache (GPU or external). The `or`
             # chain keeps the rule alive on a vLLM that exports only one of the two counters.
             f"engine:kvoffload_prefix_hits_tokens:increase{w}": lambda off: (
                 f"(increase({self.q('kvoffload_gpu_prefix_hits_tokens_total')}[{w}]{off})"
                 f" + increase({self.q('kvoffload_external_prefix_hits_tokens_total')}[{w}]{off}))"
                 f" or increase({self.q('kvoffload_gpu_prefix_hits_tokens_total')}[{w}]{off})"
-                f" or increase({self.q('kvoffload_external_prefix_hits_tokens_total')}[{w}]{off})"),
+                f" or increase({self.q('kvoffload_external_prefix_hits_tokens_total')}[{w}]{off})"
+            ),
             f"engine:kvoffload_ttft_seconds:avg{s.ttft_smoothing}": lambda off: (
                 f"avg_over_time({self.q('kvoffload_ttft_seconds', _m('quantile', '=', s.ttft_quantile))}"
-                f"[{s.ttft_smoothing}]{off})"),
+                f"[{s.ttft_smoothing}]{off})"
+            ),
         }
 
     def rec(self, name: str, offset: str = "") -> str:
@@ -92,34 +96,40 @@ class _Rules:
         configured = f"({q('kvoffload_state', _m('state', '=', 'not_configured'))} == 0)"
         control = f"({q('kvoffload_state', _m('state', '=', 'not_configured'))} == 1)"
         engine = "{{ $labels.target }} {{ $labels.model_name }} engine {{ $labels.engine }}"
-        canary_ok = ("sum without (result) (increase("
-                     f"{q('kvoffload_canary_probes_total', _m('result', '!=', 'error'))}[{s.canary_window}])) > 0")
-        canary_err = ("sum without (result) (increase("
-                      f"{q('kvoffload_canary_probes_total', _m('result', '=', 'error'))}[{s.canary_window}])) > 0")
+        canary_ok = (
+            "sum without (result) (increase("
+            f"{q('kvoffload_canary_probes_total', _m('result', '!=', 'error'))}[{s.canary_window}])) > 0"
+        )
+        canary_err = (
+            "sum without (result) (increase("
+            f"{q('kvoffload_canary_probes_total', _m('result', '=', 'error'))}[{s.canary_window}])) > 0"
+        )
         return [
             AlertRule(
                 "KVOffloadStoreWithoutLoad",
-                f"{store} > {_num(s.store_without_load_min_bytes)}\n"
-                f"unless {load} > 0\n"
-                f"and {reuse} > 0",
-                s.store_without_load_for, "warning",
+                f"{store} > {_num(s.store_without_load_min_bytes)}\nunless {load} > 0\nand {reuse} > 0",
+                s.store_without_load_for,
+                "warning",
                 "KV offload stores blocks but never loads them back while prefixes are reused.",
                 f"{engine} stored {{{{ $value | humanize1024 }}}}B into the offload tier in the last "
                 f"{w} and loaded nothing back, although prompts were served from prefix caches. "
                 "Either the tier never gets a hit (GPU cache big enough, no revisits after eviction: "
-                "consider store_threshold) or the load path is broken (vllm-project/vllm#47890)."),
+                "consider store_threshold) or the load path is broken (vllm-project/vllm#47890).",
+            ),
             AlertRule(
                 "KVOffloadSlowerThanRecompute",
                 f"{q('kvoffload_canary_delta_ttft_seconds', _m('control', '=~', s.slower_controls))}"
                 f" > {_num(s.slower_min_delta_seconds)}\n"
                 f"and ignoring (control, verdict) "
                 f"{q('kvoffload_canary_verdict', _m('verdict', '=', 'offload_slower'))} == 1",
-                s.slower_for, "warning",
+                s.slower_for,
+                "warning",
                 "Canary requests served from the offload tier are slower than without it.",
                 "On {{ $labels.target }} a canary prompt loaded from the offload tier reached its first "
                 "token {{ $value | humanizeDuration }} later than the {{ $labels.control }} control, and "
                 "the canary verdict is offload_slower: the tier costs more than recomputing the prefix "
-                "(small model or short prefix). Consider disabling offload for this model."),
+                "(small model or short prefix). Consider disabling offload for this model.",
+            ),
             AlertRule(
                 "KVOffloadTTFTRegression",
                 f"(\n  {ttft} > {_num(s.ttft_regression_ratio)} * {ttft_base}\n"
@@ -133,52 +143,62 @@ class _Rules:
                 f"  - on (model_name, quantile) group_left ()\n"
                 f"  max by (model_name, quantile) ({ttft} and {ign} {control})\n"
                 f"  > {_num(s.ttft_regression_min_seconds)}\n)",
-                s.ttft_regression_for, "warning",
+                s.ttft_regression_for,
+                "warning",
                 "Server TTFT of an offloading engine regressed against its baseline or a no-offload control.",
                 f"p{_pct(s.ttft_quantile)} TTFT of {engine} averaged {{{{ $value | humanizeDuration }}}} "
                 f"over {s.ttft_smoothing}: at least {_num(s.ttft_regression_ratio)}x its value "
                 f"{s.ttft_baseline_offset} earlier, or {_num(s.ttft_control_ratio)}x a no-offload "
                 "control serving the same model (and more than "
-                f"{_num(s.ttft_regression_min_seconds * 1000)} ms slower)."),
+                f"{_num(s.ttft_regression_min_seconds * 1000)} ms slower).",
+            ),
             AlertRule(
                 "KVOffloadMetricsAbsent",
                 f"{q('kvoffload_target_info', _m('generation', '=', 'none'))}\n"
                 f"and ignoring (generation, vllm_version)\n"
                 f"max_over_time({q('kvoffload_target_info', _m('generation', '!=', 'none'))}[{s.absent_memory}])",
-                s.absent_for, "warning",
+                s.absent_for,
+                "warning",
                 "Offload metrics vanished from a target that exported them before.",
                 "{{ $labels.target }} (vLLM {{ $labels.vllm_version }}) exports no KV offload series, "
                 f"but it did within the last {s.absent_memory}: after an upgrade the offload metrics may "
                 "have been renamed or hidden, or the connector was dropped from the configuration. "
-                "Offload is now unmonitored."),
+                "Offload is now unmonitored.",
+            ),
             AlertRule(
                 "KVOffloadExporterTargetDown",
                 f"{q('kvoffload_up')} == 0",
-                s.target_down_for, "warning",
+                s.target_down_for,
+                "warning",
                 "The exporter cannot poll a vLLM target.",
                 "The kvoffload exporter {{ $labels.instance }} has failed to read /metrics of "
                 "{{ $labels.target }} for " + s.target_down_for + "; all offload panels for it are "
-                "empty. kvoffload_scrape_errors_total{reason} says why."),
+                "empty. kvoffload_scrape_errors_total{reason} says why.",
+            ),
             AlertRule(
                 "KVOffloadHostMemoryHeadroomLow",
                 f"{q('kvoffload_host_memory_headroom_bytes')}\n"
                 f"< {_num(s.headroom_min_tier_ratio)} * sum without (target, model_name, engine) "
                 f"({q('kvoffload_offload_tier_bytes')})",
-                s.headroom_for, "critical",
+                s.headroom_for,
+                "critical",
                 "Host memory headroom is small compared with the pinned offload tier.",
                 "Only {{ $value | humanize1024 }}B of memory can still be allocated on "
                 "{{ $labels.instance }}, less than "
                 f"{_pct(s.headroom_min_tier_ratio)}% of the offload tier configured there. The tier is "
                 "pinned and cannot be reclaimed: the next allocation spike or a restart that re-pins "
-                "the tier may be OOM-killed."),
+                "the tier may be OOM-killed.",
+            ),
             AlertRule(
                 "KVOffloadAllocationFailures",
                 f"increase({q('kvoffload_offload_allocation_failures_total')}[{s.allocation_window}]) > 0",
-                s.allocation_for, "warning",
+                s.allocation_for,
+                "warning",
                 "The offload tier keeps failing to allocate space for stores.",
                 f"{engine} had {{{{ $value | humanize }}}} offload store allocation failures in the last "
                 f"{s.allocation_window}: the tier is full of in-flight chunks, so blocks are dropped "
-                "instead of offloaded. Enlarge the tier or lower the store rate."),
+                "instead of offloaded. Enlarge the tier or lower the store rate.",
+            ),
             AlertRule(
                 "KVOffloadCanaryFailing",
                 f"(time() - {q('kvoffload_canary_last_success_timestamp_seconds')} "
@@ -187,22 +207,26 @@ class _Rules:
                 f"or\n({q('kvoffload_canary_budget_remaining_tokens')}\n"
                 f"unless {q('kvoffload_canary_last_success_timestamp_seconds')})\n"
                 f"or\n({canary_err}\nunless {canary_ok})",
-                s.canary_for, "warning",
+                s.canary_for,
+                "warning",
                 "The offload canary is not producing results.",
                 "The canary for {{ $labels.target }} is not producing results: no cycle completed for "
                 f"more than {_num(s.canary_stale_seconds)} s (or none ever did), or every probe in the last "
                 f"{s.canary_window} failed. ΔTTFT and the verdict are stale; check "
-                "kvoffload_canary_cycles_total{reason} and the canary token budget."),
+                "kvoffload_canary_cycles_total{reason} and the canary token budget.",
+            ),
             AlertRule(
                 "KVOffloadCanaryNoOffloadHit",
                 f"{q('kvoffload_canary_verdict', _m('verdict', '=', 'no_offload_hit'))} == 1\n"
                 # A no-offload control target has no tier to hit (KVOffloadMetricsAbsent covers a lost one).
                 f"unless on (job, instance, target) {control}",
-                s.canary_for, "warning",
+                s.canary_for,
+                "warning",
                 "Canary prefix revisits are never served from the offload tier.",
                 "The canary on {{ $labels.target }} evicted its prefix from the GPU and revisited it, "
                 "but no offload load happened (verdict no_offload_hit): stores are not turning into "
-                "hits. Check that the tier is large enough to keep the prefix and that loads work."),
+                "hits. Check that the tier is large enough to keep the prefix and that loads work.",
+            ),
         ]
 
 
@@ -218,8 +242,9 @@ def _pct(v: float | str) -> str:
     return f"{float(v) * 100:g}"
 
 
-def build(s: Settings = DEFAULT, selectors: Sequence[Matcher] = (), inline: bool = False
-          ) -> tuple[list[RecordingRule], list[AlertRule]]:
+def build(
+    s: Settings = DEFAULT, selectors: Sequence[Matcher] = (), inline: bool = False
+) -> tuple[list[RecordingRule], list[AlertRule]]:
     r = _Rules(s, selectors, inline)
     return ([] if inline else r.recording_rules()), r.alerts()
 
@@ -234,24 +259,39 @@ def _str(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
 
 _Dumper.add_representer(str, _str)
 
-HEADER = ("# Generated by `kvoffload-exporter bundle` from exporter/bundle/rules.py and settings.py.\n"
-          "# Do not edit: change the Python and regenerate (tests/test_alerts.py fails on any drift).\n")
+HEADER = (
+    "# Generated by `kvoffload-exporter bundle` from exporter/bundle/rules.py and settings.py.\n"
+    "# Do not edit: change the Python and regenerate (tests/test_alerts.py fails on any drift).\n"
+)
 
 
 def prometheus_rules(s: Settings = DEFAULT, selectors: Sequence[Matcher] = ()) -> dict[str, object]:
     records, alerts = build(s, selectors)
-    groups: list[dict[str, object]] = [{
-        "name": "kvoffload.records",
-        "rules": [{"record": r.record, "expr": r.expr} for r in records],
-    }]
-    groups.append({"name": "kvoffload.alerts", "rules": [{
-        "alert": a.alert,
-        "expr": a.expr,
-        "for": a.for_,
-        "labels": {"severity": a.severity},
-        "annotations": {"summary": a.summary, "description": a.description,
-                        "runbook_url": a.runbook_url(s.runbook_url)},
-    } for a in alerts]})
+    groups: list[dict[str, object]] = [
+        {
+            "name": "kvoffload.records",
+            "rules": [{"record": r.record, "expr": r.expr} for r in records],
+        }
+    ]
+    groups.append(
+        {
+            "name": "kvoffload.alerts",
+            "rules": [
+                {
+                    "alert": a.alert,
+                    "expr": a.expr,
+                    "for": a.for_,
+                    "labels": {"severity": a.severity},
+                    "annotations": {
+                        "summary": a.summary,
+                        "description": a.description,
+                        "runbook_url": a.runbook_url(s.runbook_url),
+                    },
+                }
+                for a in alerts
+            ],
+        }
+    )
     return {"groups": groups}
 
 

@@ -72,11 +72,24 @@ class Settings:
     def fast(self) -> Settings:
         """Second-scale windows and `for` durations for a short end-to-end run against a real Prometheus."""
         return replace(
-            self, reuse_window="20s", store_without_load_min_bytes=1.0, store_without_load_for="5s",
-            slower_for="5s", ttft_smoothing="20s", ttft_baseline_offset="30s", ttft_regression_for="5s",
-            absent_memory="5m", absent_for="5s", target_down_for="5s", headroom_for="5s",
-            allocation_window="20s", allocation_for="5s", canary_window="20s", canary_for="15s",
-            canary_stale_seconds=30.0)
+            self,
+            reuse_window="20s",
+            store_without_load_min_bytes=1.0,
+            store_without_load_for="5s",
+            slower_for="5s",
+            ttft_smoothing="20s",
+            ttft_baseline_offset="30s",
+            ttft_regression_for="5s",
+            absent_memory="5m",
+            absent_for="5s",
+            target_down_for="5s",
+            headroom_for="5s",
+            allocation_window="20s",
+            allocation_for="5s",
+            canary_window="20s",
+            canary_for="15s",
+            canary_stale_seconds=30.0,
+        )
 
 
 DEFAULT = Settings()

@@ -30,8 +30,12 @@ class Deltas:
     @classmethod
     def between(cls, before: Snapshot | None, after: Snapshot, model: str | None = None) -> Deltas:
         derived = interval(before, after)
-        sums = {"offload_load_bytes": 0.0, "offload_store_bytes": 0.0, "gpu_prefix_hits": 0.0,
-                "external_prefix_hits": 0.0}
+        sums = {
+            "offload_load_bytes": 0.0,
+            "offload_store_bytes": 0.0,
+            "gpu_prefix_hits": 0.0,
+            "external_prefix_hits": 0.0,
+        }
         prompt: float | None = None
         for (m, _engine), d in derived.items():
             if model and m and m != model:
@@ -40,9 +44,14 @@ class Deltas:
                 sums[k] += d.deltas.get(k, 0.0)
             if "prompt_tokens" in d.deltas:
                 prompt = (prompt or 0.0) + d.deltas["prompt_tokens"]
-        return cls(configured=after.offload_configured, load_bytes=sums["offload_load_bytes"],
-                   store_bytes=sums["offload_store_bytes"], gpu_hits=sums["gpu_prefix_hits"],
-                   ext_hits=sums["external_prefix_hits"], prompt_tokens=prompt)
+        return cls(
+            configured=after.offload_configured,
+            load_bytes=sums["offload_load_bytes"],
+            store_bytes=sums["offload_store_bytes"],
+            gpu_hits=sums["gpu_prefix_hits"],
+            ext_hits=sums["external_prefix_hits"],
+            prompt_tokens=prompt,
+        )
 
     def others(self, own_tokens: int) -> float:
         """Prompt tokens of other traffic in the window (0 when unknown: then counters are trusted)."""
@@ -61,8 +70,15 @@ class Classification:
     note: str = ""
 
 
-def classify(expected: int, cached: int | None, d: Deltas, own_tokens: int,
-             bytes_per_token: float | None, tolerance: int = 0, expect: str = "offload_hit") -> Classification:
+def classify(
+    expected: int,
+    cached: int | None,
+    d: Deltas,
+    own_tokens: int,
+    bytes_per_token: float | None,
+    tolerance: int = 0,
+    expect: str = "offload_hit",
+) -> Classification:
     """`expected`: prefix tokens a full hit serves; `cached`: usage.prompt_tokens_details.cached_tokens
     (None when the server does not send it); `own_tokens`: prompt tokens the canary sent in the window;
     `expect`: what the phase was designed to produce (used only to label an ambiguous window)."""
@@ -91,16 +107,23 @@ def classify(expected: int, cached: int | None, d: Deltas, own_tokens: int,
             return Classification("gpu_hit", hit, loaded, others, note="loads in the window were other traffic's")
         if gpu_covers:
             result = expect if expect in ("gpu_hit", "offload_hit") else "offload_hit"
-            return Classification(result, hit, loaded, others, ambiguous=True,
-                                  note=f"{others:.0f} other prompt tokens could explain both GPU hits and loads")
+            return Classification(
+                result,
+                hit,
+                loaded,
+                others,
+                ambiguous=True,
+                note=f"{others:.0f} other prompt tokens could explain both GPU hits and loads",
+            )
         return Classification("offload_hit", hit, loaded, others)
     if gpu_covers:
         return Classification("gpu_hit", hit, loaded, others)
     if not d.configured and cached is not None:
         return Classification("gpu_hit", hit, loaded, others, note="no connector: any hit is a GPU hit")
     if d.configured and d.load_bytes > 0:
-        return Classification("partial", hit, loaded, others,
-                              note="hit split between GPU and offload tier, or the load did not cover it")
+        return Classification(
+            "partial", hit, loaded, others, note="hit split between GPU and offload tier, or the load did not cover it"
+        )
     return Classification("partial", hit, loaded, others, note="hit not visible in the counters")
 
 

@@ -30,9 +30,14 @@ def _retry_after(resp: aiohttp.ClientResponse) -> float | None:
 
 
 class CanaryClient:
-    def __init__(self, session: aiohttp.ClientSession, api_key: ApiKey | None = None,
-                 request_timeout: float = 120.0, scrape_timeout: float = 10.0,
-                 max_metrics_bytes: int = 16 * 1024 * 1024):
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        api_key: ApiKey | None = None,
+        request_timeout: float = 120.0,
+        scrape_timeout: float = 10.0,
+        max_metrics_bytes: int = 16 * 1024 * 1024,
+    ):
         self.session = session
         self._key = api_key
         self.request_timeout = request_timeout
@@ -59,12 +64,12 @@ class CanaryClient:
         timeout = aiohttp.ClientTimeout(total=self.request_timeout, connect=5.0, sock_read=self.request_timeout)
         t0 = time.perf_counter()
         try:
-            async with self.session.post(base_url + "/v1/completions", json=body, headers=self._headers(),
-                                         timeout=timeout) as resp:
+            async with self.session.post(
+                base_url + "/v1/completions", json=body, headers=self._headers(), timeout=timeout
+            ) as resp:
                 out.status = resp.status
                 if resp.status != 200:
-                    out.error = ("http_429" if resp.status == 429 else
-                                 "http_5xx" if resp.status >= 500 else "http_4xx")
+                    out.error = "http_429" if resp.status == 429 else "http_5xx" if resp.status >= 500 else "http_4xx"
                     out.retry_after = _retry_after(resp)
                     out.detail = (await resp.content.read(512)).decode("utf-8", "replace")
                     return out
@@ -114,9 +119,11 @@ class CanaryClient:
         """GET a small JSON (or empty) endpoint: (status, parsed body or None); (None, reason) on failure."""
         headers = self._key.header() if self._key is not None and path.startswith("/v1") else {}
         try:
-            async with self.session.get(base_url + path, headers=headers,
-                                        timeout=aiohttp.ClientTimeout(total=self.scrape_timeout,
-                                                                      connect=min(5.0, self.scrape_timeout))) as resp:
+            async with self.session.get(
+                base_url + path,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=self.scrape_timeout, connect=min(5.0, self.scrape_timeout)),
+            ) as resp:
                 raw = await resp.content.read(4 * 1024 * 1024)
                 try:
                     data = json.loads(raw) if raw.strip() else None
@@ -137,5 +144,3 @@ class CanaryClient:
 
     async def version(self, base_url: str) -> str | None:
         return await fetch_version(self.session, base_url, self.scrape_timeout)
-
-

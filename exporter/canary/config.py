@@ -55,10 +55,17 @@ class CanarySettings:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-_INT_KEYS = {"budget_tokens_per_hour": 0, "prefix_tokens": 1, "chunk_tokens": 1, "filler_tokens": 1,
-             "min_samples": 2, "max_samples": 2, "bootstrap": 100, "seed": 0}
-_DUR_KEYS = ("interval", "settle", "wait_initial", "wait_max", "request_timeout", "backoff_initial",
-             "backoff_max")
+_INT_KEYS = {
+    "budget_tokens_per_hour": 0,
+    "prefix_tokens": 1,
+    "chunk_tokens": 1,
+    "filler_tokens": 1,
+    "min_samples": 2,
+    "max_samples": 2,
+    "bootstrap": 100,
+    "seed": 0,
+}
+_DUR_KEYS = ("interval", "settle", "wait_initial", "wait_max", "request_timeout", "backoff_initial", "backoff_max")
 _BOOL_KEYS = ("enabled", "allow_pressure", "flush", "recompute_control")
 _STR_KEYS = ("secret_file", "api_key_file", "api_key_env", "control_target", "model")
 
@@ -115,8 +122,13 @@ def from_mapping(raw: Mapping[str, Any] | None, base: CanarySettings | None = No
             changes["confidence"] = float(v)
     if "id_range" in raw:
         v = raw["id_range"]
-        if (not isinstance(v, (list, tuple)) or len(v) != 2 or not all(isinstance(x, int) for x in v)
-                or not 0 <= v[0] < v[1] or v[1] - v[0] < 1000):
+        if (
+            not isinstance(v, (list, tuple))
+            or len(v) != 2
+            or not all(isinstance(x, int) for x in v)
+            or not 0 <= v[0] < v[1]
+            or v[1] - v[0] < 1000
+        ):
             errors.append("canary.id_range: must be [LOW, HIGH] token ids with 0 <= LOW and HIGH - LOW >= 1000")
         else:
             changes["id_range"] = (int(v[0]), int(v[1]))
@@ -137,8 +149,10 @@ def from_mapping(raw: Mapping[str, Any] | None, base: CanarySettings | None = No
 def check(cfg: CanarySettings) -> None:
     errors = []
     if cfg.strategy == "pressure" and not cfg.allow_pressure:
-        errors.append("canary.strategy pressure evicts users' GPU cache: it needs allow_pressure: true "
-                      "(--canary-allow-pressure / --allow-pressure), meant for staging")
+        errors.append(
+            "canary.strategy pressure evicts users' GPU cache: it needs allow_pressure: true "
+            "(--canary-allow-pressure / --allow-pressure), meant for staging"
+        )
     if cfg.wait_initial > cfg.wait_max:
         errors.append("canary.wait_initial must not exceed wait_max")
     if cfg.min_samples > cfg.max_samples:

@@ -182,8 +182,14 @@ class CanaryState:
 
     def recompute(self) -> Verdict:
         s = self.settings
-        self.verdict = decide({k: list(v) for k, v in self.samples.items()}, self.offload_attempts,
-                              min_samples=s.min_samples, seed=s.seed, n_boot=s.bootstrap, confidence=s.confidence)
+        self.verdict = decide(
+            {k: list(v) for k, v in self.samples.items()},
+            self.offload_attempts,
+            min_samples=s.min_samples,
+            seed=s.seed,
+            n_boot=s.bootstrap,
+            confidence=s.confidence,
+        )
         return self.verdict
 
 
@@ -192,10 +198,21 @@ Progress = Callable[[str, Any], None]
 
 
 class CanaryEngine:
-    def __init__(self, url: str, settings: CanarySettings, client: Transport, prompts: planning.Prompts, *,
-                 label: str | None = None, control_url: str | None = None, clock: Callable[[], float] = time.time,
-                 sleep: Sleep = asyncio.sleep, progress: Progress | None = None, keep_records: bool = True,
-                 max_samples: int | None = None):
+    def __init__(
+        self,
+        url: str,
+        settings: CanarySettings,
+        client: Transport,
+        prompts: planning.Prompts,
+        *,
+        label: str | None = None,
+        control_url: str | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Sleep = asyncio.sleep,
+        progress: Progress | None = None,
+        keep_records: bool = True,
+        max_samples: int | None = None,
+    ):
         self.url = url.rstrip("/")
         self.control_url = control_url.rstrip("/") if control_url else None
         self.settings = settings
@@ -232,8 +249,9 @@ class CanaryEngine:
             raise CanaryError("health", f"{url}/health answered {status if status is not None else body}")
         status, body = await self.client.get(url, "/v1/models")
         if status == 401:
-            raise CanaryError("auth", f"{url}/v1/models needs an API key (--api-key-file or $"
-                                      f"{self.settings.api_key_env})")
+            raise CanaryError(
+                "auth", f"{url}/v1/models needs an API key (--api-key-file or ${self.settings.api_key_env})"
+            )
         models = parse_models(body) if status == 200 else None
         if not models or not models.ids:
             raise CanaryError("models", f"{url}/v1/models answered {status} without models")
@@ -246,9 +264,15 @@ class CanaryEngine:
         except CycleFailed as e:
             raise CanaryError("metrics", e.detail) from None
         eng = next((e for e in snap.engines if e.model_name == model), snap.engines[0] if snap.engines else None)
-        return ServerInfo(url=url, version=version, model=model, max_model_len=models.max_model_len.get(model),
-                          generation=snap.generation, cache_config=dict(eng.cache_config) if eng else {},
-                          offload_config=dict(eng.offload_config) if eng else {})
+        return ServerInfo(
+            url=url,
+            version=version,
+            model=model,
+            max_model_len=models.max_model_len.get(model),
+            generation=snap.generation,
+            cache_config=dict(eng.cache_config) if eng else {},
+            offload_config=dict(eng.offload_config) if eng else {},
+        )
 
     async def prepare(self) -> Conditions:
         """Health, models, version and a metrics snapshot of the target (and control); plan sizes."""
@@ -300,17 +324,31 @@ class CanaryEngine:
     def _body(self, prompt: list[int], salt: str, kv: dict[str, Any] | None) -> dict[str, Any]:
         assert self.conditions is not None
         body: dict[str, Any] = {
-            "model": self.conditions.target.model, "prompt": prompt, "max_tokens": 1, "temperature": 0,
-            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
-            "return_token_ids": True, "cache_salt": salt,
+            "model": self.conditions.target.model,
+            "prompt": prompt,
+            "max_tokens": 1,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "return_token_ids": True,
+            "cache_salt": salt,
             "request_id": f"kvoffload-canary-{self.prompts.nonce}-{self._req_no}",
         }
         if kv is not None:
             body["kv_transfer_params"] = kv
         return body
 
-    async def _send(self, cycle: int, phase: str, kind: str, role: str, prompt: list[int], salt: str | None,
-                    kv: dict[str, Any] | None = None) -> Any:
+    async def _send(
+        self,
+        cycle: int,
+        phase: str,
+        kind: str,
+        role: str,
+        prompt: list[int],
+        salt: str | None,
+        kv: dict[str, Any] | None = None,
+    ) -> Any:
         if not self.budget.can_spend(len(prompt) + 1):
             raise BudgetExhausted(self.budget.seconds_until(len(prompt) + 1))
         self._req_no += 1
@@ -324,11 +362,24 @@ class CanaryEngine:
         self.state.tokens_spent = self.budget.total
         self.state.budget_remaining = self.budget.remaining()
         rec = RequestRecord(
-            t=self.clock(), cycle=cycle, phase=phase, kind=kind, role=role, prompt_tokens=len(prompt),
-            salt="fresh" if fresh else "family", kv_transfer_params=kv, status=comp.status, error=comp.error,
-            detail=comp.detail, ttft_first_event_seconds=comp.ttft_event, ttft_seconds=comp.ttft_token,
-            total_seconds=comp.total, cached_tokens=comp.cached_tokens, usage=comp.usage,
-            server_metrics=comp.server_metrics)
+            t=self.clock(),
+            cycle=cycle,
+            phase=phase,
+            kind=kind,
+            role=role,
+            prompt_tokens=len(prompt),
+            salt="fresh" if fresh else "family",
+            kv_transfer_params=kv,
+            status=comp.status,
+            error=comp.error,
+            detail=comp.detail,
+            ttft_first_event_seconds=comp.ttft_event,
+            ttft_seconds=comp.ttft_token,
+            total_seconds=comp.total,
+            cached_tokens=comp.cached_tokens,
+            usage=comp.usage,
+            server_metrics=comp.server_metrics,
+        )
         if self.keep_records:
             self.requests.append(rec)
         self.progress("request", rec)
@@ -349,9 +400,19 @@ class CanaryEngine:
         await self.sleep(s.settle)
         return n
 
-    async def _probe(self, cycle: int, phase: str, prompt: list[int], *, expect: str, path: str,
-                     role: str = TARGET, fresh_salt: bool = False, kv: dict[str, Any] | None = None,
-                     idle: float | None = None) -> tuple[PhaseRecord, Classification, Any]:
+    async def _probe(
+        self,
+        cycle: int,
+        phase: str,
+        prompt: list[int],
+        *,
+        expect: str,
+        path: str,
+        role: str = TARGET,
+        fresh_salt: bool = False,
+        kv: dict[str, Any] | None = None,
+        idle: float | None = None,
+    ) -> tuple[PhaseRecord, Classification, Any]:
         assert self.conditions is not None
         sz = self.conditions.sizing
         before = await self._before(role)
@@ -363,11 +424,25 @@ class CanaryEngine:
         d = Deltas.between(before, after, model)
         cls = classify(sz.prefix_tokens, comp.cached_tokens, d, own, self.state.bytes_per_token, sz.tolerance, expect)
         rec = PhaseRecord(
-            cycle=cycle, phase=phase, role=role, expect=expect, path=path, counted=False,
-            classification=cls.result, ttft_seconds=comp.ttft_token, ttft_first_event_seconds=comp.ttft_event,
-            cached_tokens=comp.cached_tokens, load_bytes=d.load_bytes, store_bytes=d.store_bytes,
-            gpu_hit_tokens=d.gpu_hits, external_hit_tokens=d.ext_hits, other_traffic_tokens=cls.others_tokens,
-            ambiguous=cls.ambiguous, idle_seconds=idle, note=cls.note)
+            cycle=cycle,
+            phase=phase,
+            role=role,
+            expect=expect,
+            path=path,
+            counted=False,
+            classification=cls.result,
+            ttft_seconds=comp.ttft_token,
+            ttft_first_event_seconds=comp.ttft_event,
+            cached_tokens=comp.cached_tokens,
+            load_bytes=d.load_bytes,
+            store_bytes=d.store_bytes,
+            gpu_hit_tokens=d.gpu_hits,
+            external_hit_tokens=d.ext_hits,
+            other_traffic_tokens=cls.others_tokens,
+            ambiguous=cls.ambiguous,
+            idle_seconds=idle,
+            note=cls.note,
+        )
         self.progress("phase", rec)
         return rec, cls, comp
 
@@ -384,11 +459,23 @@ class CanaryEngine:
         own += await self._flush(cycle, "displace", TARGET)
         after = await self._scrape(TARGET)
         d = Deltas.between(before, after, self.conditions.target.model)
-        rec = PhaseRecord(cycle=cycle, phase="displace", role=TARGET, expect="miss", path="displace",
-                          counted=False, classification=None, ttft_seconds=None, ttft_first_event_seconds=None,
-                          cached_tokens=None, load_bytes=d.load_bytes, store_bytes=d.store_bytes,
-                          gpu_hit_tokens=d.gpu_hits, external_hit_tokens=d.ext_hits,
-                          other_traffic_tokens=d.others(own))
+        rec = PhaseRecord(
+            cycle=cycle,
+            phase="displace",
+            role=TARGET,
+            expect="miss",
+            path="displace",
+            counted=False,
+            classification=None,
+            ttft_seconds=None,
+            ttft_first_event_seconds=None,
+            cached_tokens=None,
+            load_bytes=d.load_bytes,
+            store_bytes=d.store_bytes,
+            gpu_hit_tokens=d.gpu_hits,
+            external_hit_tokens=d.ext_hits,
+            other_traffic_tokens=d.others(own),
+        )
         self.progress("phase", rec)
         return rec
 
@@ -429,8 +516,15 @@ class CanaryEngine:
         self._cycle_no += 1
         c = self._cycle_no
         started = self.clock()
-        rec = CycleRecord(cycle=c, strategy=self.conditions.strategy if self.conditions else "?", started=started,
-                          finished=started, result="error", reason="error", detail="")
+        rec = CycleRecord(
+            cycle=c,
+            strategy=self.conditions.strategy if self.conditions else "?",
+            started=started,
+            finished=started,
+            result="error",
+            reason="error",
+            detail="",
+        )
         self.progress("cycle_start", c)
         try:
             if rec.strategy == "pressure":
@@ -476,18 +570,27 @@ class CanaryEngine:
         assert self.conditions is not None
         stored = sum(p.store_bytes for p in phases)
         if stored > 0 and seeds:
-            self.state.learn_bytes_per_token(stored, seeds * self.conditions.sizing.prefix_tokens,
-                                             sum(p.other_traffic_tokens for p in phases))
+            self.state.learn_bytes_per_token(
+                stored, seeds * self.conditions.sizing.prefix_tokens, sum(p.other_traffic_tokens for p in phases)
+            )
 
-    async def _controls(self, c: int, rec: CycleRecord, a: list[int], b: list[int] | None,
-                        idle: float | None = None) -> dict[str, float]:
+    async def _controls(
+        self, c: int, rec: CycleRecord, a: list[int], b: list[int] | None, idle: float | None = None
+    ) -> dict[str, float]:
         """Recompute (B with max_load_tokens 0), cold (fresh salt) and control-target probes."""
         sz = self.conditions.sizing if self.conditions else None
         assert sz is not None
         got: dict[str, float] = {}
         if b is not None:
-            ph, cls, _ = await self._probe(c, "recompute", b + self.prompts.tail(sz), expect="miss", path="recompute",
-                                           kv={"max_load_tokens": 0}, idle=idle)
+            ph, cls, _ = await self._probe(
+                c,
+                "recompute",
+                b + self.prompts.tail(sz),
+                expect="miss",
+                path="recompute",
+                kv={"max_load_tokens": 0},
+                idle=idle,
+            )
             # Never trust the request: the counters say whether the server honoured the key.
             if cls.result == "offload_hit" or (cls.result == "partial" and ph.load_bytes > 0):
                 self.state.recompute_control = "ignored"
@@ -503,16 +606,18 @@ class CanaryEngine:
             rec.phases.append(ph)
             if ph.counted and ph.path == "recompute" and ph.ttft_seconds is not None:
                 got["recompute"] = ph.ttft_seconds
-        ph, cls, _ = await self._probe(c, "cold", a + self.prompts.tail(sz), expect="miss", path="cold",
-                                       fresh_salt=True)
+        ph, cls, _ = await self._probe(
+            c, "cold", a + self.prompts.tail(sz), expect="miss", path="cold", fresh_salt=True
+        )
         self._count(ph, cls, "miss")
         self._probe_done(ph)
         rec.phases.append(ph)
         if ph.counted and ph.ttft_seconds is not None:
             got["cold"] = ph.ttft_seconds
         if self.control_url:
-            ph, cls, _ = await self._probe(c, "control_target", a + self.prompts.tail(sz), expect="miss",
-                                           path="control_target", role=CONTROL)
+            ph, cls, _ = await self._probe(
+                c, "control_target", a + self.prompts.tail(sz), expect="miss", path="control_target", role=CONTROL
+            )
             self._count(ph, cls, "miss")
             self._probe_done(ph)
             rec.phases.append(ph)
@@ -520,8 +625,9 @@ class CanaryEngine:
                 got["control_target"] = ph.ttft_seconds
         return got
 
-    def _judge(self, rec: CycleRecord, rev: PhaseRecord, cls: Classification, stored: bool,
-               controls: dict[str, float]) -> None:
+    def _judge(
+        self, rec: CycleRecord, rev: PhaseRecord, cls: Classification, stored: bool, controls: dict[str, float]
+    ) -> None:
         rec.result = cls.result
         if cls.result == "offload_hit":
             ctl = next((controls[k] for k in CONTROL_ORDER if k in controls), None)
@@ -532,8 +638,9 @@ class CanaryEngine:
                 rec.detail = f"offload {ttft * 1000:.1f} ms vs control {ctl * 1000:.1f} ms"
             return
         gpu_part = cls.result == "partial" and rev.gpu_hit_tokens > 0 and rev.load_bytes == 0
-        rec.reason = revisit_reason(cls.result, stored, self.state.offload_hits_seen > 0 or rev.load_bytes > 0,
-                                    gpu_part)
+        rec.reason = revisit_reason(
+            cls.result, stored, self.state.offload_hits_seen > 0 or rev.load_bytes > 0, gpu_part
+        )
         rec.detail = cls.note
 
     @staticmethod
@@ -563,8 +670,9 @@ class CanaryEngine:
         assert self.conditions is not None
         sz = self.conditions.sizing
         rec.phases.append(await self._displace(c))
-        rev, cls, _ = await self._probe(c, "offload_revisit", a + self.prompts.tail(sz), expect="offload_hit",
-                                        path="offload_hit")
+        rev, cls, _ = await self._probe(
+            c, "offload_revisit", a + self.prompts.tail(sz), expect="offload_hit", path="offload_hit"
+        )
         self._revisit_done(rev, cls)
         rec.phases.append(rev)
         controls = await self._controls(c, rec, a, b)
@@ -585,8 +693,9 @@ class CanaryEngine:
         idle = s.wait_initial
         while True:
             await self.sleep(idle)
-            rev, cls, _ = await self._probe(c, "wait_revisit", a + self.prompts.tail(sz), expect="offload_hit",
-                                            path="offload_hit", idle=idle)
+            rev, cls, _ = await self._probe(
+                c, "wait_revisit", a + self.prompts.tail(sz), expect="offload_hit", path="offload_hit", idle=idle
+            )
             rec.phases.append(rev)
             if cls.result == "gpu_hit":
                 self._count(rev, cls, "offload_hit")

@@ -53,15 +53,20 @@ class CacheFacts:
         return None
 
     @classmethod
-    def from_engine(cls, e: EngineSignals | None, max_model_len: int | None = None,
-                    offload_configured: bool = False) -> CacheFacts:
+    def from_engine(
+        cls, e: EngineSignals | None, max_model_len: int | None = None, offload_configured: bool = False
+    ) -> CacheFacts:
         if e is None:
             return cls(max_model_len=max_model_len, offload_configured=offload_configured)
         block = _int(e.cache_config.get("block_size"))
         bpc = _int(e.offload_config.get("cpu_blocks_per_chunk"))
-        return cls(block_size=block, num_gpu_blocks=_int(e.cache_config.get("num_gpu_blocks")),
-                   chunk_tokens=bpc * block if bpc and block else None, max_model_len=max_model_len,
-                   offload_configured=offload_configured)
+        return cls(
+            block_size=block,
+            num_gpu_blocks=_int(e.cache_config.get("num_gpu_blocks")),
+            chunk_tokens=bpc * block if bpc and block else None,
+            max_model_len=max_model_len,
+            offload_configured=offload_configured,
+        )
 
 
 class PlanError(ValueError):
@@ -93,14 +98,27 @@ class Sizing:
         return self.filler_tokens * self.filler_count
 
     def as_dict(self) -> dict[str, object]:
-        return {"align": self.align, "chunk_known": self.chunk_known, "block_size": self.block_size,
-                "prefix_tokens": self.prefix_tokens, "tail_tokens": self.tail_tokens,
-                "prompt_tokens": self.prompt_tokens, "filler_tokens": self.filler_tokens,
-                "filler_count": self.filler_count, "flush_tokens": self.flush_tokens}
+        return {
+            "align": self.align,
+            "chunk_known": self.chunk_known,
+            "block_size": self.block_size,
+            "prefix_tokens": self.prefix_tokens,
+            "tail_tokens": self.tail_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "filler_tokens": self.filler_tokens,
+            "filler_count": self.filler_count,
+            "flush_tokens": self.flush_tokens,
+        }
 
 
-def size(facts: CacheFacts, prefix_tokens: int | None = None, chunk_tokens: int | None = None,
-         filler_tokens: int | None = None, pressure_factor: float = 1.5, resident: int = 1) -> Sizing:
+def size(
+    facts: CacheFacts,
+    prefix_tokens: int | None = None,
+    chunk_tokens: int | None = None,
+    filler_tokens: int | None = None,
+    pressure_factor: float = 1.5,
+    resident: int = 1,
+) -> Sizing:
     """Plan prompt sizes. Overrides win; the prefix is rounded down to the alignment unit.
 
     Default prefix: the GPU cache / (`resident` + 1) — `resident` prefixes must sit in the GPU cache
@@ -126,15 +144,26 @@ def size(facts: CacheFacts, prefix_tokens: int | None = None, chunk_tokens: int 
         target = min(8192, cache // (resident + 1) if cache else 4096, max_prompt - tail)
         prefix = max(4 * align, (target // align) * align)
     if prefix + tail > max_prompt:
-        raise PlanError(f"prefix {prefix} + tail {tail} tokens exceed max_model_len {max_prompt + 1}; "
-                        f"set a smaller --prefix-tokens")
+        raise PlanError(
+            f"prefix {prefix} + tail {tail} tokens exceed max_model_len {max_prompt + 1}; set a smaller --prefix-tokens"
+        )
     if cache and resident * (prefix + tail) > cache:
-        raise PlanError(f"{resident} prefix(es) of {prefix} tokens do not fit the GPU cache of {cache} tokens"
-                        + ("; use a smaller --prefix-tokens or drop the recompute control" if resident > 1 else ""))
+        raise PlanError(
+            f"{resident} prefix(es) of {prefix} tokens do not fit the GPU cache of {cache} tokens"
+            + ("; use a smaller --prefix-tokens or drop the recompute control" if resident > 1 else "")
+        )
     filler = min(max_prompt, filler_tokens or prefix + tail)
     count = math.ceil(pressure_factor * cache / filler) if cache else 0
-    return Sizing(align=align, chunk_known=bool(chunk), block_size=block, prefix_tokens=prefix,
-                  tail_tokens=tail, filler_tokens=filler, filler_count=count, flush_tokens=min(4, tail + 3))
+    return Sizing(
+        align=align,
+        chunk_known=bool(chunk),
+        block_size=block,
+        prefix_tokens=prefix,
+        tail_tokens=tail,
+        filler_tokens=filler,
+        filler_count=count,
+        flush_tokens=min(4, tail + 3),
+    )
 
 
 def check_salt(salt: str) -> str:
@@ -192,7 +221,7 @@ class Prompts:
 
 
 def parse_version(v: str | None) -> tuple[int, ...] | None:
-    """"0.26.0" → (0, 26, 0); "0.11.0rc1+cu130" → (0, 11, 0); None when unreadable."""
+    """ "0.26.0" → (0, 26, 0); "0.11.0rc1+cu130" → (0, 11, 0); None when unreadable."""
     if not v:
         return None
     out = []
@@ -215,6 +244,13 @@ def honours_max_load_tokens(version: str | None) -> bool | None:
 
 
 def cache_summary(cache_config: Mapping[str, str]) -> dict[str, str]:
-    keys = ("block_size", "num_gpu_blocks", "kv_cache_size_tokens", "enable_prefix_caching",
-            "kv_offloading_backend", "kv_offloading_size", "num_cpu_blocks")
+    keys = (
+        "block_size",
+        "num_gpu_blocks",
+        "kv_cache_size_tokens",
+        "enable_prefix_caching",
+        "kv_offloading_backend",
+        "kv_offloading_size",
+        "num_cpu_blocks",
+    )
     return {k: cache_config[k] for k in keys if k in cache_config}

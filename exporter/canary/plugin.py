@@ -17,25 +17,42 @@ from exporter.canary.secrets import load_api_key, load_or_create_secret
 from exporter.config import Config, ConfigError
 
 _FLAGS = {  # flag dest → canary settings key
-    "canary": "enabled", "canary_allow_pressure": "allow_pressure",
-    "canary_budget_tokens_per_hour": "budget_tokens_per_hour", "canary_interval": "interval",
-    "canary_control_target": "control_target", "canary_prefix_tokens": "prefix_tokens",
-    "canary_chunk_tokens": "chunk_tokens", "api_key_file": "api_key_file", "canary_secret_file": "secret_file",
+    "canary": "enabled",
+    "canary_allow_pressure": "allow_pressure",
+    "canary_budget_tokens_per_hour": "budget_tokens_per_hour",
+    "canary_interval": "interval",
+    "canary_control_target": "control_target",
+    "canary_prefix_tokens": "prefix_tokens",
+    "canary_chunk_tokens": "chunk_tokens",
+    "api_key_file": "api_key_file",
+    "canary_secret_file": "secret_file",
 }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("canary (opt-in: sends requests to the target)")
-    g.add_argument("--canary", action="store_true", default=None,
-                   help="run closed-loop offload canaries against every target (wait strategy unless "
-                        "--canary-allow-pressure)")
-    g.add_argument("--canary-allow-pressure", action="store_true", default=None,
-                   help="displace canary prefixes with filler requests: evicts users' GPU cache, staging only")
-    g.add_argument("--canary-budget-tokens-per-hour", type=int, metavar="N",
-                   help="hard cap on canary prompt + output tokens per hour and target (default 200000)")
+    g.add_argument(
+        "--canary",
+        action="store_true",
+        default=None,
+        help="run closed-loop offload canaries against every target (wait strategy unless --canary-allow-pressure)",
+    )
+    g.add_argument(
+        "--canary-allow-pressure",
+        action="store_true",
+        default=None,
+        help="displace canary prefixes with filler requests: evicts users' GPU cache, staging only",
+    )
+    g.add_argument(
+        "--canary-budget-tokens-per-hour",
+        type=int,
+        metavar="N",
+        help="hard cap on canary prompt + output tokens per hour and target (default 200000)",
+    )
     g.add_argument("--canary-interval", metavar="DURATION", help="time between canary cycles (default 5m)")
-    g.add_argument("--canary-control-target", metavar="URL",
-                   help="the same model without the offload connector (one target only)")
+    g.add_argument(
+        "--canary-control-target", metavar="URL", help="the same model without the offload connector (one target only)"
+    )
     g.add_argument("--canary-prefix-tokens", type=int, metavar="N", help="canary prefix length (default: automatic)")
     g.add_argument("--canary-chunk-tokens", type=int, metavar="N", help="offload chunk size if vLLM does not export it")
     g.add_argument("--canary-secret-file", metavar="FILE", help="persisted salt secret (created on first use)")
@@ -75,9 +92,18 @@ def make_plugin(settings: CanarySettings) -> Plugin:
         client = CanaryClient(session, api_key, request_timeout=settings.request_timeout)
         nonce = secrets.token_hex(4)
         # One nonce per engine: two targets never get the same prefixes or request ids.
-        engines = [CanaryEngine(t.url, settings, client, Prompts(secret, f"{nonce}{i}", settings.id_range),
-                                label=t.label, control_url=settings.control_target, keep_records=False)
-                   for i, t in enumerate(exporter.config.targets)]
+        engines = [
+            CanaryEngine(
+                t.url,
+                settings,
+                client,
+                Prompts(secret, f"{nonce}{i}", settings.id_range),
+                label=t.label,
+                control_url=settings.control_target,
+                keep_records=False,
+            )
+            for i, t in enumerate(exporter.config.targets)
+        ]
         exporter.extras.append(lambda x: expose.render(x, [e.state for e in engines]))
 
         def on_cycle() -> None:

@@ -16,6 +16,7 @@ ERRORS = ("http_429", "http_5xx", "http_4xx", "timeout", "connect", "stream_erro
 class MetricsError(Exception):
     """`/metrics` could not be read (the client converts the source's ScrapeError into this)."""
 
+
 @dataclass
 class Completion:
     status: int | None = None

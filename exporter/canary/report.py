@@ -14,8 +14,17 @@ from exporter.canary.stats import Summary, Verdict, median, summarize
 from exporter.catalogue import CANARY_PATHS
 
 EXIT_CODES = {"offload_faster": 0, "offload_slower": 1, "no_offload_hit": 1, "inconclusive": 2, "error": 3}
-PHASES = ("seed", "gpu_revisit", "seed_b", "displace", "offload_revisit", "wait_revisit", "recompute", "cold",
-          "control_target")
+PHASES = (
+    "seed",
+    "gpu_revisit",
+    "seed_b",
+    "displace",
+    "offload_revisit",
+    "wait_revisit",
+    "recompute",
+    "cold",
+    "control_target",
+)
 
 
 def _r(v: float | None, nd: int = 6) -> float | None:
@@ -41,17 +50,32 @@ def phase_summary(phases: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             xs = [float(p[key]) for p in rows if p.get(key) is not None]
             return median(xs) if xs else None
 
-        out.append({"phase": name, "n": len(rows), "classifications": dict(sorted(cls.items())),
-                    "load_bytes": med("load_bytes"), "store_bytes": med("store_bytes"),
-                    "gpu_hit_tokens": med("gpu_hit_tokens"), "external_hit_tokens": med("external_hit_tokens"),
-                    "cached_tokens": med("cached_tokens"), "ttft_seconds": _r(med("ttft_seconds"))})
+        out.append(
+            {
+                "phase": name,
+                "n": len(rows),
+                "classifications": dict(sorted(cls.items())),
+                "load_bytes": med("load_bytes"),
+                "store_bytes": med("store_bytes"),
+                "gpu_hit_tokens": med("gpu_hit_tokens"),
+                "external_hit_tokens": med("external_hit_tokens"),
+                "cached_tokens": med("cached_tokens"),
+                "ttft_seconds": _r(med("ttft_seconds")),
+            }
+        )
     return out
 
 
-def build(verdict: Verdict | None, samples: Mapping[str, Sequence[float]],
-          first_event: Mapping[str, Sequence[float]], phases: Sequence[Mapping[str, Any]],
-          cycles: Sequence[Mapping[str, Any]], conditions: Mapping[str, Any] | None, extra: Mapping[str, Any],
-          error: str | None = None) -> dict[str, Any]:
+def build(
+    verdict: Verdict | None,
+    samples: Mapping[str, Sequence[float]],
+    first_event: Mapping[str, Sequence[float]],
+    phases: Sequence[Mapping[str, Any]],
+    cycles: Sequence[Mapping[str, Any]],
+    conditions: Mapping[str, Any] | None,
+    extra: Mapping[str, Any],
+    error: str | None = None,
+) -> dict[str, Any]:
     """The `--json` document; `phases` and `cycles` are the engine's records as dicts."""
     v = "error" if error else (verdict.verdict if verdict else "inconclusive")
     est = verdict.primary if verdict and not error else None
@@ -62,9 +86,16 @@ def build(verdict: Verdict | None, samples: Mapping[str, Sequence[float]],
         "control": verdict.control if verdict and not error else None,
         "delta_ttft_seconds": _r(est.delta) if est else None,
         "delta_ttft_ci_seconds": [_r(est.lower), _r(est.upper)] if est else None,
-        "deltas": {k: {"delta_seconds": _r(e.delta), "ci_seconds": [_r(e.lower), _r(e.upper)],
-                       "confidence": e.confidence, "n_offload": e.n_offload, "n_control": e.n_control}
-                   for k, e in (verdict.estimates.items() if verdict else ())},
+        "deltas": {
+            k: {
+                "delta_seconds": _r(e.delta),
+                "ci_seconds": [_r(e.lower), _r(e.upper)],
+                "confidence": e.confidence,
+                "n_offload": e.n_offload,
+                "n_control": e.n_control,
+            }
+            for k, e in (verdict.estimates.items() if verdict else ())
+        },
         "ttft_seconds": {p: _summary(summarize(list(samples.get(p, ())))) for p in CANARY_PATHS},
         "ttft_first_event_seconds": {p: _summary(summarize(list(first_event.get(p, ())))) for p in CANARY_PATHS},
         "reasons": dict(Counter(str(c["reason"]) for c in cycles)),
@@ -104,33 +135,53 @@ def text(doc: Mapping[str, Any]) -> str:
     cond = doc.get("conditions") or {}
     t = cond.get("target") or {}
     sz = cond.get("sizing") or {}
-    out.append(f"kvoffload-exporter check: {t.get('url', '?')}  vLLM {t.get('version') or '?'}  "
-               f"model {t.get('model', '?')}  offload metrics: {t.get('generation', '?')}")
+    out.append(
+        f"kvoffload-exporter check: {t.get('url', '?')}  vLLM {t.get('version') or '?'}  "
+        f"model {t.get('model', '?')}  offload metrics: {t.get('generation', '?')}"
+    )
     if sz:
         cache = cond.get("gpu_cache_tokens")
-        out.append(f"GPU cache {_tok(cache)} tokens (block {sz.get('block_size')}), prompt {sz.get('prefix_tokens')} "
-                   f"prefix + {sz.get('tail_tokens')} tail tokens, aligned to {sz.get('align')} "
-                   f"({'offload chunk' if sz.get('chunk_known') else 'chunk unknown, 256-aligned'}); strategy "
-                   f"{cond.get('strategy')}"
-                   + (f", {sz.get('filler_count')} fillers x {sz.get('filler_tokens')} tokens"
-                      if cond.get("strategy") == "pressure" else ""))
+        out.append(
+            f"GPU cache {_tok(cache)} tokens (block {sz.get('block_size')}), prompt {sz.get('prefix_tokens')} "
+            f"prefix + {sz.get('tail_tokens')} tail tokens, aligned to {sz.get('align')} "
+            f"({'offload chunk' if sz.get('chunk_known') else 'chunk unknown, 256-aligned'}); strategy "
+            f"{cond.get('strategy')}"
+            + (
+                f", {sz.get('filler_count')} fillers x {sz.get('filler_tokens')} tokens"
+                if cond.get("strategy") == "pressure"
+                else ""
+            )
+        )
     ctl = cond.get("control")
     if ctl:
-        out.append(f"control target: {ctl.get('url')}  vLLM {ctl.get('version') or '?'}  offload metrics: "
-                   f"{ctl.get('generation')}")
+        out.append(
+            f"control target: {ctl.get('url')}  vLLM {ctl.get('version') or '?'}  offload metrics: "
+            f"{ctl.get('generation')}"
+        )
     rc = doc.get("recompute_control")
     if rc:
-        out.append(f"recompute control (max_load_tokens 0): {rc}"
-                   + ("  - the server loaded anyway, so this control is unavailable" if rc == "ignored" else ""))
+        out.append(
+            f"recompute control (max_load_tokens 0): {rc}"
+            + ("  - the server loaded anyway, so this control is unavailable" if rc == "ignored" else "")
+        )
     out.append("")
     rows = []
     for p in CANARY_PATHS:
         s = (doc.get("ttft_seconds") or {}).get(p)
         f = (doc.get("ttft_first_event_seconds") or {}).get(p)
-        rows.append([p, str(s["n"]) if s else "0", _ms(s and s["median"]), _ms(s and s["p25"]), _ms(s and s["p75"]),
-                     _ms(f and f["median"])])
-    out += _table(["TTFT path", "n", "median ms", "p25 ms", "p75 ms", "1st event ms"], rows,
-                  [False, True, True, True, True, True])
+        rows.append(
+            [
+                p,
+                str(s["n"]) if s else "0",
+                _ms(s and s["median"]),
+                _ms(s and s["p25"]),
+                _ms(s and s["p75"]),
+                _ms(f and f["median"]),
+            ]
+        )
+    out += _table(
+        ["TTFT path", "n", "median ms", "p25 ms", "p75 ms", "1st event ms"], rows, [False, True, True, True, True, True]
+    )
     out.append("")
     deltas = doc.get("deltas") or {}
     if deltas:
@@ -138,20 +189,42 @@ def text(doc: Mapping[str, Any]) -> str:
         for k, d in deltas.items():
             lo, hi = d["ci_seconds"]
             mark = "  <- verdict" if k == doc.get("control") else ""
-            rows.append([k, f"{d['delta_seconds'] * 1000:+.1f}", f"[{lo * 1000:+.1f}, {hi * 1000:+.1f}]",
-                         f"{d['n_offload']}/{d['n_control']}" + mark])
+            rows.append(
+                [
+                    k,
+                    f"{d['delta_seconds'] * 1000:+.1f}",
+                    f"[{lo * 1000:+.1f}, {hi * 1000:+.1f}]",
+                    f"{d['n_offload']}/{d['n_control']}" + mark,
+                ]
+            )
         pct = round(next(iter(deltas.values()))["confidence"] * 100)
-        out += _table(["dTTFT offload_hit - control", "median ms", f"{pct}% bootstrap CI ms", "n"], rows,
-                      [False, True, True, False])
+        out += _table(
+            ["dTTFT offload_hit - control", "median ms", f"{pct}% bootstrap CI ms", "n"],
+            rows,
+            [False, True, True, False],
+        )
         out.append("")
     rows = []
     for ph in doc.get("phase_summary") or []:
         cls = ", ".join(f"{k} x{v}" for k, v in ph["classifications"].items()) or "-"
-        rows.append([ph["phase"], str(ph["n"]), cls, _mb(ph["load_bytes"]), _mb(ph["store_bytes"]),
-                     _tok(ph["external_hit_tokens"]), _tok(ph["gpu_hit_tokens"]), _tok(ph["cached_tokens"])])
+        rows.append(
+            [
+                ph["phase"],
+                str(ph["n"]),
+                cls,
+                _mb(ph["load_bytes"]),
+                _mb(ph["store_bytes"]),
+                _tok(ph["external_hit_tokens"]),
+                _tok(ph["gpu_hit_tokens"]),
+                _tok(ph["cached_tokens"]),
+            ]
+        )
     if rows:
-        out += _table(["phase", "n", "classification", "load MB", "store MB", "ext hit tok", "GPU hit tok",
-                       "cached tok"], rows, [False, True, False, True, True, True, True, True])
+        out += _table(
+            ["phase", "n", "classification", "load MB", "store MB", "ext hit tok", "GPU hit tok", "cached tok"],
+            rows,
+            [False, True, False, True, True, True, True, True],
+        )
         out.append("(per-phase medians of the counter deltas around each probe, flush request included)")
         out.append("")
     reasons = doc.get("reasons") or {}

@@ -66,8 +66,15 @@ class DeltaEstimate:
         return self.lower > 0 or self.upper < 0
 
 
-def bootstrap_delta(offload: Sequence[float], control: Sequence[float], control_name: str = "control",
-                    *, seed: int = 0, n_boot: int = 2000, confidence: float = 0.95) -> DeltaEstimate:
+def bootstrap_delta(
+    offload: Sequence[float],
+    control: Sequence[float],
+    control_name: str = "control",
+    *,
+    seed: int = 0,
+    n_boot: int = 2000,
+    confidence: float = 0.95,
+) -> DeltaEstimate:
     """Resample both groups independently with replacement; the interval is the central `confidence`
     share of the resampled median differences."""
     if not offload or not control:
@@ -80,8 +87,15 @@ def bootstrap_delta(offload: Sequence[float], control: Sequence[float], control_
         rb = [b[rng.randrange(len(b))] for _ in b]
         diffs.append(median(ra) - median(rb))
     alpha = (1.0 - confidence) / 2.0
-    return DeltaEstimate(control_name, median(a) - median(b), quantile(diffs, alpha), quantile(diffs, 1 - alpha),
-                         len(a), len(b), confidence)
+    return DeltaEstimate(
+        control_name,
+        median(a) - median(b),
+        quantile(diffs, alpha),
+        quantile(diffs, 1 - alpha),
+        len(a),
+        len(b),
+        confidence,
+    )
 
 
 @dataclass(frozen=True)
@@ -96,8 +110,15 @@ class Verdict:
         return self.estimates.get(self.control) if self.control else None
 
 
-def decide(samples: Mapping[str, Sequence[float]], offload_attempts: int, *, min_samples: int = 10,
-           seed: int = 0, n_boot: int = 2000, confidence: float = 0.95) -> Verdict:
+def decide(
+    samples: Mapping[str, Sequence[float]],
+    offload_attempts: int,
+    *,
+    min_samples: int = 10,
+    seed: int = 0,
+    n_boot: int = 2000,
+    confidence: float = 0.95,
+) -> Verdict:
     """Verdict from TTFT samples per path (`offload_hit` plus the control paths).
 
     `offload_attempts` counts revisits that should have been served by the tier (displaced, no error):
@@ -111,8 +132,9 @@ def decide(samples: Mapping[str, Sequence[float]], offload_attempts: int, *, min
             estimates[name] = bootstrap_delta(hits, ctl, name, seed=seed, n_boot=n_boot, confidence=confidence)
     if not hits:
         if offload_attempts >= 3:
-            return Verdict("no_offload_hit", None, f"0 offload hits in {offload_attempts} displaced revisits",
-                           estimates)
+            return Verdict(
+                "no_offload_hit", None, f"0 offload hits in {offload_attempts} displaced revisits", estimates
+            )
         return Verdict("inconclusive", None, f"only {offload_attempts} displaced revisits so far", estimates)
     if len(hits) < min_samples:
         return Verdict("inconclusive", None, f"{len(hits)} offload-hit samples < {min_samples}", estimates)

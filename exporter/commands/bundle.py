@@ -12,21 +12,36 @@ ORDER = 60
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
-        "bundle", help="write Grafana dashboards, Prometheus/Grafana alert rules for your labels",
+        "bundle",
+        help="write Grafana dashboards, Prometheus/Grafana alert rules for your labels",
         description="Render the monitoring bundle (dashboards/*.json, alerts/*.yaml, Grafana alert "
-                    "provisioning, docs/metrics.md) into DIR. `--out .` in a checkout regenerates the "
-                    "committed files.")
+        "provisioning, docs/metrics.md) into DIR. `--out .` in a checkout regenerates the "
+        "committed files.",
+    )
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (created if missing)")
-    p.add_argument("--selector", action="append", default=[], metavar="LABEL=VALUE",
-                   help="label matcher added to every PromQL selector, e.g. job=vllm-sidecar "
-                        "(also !=, =~, !~; repeatable)")
-    p.add_argument("--runbook-url", metavar="URL",
-                   help="where you host alerts/runbook.md, for each alert's runbook_url "
-                        "(default: the relative path alerts/runbook.md, not a link)")
-    p.add_argument("--grafana-datasource-uid", metavar="UID",
-                   help="Prometheus datasource uid for Grafana-managed alerts (default 'prometheus')")
-    p.add_argument("--check", action="store_true",
-                   help="write nothing; exit 1 if any file in DIR differs from what would be written")
+    p.add_argument(
+        "--selector",
+        action="append",
+        default=[],
+        metavar="LABEL=VALUE",
+        help="label matcher added to every PromQL selector, e.g. job=vllm-sidecar (also !=, =~, !~; repeatable)",
+    )
+    p.add_argument(
+        "--runbook-url",
+        metavar="URL",
+        help="where you host alerts/runbook.md, for each alert's runbook_url "
+        "(default: the relative path alerts/runbook.md, not a link)",
+    )
+    p.add_argument(
+        "--grafana-datasource-uid",
+        metavar="UID",
+        help="Prometheus datasource uid for Grafana-managed alerts (default 'prometheus')",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if any file in DIR differs from what would be written",
+    )
     p.set_defaults(func=run)
 
 
@@ -43,8 +58,10 @@ def run(args: argparse.Namespace) -> int:
 
         files = render_bundle(args.selector, settings)
     except ImportError as e:
-        print(f"kvoffload-exporter bundle: {e}; install the extra: pip install 'kvoffload-exporter[bundle]'",
-              file=sys.stderr)
+        print(
+            f"kvoffload-exporter bundle: {e}; install the extra: pip install 'kvoffload-exporter[bundle]'",
+            file=sys.stderr,
+        )
         return 2
     except ValueError as e:
         print(f"kvoffload-exporter bundle: {e}", file=sys.stderr)

@@ -28,16 +28,24 @@ DEMO_DEFAULTS = {"poll_interval": "2", "window": "1m", "timeout": "1"}  # loopba
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("demo", help="try it: simulated vLLM + traffic + exporter, no GPU needed",
-                       description="Start a simulated vLLM server with a CPU offload tier, send it synthetic "
-                                   "shared-prefix traffic and run the exporter against it, all on 127.0.0.1. "
-                                   "Prints the URLs and one status line per engine; stop with Ctrl-C.")
+    p = sub.add_parser(
+        "demo",
+        help="try it: simulated vLLM + traffic + exporter, no GPU needed",
+        description="Start a simulated vLLM server with a CPU offload tier, send it synthetic "
+        "shared-prefix traffic and run the exporter against it, all on 127.0.0.1. "
+        "Prints the URLs and one status line per engine; stop with Ctrl-C.",
+    )
     p.add_argument("--duration", type=float, metavar="SECONDS", help="stop after SECONDS (default: Ctrl-C)")
     p.add_argument("--listen", metavar="HOST:PORT", help="exporter listen address (default 127.0.0.1:9466)")
-    p.add_argument("--sim-listen", default="127.0.0.1:0", metavar="HOST:PORT",
-                   help="simulator listen address (default: a free port on 127.0.0.1)")
-    p.add_argument("--status-interval", type=float, default=5.0, metavar="SECONDS",
-                   help="seconds between status lines (default 5)")
+    p.add_argument(
+        "--sim-listen",
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
+        help="simulator listen address (default: a free port on 127.0.0.1)",
+    )
+    p.add_argument(
+        "--status-interval", type=float, default=5.0, metavar="SECONDS", help="seconds between status lines (default 5)"
+    )
     add_simulator_arguments(p)
     add_traffic_arguments(p, rate_flag="--rate", rate=4.0)
     add_exporter_arguments(p)
@@ -66,7 +74,8 @@ def status_lines(exporter: Any, sim: Simulator, elapsed: float) -> list[str]:
                 f"[{elapsed:4.0f}s] engine {engine}: state {d.state:<18} GPU hits {_pct(d.gpu_hit_ratio)}  "
                 f"CPU-tier hits {_pct(d.external_hit_ratio)}  load/store {ratio}  "
                 f"TTFT p50 {'n/a' if p50 is None else f'{p50 * 1e3:.0f} ms'}  "
-                f"tier {tier.get('cpu_chunks_used', 0)}/{tier.get('cpu_chunks', 0)} chunks")
+                f"tier {tier.get('cpu_chunks_used', 0)}/{tier.get('cpu_chunks', 0)} chunks"
+            )
     return lines
 
 
@@ -91,12 +100,15 @@ async def _demo(args: argparse.Namespace, sim: Simulator, sim_host: str, sim_por
         raise
     exp_url = f"http://{host}:{exp_runner.addresses[0][1]}"
     spec = traffic_from_args(args, sim.config.max_model_len, duration=args.duration)
-    print(f"kvoffload-exporter demo: simulated vLLM {sim.behaviour.text} ({sim.calibration.name}, "
-          f"{len(sim.engines)} engine(s)) + {spec.rate:g} req/s shared-prefix traffic + exporter\n"
-          f"  simulated vLLM   {sim_url}/metrics   (faults: {sim_url}/_sim/faults)\n"
-          f"  exporter         {exp_url}/metrics   (status page: {exp_url}/)\n"
-          f"  GPU prefix hits come first; CPU-tier hits once shared prefixes fall out of the "
-          f"{sim.config.num_gpu_blocks * sim.config.block_size:,}-token GPU cache. Ctrl-C stops it.", flush=True)
+    print(
+        f"kvoffload-exporter demo: simulated vLLM {sim.behaviour.text} ({sim.calibration.name}, "
+        f"{len(sim.engines)} engine(s)) + {spec.rate:g} req/s shared-prefix traffic + exporter\n"
+        f"  simulated vLLM   {sim_url}/metrics   (faults: {sim_url}/_sim/faults)\n"
+        f"  exporter         {exp_url}/metrics   (status page: {exp_url}/)\n"
+        f"  GPU prefix hits come first; CPU-tier hits once shared prefixes fall out of the "
+        f"{sim.config.num_gpu_blocks * sim.config.block_size:,}-token GPU cache. Ctrl-C stops it.",
+        flush=True,
+    )
     report = TrafficReport()
     started = time.monotonic()
 

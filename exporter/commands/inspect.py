@@ -15,21 +15,34 @@ from exporter.normalise import normalise
 ORDER = 20
 
 _FIELDS = (
-    ("offload_load_bytes", "load B"), ("offload_store_bytes", "store B"),
-    ("offload_load_seconds", None), ("offload_store_seconds", None),
-    ("gpu_prefix_queries", None), ("gpu_prefix_hits", "GPU hit tok"),
-    ("external_prefix_queries", None), ("external_prefix_hits", "ext hit tok"),
+    ("offload_load_bytes", "load B"),
+    ("offload_store_bytes", "store B"),
+    ("offload_load_seconds", None),
+    ("offload_store_seconds", None),
+    ("gpu_prefix_queries", None),
+    ("gpu_prefix_hits", "GPU hit tok"),
+    ("external_prefix_queries", None),
+    ("external_prefix_hits", "ext hit tok"),
     ("prompt_tokens", None),
 )
 
-_CACHE_KEYS = ("block_size", "num_gpu_blocks", "enable_prefix_caching", "kv_offloading_size",
-               "kv_offloading_backend", "kv_cache_size_tokens")
+_CACHE_KEYS = (
+    "block_size",
+    "num_gpu_blocks",
+    "enable_prefix_caching",
+    "kv_offloading_size",
+    "kv_offloading_backend",
+    "kv_cache_size_tokens",
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("inspect", help="explain saved /metrics dumps (one file, or before and after)",
-                       description="One FILE: cumulative offload signals per engine. FILE FILE2 "
-                                   "(before, after): the interval's deltas and evidence state.")
+    p = sub.add_parser(
+        "inspect",
+        help="explain saved /metrics dumps (one file, or before and after)",
+        description="One FILE: cumulative offload signals per engine. FILE FILE2 "
+        "(before, after): the interval's deltas and evidence state.",
+    )
     p.add_argument("file")
     p.add_argument("file2", nargs="?")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -76,8 +89,12 @@ def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
         row["ttft_seconds"] = {str(q): _r(v) for q, v in d.ttft_quantiles.items()}
         row["cache_config"] = {k: v for k, v in e.cache_config.items() if k in _CACHE_KEYS}
         engines.append(row)
-    return {"mode": "interval" if before is not None else "cumulative", "generation": after.generation,
-            "multiprocess": after.multiprocess, "engines": engines}
+    return {
+        "mode": "interval" if before is not None else "cumulative",
+        "generation": after.generation,
+        "multiprocess": after.multiprocess,
+        "engines": engines,
+    }
 
 
 def _fmt(v: Any) -> str:
@@ -92,8 +109,9 @@ def run(args: argparse.Namespace) -> int:
     if args.file2:
         before, after = _load(args.file), _load(args.file2)
         if before.generation != after.generation:
-            print(f"note: offload metric generation changed: {before.generation} -> {after.generation}",
-                  file=sys.stderr)
+            print(
+                f"note: offload metric generation changed: {before.generation} -> {after.generation}", file=sys.stderr
+            )
     else:
         before, after = None, _load(args.file)
     doc = report(before, after)
@@ -102,12 +120,34 @@ def run(args: argparse.Namespace) -> int:
         print()
         return 0
     mode = "interval (after - before)" if before else "cumulative since engine start"
-    print(f"{mode}; offload metric generation: {doc['generation']}"
-          + (" (multiprocess exposition)" if doc["multiprocess"] else ""))
-    cols = ["model_name", "engine", "state", "offload_load_bytes", "offload_store_bytes", "load_store_ratio",
-            "gpu_prefix_hits", "external_prefix_hits", "gpu_prefix_hit_ratio", "external_prefix_hit_ratio"]
-    heads = ["model", "engine", "state", "load bytes", "store bytes", "load/store", "GPU hit tok",
-             "ext hit tok", "GPU hit ratio", "ext hit ratio"]
+    print(
+        f"{mode}; offload metric generation: {doc['generation']}"
+        + (" (multiprocess exposition)" if doc["multiprocess"] else "")
+    )
+    cols = [
+        "model_name",
+        "engine",
+        "state",
+        "offload_load_bytes",
+        "offload_store_bytes",
+        "load_store_ratio",
+        "gpu_prefix_hits",
+        "external_prefix_hits",
+        "gpu_prefix_hit_ratio",
+        "external_prefix_hit_ratio",
+    ]
+    heads = [
+        "model",
+        "engine",
+        "state",
+        "load bytes",
+        "store bytes",
+        "load/store",
+        "GPU hit tok",
+        "ext hit tok",
+        "GPU hit ratio",
+        "ext hit ratio",
+    ]
     rows = [[_fmt(e.get(c)) for c in cols] for e in doc["engines"]]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
     print("  ".join(h.ljust(w) for h, w in zip(heads, widths)))

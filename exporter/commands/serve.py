@@ -23,10 +23,18 @@ def add_exporter_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("serve", help="poll vLLM /metrics and export offload evidence",
-                       description="Poll one or more vLLM servers and serve kvoffload_* metrics.")
-    p.add_argument("--target", action="append", default=[], metavar="URL",
-                   help="vLLM base URL, e.g. http://127.0.0.1:8000 (repeatable)")
+    p = sub.add_parser(
+        "serve",
+        help="poll vLLM /metrics and export offload evidence",
+        description="Poll one or more vLLM servers and serve kvoffload_* metrics.",
+    )
+    p.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="vLLM base URL, e.g. http://127.0.0.1:8000 (repeatable)",
+    )
     p.add_argument("--listen", metavar="HOST:PORT", help="listen address (default 127.0.0.1:9466)")
     p.add_argument("--config", metavar="FILE", help="YAML config file (flags override it)")
     p.add_argument("--config-check", action="store_true", help="validate the configuration and exit")
@@ -88,17 +96,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvoffload-exporter: {e}", file=sys.stderr)
         return 2
     if args.config_check:
-        print(f"configuration OK: {len(cfg.targets)} target(s), listen {cfg.listen}, "
-              f"poll {cfg.poll_interval}s, window {cfg.window_label}"
-              + (f", canary {canary_settings.effective_strategy}" if canary_settings else ""))
+        print(
+            f"configuration OK: {len(cfg.targets)} target(s), listen {cfg.listen}, "
+            f"poll {cfg.poll_interval}s, window {cfg.window_label}"
+            + (f", canary {canary_settings.effective_strategy}" if canary_settings else "")
+        )
         return 0
     from aiohttp import web
 
     from exporter.app import make_app
 
     host, port = cfg.listen_host_port
-    logging.getLogger("kvoffload").info("listening on http://%s:%d/metrics, %d target(s)", host, port,
-                                        len(cfg.targets))
+    logging.getLogger("kvoffload").info("listening on http://%s:%d/metrics, %d target(s)", host, port, len(cfg.targets))
     web.run_app(make_app(cfg, plugins=plugins), host=host, port=port, print=None, access_log=None)
     return 0
 

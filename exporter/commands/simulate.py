@@ -28,8 +28,11 @@ _ENGINE_FLAGS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     ("cpu_bytes", lambda s: int(float(s)), "CPU tier size in bytes (cpu_bytes_to_use), e.g. 8e9"),
     ("kv_bytes_per_token", int, "KV bytes per token (default: from the calibration's model shape)"),
     ("gpu_memory_utilization", float, "value shown in vllm:cache_config_info"),
-    ("store_report_delay_s", float,
-     "report stores after this many seconds when no engine step comes (<= 0: only with the next step)"),
+    (
+        "store_report_delay_s",
+        float,
+        "report stores after this many seconds when no engine step comes (<= 0: only with the next step)",
+    ),
 )
 _TIMING_FLAGS: tuple[tuple[str, str], ...] = (
     ("frontend_ms", "client TTFT outside the engine (HTTP, tokenise, SSE)"),
@@ -54,28 +57,56 @@ def _flag(name: str) -> str:
 
 def add_simulator_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by `simulate` and `demo`."""
-    p.add_argument("--vllm-version", default=DEFAULT_VERSION, metavar="V",
-                   help=f"vLLM version to imitate, 0.10–0.33 (profiles: {', '.join(PROFILE_VERSIONS)}; "
-                        f"default {DEFAULT_VERSION})")
+    p.add_argument(
+        "--vllm-version",
+        default=DEFAULT_VERSION,
+        metavar="V",
+        help=f"vLLM version to imitate, 0.10–0.33 (profiles: {', '.join(PROFILE_VERSIONS)}; default {DEFAULT_VERSION})",
+    )
     p.add_argument("--engines", type=int, default=1, metavar="N", help="data-parallel engines (default 1)")
     p.add_argument("--model", metavar="NAME", help="served model name (default: the calibration's)")
-    p.add_argument("--calibration", default=DEFAULT_CALIBRATION, choices=sorted(CALIBRATIONS),
-                   help=f"time model and engine setup of a real run (default {DEFAULT_CALIBRATION})")
-    p.add_argument("--fault", action="append", default=[], metavar="F",
-                   help="fault to start with, repeatable: " + "; ".join(f"{k}: {v}" for k, v in FAULTS.items()))
+    p.add_argument(
+        "--calibration",
+        default=DEFAULT_CALIBRATION,
+        choices=sorted(CALIBRATIONS),
+        help=f"time model and engine setup of a real run (default {DEFAULT_CALIBRATION})",
+    )
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="F",
+        help="fault to start with, repeatable: " + "; ".join(f"{k}: {v}" for k, v in FAULTS.items()),
+    )
     p.add_argument("--no-connector", action="store_true", help="serve without the OffloadingConnector")
-    p.add_argument("--time-scale", type=float, default=1.0, metavar="X",
-                   help="wall seconds per simulated second (0.1 runs ten times faster; default 1)")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="wall seconds per simulated second (0.1 runs ten times faster; default 1)",
+    )
     p.add_argument("--seed", type=int, help="random seed (default: random)")
     p.add_argument("--no-noise", action="store_true", help="no TTFT noise: every request takes its modelled time")
     p.add_argument("--api-key", metavar="KEY", help="require 'Authorization: Bearer KEY' on /v1")
-    p.add_argument("--enable-prompt-tokens-details", action=argparse.BooleanOptionalAction, default=True,
-                   help="usage.prompt_tokens_details.cached_tokens (default on, as in the H200 runs)")
-    p.add_argument("--enable-per-request-metrics", action=argparse.BooleanOptionalAction, default=True,
-                   help="the response `metrics` object, vLLM 0.25+ (default on, as in the H200 runs)")
-    p.add_argument("--show-hidden-metrics", action="store_true",
-                   help="like vLLM's --show-hidden-metrics-for-version: 0.11 keeps gpu_* names, 0.12–0.13 "
-                        "time_per_output_token_seconds")
+    p.add_argument(
+        "--enable-prompt-tokens-details",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="usage.prompt_tokens_details.cached_tokens (default on, as in the H200 runs)",
+    )
+    p.add_argument(
+        "--enable-per-request-metrics",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the response `metrics` object, vLLM 0.25+ (default on, as in the H200 runs)",
+    )
+    p.add_argument(
+        "--show-hidden-metrics",
+        action="store_true",
+        help="like vLLM's --show-hidden-metrics-for-version: 0.11 keeps gpu_* names, 0.12–0.13 "
+        "time_per_output_token_seconds",
+    )
     eng = p.add_argument_group("engine (defaults come from --calibration)")
     for name, conv, text in _ENGINE_FLAGS:
         eng.add_argument(_flag(name), type=conv, metavar="N", help=text)
@@ -84,11 +115,16 @@ def add_simulator_arguments(p: argparse.ArgumentParser) -> None:
         tim.add_argument(_flag(name), type=float, metavar="X", help=text)
 
 
-def add_traffic_arguments(p: argparse.ArgumentParser, rate_flag: str = "--traffic",
-                          rate: float | None = None) -> None:
+def add_traffic_arguments(p: argparse.ArgumentParser, rate_flag: str = "--traffic", rate: float | None = None) -> None:
     g = p.add_argument_group("traffic generator (loopback only)")
-    g.add_argument(rate_flag, type=float, metavar="RATE", dest="traffic", default=rate,
-                   help="requests per second, Poisson arrivals" + (f" (default {rate:g})" if rate else ""))
+    g.add_argument(
+        rate_flag,
+        type=float,
+        metavar="RATE",
+        dest="traffic",
+        default=rate,
+        help="requests per second, Poisson arrivals" + (f" (default {rate:g})" if rate else ""),
+    )
     g.add_argument("--traffic-count", type=int, metavar="N", help="stop after N requests")
     g.add_argument("--traffic-duration", type=float, metavar="SECONDS", help="stop after SECONDS (default 3600)")
     g.add_argument("--traffic-groups", type=int, default=12, metavar="N", help="shared-prefix groups (default 12)")
@@ -102,22 +138,40 @@ def add_traffic_arguments(p: argparse.ArgumentParser, rate_flag: str = "--traffi
 def options_from_args(args: argparse.Namespace) -> SimOptions:
     engine = {name: getattr(args, name) for name, _, _ in _ENGINE_FLAGS if getattr(args, name) is not None}
     timing = {name: getattr(args, name) for name, _ in _TIMING_FLAGS if getattr(args, name) is not None}
-    return SimOptions(version=args.vllm_version, engines=args.engines, calibration=args.calibration,
-                      model=args.model, faults=tuple(args.fault), connector=not args.no_connector,
-                      time_scale=args.time_scale, seed=args.seed, noise=not args.no_noise, api_key=args.api_key,
-                      prompt_tokens_details=args.enable_prompt_tokens_details,
-                      per_request_metrics=args.enable_per_request_metrics,
-                      show_hidden_metrics=args.show_hidden_metrics, engine=engine, timing=timing)
+    return SimOptions(
+        version=args.vllm_version,
+        engines=args.engines,
+        calibration=args.calibration,
+        model=args.model,
+        faults=tuple(args.fault),
+        connector=not args.no_connector,
+        time_scale=args.time_scale,
+        seed=args.seed,
+        noise=not args.no_noise,
+        api_key=args.api_key,
+        prompt_tokens_details=args.enable_prompt_tokens_details,
+        per_request_metrics=args.enable_per_request_metrics,
+        show_hidden_metrics=args.show_hidden_metrics,
+        engine=engine,
+        timing=timing,
+    )
 
 
 def traffic_from_args(args: argparse.Namespace, max_prompt_tokens: int, duration: float | None = None) -> TrafficSpec:
     if args.traffic_count is None and args.traffic_duration is None and duration is None:
         duration = 3600.0  # always bounded
-    return TrafficSpec(rate=args.traffic, count=args.traffic_count,
-                       duration=args.traffic_duration if args.traffic_duration is not None else duration,
-                       groups=args.traffic_groups, zipf=args.traffic_zipf, prefix_tokens=args.traffic_prefix_tokens,
-                       tail_tokens=args.traffic_tail_tokens, max_tokens=args.traffic_max_tokens,
-                       max_prompt_tokens=max_prompt_tokens, seed=args.traffic_seed)
+    return TrafficSpec(
+        rate=args.traffic,
+        count=args.traffic_count,
+        duration=args.traffic_duration if args.traffic_duration is not None else duration,
+        groups=args.traffic_groups,
+        zipf=args.traffic_zipf,
+        prefix_tokens=args.traffic_prefix_tokens,
+        tail_tokens=args.traffic_tail_tokens,
+        max_tokens=args.traffic_max_tokens,
+        max_prompt_tokens=max_prompt_tokens,
+        seed=args.traffic_seed,
+    )
 
 
 async def run_until_stopped(main: Callable[[asyncio.Event], Awaitable[None]], duration: float | None) -> None:
@@ -139,12 +193,19 @@ async def run_until_stopped(main: Callable[[asyncio.Event], Awaitable[None]], du
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("simulate", help="run a simulated vLLM server with a CPU offload tier",
-                       description="Serve vLLM's OpenAI API and /metrics from a simulated engine: prefix cache, "
-                                   "OffloadingConnector CPU tier, a time model calibrated on real H200 runs, "
-                                   "faults switchable at run time (GET/POST /_sim/faults).")
-    p.add_argument("--listen", default="127.0.0.1:8000", metavar="HOST:PORT",
-                   help="listen address (default 127.0.0.1:8000; port 0 picks a free one)")
+    p = sub.add_parser(
+        "simulate",
+        help="run a simulated vLLM server with a CPU offload tier",
+        description="Serve vLLM's OpenAI API and /metrics from a simulated engine: prefix cache, "
+        "OffloadingConnector CPU tier, a time model calibrated on real H200 runs, "
+        "faults switchable at run time (GET/POST /_sim/faults).",
+    )
+    p.add_argument(
+        "--listen",
+        default="127.0.0.1:8000",
+        metavar="HOST:PORT",
+        help="listen address (default 127.0.0.1:8000; port 0 picks a free one)",
+    )
     p.add_argument("--duration", type=float, metavar="SECONDS", help="stop after SECONDS (default: run until Ctrl-C)")
     add_simulator_arguments(p)
     add_traffic_arguments(p)
@@ -157,9 +218,12 @@ async def _serve(args: argparse.Namespace, sim: Simulator, host: str, port: int)
 
     runner, url = await start(sim, host, port)
     cfg = sim.config
-    print(f"simulated vLLM {sim.behaviour.text} ({sim.calibration.name}, {len(sim.engines)} engine(s), "
-          f"{'CPU tier ' + format(cfg.cpu_bytes / 1e9, 'g') + ' GB' if cfg.connector else 'no connector'}) "
-          f"serving {sim.model} on {url}  (metrics {url}/metrics, faults {url}/_sim/faults)", flush=True)
+    print(
+        f"simulated vLLM {sim.behaviour.text} ({sim.calibration.name}, {len(sim.engines)} engine(s), "
+        f"{'CPU tier ' + format(cfg.cpu_bytes / 1e9, 'g') + ' GB' if cfg.connector else 'no connector'}) "
+        f"serving {sim.model} on {url}  (metrics {url}/metrics, faults {url}/_sim/faults)",
+        flush=True,
+    )
     report = TrafficReport()
 
     async def main(stop: asyncio.Event) -> None:

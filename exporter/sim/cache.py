@@ -22,7 +22,7 @@ def block_hashes(tokens: Sequence[int], block_size: int, salt: str | None = None
     parent = b""
     for i in range(len(tokens) // block_size):
         h = hashlib.blake2b(parent, digest_size=16)
-        h.update(array("q", tokens[i * block_size:(i + 1) * block_size]).tobytes())
+        h.update(array("q", tokens[i * block_size : (i + 1) * block_size]).tobytes())
         if i == 0 and salt:
             h.update(b"\x00salt\x00" + salt.encode())
         parent = h.digest()

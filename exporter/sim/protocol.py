@@ -30,8 +30,14 @@ class ApiError(Exception):
 
 
 def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": _ERROR_TYPES.get(status, "BadRequestError"),
-                      "param": param, "code": status}}
+    return {
+        "error": {
+            "message": message,
+            "type": _ERROR_TYPES.get(status, "BadRequestError"),
+            "param": param,
+            "code": status,
+        }
+    }
 
 
 def tokenize(text: str) -> tuple[int, ...]:
@@ -76,14 +82,13 @@ def _prompt(raw: Any, b: Behaviour) -> tuple[int, ...]:
     elif _int_list(raw):
         ids = tuple(raw)
         if any(i < 0 for i in ids):
-            raise ApiError(400, "Token ids must be non-negative." if b.nonnegative_ids
-                           else "Token id out of vocabulary.", "prompt")
+            raise ApiError(
+                400, "Token ids must be non-negative." if b.nonnegative_ids else "Token id out of vocabulary.", "prompt"
+            )
     elif isinstance(raw, list) and raw:
-        raise ApiError(400, "The simulator serves one prompt per request; send the prompts separately.",
-                       "prompt")
+        raise ApiError(400, "The simulator serves one prompt per request; send the prompts separately.", "prompt")
     else:
-        raise ApiError(400, "prompt must be a string, a list of token ids, or a batch of one of them.",
-                       "prompt")
+        raise ApiError(400, "prompt must be a string, a list of token ids, or a batch of one of them.", "prompt")
     if not ids:
         raise ApiError(400, "Prompt cannot be empty.", "prompt")
     return ids
@@ -95,8 +100,11 @@ def _salt(raw: Any, b: Behaviour) -> str | None:
     if not isinstance(raw, str) or not raw:
         raise ApiError(400, "Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt")
     if b.strict_salt and (len(raw) > 128 or any(c in raw for c in "@/\\\x00")):
-        raise ApiError(400, "Parameter 'cache_salt' must be at most 128 characters and must not contain "
-                            "'@', '/', '\\' or NUL.", "cache_salt")
+        raise ApiError(
+            400,
+            "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\' or NUL.",
+            "cache_salt",
+        )
     return raw
 
 
@@ -127,12 +135,19 @@ def parse_completion(body: Any, b: Behaviour, served_model: str, max_model_len: 
     if type(max_tokens) is not int or max_tokens < 1:
         raise ApiError(400, f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
     if len(ids) > max_model_len:
-        raise ApiError(400, f"This model's maximum context length is {max_model_len} tokens. However, your "
-                            f"request has {len(ids)} input tokens. Please reduce the length of the input.")
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"request has {len(ids)} input tokens. Please reduce the length of the input.",
+        )
     if len(ids) + max_tokens > max_model_len:
-        raise ApiError(400, f"'max_tokens' is too large: {max_tokens}. This model's maximum context length is "
-                            f"{max_model_len} tokens and your request has {len(ids)} input tokens "
-                            f"({max_tokens} > {max_model_len} - {len(ids)}).", "max_tokens")
+        raise ApiError(
+            400,
+            f"'max_tokens' is too large: {max_tokens}. This model's maximum context length is "
+            f"{max_model_len} tokens and your request has {len(ids)} input tokens "
+            f"({max_tokens} > {max_model_len} - {len(ids)}).",
+            "max_tokens",
+        )
     n = body.get("n", 1)
     if n != 1:
         raise ApiError(400, "The simulator supports n=1 only.", "n")
@@ -153,15 +168,25 @@ def parse_completion(body: Any, b: Behaviour, served_model: str, max_model_len: 
     rid = body.get("request_id")
     return Completion(
         request_id=f"cmpl-{rid}" if isinstance(rid, str) and rid else f"cmpl-{uuid.uuid4().hex}",
-        prompt_ids=ids, max_tokens=max_tokens, stream=stream, include_usage=bool(include),
+        prompt_ids=ids,
+        max_tokens=max_tokens,
+        stream=stream,
+        include_usage=bool(include),
         continuous_usage=bool(options.get("continuous_usage_stats")),
-        return_token_ids=_bool(body, "return_token_ids"), cache_salt=_salt(body.get("cache_salt"), b),
-        kv_transfer_params=kv, skip_prefix_cache=skip, created=created)
+        return_token_ids=_bool(body, "return_token_ids"),
+        cache_salt=_salt(body.get("cache_salt"), b),
+        kv_transfer_params=kv,
+        skip_prefix_cache=skip,
+        created=created,
+    )
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached: int, details: bool, b: Behaviour) -> dict[str, Any]:
-    out: dict[str, Any] = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-                           "completion_tokens": completion_tokens}
+    out: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+    }
     if details and (cached or b.details_when_zero):
         out["prompt_tokens_details"] = {"cached_tokens": cached}
     return out
@@ -173,8 +198,13 @@ def _head(c: Completion, model: str) -> dict[str, Any]:
 
 def token_chunk(c: Completion, model: str, ids: list[int], finish: str | None, first: bool) -> dict[str, Any]:
     """One SSE event carrying output tokens (exclude_unset: only the fields vLLM sets)."""
-    choice: dict[str, Any] = {"index": 0, "text": detokenize(ids), "logprobs": None,
-                              "finish_reason": finish, "stop_reason": None}
+    choice: dict[str, Any] = {
+        "index": 0,
+        "text": detokenize(ids),
+        "logprobs": None,
+        "finish_reason": finish,
+        "stop_reason": None,
+    }
     if c.return_token_ids:
         choice["token_ids"] = ids
         if first:
@@ -189,26 +219,61 @@ def usage_chunk(c: Completion, model: str, use: dict[str, Any], metrics: dict[st
     return out
 
 
-def completion_body(c: Completion, model: str, ids: list[int], use: dict[str, Any],
-                    metrics: dict[str, float] | None) -> dict[str, Any]:
-    choice: dict[str, Any] = {"index": 0, "text": detokenize(ids), "logprobs": None, "finish_reason": "length",
-                              "stop_reason": None, "prompt_logprobs": None}
+def completion_body(
+    c: Completion, model: str, ids: list[int], use: dict[str, Any], metrics: dict[str, float] | None
+) -> dict[str, Any]:
+    choice: dict[str, Any] = {
+        "index": 0,
+        "text": detokenize(ids),
+        "logprobs": None,
+        "finish_reason": "length",
+        "stop_reason": None,
+        "prompt_logprobs": None,
+    }
     if c.return_token_ids:
         choice["prompt_token_ids"] = list(c.prompt_ids)
         choice["token_ids"] = ids
-    out = {**_head(c, model), "choices": [choice], "service_tier": None, "system_fingerprint": None,
-           "usage": use, "kv_transfer_params": None}
+    out = {
+        **_head(c, model),
+        "choices": [choice],
+        "service_tier": None,
+        "system_fingerprint": None,
+        "usage": use,
+        "kv_transfer_params": None,
+    }
     if metrics is not None:
         out["metrics"] = metrics
     return out
 
 
 def models_body(model: str, root: str, max_model_len: int, created: int) -> dict[str, Any]:
-    return {"object": "list", "data": [{
-        "id": model, "object": "model", "created": created, "owned_by": "vllm", "root": root, "parent": None,
-        "max_model_len": max_model_len,
-        "permission": [{"id": f"modelperm-{uuid.uuid4().hex[:16]}", "object": "model_permission",
-                        "created": created, "allow_create_engine": False, "allow_sampling": True,
-                        "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
-                        "allow_fine_tuning": False, "organization": "*", "group": None,
-                        "is_blocking": False}]}]}
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": model,
+                "object": "model",
+                "created": created,
+                "owned_by": "vllm",
+                "root": root,
+                "parent": None,
+                "max_model_len": max_model_len,
+                "permission": [
+                    {
+                        "id": f"modelperm-{uuid.uuid4().hex[:16]}",
+                        "object": "model_permission",
+                        "created": created,
+                        "allow_create_engine": False,
+                        "allow_sampling": True,
+                        "allow_logprobs": True,
+                        "allow_search_indices": False,
+                        "allow_view": True,
+                        "allow_fine_tuning": False,
+                        "organization": "*",
+                        "group": None,
+                        "is_blocking": False,
+                    }
+                ],
+            }
+        ],
+    }

@@ -145,10 +145,19 @@ def modelled_ttft_ms(calibration: str, seed: int = 1) -> dict[tuple[str, str], f
 
 # ---- counter deltas, exactly as the fixtures' make_expected.py computes them ------------------------
 
-_SERIES = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)')
-_KEEP = ("vllm:prefix_cache_", "vllm:external_prefix_cache_", "vllm:kv_offload_", "vllm:prompt_tokens",
-         "vllm:request_success_total", "vllm:time_to_first_token_seconds_", "vllm:request_queue_time_seconds_",
-         "vllm:request_prefill_kv_computed_tokens_", "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total")
+_SERIES = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+_KEEP = (
+    "vllm:prefix_cache_",
+    "vllm:external_prefix_cache_",
+    "vllm:kv_offload_",
+    "vllm:prompt_tokens",
+    "vllm:request_success_total",
+    "vllm:time_to_first_token_seconds_",
+    "vllm:request_queue_time_seconds_",
+    "vllm:request_prefill_kv_computed_tokens_",
+    "vllm:kv_cache_usage_perc",
+    "vllm:num_preemptions_total",
+)
 
 
 def series(text: str) -> dict[str, float]:
@@ -174,6 +183,7 @@ def deltas(snapshots: Mapping[str, str]) -> dict[str, dict[str, float]]:
     res = {}
     for a, b in itertools.pairwise(names):
         va, vb = series(snapshots[a]), series(snapshots[b])
-        res[f"{a} -> {b}"] = {k: round(v - va.get(k, 0.0), 6) for k, v in sorted(vb.items())
-                              if abs(v - va.get(k, 0.0)) > 1e-12}
+        res[f"{a} -> {b}"] = {
+            k: round(v - va.get(k, 0.0), 6) for k, v in sorted(vb.items()) if abs(v - va.get(k, 0.0)) > 1e-12
+        }
     return res

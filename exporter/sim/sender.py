@@ -45,15 +45,24 @@ class TrafficReport:
         ttft = sorted(self.ttft_ms)
         p50 = f"{ttft[len(ttft) // 2]:.1f} ms" if ttft else "n/a"
         share = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-        return (f"{self.sent} sent, {self.ok} ok, {self.errors} failed, {self.dropped} dropped; "
-                f"cached prompt tokens {share:.0%}; client TTFT p50 {p50}")
+        return (
+            f"{self.sent} sent, {self.ok} ok, {self.errors} failed, {self.dropped} dropped; "
+            f"cached prompt tokens {share:.0%}; client TTFT p50 {p50}"
+        )
 
 
-async def _one(session: aiohttp.ClientSession, url: str, a: Arrival, headers: dict[str, str],
-               report: TrafficReport) -> None:
-    body: dict[str, Any] = {"prompt": list(a.prompt), "max_tokens": a.max_tokens, "stream": True,
-                            "stream_options": {"include_usage": True}, "temperature": 0, "ignore_eos": True,
-                            "return_token_ids": True}
+async def _one(
+    session: aiohttp.ClientSession, url: str, a: Arrival, headers: dict[str, str], report: TrafficReport
+) -> None:
+    body: dict[str, Any] = {
+        "prompt": list(a.prompt),
+        "max_tokens": a.max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+    }
     if a.salt:
         body["cache_salt"] = a.salt
     started = time.monotonic()
@@ -80,8 +89,15 @@ async def _one(session: aiohttp.ClientSession, url: str, a: Arrival, headers: di
         report.errors += 1
 
 
-async def send(url: str, spec: TrafficSpec, *, api_key: str | None = None, max_in_flight: int = 32,
-               session: aiohttp.ClientSession | None = None, report: TrafficReport | None = None) -> TrafficReport:
+async def send(
+    url: str,
+    spec: TrafficSpec,
+    *,
+    api_key: str | None = None,
+    max_in_flight: int = 32,
+    session: aiohttp.ClientSession | None = None,
+    report: TrafficReport | None = None,
+) -> TrafficReport:
     """Send every arrival of `spec` to `url` at its time; returns when all have finished."""
     check_loopback(url)
     url = url.rstrip("/")

@@ -43,8 +43,9 @@ async def _faults_and_auth(request: web.Request, handler: Handler) -> web.Stream
         return web.Response(status=503)  # never delivered: the transport is gone
     key = sim.opts.api_key
     guarded = key and request.method != "OPTIONS" and request.path.startswith(sim.behaviour.api_key_prefixes)
-    if guarded and not _authorised(request.headers.get("Authorization", ""), str(key),
-                                   sim.behaviour.case_sensitive_bearer):
+    if guarded and not _authorised(
+        request.headers.get("Authorization", ""), str(key), sim.behaviour.case_sensitive_bearer
+    ):
         return web.json_response({"error": "Unauthorized"}, status=401)
     return await handler(request)
 
@@ -66,8 +67,9 @@ async def _version(request: web.Request) -> web.Response:
 
 async def _models(request: web.Request) -> web.Response:
     sim = request.app[SIMULATOR]
-    return web.json_response(protocol.models_body(sim.model, f"/models/{sim.model}", sim.config.max_model_len,
-                                                  int(sim.started)))
+    return web.json_response(
+        protocol.models_body(sim.model, f"/models/{sim.model}", sim.config.max_model_len, int(sim.started))
+    )
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -107,8 +109,9 @@ async def _completions(request: web.Request) -> web.StreamResponse:
     plan = engine.submit(_sim_request(c))
     details = sim.opts.prompt_tokens_details
     use = protocol.usage(plan.prompt_tokens, plan.max_tokens, plan.cached, details, sim.behaviour)
-    metrics = (engine.response_metrics(plan)
-               if sim.opts.per_request_metrics and sim.behaviour.per_request_metrics else None)
+    metrics = (
+        engine.response_metrics(plan) if sim.opts.per_request_metrics and sim.behaviour.per_request_metrics else None
+    )
     ids = list(plan.output_ids)
     if not c.stream:
         await _sleep_until(sim, plan.client_time(plan.max_tokens - 1))
@@ -134,8 +137,7 @@ async def _admit(request: web.Request, sim: Simulator) -> tuple[Completion, Engi
         body = await request.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise ApiError(400, "JSON decode error") from None
-    c = protocol.parse_completion(body, sim.behaviour, sim.model, sim.config.max_model_len,
-                                 int(sim.wall()))
+    c = protocol.parse_completion(body, sim.behaviour, sim.model, sim.config.max_model_len, int(sim.wall()))
     try:
         return c, sim.pick(_rank(request))
     except ValueError as e:
@@ -143,8 +145,13 @@ async def _admit(request: web.Request, sim: Simulator) -> tuple[Completion, Engi
 
 
 def _sim_request(c: Completion) -> SimRequest:
-    return SimRequest(prompt=c.prompt_ids, max_tokens=c.max_tokens, cache_salt=c.cache_salt,
-                      kv_transfer_params=c.kv_transfer_params, skip_prefix_cache=c.skip_prefix_cache)
+    return SimRequest(
+        prompt=c.prompt_ids,
+        max_tokens=c.max_tokens,
+        cache_salt=c.cache_salt,
+        kv_transfer_params=c.kv_transfer_params,
+        skip_prefix_cache=c.skip_prefix_cache,
+    )
 
 
 async def _sleep_until(sim: Simulator, t: float) -> None:

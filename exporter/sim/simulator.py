@@ -18,10 +18,19 @@ from exporter.sim.profiles import render
 from exporter.sim.timing import TimeModel
 from exporter.sim.versions import DEFAULT_VERSION, behaviour
 
-TIMING_FIELDS = tuple(f.name for f in fields(Calibration)
-                      if f.type in ("float", float) and f.name not in ("gpu_memory_utilization",))
-ENGINE_FIELDS = ("block_size", "num_gpu_blocks", "max_model_len", "offload_block_size", "cpu_bytes",
-                 "kv_bytes_per_token", "gpu_memory_utilization", "store_report_delay_s")
+TIMING_FIELDS = tuple(
+    f.name for f in fields(Calibration) if f.type in ("float", float) and f.name not in ("gpu_memory_utilization",)
+)
+ENGINE_FIELDS = (
+    "block_size",
+    "num_gpu_blocks",
+    "max_model_len",
+    "offload_block_size",
+    "cpu_bytes",
+    "kv_bytes_per_token",
+    "gpu_memory_utilization",
+    "store_report_delay_s",
+)
 
 
 @dataclass(frozen=True)
@@ -65,8 +74,9 @@ class SimOptions:
 
 
 class Simulator:
-    def __init__(self, opts: SimOptions, clock: Callable[[], float] | None = None,
-                 wall: Callable[[], float] = time.time):
+    def __init__(
+        self, opts: SimOptions, clock: Callable[[], float] | None = None, wall: Callable[[], float] = time.time
+    ):
         errors = opts.check()
         if errors:
             raise ValueError("; ".join(errors))
@@ -82,9 +92,17 @@ class Simulator:
         self.config = cfg
         seed = opts.seed if opts.seed is not None else random.randrange(1 << 30)
         self.engines = [
-            Engine(i, cfg, self.behaviour, TimeModel(self.calibration, random.Random(seed * 7919 + i), opts.noise),
-                   self.clock, wall, random.Random(seed * 104729 + i))
-            for i in range(opts.engines)]
+            Engine(
+                i,
+                cfg,
+                self.behaviour,
+                TimeModel(self.calibration, random.Random(seed * 7919 + i), opts.noise),
+                self.clock,
+                wall,
+                random.Random(seed * 104729 + i),
+            )
+            for i in range(opts.engines)
+        ]
         self.faults = FaultSet()
         self.started = wall()
         self._last_restart = self.clock()
@@ -135,8 +153,13 @@ class Simulator:
         self._rr += 1
         n = len(self.engines)
         order = [self.engines[(self._rr + i) % n] for i in range(n)]
-        return min(order, key=lambda e: e.stats.gauges.get("num_requests_running", {}).get((), 0.0)
-                   + e.stats.gauges.get("num_requests_waiting", {}).get((), 0.0))
+        return min(
+            order,
+            key=lambda e: (
+                e.stats.gauges.get("num_requests_running", {}).get((), 0.0)
+                + e.stats.gauges.get("num_requests_waiting", {}).get((), 0.0)
+            ),
+        )
 
     def advance(self) -> None:
         now = self.clock()
@@ -150,15 +173,24 @@ class Simulator:
     def metrics_text(self) -> str:
         self.advance()
         rename = self.faults.get("rename")
-        return render(self.opts.version, self.engines, variant=rename.value if rename else None,
-                      show_hidden=self.opts.show_hidden_metrics)
+        return render(
+            self.opts.version,
+            self.engines,
+            variant=rename.value if rename else None,
+            show_hidden=self.opts.show_hidden_metrics,
+        )
 
     def state(self) -> dict[str, Any]:
         """The simulator's own view (GET /_sim/state): what vLLM itself does not export."""
         self.advance()
-        return {"version": self.behaviour.text, "model": self.model, "calibration": self.calibration.name,
-                "connector": any(e.connector for e in self.engines), "faults": self.faults.names(),
-                "engines": [{"engine": e.index, **e.cache_state()} for e in self.engines]}
+        return {
+            "version": self.behaviour.text,
+            "model": self.model,
+            "calibration": self.calibration.name,
+            "connector": any(e.connector for e in self.engines),
+            "faults": self.faults.names(),
+            "engines": [{"engine": e.index, **e.cache_state()} for e in self.engines],
+        }
 
 
 def truncate(text: str) -> str:
@@ -167,13 +199,16 @@ def truncate(text: str) -> str:
     while cut < len(text) and text[cut] in "#\n":
         cut += 1
     line_end = text.find("\n", cut)
-    return text[:cut + max(1, (line_end - cut) // 2)] if line_end > cut else text[:cut]
+    return text[: cut + max(1, (line_end - cut) // 2)] if line_end > cut else text[:cut]
 
 
 def pad(text: str, size: int) -> str:
     """Append label-heavy series until the body reaches `size` bytes (fault `metrics-huge`)."""
-    parts = [text, "# HELP vllm:sim_padding Padding series of the metrics-huge fault.\n",
-             "# TYPE vllm:sim_padding gauge\n"]
+    parts = [
+        text,
+        "# HELP vllm:sim_padding Padding series of the metrics-huge fault.\n",
+        "# TYPE vllm:sim_padding gauge\n",
+    ]
     total = sum(len(p) for p in parts)
     i = 0
     while total < size:

@@ -12,15 +12,57 @@ from dataclasses import dataclass, field
 
 LabelValues = tuple[str, ...]
 
-_LATENCY = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-            240.0, 480.0, 960.0, 1920.0, 7680.0)
-_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-        40.0, 80.0)
+_LATENCY = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
+_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 _OFFLOAD_SIZE = (1e6, 5e6, 10e6, 20e6, 40e6, 60e6, 80e6, 100e6, 150e6, 200e6)
 
 FIXED_BOUNDS: dict[str, tuple[float, ...]] = {
-    "time_to_first_token_seconds": (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
-                                    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0),
+    "time_to_first_token_seconds": (
+        0.001,
+        0.005,
+        0.01,
+        0.02,
+        0.04,
+        0.06,
+        0.08,
+        0.1,
+        0.25,
+        0.5,
+        0.75,
+        1.0,
+        2.5,
+        5.0,
+        7.5,
+        10.0,
+        20.0,
+        40.0,
+        80.0,
+        160.0,
+        640.0,
+        2560.0,
+    ),
     "inter_token_latency_seconds": _ITL,
     "time_per_output_token_seconds": _ITL,
     "request_time_per_output_token_seconds": _ITL,
@@ -40,8 +82,13 @@ FIXED_BOUNDS: dict[str, tuple[float, ...]] = {
     "kv_offload_cpu_allocation_size": (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144),
 }
 # Token-count histograms use vLLM's 1-2-5 series up to max_model_len.
-TOKEN_HISTOGRAMS = ("request_prompt_tokens", "request_generation_tokens", "request_max_num_generation_tokens",
-                    "request_params_max_tokens", "request_prefill_kv_computed_tokens")
+TOKEN_HISTOGRAMS = (
+    "request_prompt_tokens",
+    "request_generation_tokens",
+    "request_max_num_generation_tokens",
+    "request_params_max_tokens",
+    "request_prefill_kv_computed_tokens",
+)
 
 
 def buckets_1_2_5(max_value: int) -> tuple[float, ...]:

@@ -67,12 +67,20 @@ class TimeModel:
         c = self.cal
         load_s = self.load_seconds(load_bytes)
         queue_ms = c.queue_ms + ((load_s * 1e3 + c.load_queue_ms) if load_bytes > 0 else 0.0)
-        engine_ms = (c.step_ms + c.prefill_ms_per_token * computed_tokens
-                     + (c.connector_ms if connector else 0.0)
-                     + (c.load_step_ms if load_bytes > 0 else 0.0))
+        engine_ms = (
+            c.step_ms
+            + c.prefill_ms_per_token * computed_tokens
+            + (c.connector_ms if connector else 0.0)
+            + (c.load_step_ms if load_bytes > 0 else 0.0)
+        )
         engine_ms = max(0.1 * engine_ms, engine_ms + self._jitter_ms())
-        return RequestTiming(frontend_s=c.frontend_ms / 1e3, queue_s=queue_ms / 1e3,
-                             engine_ttft_s=engine_ms / 1e3, load_s=load_s, itl_s=c.itl_ms / 1e3)
+        return RequestTiming(
+            frontend_s=c.frontend_ms / 1e3,
+            queue_s=queue_ms / 1e3,
+            engine_ttft_s=engine_ms / 1e3,
+            load_s=load_s,
+            itl_s=c.itl_ms / 1e3,
+        )
 
 
 def expected_client_ttft_ms(cal: Calibration, computed_tokens: int, load_bytes: int, connector: bool) -> float:

@@ -58,7 +58,7 @@ class Arrival:
 
 
 def zipf_weights(n: int, s: float) -> list[float]:
-    w = [1.0 / (k ** s) for k in range(1, n + 1)]
+    w = [1.0 / (k**s) for k in range(1, n + 1)]
     total = sum(w)
     return [x / total for x in w]
 
@@ -92,8 +92,9 @@ def arrivals(spec: TrafficSpec) -> Iterator[Arrival]:
         group = rng.choices(range(spec.groups), weights)[0] if rng.random() < spec.shared else None
         head = prefix(group) if group is not None else ()
         room = max(1, min(budget - len(head), budget - spec.max_tokens))
-        tail = tuple(rng.randrange(1000, spec.vocab)
-                     for _ in range(_length(rng, spec.tail_tokens, spec.tail_sigma, 1, room)))
-        prompt = (head + tail)[:max(1, budget - spec.max_tokens)]
+        tail = tuple(
+            rng.randrange(1000, spec.vocab) for _ in range(_length(rng, spec.tail_tokens, spec.tail_sigma, 1, room))
+        )
+        prompt = (head + tail)[: max(1, budget - spec.max_tokens)]
         salt = f"traffic-{spec.seed}-{i}" if rng.random() < spec.salted_share else None
         yield Arrival(at=t, prompt=prompt, group=group, max_tokens=spec.max_tokens, salt=salt)

@@ -43,12 +43,14 @@ class Nvml:
                 name = pynvml.nvmlDeviceGetName(h)
                 uuid = pynvml.nvmlDeviceGetUUID(h)
                 try:
-                    procs = tuple((p.pid, float(p.usedGpuMemory or 0))
-                                  for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h))
+                    procs = tuple(
+                        (p.pid, float(p.usedGpuMemory or 0)) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+                    )
                 except pynvml.NVMLError:
                     procs = ()
-                out.append(GpuMemory(str(i), _s(uuid), _s(name), float(mem.total), float(mem.used),
-                                     float(mem.free), procs))
+                out.append(
+                    GpuMemory(str(i), _s(uuid), _s(name), float(mem.total), float(mem.used), float(mem.free), procs)
+                )
         except pynvml.NVMLError as e:
             raise GpuUnavailable(str(e)) from e
         return tuple(out)

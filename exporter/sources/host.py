@@ -31,7 +31,7 @@ def read_cgroup(cgroup_root: str, rel: str = "") -> tuple[float | None, float | 
         usage = _read(os.path.join(v1, "memory.usage_in_bytes"))
     lim = float(limit) if limit and limit.isdigit() else None
     # v1 reports "no limit" as a huge page-rounded number near 2^63.
-    if lim is not None and lim >= 2 ** 60:
+    if lim is not None and lim >= 2**60:
         lim = None
     use = float(usage) if usage and usage.isdigit() else None
     return lim, use
@@ -97,8 +97,9 @@ def pids_for(pid: int | None, pidfile: str | None, port: int | None) -> list[int
         return []
 
 
-def read_host(proc_root: str, cgroup_root: str, targets: Iterable[tuple[str, list[int]]],
-              cgroup_mode: str = "auto") -> HostMemory:
+def read_host(
+    proc_root: str, cgroup_root: str, targets: Iterable[tuple[str, list[int]]], cgroup_mode: str = "auto"
+) -> HostMemory:
     """Host memory, the vLLM processes' memory and the container memory of the vLLM processes.
 
     cgroup_mode: `auto` reads the cgroup of the first visible vLLM process (never the exporter's own,

@@ -36,12 +36,12 @@ async def _read_capped(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-async def fetch_metrics(session: aiohttp.ClientSession, base_url: str, timeout: float,
-                        max_bytes: int) -> str:
+async def fetch_metrics(session: aiohttp.ClientSession, base_url: str, timeout: float, max_bytes: int) -> str:
     """Body of exactly `/metrics` (never `/metrics/`, which negotiates OpenMetrics and renames `vllm:`)."""
     try:
-        async with session.get(base_url + "/metrics", timeout=client_timeout(timeout),
-                               headers={"Accept": "text/plain; version=0.0.4"}) as resp:
+        async with session.get(
+            base_url + "/metrics", timeout=client_timeout(timeout), headers={"Accept": "text/plain; version=0.0.4"}
+        ) as resp:
             if resp.status != 200:
                 raise ScrapeError("http_status", f"HTTP {resp.status}")
             ctype = resp.headers.get("Content-Type", "")

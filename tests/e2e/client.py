@@ -3,6 +3,7 @@
 The tests compare the exporter against the engine's own counters, so the counter reader here is a tiny,
 independent parser (it deliberately does not use exporter.exposition).
 """
+
 from __future__ import annotations
 
 import json
@@ -47,13 +48,23 @@ class Completion:
         return (self.usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
 
 
-def complete(base: str, prompt: list[int] | str, max_tokens: int = 1, extra: dict | None = None,
-             timeout: float = 120) -> Completion:
+def complete(
+    base: str, prompt: list[int] | str, max_tokens: int = 1, extra: dict | None = None, timeout: float = 120
+) -> Completion:
     """One streamed /v1/completions request, read to the end; returns the final usage."""
-    body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-            "stream": True, "stream_options": {"include_usage": True}, **(extra or {})}
-    req = urllib.request.Request(base + "/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    body = {
+        "model": MODEL,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **(extra or {}),
+    }
+    req = urllib.request.Request(
+        base + "/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=timeout) as r:
         out = Completion(status=r.status)
         for raw in r:
@@ -99,8 +110,7 @@ def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
 
 def total(text: str, name: str, **labels: str) -> float:
     """Sum of all samples of `name` whose labels include `labels` (0.0 when there are none)."""
-    return sum(v for n, lab, v in samples(text)
-               if n == name and all(lab.get(k) == want for k, want in labels.items()))
+    return sum(v for n, lab, v in samples(text) if n == name and all(lab.get(k) == want for k, want in labels.items()))
 
 
 def families(text: str) -> set[str]:

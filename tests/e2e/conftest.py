@@ -6,6 +6,7 @@ server fixtures skip with the reason.
 
     bash tests/e2e/setup_vllm_cpu.sh && .venv/bin/python -m pytest tests/e2e -m e2e -x -q
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -33,8 +34,10 @@ def vllm_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
         pytest.skip(problem)
     log_dir = tmp_path_factory.mktemp("vllm")
     model_dir = make_tiny_model(log_dir / "tiny-llama")
-    servers = {name: VllmServer(name, offload=(name == "offload"), log_dir=log_dir, model_dir=model_dir)
-               for name in ("plain", "offload")}
+    servers = {
+        name: VllmServer(name, offload=(name == "offload"), log_dir=log_dir, model_dir=model_dir)
+        for name in ("plain", "offload")
+    }
     try:
         # Boot both side by side: ~41 s together vs ~20 s each one after the other on 2 cores.
         for server in servers.values():

@@ -13,6 +13,7 @@ spec keeps the stock scheduler-side manager (LRU, metrics) and swaps in a synchr
 whole KV pages between the engine's KV tensors and a host buffer. Transfer sizes and counters are real;
 transfer times are not (no PCIe copy, no asynchrony). Needs offload block size == engine block size.
 """
+
 import time
 
 import numpy as np
@@ -42,8 +43,8 @@ class _SyncHostCopyWorker(OffloadingWorker):
         for g_idx, gsize in enumerate(dev_spec.group_sizes):
             if gsize == 0:
                 continue
-            d = torch.from_numpy(dev_ids[off:off + gsize].astype(np.int64))
-            h = torch.from_numpy(host_ids[off:off + gsize].astype(np.int64))
+            d = torch.from_numpy(dev_ids[off : off + gsize].astype(np.int64))
+            h = torch.from_numpy(host_ids[off : off + gsize].astype(np.int64))
             for t_idx in sorted({r.tensor_idx for r in self.groups[g_idx]}):
                 if store:
                     self.host[t_idx][h] = self.dev[t_idx][d]

@@ -8,6 +8,7 @@ Writes config.json, tokenizer.json and tokenizer_config.json. The tokenizer is W
 splitting and no BOS: the word "w<i>" is token id i (4 <= i < 32000), so an N-word prompt is exactly N
 tokens and token-id prompts and text prompts are interchangeable. No network, no weights.
 """
+
 import json
 import os
 import sys

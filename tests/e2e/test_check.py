@@ -6,6 +6,7 @@ realistic). Sizes: a 2048-token prefix (16 blocks of 128) + 8 tail tokens, so ev
 2048 tokens and every store or load of the prefix is 16 x 128 x 1 KiB = 2,097,152 B; the 8,192-token
 engine cache gives ceil(1.5 x 8192 / 2056) = 6 fillers per round.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,10 +42,28 @@ pytestmark = pytest.mark.e2e
 def run_check(target: str, tmp: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict, Path]:
     out = tmp / "evidence"
     report = tmp / "check.json"
-    args = [sys.executable, "-m", "exporter", "check", "--target", target, "--allow-pressure",
-            "--prefix-tokens", str(PREFIX), "--chunk-tokens", str(BLOCK_TOKENS), "--min-samples", "2",
-            "--json", str(report), "--out", str(out),
-            "--secret-file", str(tmp / "canary-secret"), *extra]  # never touch ~/.local/state
+    args = [
+        sys.executable,
+        "-m",
+        "exporter",
+        "check",
+        "--target",
+        target,
+        "--allow-pressure",
+        "--prefix-tokens",
+        str(PREFIX),
+        "--chunk-tokens",
+        str(BLOCK_TOKENS),
+        "--min-samples",
+        "2",
+        "--json",
+        str(report),
+        "--out",
+        str(out),
+        "--secret-file",
+        str(tmp / "canary-secret"),
+        *extra,
+    ]  # never touch ~/.local/state
     # A deadline against hangs only (~20 s normally); a busy CI box may be several times slower.
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=420, check=False)
     assert report.is_file(), f"no JSON report (exit {done.returncode})\n{done.stdout}\n{done.stderr}"
@@ -70,9 +89,13 @@ def plain_small(vllm_servers: dict[str, VllmServer], tmp_path_factory: pytest.Te
     The session's `vllm_plain` has a 262,144-token cache: `check`'s fillers (1.5 x the GPU cache) would cost
     ~393k prompt tokens a round, ~35 s a round on 2 cores, and `no_offload_hit` needs three rounds. The
     repeated `--kv-cache-memory-bytes` wins over the one in VllmServer.command() (argparse: last one)."""
-    server = VllmServer("plain-small", offload=False, extra_args=("--kv-cache-memory-bytes", OFFLOAD_KV_BYTES),
-                        log_dir=tmp_path_factory.mktemp("vllm-plain-small"),
-                        model_dir=vllm_servers["plain"].model_dir)
+    server = VllmServer(
+        "plain-small",
+        offload=False,
+        extra_args=("--kv-cache-memory-bytes", OFFLOAD_KV_BYTES),
+        log_dir=tmp_path_factory.mktemp("vllm-plain-small"),
+        model_dir=vllm_servers["plain"].model_dir,
+    )
     server.start()
     try:
         yield server
@@ -80,8 +103,9 @@ def plain_small(vllm_servers: dict[str, VllmServer], tmp_path_factory: pytest.Te
         server.stop()
 
 
-def test_check_phases_match_the_engine_counters(vllm_offload: VllmServer, plain_small: VllmServer,
-                                                 tmp_path: Path) -> None:
+def test_check_phases_match_the_engine_counters(
+    vllm_offload: VllmServer, plain_small: VllmServer, tmp_path: Path
+) -> None:
     url = vllm_offload.url
     client.settle(url)  # earlier tests' stores surface before the baseline
     before = client.metrics(url)
@@ -117,12 +141,19 @@ def test_check_phases_match_the_engine_counters(vllm_offload: VllmServer, plain_
     for c, phases in cycles.items():
         assert [p["phase"] for p in phases] == PRESSURE_PHASES, c
         for p in phases:
-            got = (p["classification"], p["cached_tokens"], p["load_bytes"], p["store_bytes"],
-                   p["gpu_hit_tokens"], p["external_hit_tokens"])
+            got = (
+                p["classification"],
+                p["cached_tokens"],
+                p["load_bytes"],
+                p["store_bytes"],
+                p["gpu_hit_tokens"],
+                p["external_hit_tokens"],
+            )
             assert got == expected[p["phase"]], f"cycle {c} {p['phase']}: {p}"
             assert not p["ambiguous"] and p["other_traffic_tokens"] == 0, p
-    assert [(c["result"], c["reason"] in ("ok", "loaded_but_slower")) for c in doc["cycles"]] == \
-        [("offload_hit", True)] * ROUNDS
+    assert [(c["result"], c["reason"] in ("ok", "loaded_but_slower")) for c in doc["cycles"]] == [
+        ("offload_hit", True)
+    ] * ROUNDS
     assert doc["offload_attempts"] == ROUNDS
 
     # The requests behind it: the recompute probes really carried max_load_tokens 0, and the server's
@@ -142,10 +173,12 @@ def test_check_phases_match_the_engine_counters(vllm_offload: VllmServer, plain_
     ev_before = (out / "target_metrics_before.prom").read_text()
     ev_after = (out / "target_metrics_after.prom").read_text()
     [engine] = doc["interval"]["engines"]
-    for name, key, reported in ((LOAD, "load_bytes", engine["offload_load_bytes"]),
-                                (STORE, "store_bytes", engine["offload_store_bytes"]),
-                                (GPU_HITS, "gpu_hit_tokens", engine["gpu_prefix_hits"]),
-                                (EXT_HITS, "external_hit_tokens", engine["external_prefix_hits"])):
+    for name, key, reported in (
+        (LOAD, "load_bytes", engine["offload_load_bytes"]),
+        (STORE, "store_bytes", engine["offload_store_bytes"]),
+        (GPU_HITS, "gpu_hit_tokens", engine["gpu_prefix_hits"]),
+        (EXT_HITS, "external_hit_tokens", engine["external_prefix_hits"]),
+    ):
         raw = raw_delta(before, after, name)
         assert sum(p[key] for p in doc["phases"]) == raw, name
         assert raw_delta(ev_before, ev_after, name) == raw == reported, name
@@ -159,8 +192,9 @@ def test_check_phases_match_the_engine_counters(vllm_offload: VllmServer, plain_
 
 def test_check_without_connector_finds_no_offload_hit(plain_small: VllmServer, tmp_path: Path) -> None:
     url = plain_small.wait_ready().url
-    done, doc, out = run_check(url, tmp_path, "--rounds", str(PLAIN_ROUNDS),
-                               "--no-recompute-control")  # meaningless without a connector
+    done, doc, out = run_check(
+        url, tmp_path, "--rounds", str(PLAIN_ROUNDS), "--no-recompute-control"
+    )  # meaningless without a connector
     why = f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
 
     assert (done.returncode, doc["exit_code"], doc["verdict"]) == (1, 1, "no_offload_hit"), why
@@ -177,12 +211,19 @@ def test_check_without_connector_finds_no_offload_hit(plain_small: VllmServer, t
         for p in phases:
             assert (p["load_bytes"], p["store_bytes"], p["external_hit_tokens"]) == (0, 0, 0), p
         got = {p["phase"]: (p["classification"], p["cached_tokens"], p["gpu_hit_tokens"]) for p in phases}
-        assert got == {"seed": ("miss", 0, 0), "gpu_revisit": ("gpu_hit", PREFIX, PREFIX),
-                       "displace": (None, None, 0),  # the fillers evicted the prefix from the GPU
-                       "offload_revisit": ("miss", 0, 0), "cold": ("miss", 0, 0)}, c
+        assert got == {
+            "seed": ("miss", 0, 0),
+            "gpu_revisit": ("gpu_hit", PREFIX, PREFIX),
+            "displace": (None, None, 0),  # the fillers evicted the prefix from the GPU
+            "offload_revisit": ("miss", 0, 0),
+            "cold": ("miss", 0, 0),
+        }, c
     ev_before = (out / "target_metrics_before.prom").read_text()
     ev_after = (out / "target_metrics_after.prom").read_text()
     for text in (ev_before, ev_after):
         assert not [f for f in client.families(text) if f.startswith("vllm:kv_offload_")]
-    assert sum(p["gpu_hit_tokens"] for p in doc["phases"]) == raw_delta(ev_before, ev_after, GPU_HITS) \
+    assert (
+        sum(p["gpu_hit_tokens"] for p in doc["phases"])
+        == raw_delta(ev_before, ev_after, GPU_HITS)
         == PLAIN_ROUNDS * PREFIX
+    )

@@ -3,6 +3,7 @@
 Every expectation is a counter (exact and deterministic on these servers), never a latency. A 2000-token
 prompt is 15 full KV blocks of 128 tokens = 1,966,080 B in the offload tier (the 16th block is partial).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,14 @@ pytestmark = pytest.mark.e2e
 
 def run_exporter(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     # sys.executable is the project venv's python (the one running pytest), where `exporter` is installed.
-    return subprocess.run([sys.executable, "-m", "exporter", *args], check=False, cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", *args],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def inspect_json(before: Path, after: Path) -> dict:
@@ -124,8 +131,9 @@ def test_inspect_plain_not_configured(vllm_plain: VllmServer, tmp_path: Path) ->
     got = inspect_json(dumps.paths[d0], dumps.paths[d1])
     assert got["state"] == "not_configured"
     assert got["offload_load_bytes"] is None and got["offload_store_bytes"] is None
-    assert got["gpu_prefix_hits"] == HIT_TOKENS == delta(dumps.texts[d0], dumps.texts[d1],
-                                                           "vllm:prefix_cache_hits_total")
+    assert (
+        got["gpu_prefix_hits"] == HIT_TOKENS == delta(dumps.texts[d0], dumps.texts[d1], "vllm:prefix_cache_hits_total")
+    )
 
 
 @pytest.fixture
@@ -135,9 +143,26 @@ def exporter_serve(vllm_plain: VllmServer, vllm_offload: VllmServer, tmp_path: P
     log = tmp_path / "exporter.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "serve", "--target", vllm_plain.url, "--target", vllm_offload.url,
-             "--listen", f"127.0.0.1:{port}", "--poll-interval", "0.5"],
-            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "serve",
+                "--target",
+                vllm_plain.url,
+                "--target",
+                vllm_offload.url,
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--poll-interval",
+                "0.5",
+            ],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         yield f"http://127.0.0.1:{port}", proc, log
     finally:
@@ -173,13 +198,14 @@ def test_serve_polls_both_servers(exporter_serve, vllm_plain: VllmServer, vllm_o
     def both_up() -> str | None:
         text = client.metrics(base)
         ok = all(client.total(text, "kvoffload_up", target=t) == 1 for t in (plain, offload))
-        return text if ok and 'kvoffload_state{' in text else None
+        return text if ok and "kvoffload_state{" in text else None
 
     text = wait_for(both_up, "kvoffload_up 1 for both targets", proc, log)
     assert client.total(text, "kvoffload_state", target=plain, state="not_configured") == 1
     assert client.total(text, "kvoffload_state", target=offload, state="not_configured") == 0
     assert "kvoffload_offload_store_bytes_total" not in "".join(
-        line for line in text.splitlines() if f'target="{plain}"' in line)
+        line for line in text.splitlines() if f'target="{plain}"' in line
+    )
     for t in (plain, offload):
         assert client.total(text, "kvoffload_target_info", target=t, vllm_version="0.32.0") == 1
 
@@ -197,8 +223,7 @@ def test_serve_polls_both_servers(exporter_serve, vllm_plain: VllmServer, vllm_o
         return text if got == want else None
 
     text = wait_for(caught_up, f"kvoffload_offload_store_bytes_total == {want:.0f}", proc, log)
-    assert client.total(text, "kvoffload_offload_load_bytes_total", target=offload) == client.total(
-        engine, ENGINE_LOAD)
+    assert client.total(text, "kvoffload_offload_load_bytes_total", target=offload) == client.total(engine, ENGINE_LOAD)
     # Only stores since the exporter started, no reuse: the window's evidence is "storing".
     assert client.total(text, "kvoffload_state", target=offload, state="storing") == 1
     assert client.total(text, "kvoffload_state", target=plain, state="not_configured") == 1

@@ -1,4 +1,5 @@
 """The real vLLM servers behave as the rest of the e2e suite assumes (endpoints, families, block-sized stores)."""
+
 from __future__ import annotations
 
 import random
@@ -46,10 +47,13 @@ def test_cold_prompt_stores_its_full_blocks(vllm_offload) -> None:
     assert client.total(after, STORE) - client.total(before, STORE) == expected
     # The deprecated mirror counts the same bytes.
     legacy = "vllm:kv_offload_total_bytes_total"
-    assert (client.total(after, legacy, transfer_type="GPU_to_CPU")
-            - client.total(before, legacy, transfer_type="GPU_to_CPU")) == expected
+    assert (
+        client.total(after, legacy, transfer_type="GPU_to_CPU")
+        - client.total(before, legacy, transfer_type="GPU_to_CPU")
+    ) == expected
     assert client.total(after, "vllm:kv_offload_load_bytes_total") == client.total(
-        before, "vllm:kv_offload_load_bytes_total")
+        before, "vllm:kv_offload_load_bytes_total"
+    )
 
 
 def test_plain_server_prefix_hit(vllm_plain) -> None:

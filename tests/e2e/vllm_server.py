@@ -8,6 +8,7 @@ process group, so stop() takes its EngineCore and Worker children down with it.
     ...  server.url ...
     server.stop()
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -72,14 +73,20 @@ def free_port() -> int:
 def make_tiny_model(out: Path) -> Path:
     """Generate the tiny model directory once (needs `tokenizers` from the vllm venv)."""
     if not (out / "tokenizer.json").is_file():
-        subprocess.run([str(PYTHON), str(HERE / "make_tiny_model.py"), str(out)], check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run([str(PYTHON), str(HERE / "make_tiny_model.py"), str(out)], check=True, stdout=subprocess.DEVNULL)
     return out.resolve()  # absolute, so vLLM never mistakes it for a hub id
 
 
 class VllmServer:
-    def __init__(self, name: str, offload: bool, port: int | None = None, extra_args: tuple[str, ...] = (),
-                 log_dir: Path | None = None, model_dir: Path | None = None):
+    def __init__(
+        self,
+        name: str,
+        offload: bool,
+        port: int | None = None,
+        extra_args: tuple[str, ...] = (),
+        log_dir: Path | None = None,
+        model_dir: Path | None = None,
+    ):
         self.name = name
         self.offload = offload
         self.port = port or free_port()
@@ -95,33 +102,54 @@ class VllmServer:
 
     def command(self) -> list[str]:
         cmd = [
-            str(PYTHON), str(HERE / "vllm_entry.py"), "serve", str(self.model_dir),
-            "--served-model-name", SERVED_NAME,
-            "--load-format", "dummy", "--dtype", "bfloat16",
-            "--host", "127.0.0.1", "--port", str(self.port),
-            "--max-model-len", "4096", "--max-num-seqs", "8",
-            "--kv-cache-memory-bytes", OFFLOAD_KV_BYTES if self.offload else PLAIN_KV_BYTES,
+            str(PYTHON),
+            str(HERE / "vllm_entry.py"),
+            "serve",
+            str(self.model_dir),
+            "--served-model-name",
+            SERVED_NAME,
+            "--load-format",
+            "dummy",
+            "--dtype",
+            "bfloat16",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--max-model-len",
+            "4096",
+            "--max-num-seqs",
+            "8",
+            "--kv-cache-memory-bytes",
+            OFFLOAD_KV_BYTES if self.offload else PLAIN_KV_BYTES,
             "--enable-prefix-caching",
             "--enforce-eager",  # torch.compile adds 20-30 s per start on a cold cache
             "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
         ]
         if self.offload:
-            cmd += ["--kv-transfer-config", json.dumps({
-                "kv_connector": "OffloadingConnector",
-                "kv_role": "kv_both",
-                "kv_connector_extra_config": {
-                    "cpu_bytes_to_use": OFFLOAD_CPU_BYTES,
-                    "spec_name": "HostCPUOffloadingSpec",
-                    "spec_module_path": "cpu_offload_spec",  # tests/e2e/cpu_offload_spec.py
-                },
-            })]
+            cmd += [
+                "--kv-transfer-config",
+                json.dumps(
+                    {
+                        "kv_connector": "OffloadingConnector",
+                        "kv_role": "kv_both",
+                        "kv_connector_extra_config": {
+                            "cpu_bytes_to_use": OFFLOAD_CPU_BYTES,
+                            "spec_name": "HostCPUOffloadingSpec",
+                            "spec_module_path": "cpu_offload_spec",  # tests/e2e/cpu_offload_spec.py
+                        },
+                    }
+                ),
+            ]
         return cmd + list(self.extra_args)
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH")}
         env.update(
-            HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",  # never reach for the hub
-            VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",  # never reach for the hub
+            VLLM_NO_USAGE_STATS="1",
+            DO_NOT_TRACK="1",
             VLLM_HOST_IP="127.0.0.1",  # keep vLLM's internal message queues on loopback
             PYTHONPATH=str(HERE),  # cpu_offload_spec must import in every vLLM process
             PATH=f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}",
@@ -133,9 +161,15 @@ class VllmServer:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         make_tiny_model(self.model_dir)
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.command(), env=self.env(), stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(
+                self.command(),
+                env=self.env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         return self
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> Self:
@@ -161,8 +195,9 @@ class VllmServer:
 
     def _fail(self, why: str) -> NoReturn:
         self.stop()
-        raise RuntimeError(f"vLLM server {self.name!r} on port {self.port} {why}; "
-                           f"log {self.log_path}, last lines:\n{self.log_tail()}")
+        raise RuntimeError(
+            f"vLLM server {self.name!r} on port {self.port} {why}; log {self.log_path}, last lines:\n{self.log_tail()}"
+        )
 
     def stop(self, grace: float = 8.0) -> None:
         """SIGTERM the whole process group, SIGKILL whatever is left after `grace` seconds."""

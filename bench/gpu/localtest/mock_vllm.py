@@ -9,6 +9,7 @@ chunks (1,089 chunks). Prompts must be token-id lists. Endpoints: /health /versi
 MOCK_FAIL_FIRST=PORT plus MOCK_FLAG_DIR: the first start on that port exits at once (tests fallbacks).
 Needs aiohttp (the project's dev environment has it).
 """
+
 import asyncio
 import collections
 import hashlib
@@ -31,8 +32,8 @@ if os.environ.get("MOCK_FAIL_FIRST") == str(PORT):
 
 GPU_BLOCKS, BLOCK, CHUNK, CPU_CHUNKS = 640, 16, 64, 1089
 BYTES_PER_TOKEN = 114688 if "0.6B" in SERVED else 262144
-gpu = collections.OrderedDict()   # block hash -> None (LRU)
-cpu = collections.OrderedDict()   # chunk hash -> None (LRU)
+gpu = collections.OrderedDict()  # block hash -> None (LRU)
+cpu = collections.OrderedDict()  # chunk hash -> None (LRU)
 c = collections.Counter()
 ttft = []
 
@@ -40,7 +41,7 @@ ttft = []
 def hashes(tokens, size, salt):
     h, out = hashlib.sha256((salt or "").encode()), []
     for i in range(0, len(tokens) - len(tokens) % size, size):
-        h.update(json.dumps(tokens[i:i + size]).encode())
+        h.update(json.dumps(tokens[i : i + size]).encode())
         out.append(h.hexdigest())
     return out
 
@@ -117,9 +118,11 @@ async def metrics(_r):
         f'vllm:prompt_tokens_by_source_total{{{lab},source="local_compute"}} {float(c["src_comp"])}',
         "# TYPE vllm:kv_cache_usage_perc gauge",
         f"vllm:kv_cache_usage_perc{{{lab}}} {len(gpu) / GPU_BLOCKS}",
-        '# TYPE vllm:cache_config_info gauge',
-        ('vllm:cache_config_info{block_size="16",kv_cache_size_tokens="10240",num_gpu_blocks="640",'
-         'num_cpu_blocks="None",engine="0"} 1.0'),
+        "# TYPE vllm:cache_config_info gauge",
+        (
+            'vllm:cache_config_info{block_size="16",kv_cache_size_tokens="10240",num_gpu_blocks="640",'
+            'num_cpu_blocks="None",engine="0"} 1.0'
+        ),
         "# TYPE vllm:time_to_first_token_seconds histogram",
     ]
     cum = 0
@@ -154,15 +157,28 @@ async def completions(r):
     resp = web.StreamResponse()
     resp.content_type = "text/event-stream"
     await resp.prepare(r)
-    first = {"id": "cmpl-mock", "object": "text_completion", "model": SERVED,
-             "choices": [{"index": 0, "text": " x", "finish_reason": "length"}]}
+    first = {
+        "id": "cmpl-mock",
+        "object": "text_completion",
+        "model": SERVED,
+        "choices": [{"index": 0, "text": " x", "finish_reason": "length"}],
+    }
     await resp.write(("data: " + json.dumps(first) + "\n\n").encode())
     dt = time.perf_counter() - t0
     ttft.append(dt)
-    u = {"id": "cmpl-mock", "object": "text_completion", "model": SERVED, "choices": [],
-         "usage": {"prompt_tokens": len(toks), "completion_tokens": 1, "total_tokens": len(toks) + 1,
-                   "prompt_tokens_details": {"cached_tokens": cached}},
-         "metrics": {"time_to_first_token_ms": round(dt * 1e3, 3), "queue_time_ms": 0.02}}
+    u = {
+        "id": "cmpl-mock",
+        "object": "text_completion",
+        "model": SERVED,
+        "choices": [],
+        "usage": {
+            "prompt_tokens": len(toks),
+            "completion_tokens": 1,
+            "total_tokens": len(toks) + 1,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        },
+        "metrics": {"time_to_first_token_ms": round(dt * 1e3, 3), "queue_time_ms": 0.02},
+    }
     await resp.write(("data: " + json.dumps(u) + "\n\n").encode())
     await resp.write(b"data: [DONE]\n\n")
     await resp.write_eof()
@@ -170,8 +186,15 @@ async def completions(r):
 
 
 app = web.Application(client_max_size=64 * 1024 * 1024)
-app.add_routes([web.get("/health", health), web.get("/version", version), web.get("/v1/models", models),
-                web.get("/metrics", metrics), web.post("/v1/completions", completions)])
+app.add_routes(
+    [
+        web.get("/health", health),
+        web.get("/version", version),
+        web.get("/v1/models", models),
+        web.get("/metrics", metrics),
+        web.post("/v1/completions", completions),
+    ]
+)
 print(f"mock vLLM phase {PHASE} {SERVED} on :{PORT}", flush=True)
 time.sleep(float(os.environ.get("MOCK_START_DELAY", "1")))
 web.run_app(app, host="127.0.0.1", port=PORT, print=None)

@@ -4,6 +4,7 @@ localtest/run_local.sh to test the device-side plumbing before the real sub-comm
 It is NOT the exporter: serve only re-exports an up/scrape count per target, check only sends a few
 canary requests and writes a JSON file plus an evidence folder.
 """
+
 import argparse
 import asyncio
 import json
@@ -32,6 +33,7 @@ def cmd_serve(a):
                             state[u]["up"] = 0
                         state[u]["n"] += 1
                     await asyncio.sleep(a.poll_interval)
+
         app["t"] = asyncio.create_task(loop())
         yield
         app["t"].cancel()
@@ -55,8 +57,9 @@ def ttft(url, toks, salt=None):
     body = {"model": "x", "prompt": toks, "max_tokens": 1, "stream": True}
     if salt:
         body["cache_salt"] = salt
-    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + "/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     t = time.perf_counter()
     with urllib.request.urlopen(req, timeout=60) as r:
         r.readline()
