@@ -11,32 +11,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter import __version__
-from exporter.catalogue import COLLECTORS, SCRAPE_ERROR_REASONS, STATES
+from exporter.catalogue import COLLECTORS, SCRAPE_ERROR_REASONS, SIGNAL_METRICS, STATES
 from exporter.derive import EngineDerived
 from exporter.model import EngineKey, EngineSignals, GpuMemory, HostMemory, Snapshot
 from exporter.render import Exposition
-
-_COUNTER_METRICS = {
-    "offload_load_bytes": "kvoffload_offload_load_bytes_total",
-    "offload_store_bytes": "kvoffload_offload_store_bytes_total",
-    "offload_load_seconds": "kvoffload_offload_load_seconds_total",
-    "offload_store_seconds": "kvoffload_offload_store_seconds_total",
-    "offload_loads": "kvoffload_offload_loads_total",
-    "offload_stores": "kvoffload_offload_stores_total",
-    "offload_allocation_failures": "kvoffload_offload_allocation_failures_total",
-    "offload_stores_skipped": "kvoffload_offload_stores_skipped_total",
-    "gpu_prefix_queries": "kvoffload_gpu_prefix_queries_tokens_total",
-    "gpu_prefix_hits": "kvoffload_gpu_prefix_hits_tokens_total",
-    "external_prefix_queries": "kvoffload_external_prefix_queries_tokens_total",
-    "external_prefix_hits": "kvoffload_external_prefix_hits_tokens_total",
-    "prompt_tokens": "kvoffload_prompt_tokens_total",
-}
-_GAUGE_METRICS = {
-    "gpu_kv_cache_usage": "kvoffload_gpu_kv_cache_usage_ratio",
-    "offload_inflight": "kvoffload_offload_inflight_ratio",
-    "requests_running": "kvoffload_requests_running",
-    "requests_waiting": "kvoffload_requests_waiting",
-}
 
 
 @dataclass(frozen=True)
@@ -57,8 +35,10 @@ class TargetView:
 
 def _label_number(raw: str | None) -> float | None:
     """A number carried in an info label; None when absent, empty, "None" or not a number."""
+    if raw is None or raw in ("", "None"):
+        return None
     try:
-        return float(raw) if raw not in (None, "", "None") else None  # type: ignore[arg-type]
+        return float(raw)
     except ValueError:
         return None
 
@@ -74,12 +54,10 @@ def tier_bytes(e: EngineSignals, configured: float | None) -> float | None:
 
 def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | None, window: str) -> None:
     lb = {"target": t.label, "model_name": e.model_name, "engine": e.engine}
-    for sig, name in _COUNTER_METRICS.items():
-        x.add(name, e.counters.get(sig), lb)
+    for sig, m in SIGNAL_METRICS:  # every catalogue row that names a signal: counters and gauges
+        x.add(m.name, e.value(sig), lb)
     for source, v in sorted(e.prompt_tokens_by_source.items()):
         x.add("kvoffload_prompt_tokens_by_source_total", v, {**lb, "source": source})
-    for attr, name in _GAUGE_METRICS.items():
-        x.add(name, getattr(e, attr), lb)
     x.add(
         "kvoffload_offload_tier_bytes",
         tier_bytes(e, t.tier_bytes) if t.snapshot and t.snapshot.offload_configured else None,

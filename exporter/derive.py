@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from exporter.model import EngineKey, EngineSignals, Histogram, Snapshot
+from exporter.enums import State
+from exporter.model import EngineKey, EngineSignals, Histogram, Signal, Snapshot
+
+K = TypeVar("K", bound=str)
 
 QUANTILES = (0.5, 0.9, 0.99)
 REUSE_SOURCES = ("local_cache_hit", "external_kv_transfer")
@@ -21,7 +25,7 @@ REUSE_SOURCES = ("local_cache_hit", "external_kv_transfer")
 class Totals:
     """Reset-adjusted cumulative values of one engine (monotonic while the exporter runs)."""
 
-    counters: Mapping[str, float]
+    counters: Mapping[Signal, float]
     by_source: Mapping[str, float]
     ttft_bounds: tuple[float, ...] = ()
     ttft_counts: tuple[float, ...] = ()
@@ -41,9 +45,9 @@ class EngineDerived:
     key: EngineKey
     configured: bool
     window_seconds: float
-    deltas: Mapping[str, float]
+    deltas: Mapping[Signal, float]
     by_source: Mapping[str, float]
-    state: str
+    state: State
     load_store_ratio: float | None = None
     load_bandwidth: float | None = None
     store_bandwidth: float | None = None
@@ -58,8 +62,8 @@ def _reset(prev: EngineSignals, cur: EngineSignals) -> bool:
         p = prev.counters.get(k)
         if p is not None and v < p:
             return True
-    for k, v in cur.prompt_tokens_by_source.items():
-        p = prev.prompt_tokens_by_source.get(k)
+    for source, v in cur.prompt_tokens_by_source.items():
+        p = prev.prompt_tokens_by_source.get(source)
         if p is not None and v < p:
             return True
     if prev.ttft and cur.ttft and cur.ttft.count < prev.ttft.count:
@@ -68,9 +72,9 @@ def _reset(prev: EngineSignals, cur: EngineSignals) -> bool:
 
 
 def _accumulate(
-    prev_tot: Mapping[str, float], prev_raw: Mapping[str, float], raw: Mapping[str, float], reset: bool
-) -> dict[str, float]:
-    out = {}
+    prev_tot: Mapping[K, float], prev_raw: Mapping[K, float], raw: Mapping[K, float], reset: bool
+) -> dict[K, float]:
+    out: dict[K, float] = {}
     for k, v in raw.items():
         if k in prev_tot and k in prev_raw:
             out[k] = prev_tot[k] + (v if reset else v - prev_raw[k])
@@ -134,24 +138,24 @@ def histogram_quantile(q: float, bounds: Sequence[float], counts: Sequence[float
     return bounds[-1] if bounds else None
 
 
-def evidence_state(configured: bool, deltas: Mapping[str, float], by_source: Mapping[str, float]) -> str:
+def evidence_state(configured: bool, deltas: Mapping[Signal, float], by_source: Mapping[str, float]) -> State:
     """not_configured → hit (loads) → idle (nothing moved) → store_without_load (stores while the
     workload shows reuse: GPU prefix hits or cache-hit tokens) → storing."""
     if not configured:
-        return "not_configured"
-    if deltas.get("offload_load_bytes", 0.0) > 0:
-        return "hit"
-    if deltas.get("offload_store_bytes", 0.0) <= 0:
-        return "idle"
+        return State.NOT_CONFIGURED
+    if deltas.get(Signal.OFFLOAD_LOAD_BYTES, 0.0) > 0:
+        return State.HIT
+    if deltas.get(Signal.OFFLOAD_STORE_BYTES, 0.0) <= 0:
+        return State.IDLE
     reuse = (
-        deltas.get("gpu_prefix_hits", 0.0) > 0
-        or deltas.get("external_prefix_hits", 0.0) > 0
+        deltas.get(Signal.GPU_PREFIX_HITS, 0.0) > 0
+        or deltas.get(Signal.EXTERNAL_PREFIX_HITS, 0.0) > 0
         or any(by_source.get(s, 0.0) > 0 for s in REUSE_SOURCES)
     )
-    return "store_without_load" if reuse else "storing"
+    return State.STORE_WITHOUT_LOAD if reuse else State.STORING
 
 
-def _diff(a: Mapping[str, float], b: Mapping[str, float] | None) -> dict[str, float]:
+def _diff(a: Mapping[K, float], b: Mapping[K, float] | None) -> dict[K, float]:
     if b is None:
         return dict(a)
     return {k: max(0.0, v - b[k]) for k, v in a.items() if k in b}
@@ -183,11 +187,11 @@ def compare(start: Point | None, end: Point, key: EngineKey) -> EngineDerived:
         deltas=d,
         by_source=by_source,
         state=evidence_state(configured, d, by_source),
-        load_store_ratio=_ratio(d.get("offload_load_bytes"), d.get("offload_store_bytes")),
-        load_bandwidth=_ratio(d.get("offload_load_bytes"), d.get("offload_load_seconds")),
-        store_bandwidth=_ratio(d.get("offload_store_bytes"), d.get("offload_store_seconds")),
-        gpu_hit_ratio=_ratio(d.get("gpu_prefix_hits"), d.get("gpu_prefix_queries")),
-        external_hit_ratio=_ratio(d.get("external_prefix_hits"), d.get("external_prefix_queries")),
+        load_store_ratio=_ratio(d.get(Signal.OFFLOAD_LOAD_BYTES), d.get(Signal.OFFLOAD_STORE_BYTES)),
+        load_bandwidth=_ratio(d.get(Signal.OFFLOAD_LOAD_BYTES), d.get(Signal.OFFLOAD_LOAD_SECONDS)),
+        store_bandwidth=_ratio(d.get(Signal.OFFLOAD_STORE_BYTES), d.get(Signal.OFFLOAD_STORE_SECONDS)),
+        gpu_hit_ratio=_ratio(d.get(Signal.GPU_PREFIX_HITS), d.get(Signal.GPU_PREFIX_QUERIES)),
+        external_hit_ratio=_ratio(d.get(Signal.EXTERNAL_PREFIX_HITS), d.get(Signal.EXTERNAL_PREFIX_QUERIES)),
         ttft_quantiles=ttft,
         ttft_count=ttft_count,
     )

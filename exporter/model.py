@@ -5,30 +5,28 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from exporter.enums import COUNTER_SIGNALS, GAUGE_SIGNALS, OFFLOAD_SIGNALS, Generation, Signal
+
 EngineKey = tuple[str, str]
 """(model_name, engine): KV caches are per engine, so every signal is kept per engine."""
 
-GENERATIONS = ("flat", "transfer_type", "none")
+GENERATIONS: tuple[Generation, ...] = tuple(Generation)
 
-COUNTER_SIGNALS = (
-    "offload_load_bytes",
-    "offload_store_bytes",
-    "offload_load_seconds",
-    "offload_store_seconds",
-    "offload_loads",
-    "offload_stores",
-    "offload_allocation_failures",
-    "offload_stores_skipped",
-    "gpu_prefix_queries",
-    "gpu_prefix_hits",
-    "external_prefix_queries",
-    "external_prefix_hits",
-    "prompt_tokens",
-)
-"""Cumulative counters kept as floats; `None` means the family was absent from the scrape."""
-
-OFFLOAD_SIGNALS = COUNTER_SIGNALS[:6]
-"""Counters that exist only with an offload connector: 0 (not None) when the generation is known."""
+__all__ = [
+    "COUNTER_SIGNALS",
+    "GAUGE_SIGNALS",
+    "GENERATIONS",
+    "OFFLOAD_SIGNALS",
+    "EngineKey",
+    "EngineSignals",
+    "Generation",
+    "GpuMemory",
+    "Histogram",
+    "HostMemory",
+    "ProcessMemory",
+    "Signal",
+    "Snapshot",
+]
 
 
 @dataclass(frozen=True)
@@ -47,7 +45,7 @@ class EngineSignals:
 
     model_name: str
     engine: str
-    counters: Mapping[str, float]  # keys from COUNTER_SIGNALS that were present
+    counters: Mapping[Signal, float]  # the COUNTER_SIGNALS that were present
     prompt_tokens_by_source: Mapping[str, float] = field(default_factory=dict)
     gpu_kv_cache_usage: float | None = None
     offload_inflight: float | None = None
@@ -63,25 +61,41 @@ class EngineSignals:
     def key(self) -> EngineKey:
         return (self.model_name, self.engine)
 
+    def value(self, signal: Signal) -> float | None:
+        """A signal's value whether it is a counter or a gauge; None when its family was absent."""
+        match signal:
+            case Signal.GPU_KV_CACHE_USAGE:
+                return self.gpu_kv_cache_usage
+            case Signal.OFFLOAD_INFLIGHT:
+                return self.offload_inflight
+            case Signal.REQUESTS_RUNNING:
+                return self.requests_running
+            case Signal.REQUESTS_WAITING:
+                return self.requests_waiting
+        return self.counters.get(signal)
+
 
 @dataclass(frozen=True)
 class Snapshot:
     """One scrape, normalised. `generation` records which offload metric generation was used."""
 
-    generation: str  # one of GENERATIONS
+    generation: Generation
     engines: tuple[EngineSignals, ...]
     families: frozenset[str] = frozenset()  # vLLM families seen (TYPE lines or samples), canonical names
     multiprocess: bool = False  # pid labels seen
+    _by_key: Mapping[EngineKey, EngineSignals] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Built once: every poll looks each engine of the new snapshot up in the previous one.
+        object.__setattr__(self, "_by_key", {e.key: e for e in reversed(self.engines)})  # first wins, as before
 
     @property
     def offload_configured(self) -> bool:
-        return self.generation != "none"
+        return self.generation != Generation.NONE
 
     def engine(self, key: EngineKey) -> EngineSignals | None:
-        for e in self.engines:
-            if e.key == key:
-                return e
-        return None
+        """O(1): the engine with this (model_name, engine) key, or None."""
+        return self._by_key.get(key)
 
 
 @dataclass(frozen=True)

@@ -14,29 +14,29 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from exporter.exposition import Labels, ParseError, parse_labels, read, selector
-from exporter.model import OFFLOAD_SIGNALS, EngineSignals, Histogram, Snapshot
+from exporter.model import OFFLOAD_SIGNALS, EngineSignals, Generation, Histogram, Signal, Snapshot
 
 # Canonical family -> counter signal. Order matters only for the alias families below.
 _FLAT = {
-    "vllm:kv_offload_load_bytes": "offload_load_bytes",
-    "vllm:kv_offload_store_bytes": "offload_store_bytes",
-    "vllm:kv_offload_load_time": "offload_load_seconds",
-    "vllm:kv_offload_store_time": "offload_store_seconds",
+    "vllm:kv_offload_load_bytes": Signal.OFFLOAD_LOAD_BYTES,
+    "vllm:kv_offload_store_bytes": Signal.OFFLOAD_STORE_BYTES,
+    "vllm:kv_offload_load_time": Signal.OFFLOAD_LOAD_SECONDS,
+    "vllm:kv_offload_store_time": Signal.OFFLOAD_STORE_SECONDS,
 }
 _FLAT_SIZE = {"vllm:kv_offload_load_size": "load", "vllm:kv_offload_store_size": "store"}
 _LEGACY = {
-    "vllm:kv_offload_total_bytes": ("offload_load_bytes", "offload_store_bytes"),
-    "vllm:kv_offload_total_time": ("offload_load_seconds", "offload_store_seconds"),
+    "vllm:kv_offload_total_bytes": (Signal.OFFLOAD_LOAD_BYTES, Signal.OFFLOAD_STORE_BYTES),
+    "vllm:kv_offload_total_time": (Signal.OFFLOAD_LOAD_SECONDS, Signal.OFFLOAD_STORE_SECONDS),
 }
 _LEGACY_SIZE = "vllm:kv_offload_size"
 _COUNTERS = {
-    "vllm:kv_offload_allocation_failure": "offload_allocation_failures",
-    "vllm:kv_offload_stores_skipped": "offload_stores_skipped",
-    "vllm:prefix_cache_queries": "gpu_prefix_queries",
-    "vllm:prefix_cache_hits": "gpu_prefix_hits",
-    "vllm:external_prefix_cache_queries": "external_prefix_queries",
-    "vllm:external_prefix_cache_hits": "external_prefix_hits",
-    "vllm:prompt_tokens": "prompt_tokens",
+    "vllm:kv_offload_allocation_failure": Signal.OFFLOAD_ALLOCATION_FAILURES,
+    "vllm:kv_offload_stores_skipped": Signal.OFFLOAD_STORES_SKIPPED,
+    "vllm:prefix_cache_queries": Signal.GPU_PREFIX_QUERIES,
+    "vllm:prefix_cache_hits": Signal.GPU_PREFIX_HITS,
+    "vllm:external_prefix_cache_queries": Signal.EXTERNAL_PREFIX_QUERIES,
+    "vllm:external_prefix_cache_hits": Signal.EXTERNAL_PREFIX_HITS,
+    "vllm:prompt_tokens": Signal.PROMPT_TOKENS,
 }
 # Deprecated aliases (0.10 default, 0.11 hidden): used only when the current name is absent.
 _ALIASES = {
@@ -45,11 +45,11 @@ _ALIASES = {
     "vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc",
 }
 _GAUGES = {
-    "vllm:kv_cache_usage_perc": "gpu_kv_cache_usage",
-    "vllm:gpu_cache_usage_perc": "gpu_kv_cache_usage",
-    "vllm:kv_offload_cpu_cache_usage_perc": "offload_inflight",
-    "vllm:num_requests_running": "requests_running",
-    "vllm:num_requests_waiting": "requests_waiting",
+    "vllm:kv_cache_usage_perc": Signal.GPU_KV_CACHE_USAGE,
+    "vllm:gpu_cache_usage_perc": Signal.GPU_KV_CACHE_USAGE,
+    "vllm:kv_offload_cpu_cache_usage_perc": Signal.OFFLOAD_INFLIGHT,
+    "vllm:num_requests_running": Signal.REQUESTS_RUNNING,
+    "vllm:num_requests_waiting": Signal.REQUESTS_WAITING,
 }
 _TTFT = "vllm:time_to_first_token_seconds"
 _BY_SOURCE = "vllm:prompt_tokens_by_source"
@@ -148,10 +148,12 @@ class _Engine:
     """Mutable accumulator for one engine while a scrape is being read."""
 
     def __init__(self) -> None:
-        self.counters: dict[str, float] = {}
-        self.legacy: dict[str, float] = {}
+        self.counters: dict[Signal, float] = {}
+        self.legacy: dict[Signal, float] = {}
+        self.alias_counters: dict[Signal, float] = {}  # from deprecated families, by the current signal
+        self.alias_gauges: dict[Signal, float] = {}
         self.by_source: dict[str, float] = defaultdict(float)
-        self.gauges: dict[str, float] = {}
+        self.gauges: dict[Signal, float] = {}
         self.hists: dict[str, _Hist] = defaultdict(_Hist)
         self.cache_config: dict[str, str] = {}
         self.offload_config: dict[str, str] = {}
@@ -194,7 +196,13 @@ def normalise(text: str) -> Snapshot:
         if handler is not None:
             handler(e, fam, sfx, value, rest, le)
 
-    generation = "flat" if families & _GEN_FLAT else "transfer_type" if families & _GEN_LEGACY else "none"
+    generation = (
+        Generation.FLAT
+        if families & _GEN_FLAT
+        else Generation.TRANSFER_TYPE
+        if families & _GEN_LEGACY
+        else Generation.NONE
+    )
     out = []
     for (model, engine), e in sorted(engines.items()):
         if not model and not engine:
@@ -204,17 +212,16 @@ def normalise(text: str) -> Snapshot:
 
 
 def _freeze(
-    model: str, engine: str, e: _Engine, generation: str, families: set[str], engine_info: dict[str, str]
+    model: str, engine: str, e: _Engine, generation: Generation, families: set[str], engine_info: dict[str, str]
 ) -> EngineSignals:
     counters = dict(e.counters)
-    if generation == "transfer_type":
+    if generation == Generation.TRANSFER_TYPE:
         counters.update(e.legacy)
     for alias, current in _ALIASES.items():
         sig = _COUNTERS.get(current)
-        if sig and current not in families and alias in families and ("alias:" + sig) in counters:
-            counters[sig] = counters["alias:" + sig]
-    counters = {k: v for k, v in counters.items() if not k.startswith("alias:")}
-    if generation != "none":
+        if sig and current not in families and alias in families and sig in e.alias_counters:
+            counters[sig] = e.alias_counters[sig]
+    if generation != Generation.NONE:
         # A registered offload family without a child for this engine means nothing moved yet.
         for sig in OFFLOAD_SIGNALS:
             counters.setdefault(sig, 0.0)
@@ -223,23 +230,23 @@ def _freeze(
             counters.setdefault(sig, 0.0)
     gauges = e.gauges
     size = e.hists
-    load_size = size.get("vllm:kv_offload_load_size") if generation == "flat" else size.get("legacy:load")
-    store_size = size.get("vllm:kv_offload_store_size") if generation == "flat" else size.get("legacy:store")
+    load_size = size.get("vllm:kv_offload_load_size") if generation == Generation.FLAT else size.get("legacy:load")
+    store_size = size.get("vllm:kv_offload_store_size") if generation == Generation.FLAT else size.get("legacy:store")
     ttft = size.get(_TTFT)
     # Operation counts come from the transfer-size histograms (one observation per worker job).
     if load_size is not None:
-        counters["offload_loads"] = load_size.count
+        counters[Signal.OFFLOAD_LOADS] = load_size.count
     if store_size is not None:
-        counters["offload_stores"] = store_size.count
+        counters[Signal.OFFLOAD_STORES] = store_size.count
     return EngineSignals(
         model_name=model,
         engine=engine,
         counters=counters,
         prompt_tokens_by_source=dict(e.by_source),
-        gpu_kv_cache_usage=gauges.get("gpu_kv_cache_usage", gauges.get("alias:gpu_kv_cache_usage")),
-        offload_inflight=gauges.get("offload_inflight"),
-        requests_running=gauges.get("requests_running"),
-        requests_waiting=gauges.get("requests_waiting"),
+        gpu_kv_cache_usage=gauges.get(Signal.GPU_KV_CACHE_USAGE, e.alias_gauges.get(Signal.GPU_KV_CACHE_USAGE)),
+        offload_inflight=gauges.get(Signal.OFFLOAD_INFLIGHT),
+        requests_running=gauges.get(Signal.REQUESTS_RUNNING),
+        requests_waiting=gauges.get(Signal.REQUESTS_WAITING),
         ttft=ttft.freeze() if ttft else None,
         offload_load_size=load_size.freeze() if load_size else None,
         offload_store_size=store_size.freeze() if store_size else None,
@@ -248,7 +255,7 @@ def _freeze(
     )
 
 
-def _add(d: dict[str, float], k: str, v: float) -> None:
+def _add(d: dict[Signal, float], k: Signal, v: float) -> None:
     d[k] = d.get(k, 0.0) + _finite(v, k)  # sums children that differ only by pid
 
 
@@ -269,10 +276,10 @@ def _on_counter(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: 
 def _on_alias(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
     current = _ALIASES[fam]
     if current in _GAUGES:
-        prev = e.gauges.get("alias:" + _GAUGES[current])
-        e.gauges["alias:" + _GAUGES[current]] = value if prev is None else max(prev, value)
+        prev = e.alias_gauges.get(_GAUGES[current])
+        e.alias_gauges[_GAUGES[current]] = value if prev is None else max(prev, value)
     else:
-        _add(e.counters, "alias:" + _COUNTERS[current], value)
+        _add(e.alias_counters, _COUNTERS[current], value)
 
 
 def _on_gauge(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:

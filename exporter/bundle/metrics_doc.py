@@ -38,7 +38,7 @@ def render() -> str:
     out = [
         "# Metrics",
         "",
-        "<!-- Generated from exporter/catalogue.py by `kvoffload-exporter bundle`; do not edit. -->",
+        "<!-- Generated from exporter/catalogue/ by `kvoffload-exporter bundle`; do not edit. -->",
         "",
         "Every series the exporter serves on `/metrics`. Prometheus adds `job` and `instance`. Names follow",
         "Prometheus conventions: `kvoffload_` prefix, base units, `_total` only on counters, ratios 0-1.",

@@ -1,0 +1,72 @@
+"""The metric catalogue: every name the exporter emits, with type, unit, labels, help and source.
+
+It is the single source of names for the collector, the dashboards, the alert rules and the docs
+(`docs/metrics.md` is generated from it). Names follow Prometheus conventions: `kvoffload_` prefix,
+base units, `_total` only on counters, no colons. Rows live in one module per docs section
+(health, engine, derived, memory, canary); their order here is the exposition order.
+"""
+
+from __future__ import annotations
+
+from exporter.canary.types import CanaryPath, CycleReason, ProbeResult, Tier, VerdictKind
+from exporter.catalogue import canary, derived, engine, health, memory
+from exporter.catalogue.metric import ENGINE, PREFIX, WINDOWED, Metric
+from exporter.enums import (
+    CollectorName,
+    Group,
+    MetricType,
+    ScrapeErrorReason,
+    Signal,
+    State,
+    Unit,
+)
+
+STATES: tuple[State, ...] = tuple(State)
+"""Evidence states, in the order they are documented (see derive.evidence_state)."""
+
+SCRAPE_ERROR_REASONS: tuple[ScrapeErrorReason, ...] = tuple(ScrapeErrorReason)
+"""Closed set of reasons for kvoffload_scrape_errors_total; never free text in labels."""
+
+COLLECTORS: tuple[CollectorName, ...] = tuple(CollectorName)
+
+CANARY_PATHS: tuple[CanaryPath, ...] = tuple(CanaryPath)
+CANARY_RESULTS: tuple[ProbeResult, ...] = tuple(ProbeResult)
+CANARY_VERDICTS: tuple[VerdictKind, ...] = tuple(VerdictKind)
+CANARY_REASONS: tuple[CycleReason, ...] = tuple(CycleReason)
+"""Why a canary cycle ended as it did (closed set; see docs/canary.md)."""
+CANARY_TIERS: tuple[Tier, ...] = tuple(Tier)
+
+CATALOGUE: dict[str, Metric] = {m.name: m for part in (health, engine, derived, memory, canary) for m in part.METRICS}
+
+SIGNAL_METRICS: tuple[tuple[Signal, Metric], ...] = tuple(
+    (m.signal, m) for m in CATALOGUE.values() if m.signal is not None
+)
+"""(signal, metric) for every per-engine signal the collector exports as is, in catalogue order."""
+
+
+def metric(name: str) -> Metric:
+    """Look a metric up; a KeyError here means a name is used that the catalogue does not own."""
+    return CATALOGUE[name]
+
+
+__all__ = [
+    "CANARY_PATHS",
+    "CANARY_REASONS",
+    "CANARY_RESULTS",
+    "CANARY_TIERS",
+    "CANARY_VERDICTS",
+    "CATALOGUE",
+    "COLLECTORS",
+    "ENGINE",
+    "PREFIX",
+    "SCRAPE_ERROR_REASONS",
+    "SIGNAL_METRICS",
+    "STATES",
+    "WINDOWED",
+    "Group",
+    "Metric",
+    "MetricType",
+    "Signal",
+    "Unit",
+    "metric",
+]

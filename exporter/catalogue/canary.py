@@ -1,0 +1,86 @@
+"""Canary results (exporter/canary/expose.py); absent unless `serve --canary` runs."""
+
+from __future__ import annotations
+
+from exporter.catalogue.metric import Metric
+from exporter.enums import Group, MetricType, Unit
+
+METRICS: tuple[Metric, ...] = (
+    Metric(
+        name="kvoffload_canary_ttft_seconds",
+        type=MetricType.GAUGE,
+        help="Client-side canary TTFT (first token-bearing SSE event) per path: median of recent samples.",
+        labels=("target", "path", "quantile"),
+        unit=Unit.SECONDS,
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_canary_delta_ttft_seconds",
+        type=MetricType.GAUGE,
+        help="TTFT(offload hit) - TTFT(control) medians; positive means offloading made it slower.",
+        labels=("target", "control"),
+        unit=Unit.SECONDS,
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_canary_delta_ttft_ci_seconds",
+        type=MetricType.GAUGE,
+        help="Bootstrap confidence-interval bound of the canary delta TTFT.",
+        labels=("target", "control", "bound"),
+        unit=Unit.SECONDS,
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_canary_probes_total",
+        type=MetricType.COUNTER,
+        help="Canary revisit probes by classification.",
+        labels=("target", "result"),
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_canary_cycles_total",
+        type=MetricType.COUNTER,
+        help="Canary cycles by result reason.",
+        labels=("target", "reason"),
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_canary_tokens_spent_total",
+        type=MetricType.COUNTER,
+        help="Prompt + generated tokens spent by canaries.",
+        labels=("target",),
+        unit=Unit.TOKENS,
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_canary_budget_remaining_tokens",
+        type=MetricType.GAUGE,
+        help="Canary token budget left in the current hour.",
+        labels=("target",),
+        unit=Unit.TOKENS,
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_canary_last_success_timestamp_seconds",
+        type=MetricType.GAUGE,
+        help="Unix time of the last canary cycle that completed without error.",
+        labels=("target",),
+        unit=Unit.SECONDS,
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_canary_residency_seconds",
+        type=MetricType.GAUGE,
+        help="Longest idle time after which a canary prefix was still reused from that tier (wait strategy).",
+        labels=("target", "tier"),
+        unit=Unit.SECONDS,
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_canary_verdict",
+        type=MetricType.STATESET,
+        help="Canary verdict: offload_faster, offload_slower, no_offload_hit or inconclusive.",
+        labels=("target", "verdict"),
+        group=Group.CANARY,
+    ),
+)

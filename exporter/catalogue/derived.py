@@ -1,0 +1,75 @@
+"""Windowed derivations over the exporter's `--window` (computed in exporter/derive.py)."""
+
+from __future__ import annotations
+
+from exporter.catalogue.metric import ENGINE, WINDOWED, Metric
+from exporter.enums import Group, MetricType, Unit
+
+METRICS: tuple[Metric, ...] = (
+    Metric(
+        name="kvoffload_state",
+        type=MetricType.STATESET,
+        help="Offload evidence state per engine over the window: not_configured, idle, storing, "
+        "store_without_load (stores, no loads, while reuse is visible) or hit.",
+        labels=ENGINE + ("state",),
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_load_store_ratio",
+        type=MetricType.GAUGE,
+        help="Offload load bytes / store bytes over the window (absent when nothing was stored).",
+        labels=WINDOWED,
+        unit=Unit.RATIO,
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_offload_load_bandwidth_bytes_per_second",
+        type=MetricType.GAUGE,
+        help="Offload load bytes / load transfer seconds over the window (per-worker mean when TP > 1).",
+        labels=WINDOWED,
+        unit=Unit.BYTES_PER_SECOND,
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_offload_store_bandwidth_bytes_per_second",
+        type=MetricType.GAUGE,
+        help="Offload store bytes / store transfer seconds over the window.",
+        labels=WINDOWED,
+        unit=Unit.BYTES_PER_SECOND,
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_gpu_prefix_hit_ratio",
+        type=MetricType.GAUGE,
+        help="GPU prefix-cache hit tokens / queried tokens over the window.",
+        labels=WINDOWED,
+        unit=Unit.RATIO,
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_external_prefix_hit_ratio",
+        type=MetricType.GAUGE,
+        help="External (offload) prefix-cache hit tokens / queried tokens over the window (from vLLM 0.16 a share "
+        "of the tokens the GPU cache missed).",
+        labels=WINDOWED,
+        unit=Unit.RATIO,
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_ttft_seconds",
+        type=MetricType.GAUGE,
+        help="Server-side time to first token quantiles over the window, interpolated from the vLLM histogram.",
+        labels=WINDOWED + ("quantile",),
+        unit=Unit.SECONDS,
+        source="vllm:time_to_first_token_seconds",
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_window_seconds",
+        type=MetricType.GAUGE,
+        help="Time actually covered by the window's first and last polls.",
+        labels=WINDOWED,
+        unit=Unit.SECONDS,
+        group=Group.DERIVED,
+    ),
+)

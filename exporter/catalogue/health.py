@@ -1,0 +1,79 @@
+"""Exporter and target health: `up`, scrape errors by closed reason, collector health, build info."""
+
+from __future__ import annotations
+
+from exporter.catalogue.metric import Metric
+from exporter.enums import Group, MetricType, Unit
+
+METRICS: tuple[Metric, ...] = (
+    Metric(
+        name="kvoffload_up",
+        type=MetricType.GAUGE,
+        help="1 if the last poll of the vLLM target succeeded, else 0.",
+        labels=("target",),
+        source="GET /metrics",
+        group=Group.HEALTH,
+    ),
+    Metric(
+        name="kvoffload_target_info",
+        type=MetricType.INFO,
+        help="Target facts: vLLM version from /version and the offload metric generation seen (flat, "
+        "transfer_type or none).",
+        labels=("target", "vllm_version", "generation"),
+        source="GET /version, /metrics",
+        group=Group.HEALTH,
+    ),
+    Metric(
+        name="kvoffload_scrape_errors_total",
+        type=MetricType.COUNTER,
+        help="Failed polls of a vLLM target by reason (closed set).",
+        labels=("target", "reason"),
+        group=Group.HEALTH,
+    ),
+    Metric(
+        name="kvoffload_scrape_duration_seconds",
+        type=MetricType.GAUGE,
+        help="Duration of the last poll of the target.",
+        labels=("target",),
+        unit=Unit.SECONDS,
+        group=Group.HEALTH,
+    ),
+    Metric(
+        name="kvoffload_scrape_body_bytes",
+        type=MetricType.GAUGE,
+        help="Size of the last /metrics body read from the target.",
+        labels=("target",),
+        unit=Unit.BYTES,
+        group=Group.HEALTH,
+    ),
+    Metric(
+        name="kvoffload_last_success_timestamp_seconds",
+        type=MetricType.GAUGE,
+        help="Unix time of the last successful poll of the target.",
+        labels=("target",),
+        unit=Unit.SECONDS,
+        group=Group.HEALTH,
+    ),
+    Metric(
+        name="kvoffload_collector_success",
+        type=MetricType.GAUGE,
+        help="1 if the collector's last run succeeded (vllm: every target polled fine).",
+        labels=("collector",),
+        group=Group.HEALTH,
+    ),
+    Metric(
+        name="kvoffload_collector_duration_seconds",
+        type=MetricType.GAUGE,
+        help="Duration of the collector's last run.",
+        labels=("collector",),
+        unit=Unit.SECONDS,
+        group=Group.HEALTH,
+    ),
+    Metric(
+        name="kvoffload_exporter_build_info",
+        type=MetricType.INFO,
+        help="Exporter version and Python version.",
+        labels=("version", "python"),
+        group=Group.HEALTH,
+    ),
+)

@@ -1,0 +1,111 @@
+"""Host, container, process and GPU memory (exporter/sources/host.py and gpu.py)."""
+
+from __future__ import annotations
+
+from exporter.catalogue.metric import Metric
+from exporter.enums import Group, MetricType, Unit
+
+METRICS: tuple[Metric, ...] = (
+    Metric(
+        name="kvoffload_host_memory_total_bytes",
+        type=MetricType.GAUGE,
+        help="Host memory total.",
+        unit=Unit.BYTES,
+        source="psutil.virtual_memory().total",
+        group=Group.MEMORY,
+    ),
+    Metric(
+        name="kvoffload_host_memory_available_bytes",
+        type=MetricType.GAUGE,
+        help="Host memory available.",
+        unit=Unit.BYTES,
+        source="psutil.virtual_memory().available",
+        group=Group.MEMORY,
+    ),
+    Metric(
+        name="kvoffload_container_memory_limit_bytes",
+        type=MetricType.GAUGE,
+        help="Memory limit of the vLLM process's cgroup (container), when set and visible.",
+        unit=Unit.BYTES,
+        source="cgroup memory.max | memory.limit_in_bytes",
+        group=Group.MEMORY,
+    ),
+    Metric(
+        name="kvoffload_container_memory_usage_bytes",
+        type=MetricType.GAUGE,
+        help="Memory usage of the vLLM process's cgroup (container).",
+        unit=Unit.BYTES,
+        source="cgroup memory.current | memory.usage_in_bytes",
+        group=Group.MEMORY,
+    ),
+    Metric(
+        name="kvoffload_host_memory_headroom_bytes",
+        type=MetricType.GAUGE,
+        help="Memory that can still be allocated: min(host available, container limit - usage).",
+        unit=Unit.BYTES,
+        group=Group.MEMORY,
+    ),
+    Metric(
+        name="kvoffload_process_resident_memory_bytes",
+        type=MetricType.GAUGE,
+        help="Resident memory of a vLLM process.",
+        labels=("target", "pid"),
+        unit=Unit.BYTES,
+        source="/proc/<pid>/status VmRSS",
+        group=Group.MEMORY,
+    ),
+    Metric(
+        name="kvoffload_process_locked_memory_bytes",
+        type=MetricType.GAUGE,
+        help="Locked memory (VmLck) of a vLLM process; CUDA-pinned buffers may not show here.",
+        labels=("target", "pid"),
+        unit=Unit.BYTES,
+        source="/proc/<pid>/status VmLck",
+        group=Group.MEMORY,
+    ),
+    Metric(
+        name="kvoffload_process_pinned_memory_bytes",
+        type=MetricType.GAUGE,
+        help="Pinned memory (VmPin) of a vLLM process.",
+        labels=("target", "pid"),
+        unit=Unit.BYTES,
+        source="/proc/<pid>/status VmPin",
+        group=Group.MEMORY,
+    ),
+    Metric(
+        name="kvoffload_gpu_memory_total_bytes",
+        type=MetricType.GAUGE,
+        help="GPU framebuffer total.",
+        labels=("gpu", "uuid", "name"),
+        unit=Unit.BYTES,
+        source="nvmlDeviceGetMemoryInfo",
+        group=Group.MEMORY,
+    ),
+    Metric(
+        name="kvoffload_gpu_memory_used_bytes",
+        type=MetricType.GAUGE,
+        help="GPU framebuffer used.",
+        labels=("gpu", "uuid", "name"),
+        unit=Unit.BYTES,
+        source="nvmlDeviceGetMemoryInfo",
+        group=Group.MEMORY,
+    ),
+    Metric(
+        name="kvoffload_gpu_memory_free_bytes",
+        type=MetricType.GAUGE,
+        help="GPU framebuffer free.",
+        labels=("gpu", "uuid", "name"),
+        unit=Unit.BYTES,
+        source="nvmlDeviceGetMemoryInfo",
+        group=Group.MEMORY,
+    ),
+    Metric(
+        name="kvoffload_gpu_process_memory_used_bytes",
+        type=MetricType.GAUGE,
+        help="GPU memory used by one process.",
+        labels=("gpu", "uuid", "pid"),
+        unit=Unit.BYTES,
+        source="nvmlDeviceGetComputeRunningProcesses",
+        group=Group.MEMORY,
+    ),
+)

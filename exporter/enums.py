@@ -1,0 +1,119 @@
+"""Closed sets of the exporter core as StrEnums: a typo is a type error, not a silent 0.0 or a new label.
+
+StrEnum members are `str`, so they compare, hash, format and serialise as their values: a mapping keyed
+by `Signal` answers a lookup with the plain string, and `f"{state}"` writes `hit`. Canary sets live in
+`exporter.canary.types`. Pure: imports nothing from the project.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class MetricType(StrEnum):
+    """Catalogue type; state sets and infos are written as gauges in the text format (`Metric.prom_type`)."""
+
+    COUNTER = "counter"
+    GAUGE = "gauge"
+    STATESET = "stateset"
+    INFO = "info"
+
+
+class Unit(StrEnum):
+    """Base units only (Prometheus conventions); NONE is the empty string, so it reads as "no unit"."""
+
+    NONE = ""
+    BYTES = "bytes"
+    SECONDS = "seconds"
+    RATIO = "ratio"
+    TOKENS = "tokens"
+    BYTES_PER_SECOND = "bytes_per_second"
+
+
+class Group(StrEnum):
+    """Section of docs/metrics.md and the dashboards a metric belongs to."""
+
+    HEALTH = "health"
+    ENGINE = "engine"
+    DERIVED = "derived"
+    MEMORY = "memory"
+    CANARY = "canary"
+
+
+class Signal(StrEnum):
+    """Logical per-engine vLLM signals (`EngineSignals`), whatever family or generation carried them."""
+
+    # Cumulative counters (EngineSignals.counters); the first six exist only with an offload connector.
+    OFFLOAD_LOAD_BYTES = "offload_load_bytes"
+    OFFLOAD_STORE_BYTES = "offload_store_bytes"
+    OFFLOAD_LOAD_SECONDS = "offload_load_seconds"
+    OFFLOAD_STORE_SECONDS = "offload_store_seconds"
+    OFFLOAD_LOADS = "offload_loads"
+    OFFLOAD_STORES = "offload_stores"
+    OFFLOAD_ALLOCATION_FAILURES = "offload_allocation_failures"
+    OFFLOAD_STORES_SKIPPED = "offload_stores_skipped"
+    GPU_PREFIX_QUERIES = "gpu_prefix_queries"
+    GPU_PREFIX_HITS = "gpu_prefix_hits"
+    EXTERNAL_PREFIX_QUERIES = "external_prefix_queries"
+    EXTERNAL_PREFIX_HITS = "external_prefix_hits"
+    PROMPT_TOKENS = "prompt_tokens"
+    # Gauges (attributes of EngineSignals of the same name).
+    GPU_KV_CACHE_USAGE = "gpu_kv_cache_usage"
+    OFFLOAD_INFLIGHT = "offload_inflight"
+    REQUESTS_RUNNING = "requests_running"
+    REQUESTS_WAITING = "requests_waiting"
+
+
+GAUGE_SIGNALS: tuple[Signal, ...] = (
+    Signal.GPU_KV_CACHE_USAGE,
+    Signal.OFFLOAD_INFLIGHT,
+    Signal.REQUESTS_RUNNING,
+    Signal.REQUESTS_WAITING,
+)
+"""Last-value gauges: attributes of EngineSignals named like the signal."""
+
+COUNTER_SIGNALS: tuple[Signal, ...] = tuple(s for s in Signal if s not in GAUGE_SIGNALS)
+"""Cumulative counters kept as floats; absent from `EngineSignals.counters` when the family was absent."""
+
+OFFLOAD_SIGNALS: tuple[Signal, ...] = COUNTER_SIGNALS[:6]
+"""Counters that exist only with an offload connector: 0 (not None) when the generation is known."""
+
+
+class Generation(StrEnum):
+    """Which vLLM offload metric generation a scrape carried (flat 0.24+, transfer_type 0.16+, none)."""
+
+    FLAT = "flat"
+    TRANSFER_TYPE = "transfer_type"
+    NONE = "none"
+
+
+class State(StrEnum):
+    """Offload evidence state per engine, in documented order (see derive.evidence_state)."""
+
+    NOT_CONFIGURED = "not_configured"
+    IDLE = "idle"
+    STORING = "storing"
+    STORE_WITHOUT_LOAD = "store_without_load"
+    HIT = "hit"
+
+
+class ScrapeErrorReason(StrEnum):
+    """Why a poll of a target failed (kvoffload_scrape_errors_total); never free text in labels."""
+
+    TIMEOUT = "timeout"
+    CONNECT = "connect"
+    HTTP_STATUS = "http_status"
+    CONTENT_TYPE = "content_type"
+    TOO_LARGE = "too_large"
+    TRUNCATED = "truncated"
+    PARSE = "parse"
+    INTERNAL = "internal"
+
+
+class CollectorName(StrEnum):
+    """Collectors reported by kvoffload_collector_success / _duration_seconds, in exposition order."""
+
+    VLLM = "vllm"
+    HOST = "host"
+    GPU = "gpu"
+    CANARY = "canary"
