@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import html
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import web
 
 from exporter import __version__
 from exporter.config import Config
+from exporter.plugins import Plugin
 from exporter.poller import Exporter
 from exporter.render import CONTENT_TYPE
 
 EXPORTER = web.AppKey("exporter", Exporter)
-Plugin = Callable[[Exporter, aiohttp.ClientSession], None]
 
 
 async def _metrics(request: web.Request) -> web.Response:

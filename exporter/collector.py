@@ -7,8 +7,9 @@ A failed source omits its series (never zeros); `kvoffload_up` and the collector
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from exporter import __version__
 from exporter.catalogue import COLLECTORS, SCRAPE_ERROR_REASONS, SIGNAL_METRICS, STATES
@@ -120,7 +121,18 @@ def _gpu(x: Exposition, devices: Sequence[GpuMemory]) -> None:
             x.add("kvoffload_gpu_process_memory_used_bytes", used, {"gpu": d.index, "uuid": d.uuid, "pid": str(pid)})
 
 
-Extra = Callable[[Exposition], None]
+class SampleSink(Protocol):
+    """Where collectors write samples (`render.Exposition`): names and label keys must be the catalogue's."""
+
+    def add(self, name: str, value: float | None, labels: Mapping[str, str] | None = None) -> None: ...
+
+    def add_states(self, name: str, labels: Mapping[str, str], states: Iterable[str], current: str | None) -> None: ...
+
+
+class Collector(Protocol):
+    """A source of samples added to every render after the built-in ones (plugins: the canary)."""
+
+    def collect(self, x: SampleSink) -> None: ...
 
 
 def collect(
@@ -129,7 +141,7 @@ def collect(
     host: HostMemory | None = None,
     gpu: Sequence[GpuMemory] | None = None,
     collectors: Mapping[str, tuple[bool, float]] | None = None,
-    extras: Sequence[Extra] = (),
+    extras: Sequence[Collector] = (),
 ) -> str:
     """Render the whole exposition. `collectors` maps collector name → (success, duration seconds)."""
     x = Exposition()
@@ -146,5 +158,5 @@ def collect(
     if gpu is not None:
         _gpu(x, gpu)
     for extra in extras:
-        extra(x)
+        extra.collect(x)
     return x.text()

@@ -10,15 +10,16 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import Any
 
 import aiohttp
 
 from exporter import derive
-from exporter.collector import Extra, TargetView, collect
+from exporter.collector import Collector, TargetView, collect
 from exporter.config import Config, TargetConfig
+from exporter.enums import CollectorName
 from exporter.exposition import ParseError
 from exporter.model import GpuMemory, HostMemory
 from exporter.normalise import normalise
@@ -112,7 +113,7 @@ class Exporter:
         self.host: HostMemory | None = None
         self.gpu: tuple[GpuMemory, ...] | None = None
         self.collectors: dict[str, tuple[bool, float]] = {}
-        self.extras: list[Extra] = []
+        self.extras: list[Collector] = []
         self.body = b""
         self._tasks: list[asyncio.Task[None]] = []
         self._nvml: Any = None  # sources.gpu.Nvml once started (imported lazily)
@@ -182,8 +183,21 @@ class Exporter:
         if self.config.gpu_enabled:
             self._tasks.append(asyncio.create_task(self._gpu_loop()))
 
-    def add_task(self, coro: asyncio.Future[None] | asyncio.Task[None]) -> None:
+    def add_task(self, coro: Awaitable[None]) -> None:
         self._tasks.append(asyncio.ensure_future(coro))
+
+    # --- plugins.PluginHost: all a plugin may do (config is the attribute above) ---
+
+    def add_collector(self, collector: Collector) -> None:
+        self.extras.append(collector)
+        self.render()
+
+    def report_collector(self, name: CollectorName, ok: bool, duration: float) -> None:
+        self.collectors[name] = (ok, duration)
+        self.render()
+
+    def spawn(self, task: Awaitable[None]) -> None:
+        self.add_task(task)
 
     async def stop(self) -> None:
         for task in self._tasks:

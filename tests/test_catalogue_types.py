@@ -19,7 +19,7 @@ CHAIN = sorted((FIXTURES / "h200-0.6b").glob("A_*.prom"))
 
 def test_rows_are_keyword_only() -> None:
     with pytest.raises(TypeError):
-        Metric("kvoffload_x", MetricType.GAUGE, "Positional rows can swap unit and source.")  # type: ignore[misc]
+        Metric("kvoffload_x", MetricType.GAUGE, "Positional rows can swap unit and source.")  # type: ignore[call-arg]
 
 
 def test_rows_carry_enum_members_not_strings() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.derive import interval
-from exporter.model import Snapshot
+from exporter.model import Signal, Snapshot
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,10 @@ class Deltas:
     def between(cls, before: Snapshot | None, after: Snapshot, model: str | None = None) -> Deltas:
         derived = interval(before, after)
         sums = {
-            "offload_load_bytes": 0.0,
-            "offload_store_bytes": 0.0,
-            "gpu_prefix_hits": 0.0,
-            "external_prefix_hits": 0.0,
+            Signal.OFFLOAD_LOAD_BYTES: 0.0,
+            Signal.OFFLOAD_STORE_BYTES: 0.0,
+            Signal.GPU_PREFIX_HITS: 0.0,
+            Signal.EXTERNAL_PREFIX_HITS: 0.0,
         }
         prompt: float | None = None
         for (m, _engine), d in derived.items():
@@ -42,14 +42,14 @@ class Deltas:
                 continue
             for k in sums:
                 sums[k] += d.deltas.get(k, 0.0)
-            if "prompt_tokens" in d.deltas:
-                prompt = (prompt or 0.0) + d.deltas["prompt_tokens"]
+            if Signal.PROMPT_TOKENS in d.deltas:
+                prompt = (prompt or 0.0) + d.deltas[Signal.PROMPT_TOKENS]
         return cls(
             configured=after.offload_configured,
-            load_bytes=sums["offload_load_bytes"],
-            store_bytes=sums["offload_store_bytes"],
-            gpu_hits=sums["gpu_prefix_hits"],
-            ext_hits=sums["external_prefix_hits"],
+            load_bytes=sums[Signal.OFFLOAD_LOAD_BYTES],
+            store_bytes=sums[Signal.OFFLOAD_STORE_BYTES],
+            gpu_hits=sums[Signal.GPU_PREFIX_HITS],
+            ext_hits=sums[Signal.EXTERNAL_PREFIX_HITS],
             prompt_tokens=prompt,
         )
 

@@ -1,4 +1,4 @@
-"""Canary state → `kvoffload_canary_*` samples (a collector `extras` hook); pure, names from the catalogue.
+"""Canary state → `kvoffload_canary_*` samples: a collector like the others; pure, names from the catalogue.
 
 Sample output (one target, abridged):
 
@@ -11,8 +11,8 @@ Sample output (one target, abridged):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from exporter.canary.stats import quantile
 from exporter.catalogue import (
@@ -22,7 +22,7 @@ from exporter.catalogue import (
     CANARY_TIERS,
     CANARY_VERDICTS,
 )
-from exporter.render import Exposition
+from exporter.collector import SampleSink
 
 if TYPE_CHECKING:  # typing only: the engine module stays out of this pure one at run time
     from exporter.canary.engine import CanaryState
@@ -30,7 +30,24 @@ if TYPE_CHECKING:  # typing only: the engine module stays out of this pure one a
 QUANTILES = (0.25, 0.5, 0.75)
 
 
-def render(x: Exposition, states: Iterable[CanaryState]) -> None:
+class HasState(Protocol):
+    """What the collector reads of an engine: its live state (replaced or mutated after each cycle)."""
+
+    @property
+    def state(self) -> CanaryState: ...
+
+
+class CanaryCollector:
+    """`collector.Collector` for the canary: the engines' current state, read on every render."""
+
+    def __init__(self, engines: Sequence[HasState]) -> None:
+        self._engines = engines
+
+    def collect(self, x: SampleSink) -> None:
+        render(x, [e.state for e in self._engines])
+
+
+def render(x: SampleSink, states: Iterable[CanaryState]) -> None:
     for st in states:
         t = {"target": st.label}
         for path in CANARY_PATHS:
@@ -44,10 +61,10 @@ def render(x: Exposition, states: Iterable[CanaryState]) -> None:
             x.add("kvoffload_canary_delta_ttft_ci_seconds", est.lower, {**t, "control": name, "bound": "lower"})
             x.add("kvoffload_canary_delta_ttft_ci_seconds", est.upper, {**t, "control": name, "bound": "upper"})
         # Pre-created at 0 so increase() works from the first probe, like the scrape error reasons.
-        for r in CANARY_RESULTS:
-            x.add("kvoffload_canary_probes_total", float(st.probes.get(r, 0)), {**t, "result": r})
-        for r in CANARY_REASONS:
-            x.add("kvoffload_canary_cycles_total", float(st.cycles.get(r, 0)), {**t, "reason": r})
+        for result in CANARY_RESULTS:
+            x.add("kvoffload_canary_probes_total", float(st.probes.get(result, 0)), {**t, "result": result})
+        for reason in CANARY_REASONS:
+            x.add("kvoffload_canary_cycles_total", float(st.cycles.get(reason, 0)), {**t, "reason": reason})
         x.add("kvoffload_canary_tokens_spent_total", float(st.tokens_spent), t)
         x.add("kvoffload_canary_budget_remaining_tokens", st.budget_remaining, t)
         x.add("kvoffload_canary_last_success_timestamp_seconds", st.last_success, t)

@@ -1,20 +1,22 @@
 """`serve --canary`: flags, settings and the app plugin that runs one canary engine per target.
 
-The plugin gets the running Exporter and its HTTP session (app.make_app(plugins=...)), starts each
-engine's loop as an exporter task and adds the `kvoffload_canary_*` samples through `extras`.
+The plugin gets the exporter as a `plugins.PluginHost` and the shared HTTP session
+(app.make_app(plugins=...)): it adds the `kvoffload_canary_*` samples as a collector, spawns each
+engine's loop as an exporter task and reports the `canary` collector's health after every cycle.
 """
 
 from __future__ import annotations
 
 import argparse
 import secrets
-from collections.abc import Callable
 from typing import Any
 
-from exporter.canary import expose
 from exporter.canary.config import CanarySettings, from_mapping
+from exporter.canary.expose import CanaryCollector
 from exporter.canary.secrets import load_api_key, load_or_create_secret
 from exporter.config import Config, ConfigError
+from exporter.enums import CollectorName
+from exporter.plugins import Plugin, PluginHost, Session
 
 _FLAGS = {  # flag dest → canary settings key
     "canary": "enabled",
@@ -76,15 +78,12 @@ def settings_from_args(args: argparse.Namespace, cfg: Config) -> CanarySettings 
     return settings
 
 
-Plugin = Callable[[Any, Any], None]
-
-
 def make_plugin(settings: CanarySettings) -> Plugin:
     """Reads the secret and the API key now (errors surface at start-up, not in a task)."""
     secret = load_or_create_secret(settings.secret_file)
     api_key = load_api_key(settings.api_key_file, settings.api_key_env)
 
-    def plugin(exporter: Any, session: Any) -> None:
+    def plugin(host: PluginHost, session: Session) -> None:
         from exporter.canary.client import CanaryClient
         from exporter.canary.engine import CanaryEngine
         from exporter.canary.plan import Prompts
@@ -102,20 +101,18 @@ def make_plugin(settings: CanarySettings) -> Plugin:
                 control_url=settings.control_target,
                 keep_records=False,
             )
-            for i, t in enumerate(exporter.config.targets)
+            for i, t in enumerate(host.config.targets)
         ]
-        exporter.extras.append(lambda x: expose.render(x, [e.state for e in engines]))
+        host.add_collector(CanaryCollector(engines))
 
         def on_cycle() -> None:
             last = [e.cycles[-1] for e in engines if e.cycles]
             ok = not any(e.failing for e in engines)
-            exporter.collectors["canary"] = (ok, max((c.finished - c.started for c in last), default=0.0))
-            exporter.render()
+            host.report_collector(CollectorName.CANARY, ok, max((c.finished - c.started for c in last), default=0.0))
 
-        exporter.collectors["canary"] = (True, 0.0)
+        host.report_collector(CollectorName.CANARY, True, 0.0)
         for e in engines:
-            exporter.add_task(e.run_forever(on_cycle))
-        exporter.render()
+            host.spawn(e.run_forever(on_cycle))
 
     return plugin
 

@@ -9,21 +9,21 @@ from typing import Any
 
 from exporter.derive import EngineDerived, interval
 from exporter.exposition import ParseError
-from exporter.model import Snapshot
+from exporter.model import Signal, Snapshot
 from exporter.normalise import normalise
 
 ORDER = 20
 
 _FIELDS = (
-    ("offload_load_bytes", "load B"),
-    ("offload_store_bytes", "store B"),
-    ("offload_load_seconds", None),
-    ("offload_store_seconds", None),
-    ("gpu_prefix_queries", None),
-    ("gpu_prefix_hits", "GPU hit tok"),
-    ("external_prefix_queries", None),
-    ("external_prefix_hits", "ext hit tok"),
-    ("prompt_tokens", None),
+    (Signal.OFFLOAD_LOAD_BYTES, "load B"),
+    (Signal.OFFLOAD_STORE_BYTES, "store B"),
+    (Signal.OFFLOAD_LOAD_SECONDS, None),
+    (Signal.OFFLOAD_STORE_SECONDS, None),
+    (Signal.GPU_PREFIX_QUERIES, None),
+    (Signal.GPU_PREFIX_HITS, "GPU hit tok"),
+    (Signal.EXTERNAL_PREFIX_QUERIES, None),
+    (Signal.EXTERNAL_PREFIX_HITS, "ext hit tok"),
+    (Signal.PROMPT_TOKENS, None),
 )
 
 _CACHE_KEYS = (

@@ -1,0 +1,47 @@
+"""The typed plugin seam: what a plugin (the canary today) may ask of the running exporter.
+
+A plugin is called once at start-up with a `PluginHost` and the shared HTTP session. It adds its
+series as a `Collector` (rendered with the others on every re-render), reports its own collector
+health under a closed `CollectorName`, and spawns its loops as exporter tasks, so it needs nothing of
+the exporter's internals. `poller.Exporter` implements the protocol; tests can pass a fake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeAlias
+
+import aiohttp
+
+from exporter.collector import Collector
+from exporter.config import Config
+from exporter.enums import CollectorName
+
+Session: TypeAlias = aiohttp.ClientSession
+"""The shared client session handed to plugins (one connection pool for polls and canaries)."""
+
+
+class PluginHost(Protocol):
+    """The exporter as a plugin sees it."""
+
+    @property
+    def config(self) -> Config:
+        """The exporter's configuration (targets, window); read-only for plugins."""
+        ...
+
+    def add_collector(self, collector: Collector) -> None:
+        """Render `collector`'s samples on every exposition from now on, after the built-in ones."""
+        ...
+
+    def report_collector(self, name: CollectorName, ok: bool, duration: float) -> None:
+        """Record a collector run (kvoffload_collector_success / _duration_seconds) and re-render."""
+        ...
+
+    def spawn(self, task: Awaitable[None]) -> None:
+        """Run `task` until the exporter stops (cancelled on shutdown)."""
+        ...
+
+
+Plugin = Callable[[PluginHost, Session], None]
+
+__all__ = ["Collector", "Plugin", "PluginHost", "Session"]
