@@ -18,29 +18,30 @@ from grafanalib._gen import DashboardEncoder
 
 from exporter.bundle.grafana_json import dumps, modernise
 from exporter.bundle.promql import Matcher, Query
-from exporter.catalogue import CATALOGUE, STATES
+from exporter.catalogue import CATALOGUE, STATES, Unit
+from exporter.enums import State
 
 OVERVIEW_UID = "kvoffload-overview"
 HEALTH_UID = "kvoffload-exporter-health"
 TAGS = ["vllm", "kv-offload", "kvoffload-exporter"]
 
-UNITS = {
-    "bytes": "bytes",
-    "seconds": "s",
-    "ratio": "percentunit",
-    "bytes_per_second": "Bps",
-    "tokens": "suffix: tokens",
+UNITS: dict[Unit, str] = {
+    Unit.BYTES: "bytes",
+    Unit.SECONDS: "s",
+    Unit.RATIO: "percentunit",
+    Unit.BYTES_PER_SECOND: "Bps",
+    Unit.TOKENS: "suffix: tokens",
 }
 """Catalogue unit → Grafana unit id (tests check every panel's unit against its metrics)."""
 
 _UNIT_NONE = {"fieldConfig": {"defaults": {"unit": "none"}}}  # StateTimeline has no unit parameter
 
-STATE_COLORS = {
-    "not_configured": "text",
-    "idle": "blue",
-    "storing": "yellow",
-    "store_without_load": "red",
-    "hit": "green",
+STATE_COLORS: dict[State, str] = {
+    State.NOT_CONFIGURED: "text",
+    State.IDLE: "blue",
+    State.STORING: "yellow",
+    State.STORE_WITHOUT_LOAD: "red",
+    State.HIT: "green",
 }
 
 

@@ -2,32 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from exporter.catalogue import (
     CANARY_PATHS,
+    CANARY_REASONS,
     CANARY_RESULTS,
+    CANARY_TIERS,
     CANARY_VERDICTS,
     CATALOGUE,
     COLLECTORS,
     SCRAPE_ERROR_REASONS,
     STATES,
+    Group,
 )
 
-GROUPS = {
-    "health": "Exporter and target health",
-    "engine": "Offload traffic and engine signals (cumulative, per engine)",
-    "derived": "Windowed derivations (over the exporter's `--window`)",
-    "memory": "Host and GPU memory",
-    "canary": "Canary",
+GROUPS: dict[Group, str] = {
+    Group.HEALTH: "Exporter and target health",
+    Group.ENGINE: "Offload traffic and engine signals (cumulative, per engine)",
+    Group.DERIVED: "Windowed derivations (over the exporter's `--window`)",
+    Group.MEMORY: "Host and GPU memory",
+    Group.CANARY: "Canary",
 }
 
-_CLOSED_SETS = {
-    "state": STATES,
-    "reason": SCRAPE_ERROR_REASONS,
-    "collector": COLLECTORS,
-    "path": CANARY_PATHS,
-    "result": CANARY_RESULTS,
-    "verdict": CANARY_VERDICTS,
-}
+_CLOSED_SETS: tuple[tuple[str, Sequence[str]], ...] = (
+    ("`state`", STATES),
+    ("`reason` (scrape errors)", SCRAPE_ERROR_REASONS),
+    ("`collector`", COLLECTORS),
+    ("`path`", CANARY_PATHS),
+    ("`result`", CANARY_RESULTS),
+    ("`reason` (canary cycles)", CANARY_REASONS),
+    ("`verdict`", CANARY_VERDICTS),
+    ("`tier`", CANARY_TIERS),
+)
+"""Label values the exporter writes from a closed set (the enums in exporter/enums.py, canary/types.py)."""
 
 
 def _cell(text: str) -> str:
@@ -47,8 +55,8 @@ def render() -> str:
         "Closed label value sets:",
         "",
     ]
-    for label, values in _CLOSED_SETS.items():
-        out.append(f"- `{label}`: " + ", ".join(f"`{v}`" for v in values))
+    for label, values in _CLOSED_SETS:
+        out.append(f"- {label}: " + ", ".join(f"`{v}`" for v in values))
     for group, title in GROUPS.items():
         metrics = [m for m in CATALOGUE.values() if m.group == group]
         if not metrics:
