@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,14 +142,8 @@ async def test_wait_strategy_without_traffic_never_displaces(tmp_path: Path) -> 
     assert doc["residency_seconds"] == {"gpu": 0.2}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def test_command_line_against_a_simulate_process(tmp_path: Path) -> None:
-    port = _free_port()
+def test_command_line_against_a_simulate_process(tmp_path: Path, free_port: Callable[[], int]) -> None:
+    port = free_port()
     sim = subprocess.Popen(
         [
             sys.executable,

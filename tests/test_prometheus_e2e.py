@@ -16,14 +16,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,12 +68,6 @@ NOT_SIMULATED = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _get(url: str, timeout: float = 2.0) -> bytes:
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return bytes(r.read())
@@ -95,8 +88,9 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], deadline: float) -> None
 class Stack:
     """Starts and stops every process; all on 127.0.0.1, all temporary."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, free_port: Callable[[], int]):
         self.tmp = tmp
+        self.free_port = free_port
         self.procs: list[subprocess.Popen[bytes]] = []
         self.exporters: dict[str, tuple[subprocess.Popen[bytes], list[str]]] = {}
         self.sims: dict[str, str] = {}
@@ -117,7 +111,7 @@ class Stack:
         return p
 
     def simulator(self, name: str, *flags: str) -> str:
-        port = _free_port()
+        port = self.free_port()
         p = self._spawn(
             f"sim-{name}",
             [
@@ -145,7 +139,7 @@ class Stack:
         return url
 
     def exporter(self, name: str, targets: list[dict[str, Any]]) -> str:
-        port = _free_port()
+        port = self.free_port()
         cfg = {
             "targets": targets,
             "poll_interval": 0.5,
@@ -194,7 +188,7 @@ class Stack:
         _wait_http(f"http://{args[-1]}/healthz", p, time.monotonic() + 20)
 
     def prometheus(self, jobs: dict[str, str]) -> None:
-        port = _free_port()
+        port = self.free_port()
         (self.tmp / "rules.yaml").write_text(prometheus_rules_yaml(FAST))
         cfg = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
@@ -268,8 +262,8 @@ def _dashboard_queries() -> list[tuple[str, str, str]]:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = Stack(tmp_path_factory.mktemp("prom-e2e"))
+def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]) -> Iterator[Stack]:
+    s = Stack(tmp_path_factory.mktemp("prom-e2e"), free_port)
     try:
         healthy = s.simulator(
             "healthy", "--calibration", "h200-qwen3-32b", "--vllm-version", "0.33", "--cpu-bytes", "16e9", "--seed", "1"
@@ -286,7 +280,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 {"url": slow, "name": "slow", "tier_bytes": 1e15},
                 {"url": control, "name": "control"},
                 {"url": upgrade, "name": "upgrade"},
-                {"url": f"http://127.0.0.1:{_free_port()}", "name": "down"},
+                {"url": f"http://127.0.0.1:{free_port()}", "name": "down"},
             ],
         )
         s.prometheus({HEALTHY: e_ok, FAULTS: e_bad})

@@ -6,12 +6,13 @@ from typing import Any
 
 import aiohttp
 import pytest
+from support.prom import series
+from support.scenario import ManualClock
 
 from exporter.derive import interval
 from exporter.normalise import normalise
 from exporter.sim.engine import SimRequest
 from exporter.sim.faults import FAULTS, FaultError, parse_fault
-from exporter.sim.scenario import ManualClock, series
 from exporter.sim.server import make_app
 from exporter.sim.simulator import SimOptions, Simulator, pad, truncate
 from exporter.sources.vllm_http import ScrapeError, fetch_metrics

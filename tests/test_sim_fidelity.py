@@ -7,10 +7,11 @@ import re
 
 import pytest
 from conftest import FIXTURES, fixture_text
+from support.prom import deltas, series
+from support.scenario import ManualClock, run_chain
 
 from exporter.sim.engine import SimRequest
 from exporter.sim.profiles import render
-from exporter.sim.scenario import ManualClock, deltas, run_chain, series
 from exporter.sim.simulator import SimOptions, Simulator
 
 _HELP = re.compile(r"^# HELP (\S+) (.*)$")

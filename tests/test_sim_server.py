@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from support.prom import series
 
-from exporter.sim.scenario import series
 from exporter.sim.server import make_app
 from exporter.sim.simulator import SimOptions, Simulator
 

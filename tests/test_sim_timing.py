@@ -7,9 +7,9 @@ import statistics
 from dataclasses import replace
 
 import pytest
+from support.scenario import modelled_ttft_ms
 
 from exporter.sim.calibration import FITTED_KINDS, H200_QWEN3_0_6B, H200_QWEN3_32B, REAL_TTFT_MS
-from exporter.sim.scenario import modelled_ttft_ms
 from exporter.sim.timing import TimeModel, expected_client_ttft_ms
 
 TOLERANCE = 0.15

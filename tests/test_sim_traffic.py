@@ -7,8 +7,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from support.prom import series
 
-from exporter.sim.scenario import series
 from exporter.sim.sender import check_loopback, send
 from exporter.sim.server import make_app
 from exporter.sim.simulator import SimOptions, Simulator

@@ -1,6 +1,6 @@
 """Built-in vLLM simulator: engine model, version exposition profiles, time model, faults, traffic.
 
 Pure modules (no I/O): `calibration`, `timing`, `cache`, `stats`, `engine`, `versions`, `profiles`,
-`faults`, `protocol`, `traffic`, `simulator`, `scenario`. The aiohttp server is `server`, the traffic
+`faults`, `protocol`, `traffic`, `simulator`. The aiohttp server is `server`, the traffic
 sender `sender`.
 """

@@ -1,18 +1,21 @@
 """Stdlib HTTP client for the e2e tests: GET endpoints, streamed completions, and counter reads from /metrics.
 
-The tests compare the exporter against the engine's own counters, so the counter reader here is a tiny,
-independent parser (it deliberately does not use exporter.exposition).
+The tests compare the exporter against the engine's own counters, so the counter reader is the tests' own
+(support.prom, prometheus_client's parser), deliberately not exporter.exposition.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import re
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
+
+from support.prom import samples, total
+
+__all__ = ["samples", "total"]
 
 MODEL = "tiny"
 FIRST_WORD_ID, VOCAB = 4, 32000  # token ids 0-3 are special tokens
@@ -91,26 +94,6 @@ def settle(base: str, pause: float = 0.5) -> None:
     NEXT engine step, so run a tiny 4-token request, then give the API server a moment to fold them in."""
     complete(base, FLUSH_PROMPT, max_tokens=1)
     time.sleep(pause)
-
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
-    out = []
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if m:
-            out.append((m[1], dict(_LABEL.findall(m[2] or "")), float(m[3])))
-    return out
-
-
-def total(text: str, name: str, **labels: str) -> float:
-    """Sum of all samples of `name` whose labels include `labels` (0.0 when there are none)."""
-    return sum(v for n, lab, v in samples(text) if n == name and all(lab.get(k) == want for k, want in labels.items()))
 
 
 def families(text: str) -> set[str]:

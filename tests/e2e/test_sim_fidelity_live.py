@@ -15,10 +15,10 @@ import re
 from dataclasses import dataclass, field
 
 import pytest
+from support.scenario import ManualClock
 
 from exporter.sim.engine import SimRequest
 from exporter.sim.profiles import render
-from exporter.sim.scenario import ManualClock
 from exporter.sim.simulator import SimOptions, Simulator
 
 from . import client

