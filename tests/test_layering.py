@@ -81,4 +81,6 @@ def test_only_the_named_modules_import_aiohttp(package: str, allowed: set[str]) 
         if "aiohttp" in {i.split(".")[0] for i in _imports(p)}
     }
     assert users <= allowed, users - allowed
-    assert {"engine", "profiles", "timing", "traffic", "simulator"} <= set(SIM_PURE)
+    # Each named module is seen importing aiohttp: a scan that found no imports at all would pass the
+    # line above vacuously.
+    assert users == allowed, allowed - users

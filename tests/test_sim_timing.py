@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 from dataclasses import replace
 
 import pytest
+from conftest import FIXTURES
 from support.scenario import modelled_ttft_ms
 
-from exporter.sim.calibration import FITTED_KINDS, H200_QWEN3_0_6B, H200_QWEN3_32B, REAL_TTFT_MS
+from exporter.sim.calibration import FITTED_KINDS, H200_QWEN3_0_6B, H200_QWEN3_32B, REAL_TTFT_MS, Calibration
 from exporter.sim.timing import TimeModel, expected_client_ttft_ms
 
 TOLERANCE = 0.15
@@ -36,18 +38,27 @@ def test_the_two_runs_reach_opposite_verdicts(modelled: tuple[str, dict[tuple[st
 
 
 @pytest.mark.parametrize(
-    "cal,queue_ms,engine_ttft_ms,load_ms",
+    "cal,fixture,queue_ms,engine_ttft_ms,load_ms",
     [
-        (H200_QWEN3_0_6B, 24.5, 29.3, 17.9),  # CPU-tier hit: response metrics and kv_offload_load_time
-        (H200_QWEN3_32B, 38.8, 42.1, 33.0),
+        (H200_QWEN3_0_6B, "h200-0.6b", 24.5, 29.3, 17.9),  # CPU-tier hit: response metrics and kv_offload_load_time
+        (H200_QWEN3_32B, "h200-32b", 38.8, 42.1, 33.0),
     ],
 )
-def test_server_side_split_of_a_cpu_tier_hit(cal, queue_ms: float, engine_ttft_ms: float, load_ms: float) -> None:
-    t = TimeModel(cal, noise=False).request(48, 5952 * cal.shape.kv_bytes_per_token, connector=True)
+def test_server_side_split_of_a_cpu_tier_hit(
+    cal: Calibration, fixture: str, queue_ms: float, engine_ttft_ms: float, load_ms: float
+) -> None:
+    model = TimeModel(cal, noise=False)
+    t = model.request(48, 5952 * cal.shape.kv_bytes_per_token, connector=True)
     assert t.queue_s * 1e3 == pytest.approx(queue_ms, rel=TOLERANCE)
     assert t.engine_ttft_s * 1e3 == pytest.approx(engine_ttft_ms, rel=TOLERANCE)
     assert t.load_s * 1e3 == pytest.approx(load_ms, rel=TOLERANCE)
-    assert t.prom_ttft_s == pytest.approx(t.queue_s + t.engine_ttft_s)  # the histogram includes the wait
+    # vLLM's TTFT histogram includes the wait: the real capture's histogram sum over the hit and its
+    # 4-token flush request matches queue + engine time (engine time alone is 29 % / 41 % short).
+    real = json.loads((FIXTURES / fixture / "expected_deltas.json").read_text(encoding="utf-8"))
+    step = real["A_04_after_pressure.prom -> A_05_after_cpu_tier_hit.prom"]
+    assert step["vllm:time_to_first_token_seconds_count"] == 2.0
+    modelled = t.prom_ttft_s + model.request(4, 0, connector=True).prom_ttft_s
+    assert modelled == pytest.approx(step["vllm:time_to_first_token_seconds_sum"], rel=TOLERANCE)
 
 
 def test_noisy_medians_with_a_fixed_seed() -> None:
@@ -60,9 +71,15 @@ def test_noisy_medians_with_a_fixed_seed() -> None:
 
 
 def test_noise_is_reproducible() -> None:
-    a = [TimeModel(H200_QWEN3_32B, random.Random(7)).request(6000, 0, True).client_ttft_s for _ in range(3)]
-    b = [TimeModel(H200_QWEN3_32B, random.Random(7)).request(6000, 0, True).client_ttft_s for _ in range(3)]
-    assert a == b
+    def draws(seed: int) -> list[float]:
+        model = TimeModel(H200_QWEN3_32B, random.Random(seed))
+        return [model.request(6000, 0, True).client_ttft_s for _ in range(5)]
+
+    a = draws(7)
+    assert len(set(a)) == len(a)  # noise is drawn per request, not once per model
+    assert draws(7) == a  # the same seed replays the same sequence
+    assert draws(8) != a  # ... and it is the seed that does it, not a fixed draw
+    assert expected_client_ttft_ms(H200_QWEN3_32B, 6000, 0, True) / 1e3 not in a
 
 
 def test_slow_load_divides_the_bandwidth() -> None:

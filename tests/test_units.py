@@ -143,6 +143,7 @@ def test_non_finite_cumulative_values_raise(value: str) -> None:
     # A gauge is passed on as it is.
     (e,) = normalise(f"vllm:num_requests_waiting{{{lb}}} {value}\n").engines
     assert e.requests_waiting is not None
+    assert str(e.requests_waiting) == str(float(value))  # the same non-finite value, not a stand-in
 
 
 def test_unknown_garbage_lines_are_ignored() -> None:
