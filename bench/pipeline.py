@@ -23,7 +23,7 @@ from exporter import derive
 from exporter.collector import TargetView, collect
 from exporter.normalise import normalise
 
-CAPTURE = Path(__file__).with_name("A_12_final.prom")
+CAPTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/h200-0.6b/A_12_final.prom"  # a real vLLM 0.26.0 body
 
 
 def pipeline(text: str, prev: derive.Point | None, t: float) -> tuple[derive.Point, str]:
