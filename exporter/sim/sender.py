@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from exporter.canary.protocol import SseReader
 from exporter.sim.traffic import Arrival, TrafficSpec, arrivals
 
 
@@ -72,16 +72,15 @@ async def _one(
                 report.errors += 1
                 return
             first = None
+            reader = SseReader()
             async for line in resp.content:
-                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
-                    continue
-                event = json.loads(line[6:])
-                if first is None and event.get("choices"):
-                    first = time.monotonic() - started
-                usage = event.get("usage")
-                if usage:
-                    report.prompt_tokens += usage.get("prompt_tokens", 0)
-                    report.cached_tokens += (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+                for event in reader.feed(line):
+                    if first is None and event.get("choices"):
+                        first = time.monotonic() - started
+                    usage = event.get("usage")
+                    if usage:
+                        report.prompt_tokens += usage.get("prompt_tokens", 0)
+                        report.cached_tokens += (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
             report.ok += 1
             if first is not None:
                 report.ttft_ms.append(first * 1e3)

@@ -15,6 +15,8 @@ from typing import Any
 
 from support.prom import samples, total
 
+from exporter.canary.protocol import SseReader
+
 __all__ = ["samples", "total"]
 
 MODEL = "tiny"
@@ -70,19 +72,16 @@ def complete(
     )
     with urllib.request.urlopen(req, timeout=timeout) as r:
         out = Completion(status=r.status)
+        reader = SseReader()  # the product's SSE splitter (exporter.canary.protocol), one for everything
         for raw in r:
-            line = raw.strip()
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
+            for chunk in reader.feed(raw):
+                out.chunks += 1
+                for choice in chunk.get("choices") or ():
+                    out.text += choice.get("text") or ""
+                if chunk.get("usage"):
+                    out.usage = chunk["usage"]
+            if reader.done:
                 break
-            chunk = json.loads(data)
-            out.chunks += 1
-            for choice in chunk.get("choices") or ():
-                out.text += choice.get("text") or ""
-            if chunk.get("usage"):
-                out.usage = chunk["usage"]
     return out
 
 
