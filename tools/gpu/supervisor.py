@@ -68,10 +68,8 @@ class Group:
             if p.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, signal.SIGINT)
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    pass
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(p.pid, signal.SIGKILL)  # the engine core and workers of the group too
             p.wait()
