@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from exporter.canary.protocol import SseReader
 from exporter.sim.traffic import Arrival, TrafficSpec, arrivals
 
 
@@ -51,6 +51,12 @@ class TrafficReport:
         )
 
 
+def _count_usage(report: TrafficReport, usage: object) -> None:
+    if isinstance(usage, dict) and usage:
+        report.prompt_tokens += usage.get("prompt_tokens", 0)
+        report.cached_tokens += (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+
+
 async def _one(
     session: aiohttp.ClientSession, url: str, a: Arrival, headers: dict[str, str], report: TrafficReport
 ) -> None:
@@ -72,20 +78,18 @@ async def _one(
                 report.errors += 1
                 return
             first = None
-            async for line in resp.content:
-                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
-                    continue
-                event = json.loads(line[6:])
-                if first is None and event.get("choices"):
-                    first = time.monotonic() - started
-                usage = event.get("usage")
-                if usage:
-                    report.prompt_tokens += usage.get("prompt_tokens", 0)
-                    report.cached_tokens += (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+            reader = SseReader()
+            async for chunk in resp.content.iter_any():
+                for event in reader.feed(chunk):
+                    if not isinstance(event, dict):
+                        continue
+                    if first is None and event.get("choices"):
+                        first = time.monotonic() - started
+                    _count_usage(report, event.get("usage"))
             report.ok += 1
             if first is not None:
                 report.ttft_ms.append(first * 1e3)
-    except (TimeoutError, aiohttp.ClientError, ValueError):
+    except (TimeoutError, aiohttp.ClientError, ValueError):  # ValueError: bad JSON or over an SSE cap
         report.errors += 1
 
 

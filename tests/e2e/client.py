@@ -1,7 +1,8 @@
 """Stdlib HTTP client for the e2e tests: GET endpoints, streamed completions, and counter reads from /metrics.
 
 The tests compare the exporter against the engine's own counters, so the counter reader here is a tiny,
-independent parser (it deliberately does not use exporter.exposition).
+independent parser (it deliberately does not use exporter.exposition). Streams are split by the project's
+one SSE parser (exporter.canary.protocol.SseReader).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
+
+from exporter.canary.protocol import SseReader
 
 MODEL = "tiny"
 FIRST_WORD_ID, VOCAB = 4, 32000  # token ids 0-3 are special tokens
@@ -67,19 +70,18 @@ def complete(
     )
     with urllib.request.urlopen(req, timeout=timeout) as r:
         out = Completion(status=r.status)
-        for raw in r:
-            line = raw.strip()
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
+        reader = SseReader()
+        for raw in r:  # one line at a time; the project's one SSE parser does the framing
+            for chunk in reader.feed(raw):
+                if not isinstance(chunk, dict):
+                    continue
+                out.chunks += 1
+                for choice in chunk.get("choices") or ():
+                    out.text += choice.get("text") or ""
+                if chunk.get("usage"):
+                    out.usage = chunk["usage"]
+            if reader.done:
                 break
-            chunk = json.loads(data)
-            out.chunks += 1
-            for choice in chunk.get("choices") or ():
-                out.text += choice.get("text") or ""
-            if chunk.get("usage"):
-                out.usage = chunk["usage"]
     return out
 
 
