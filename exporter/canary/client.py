@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -126,3 +128,10 @@ class CanaryClient:
 
     async def version(self, base_url: str) -> str | None:
         return await fetch_version(self.session, base_url, self.scrape_timeout)
+
+
+@asynccontextmanager
+async def open_client(api_key: ApiKey | None, request_timeout: float) -> AsyncIterator[CanaryClient]:
+    """A client with its own session (`check`; `serve` shares the exporter's session instead)."""
+    async with aiohttp.ClientSession(read_bufsize=1 << 20) as session:
+        yield CanaryClient(session, api_key, request_timeout=request_timeout)
