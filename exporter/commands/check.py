@@ -3,6 +3,9 @@
 Exit codes: 0 offload effective (offload_faster), 1 ineffective (offload_slower or no_offload_hit),
 2 inconclusive, 3 error. `--json FILE` holds the machine-readable verdict, `--out DIR` the evidence
 bundle (both /metrics snapshots, every request, the conditions, the report and a TTFT plot).
+
+This module is the flags; the procedure is canary.checkrun, the document canary.checkreport and the
+files canary.evidence.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
 
 from exporter.config import ConfigError
@@ -125,7 +129,10 @@ def settings_from_args(args: argparse.Namespace) -> Any:  # CanarySettings (impo
 
 
 async def run_check(
-    args: argparse.Namespace, stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr, sleep: Any = asyncio.sleep
+    args: argparse.Namespace,
+    stdout: TextIO = sys.stdout,
+    stderr: TextIO = sys.stderr,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> tuple[int, dict[str, Any]]:
     """The procedure; returns (exit code, JSON document). Usable from a running event loop (tests).
 
