@@ -17,7 +17,7 @@ CORE_PURE = ["catalogue", "enums", "exposition", "model", "normalise", "derive",
 CANARY_PURE = [
     *("types", "plan", "classify", "stats", "budget", "config", "protocol", "expose", "report", "png", "engine"),
     *("errors", "records", "state", "scrapes", "preflight", "prepared", "steps", "cycle", "pressure", "wait"),
-    "schedule",
+    *("schedule", "checkrun", "checkreport", "evidence"),
 ]
 SIM_IO = {"server", "sender"}
 SIM_PURE = sorted(m.name for m in pkgutil.iter_modules(exporter.sim.__path__) if m.name not in SIM_IO)
