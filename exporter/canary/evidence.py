@@ -53,7 +53,7 @@ def _plot(ev: Evidence) -> bytes:
     return png.ttft_plot(samples, f"kvoffload check {ev.result.request.target} {ev.doc['verdict']}")
 
 
-Render = Callable[[Evidence], "str | bytes | Mapping[str, str]"]
+Render = Callable[[Evidence], str | bytes | Mapping[str, str]]
 
 FILES: tuple[tuple[str, Render], ...] = (
     ("{role}_metrics_before.prom", lambda ev: ev.result.engine.first_snapshot),
