@@ -19,6 +19,7 @@ from exporter.canary.errors import CanaryError
 from exporter.canary.plan import Prompts
 from exporter.canary.protocol import MetricsError
 from exporter.canary.secrets import ApiKey, SecretError, load_api_key, load_or_create_secret
+from exporter.canary.types import CycleReason
 
 PREFIX = "kvoffload-exporter check"
 
@@ -93,7 +94,7 @@ class Progress:
                 self.stream.write(f"\r\x1b[K round {self.done + 1}/{self.rounds}: " + " ".join(self.parts[-4:]))
                 self.stream.flush()
         elif kind == "cycle":
-            if obj.reason != "error":
+            if obj.reason != CycleReason.ERROR:
                 self.done += 1
             prefix = "\r\x1b[K" if self.tty else ""
             self.stream.write(
@@ -111,7 +112,7 @@ async def _rounds(engine: CanaryEngine, rounds: int, stderr: TextIO, sleep: Slee
         if rec is None:
             print(f"{PREFIX}: token budget exhausted after {done} rounds", file=stderr)
             break
-        if rec.reason == "error":
+        if rec.reason == CycleReason.ERROR:
             errors += 1
             # The plan is kept: a failed request does not change the server's shape.
             await sleep(engine.backoff.failure(engine.retry_after))

@@ -6,12 +6,13 @@ from typing import Protocol
 
 from exporter.canary.prepared import PreparedRun
 from exporter.canary.records import CycleRecord
+from exporter.canary.types import Strategy
 
 
 class Cycle(Protocol):
     """One strategy: its token cost estimate and the phases of one cycle (filled into `rec`)."""
 
-    name: str
+    name: Strategy
 
     def cost(self, run: PreparedRun) -> int:
         """Upper estimate of one cycle's tokens (checked against the budget before starting)."""

@@ -44,11 +44,12 @@ from exporter.canary.records import (
 )
 from exporter.canary.scrapes import Scrapes
 from exporter.canary.state import CanaryState
+from exporter.canary.types import CycleReason, ProbeResult, Strategy
 from exporter.canary.wait import WaitCycle
 
 log = logging.getLogger("kvoffload.canary")
 
-CYCLES: dict[str, Cycle] = {c.name: c for c in (PressureCycle(), WaitCycle())}
+CYCLES: dict[Strategy, Cycle] = {c.name: c for c in (PressureCycle(), WaitCycle())}
 
 
 class Transport(Protocol):
@@ -138,7 +139,7 @@ class CanaryEngine:
 
     @staticmethod
     def cycle_of(run: PreparedRun) -> Cycle:
-        return CYCLES.get(run.strategy, CYCLES["wait"])
+        return CYCLES.get(run.strategy, CYCLES[Strategy.WAIT])
 
     def cycle_cost_of(self, run: PreparedRun) -> int:
         return self.cycle_of(run).cost(run)
@@ -161,23 +162,23 @@ class CanaryEngine:
         self._cycle_no += 1
         c = self._cycle_no
         started = self.clock()
-        rec = CycleRecord(c, run.strategy, started, started, result="error", reason="error", detail="")
+        rec = CycleRecord(c, run.strategy, started, started, ProbeResult.ERROR, CycleReason.ERROR, detail="")
         self.progress("cycle_start", c)
         try:
             await cycle.run(run, c, rec)
             self.backoff.success()
         except CycleFailed as e:
-            rec.result, rec.reason, rec.detail = "error", "error", e.detail
-            self.state.probes["error"] += 1
+            rec.result, rec.reason, rec.detail = ProbeResult.ERROR, CycleReason.ERROR, e.detail
+            self.state.probes[ProbeResult.ERROR] += 1
             self.retry_after = e.retry_after
         except BudgetExhausted as e:
-            rec.result, rec.reason, rec.detail = "error", "error", str(e)
+            rec.result, rec.reason, rec.detail = ProbeResult.ERROR, CycleReason.ERROR, str(e)
         self._finish(rec)
         return rec
 
     def _finish(self, rec: CycleRecord) -> None:
         rec.finished = self.clock()
-        if rec.reason != "error":
+        if rec.reason != CycleReason.ERROR:
             self.state.last_success = rec.finished
         self.state.cycles[rec.reason] += 1
         self.cycles.append(rec)

@@ -9,6 +9,7 @@ from exporter.canary import plan as planning
 from exporter.canary.errors import CanaryError, CycleFailed
 from exporter.canary.protocol import parse_models
 from exporter.canary.records import CONTROL, TARGET, Conditions, ServerInfo
+from exporter.canary.types import Strategy
 
 if TYPE_CHECKING:  # typing only: the engine imports this module
     from exporter.canary.engine import CanaryEngine
@@ -56,15 +57,15 @@ async def conditions(e: CanaryEngine) -> Conditions:
     eng = next((x for x in snap.engines if x.model_name == target.model), None)
     facts = planning.CacheFacts.from_engine(eng, target.max_model_len, snap.offload_configured)
     s = e.settings
-    strategy = s.effective_strategy
+    strategy = Strategy(s.effective_strategy)
     # Pressure seeds B after A's GPU revisit, so only one prefix must fit; the wait strategy keeps
     # A and B resident together until traffic evicts them.
-    resident = 2 if strategy == "wait" and e.state.uses_recompute() else 1
+    resident = 2 if strategy == Strategy.WAIT and e.state.uses_recompute() else 1
     try:
         sizing = planning.size(facts, s.prefix_tokens, s.chunk_tokens, s.filler_tokens, resident=resident)
     except planning.PlanError as err:
         raise CanaryError("plan", str(err)) from None
-    if strategy == "pressure" and not sizing.filler_count:
+    if strategy == Strategy.PRESSURE and not sizing.filler_count:
         raise CanaryError("plan", "pressure needs num_gpu_blocks and block_size from vllm:cache_config_info")
     if control and control.max_model_len and control.max_model_len <= sizing.prompt_tokens:
         raise CanaryError("plan", f"control target max_model_len {control.max_model_len} is too short")

@@ -15,6 +15,7 @@ from exporter.canary.classify import Classification, Deltas, classify
 from exporter.canary.errors import BudgetExhausted, CycleFailed
 from exporter.canary.protocol import Completion
 from exporter.canary.records import TARGET, Conditions, PhaseRecord, RequestRecord, ServerInfo
+from exporter.canary.types import Strategy
 
 if TYPE_CHECKING:  # typing only: the engine imports this module
     from exporter.canary.engine import CanaryEngine
@@ -55,7 +56,7 @@ class PreparedRun:
         return self.conditions.sizing
 
     @property
-    def strategy(self) -> str:
+    def strategy(self) -> Strategy:
         return self.conditions.strategy
 
     def as_dict(self) -> dict[str, Any]:

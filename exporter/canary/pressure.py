@@ -8,10 +8,11 @@ from __future__ import annotations
 from exporter.canary import steps
 from exporter.canary.prepared import PreparedRun, Probe
 from exporter.canary.records import CycleRecord
+from exporter.canary.types import Strategy
 
 
 class PressureCycle:
-    name = "pressure"
+    name = Strategy.PRESSURE
 
     def cost(self, run: PreparedRun) -> int:
         sz = run.sizing

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from exporter.canary import plan as planning
+from exporter.canary.types import CycleReason, ProbeResult, Strategy
 
 TARGET, CONTROL = "target", "control"
 
@@ -31,7 +32,7 @@ class Conditions:
     control: ServerInfo | None
     facts: planning.CacheFacts
     sizing: planning.Sizing
-    strategy: str
+    strategy: Strategy
     salt_fingerprint: str
 
     def as_dict(self) -> dict[str, Any]:
@@ -91,10 +92,10 @@ class PhaseRecord:
 @dataclass
 class CycleRecord:
     cycle: int
-    strategy: str
+    strategy: Strategy
     started: float
     finished: float
-    result: str  # the displaced revisit's classification, or error
-    reason: str  # catalogue.CANARY_REASONS
+    result: ProbeResult  # the displaced revisit's classification, or error
+    reason: CycleReason
     detail: str
     phases: list[PhaseRecord] = field(default_factory=list)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from exporter.canary.errors import CanaryError
+from exporter.canary.types import CycleReason
 
 if TYPE_CHECKING:  # typing only: the engine imports this module
     from exporter.canary.engine import CanaryEngine
@@ -19,7 +20,7 @@ async def _prepare_failed(e: CanaryEngine, err: CanaryError, on_cycle: Callable[
     log.warning("canary %s: %s", e.state.label, err)
     e.prepared = None
     # A target the canary cannot even prepare for is a failed cycle, not silence.
-    e.state.cycles["error"] += 1
+    e.state.cycles[CycleReason.ERROR] += 1
     e.failing = True
     on_cycle()
     await e.sleep(e.backoff.failure())
@@ -36,12 +37,12 @@ async def run_forever(e: CanaryEngine, on_cycle: Callable[[], None] = lambda: No
         except CanaryError as err:
             await _prepare_failed(e, err, on_cycle)
             continue
-        e.failing = rec is not None and rec.reason == "error"
+        e.failing = rec is not None and rec.reason == CycleReason.ERROR
         on_cycle()
         if rec is None:
             wait = min(s.interval, max(1.0, e.budget.seconds_until(e.cycle_cost_of(run))))
             await e.sleep(wait)
-        elif rec.reason == "error":
+        elif rec.reason == CycleReason.ERROR:
             log.warning("canary %s cycle %d failed: %s", e.state.label, rec.cycle, rec.detail)
             e.prepared = None  # re-read version, models and cache shape before the next try
             await e.sleep(max(e.backoff.failure(e.retry_after), s.interval / 10))

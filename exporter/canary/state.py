@@ -6,6 +6,7 @@ from collections import Counter, deque
 
 from exporter.canary.config import CanarySettings
 from exporter.canary.stats import Verdict, decide, median
+from exporter.canary.types import Tier
 from exporter.catalogue import CANARY_PATHS
 
 
@@ -17,13 +18,13 @@ class CanaryState:
         self.settings = settings
         maxlen = max_samples if max_samples is not None else settings.max_samples
         self.samples: dict[str, deque[float]] = {p: deque(maxlen=maxlen) for p in CANARY_PATHS}
-        self.probes: Counter[str] = Counter()
-        self.cycles: Counter[str] = Counter()
+        self.probes: Counter[str] = Counter()  # ProbeResult values
+        self.cycles: Counter[str] = Counter()  # CycleReason values
         self.offload_attempts = 0
         self.offload_hits_seen = 0
         self.last_success: float | None = None
         self.verdict: Verdict | None = None
-        self.residency: dict[str, float] = {}  # tier → longest idle seconds still a hit (wait strategy)
+        self.residency: dict[Tier, float] = {}  # longest idle seconds still a hit (wait strategy)
         self.recompute_control = "unknown"  # unknown | honoured | ignored | no_connector | off
         self.bytes_per_token: float | None = None
         self._bpt_candidates: list[float] = []

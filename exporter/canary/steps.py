@@ -11,6 +11,7 @@ from exporter.canary.classify import Classification, revisit_reason
 from exporter.canary.prepared import PreparedRun, Probe
 from exporter.canary.records import CONTROL, CycleRecord, PhaseRecord
 from exporter.canary.stats import CONTROL_ORDER
+from exporter.canary.types import CycleReason, ProbeResult
 
 
 @dataclass(frozen=True)
@@ -127,12 +128,12 @@ def judge(
     run: PreparedRun, rec: CycleRecord, rev: PhaseRecord, cls: Classification, stored: bool, got: dict[str, float]
 ) -> None:
     """The cycle's result and reason from the displaced revisit and the controls."""
-    rec.result = cls.result
+    rec.result = ProbeResult(cls.result)
     if cls.result == "offload_hit":
         ctl = next((got[k] for k in CONTROL_ORDER if k in got), None)
         ttft = rev.ttft_seconds
         slower = ctl is not None and ttft is not None and ttft > ctl
-        rec.reason = "loaded_but_slower" if slower else "ok"
+        rec.reason = CycleReason.LOADED_BUT_SLOWER if slower else CycleReason.OK
         if ctl is not None and ttft is not None:
             rec.detail = f"offload {ttft * 1000:.1f} ms vs control {ctl * 1000:.1f} ms"
         return

@@ -7,6 +7,7 @@ from __future__ import annotations
 from exporter.canary import steps
 from exporter.canary.prepared import PreparedRun, Probe
 from exporter.canary.records import CycleRecord
+from exporter.canary.types import CycleReason, ProbeResult, Strategy, Tier
 
 
 def wait_steps(initial: float, maximum: float) -> int:
@@ -19,7 +20,7 @@ def wait_steps(initial: float, maximum: float) -> int:
 
 
 class WaitCycle:
-    name = "wait"
+    name = Strategy.WAIT
 
     def cost(self, run: PreparedRun) -> int:
         s = run.engine.settings
@@ -39,14 +40,14 @@ class WaitCycle:
                 break
             steps.count(run, rev, cls, "offload_hit")
             steps.probe_done(run, rev)
-            e.state.residency["gpu"] = max(e.state.residency.get("gpu", 0.0), idle)
+            e.state.residency[Tier.GPU] = max(e.state.residency.get(Tier.GPU, 0.0), idle)
             if idle * 2 > s.wait_max:
-                rec.result, rec.reason = "gpu_hit", "not_displaced"
+                rec.result, rec.reason = ProbeResult.GPU_HIT, CycleReason.NOT_DISPLACED
                 rec.detail = f"still on the GPU after {idle:.0f}s idle"
                 return
             idle *= 2
         steps.revisit_done(run, rev, cls)
         if cls.result == "offload_hit":
-            e.state.residency["offload"] = max(e.state.residency.get("offload", 0.0), idle)
+            e.state.residency[Tier.OFFLOAD] = max(e.state.residency.get(Tier.OFFLOAD, 0.0), idle)
         got = await steps.controls(run, c, rec, seeded, idle)
         steps.judge(run, rec, rev, cls, seeded.stored, got)
