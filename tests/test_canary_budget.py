@@ -44,3 +44,18 @@ def test_backoff_doubles_with_jitter_and_honours_retry_after() -> None:
     assert b.failure(retry_after=30.0) == 8.0  # Retry-After, but never beyond the cap
     b.success()
     assert b.failure(retry_after=0.9) >= 0.9
+
+
+def test_default_backoffs_do_not_retry_in_lockstep() -> None:
+    """Two replicas built the default way (no RNG injected) draw different jitter."""
+    a, b = Backoff(1.0, 1e9), Backoff(1.0, 1e9)
+    da = [a.failure() for _ in range(20)]
+    db = [b.failure() for _ in range(20)]
+    assert da != db
+    for x, y, n in zip(da, db, range(20)):
+        assert 0.5 * 2**n <= min(x, y) and max(x, y) <= 2**n  # both still inside the doubling band
+
+
+def test_an_injected_rng_is_reproducible() -> None:
+    a, b = Backoff(1.0, 8.0, random.Random(5)), Backoff(1.0, 8.0, random.Random(5))
+    assert [a.failure() for _ in range(5)] == [b.failure() for _ in range(5)]

@@ -36,6 +36,20 @@ def test_parse_models() -> None:
 
 
 SEEN = web.AppKey("seen", list)
+SENT = web.AppKey("sent", list)
+
+
+async def _huge_line(resp: web.StreamResponse, sent: list[int]) -> web.StreamResponse:
+    chunk = b"x" * 2**20
+    try:
+        await resp.write(b"data: ")
+        for _ in range(64):
+            await resp.write(chunk)
+            sent.append(len(chunk))
+        await resp.write(b"\n\ndata: [DONE]\n\n")
+    except (ConnectionResetError, RuntimeError):  # the client hung up at its cap
+        pass
+    return resp
 
 
 async def _models(request: web.Request) -> web.Response:
@@ -56,6 +70,8 @@ async def _completions(request: web.Request) -> web.StreamResponse:
         return web.json_response({"error": "boom"}, status=500)
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
+    if mode == 64:  # a hostile server: one 64 MiB line, 1 MiB at a time
+        return await _huge_line(resp, request.app[SENT])
     await resp.write(b": keep-alive\n\n")
     # A first event without a token (role-like chunk), then the token-bearing one.
     await resp.write(_event({"choices": [{"index": 0, "text": ""}]}))
@@ -92,6 +108,7 @@ async def _completions(request: web.Request) -> web.StreamResponse:
 async def fake(aiohttp_server):  # type: ignore[no-untyped-def]
     app = web.Application()
     app[SEEN] = []
+    app[SENT] = []
     app.router.add_post("/v1/completions", _completions)
     app.router.add_get("/v1/models", _models)
     server = await aiohttp_server(app)
@@ -160,3 +177,11 @@ async def test_requests_to_one_target_are_serialised(fake) -> None:  # type: ign
         client._complete = counting  # type: ignore[method-assign]
         results = await asyncio.gather(*(client.complete(url, {"prompt": [1]}) for _ in range(4)))
     assert all(r.ok for r in results) and peak == 1
+
+
+async def test_a_64_mib_line_fails_fast_with_the_cap_error(fake) -> None:  # type: ignore[no-untyped-def]
+    server, app = fake
+    async with aiohttp.ClientSession() as session:
+        c = await CanaryClient(session).complete(str(server.make_url("")).rstrip("/"), {"prompt": [64]})
+    assert c.error == "too_large" and "line over the 8388608-byte cap" in c.detail
+    assert c.total is None  # stopped reading: no completed response

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import struct
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 from exporter.canary.png import _PALETTE, ttft_plot
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _decode(png: bytes) -> tuple[int, int, bytes]:
@@ -54,6 +62,41 @@ def test_plot_without_samples() -> None:
     assert (w, h) == (760, 34 + 44 + 40)
 
 
+SAMPLES = {"offload_hit": [0.05, 0.06, 0.0625], "cold": [0.04, 0.041], "control_target": [0.034]}
+TITLE = "kvoffload check http://127.0.0.1:8000 offload_slower"
+# sha256 of the decoded pixels (not of the file: zlib builds may compress the same pixels differently).
+# Regenerate after an intended drawing change: print(hashlib.sha256(_decode(ttft_plot(SAMPLES, TITLE))[2]).hexdigest())
+GOLDEN_PIXELS = "c850c8bd5f4adab64a1dcb824cef47937a53f3f528036e4129a500c61b69342c"
+
+_SUBPROCESS = """
+import json, sys
+from exporter.canary.png import ttft_plot
+samples, title = json.loads(sys.stdin.read())
+sys.stdout.buffer.write(ttft_plot(samples, title))
+"""
+
+
+def _fresh_copy() -> dict[str, tuple[float, ...]]:
+    """The same data as SAMPLES in new objects: other container types, floats computed anew."""
+    return {k: tuple(float(repr(v)) for v in vs) for k, vs in json.loads(json.dumps(SAMPLES)).items()}
+
+
 def test_identical_data_gives_identical_bytes() -> None:
-    s = {"offload_hit": [0.05, 0.06], "cold": [0.04]}
-    assert ttft_plot(s, "x") == ttft_plot(dict(s), "x")
+    """Same data → same pixels as the checked-in golden, byte-identical across independent builds and
+    processes with other hash seeds; different data → different bytes."""
+    png = ttft_plot(SAMPLES, TITLE)
+    assert hashlib.sha256(_decode(png)[2]).hexdigest() == GOLDEN_PIXELS
+    assert ttft_plot(_fresh_copy(), str(TITLE)) == png
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}
+        run = subprocess.run(
+            [sys.executable, "-c", _SUBPROCESS],
+            input=json.dumps([SAMPLES, TITLE]).encode(),
+            capture_output=True,
+            env=env,
+            check=True,
+        )
+        assert run.stdout == png, seed
+    other = {**SAMPLES, "offload_hit": [0.05, 0.06, 0.0626]}
+    assert ttft_plot(other, TITLE) != png
+    assert ttft_plot(SAMPLES, TITLE + "!") != png

@@ -15,17 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 IO = ("aiohttp", "psutil", "pynvml", "socket", "http.client", "http.server", "requests", "urllib.request")
 CORE_PURE = ["catalogue", "enums", "exposition", "model", "normalise", "derive", "render", "collector", "config"]
 CANARY_PURE = [
-    "types",
-    "plan",
-    "classify",
-    "stats",
-    "budget",
-    "config",
-    "protocol",
-    "expose",
-    "report",
-    "png",
-    "engine",
+    *("types", "plan", "classify", "stats", "budget", "config", "protocol", "expose", "report", "png", "engine"),
+    *("errors", "records", "state", "scrapes", "preflight", "prepared", "steps", "cycle", "pressure", "wait"),
+    *("schedule", "checkrun", "checkreport", "evidence"),
 ]
 SIM_IO = {"server", "sender"}
 SIM_PURE = sorted(m.name for m in pkgutil.iter_modules(exporter.sim.__path__) if m.name not in SIM_IO)

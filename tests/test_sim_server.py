@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 from support.prom import series
 
+from exporter.canary.protocol import SseReader
 from exporter.sim.server import make_app
 from exporter.sim.simulator import SimOptions, Simulator
 
@@ -25,11 +25,14 @@ def stream_body(prompt: Any = P, **extra: Any) -> dict[str, Any]:
 
 
 async def events(resp: Any) -> list[Any]:
-    raw = await resp.text()
-    assert raw.endswith("data: [DONE]\n\n")
-    chunks = raw.split("\n\n")[:-1]
-    assert all(c.startswith("data: ") for c in chunks)
-    return [json.loads(c[6:]) if c != "data: [DONE]" else "[DONE]" for c in chunks]
+    """vLLM's framing exactly (`data: ` events, blank-line separated), parsed by the one SSE parser."""
+    raw = await resp.read()
+    assert raw.endswith(b"data: [DONE]\n\n")
+    assert all(c.startswith(b"data: ") for c in raw.split(b"\n\n")[:-1])
+    reader = SseReader()
+    parsed: list[Any] = reader.feed(raw)
+    assert reader.done
+    return [*parsed, "[DONE]"]
 
 
 async def test_plain_endpoints(aiohttp_client: Any) -> None:

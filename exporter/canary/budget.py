@@ -62,11 +62,13 @@ class Backoff:
         self.initial = initial
         self.maximum = maximum
         self.failures = 0
-        self._rng = rng or random.Random(0)
+        # Unseeded (OS entropy) unless a test injects one: a fixed seed would give every replica the
+        # same jitter, so they would all retry in lockstep.
+        self._rng = rng if rng is not None else random.Random()
 
     def failure(self, retry_after: float | None = None) -> float:
         self.failures += 1
-        base = min(self.maximum, self.initial * 2 ** (self.failures - 1))
+        base = min(self.maximum, self.initial * 2.0 ** (self.failures - 1))
         delay = base * (0.5 + 0.5 * self._rng.random())  # jitter: replicas do not retry in lockstep
         if retry_after is not None:
             delay = max(delay, min(retry_after, self.maximum))

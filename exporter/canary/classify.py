@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.canary.types import CycleReason
 from exporter.derive import interval
 from exporter.model import Signal, Snapshot
 
@@ -127,12 +128,12 @@ def classify(
     return Classification("partial", hit, loaded, others, note="hit not visible in the counters")
 
 
-def revisit_reason(result: str, stored: bool, loads_seen_before: bool, gpu_part: bool = False) -> str:
+def revisit_reason(result: str, stored: bool, loads_seen_before: bool, gpu_part: bool = False) -> CycleReason:
     """Reason for a cycle whose displaced revisit came back as `result` (not offload_hit)."""
     if not stored:
-        return "no_store"
+        return CycleReason.NO_STORE
     if result == "gpu_hit" or (result == "partial" and gpu_part):
-        return "not_displaced"
+        return CycleReason.NOT_DISPLACED
     # Nothing loaded although the prefix was stored: either the tier lost it or the load path is
     # broken. A target that has served offload hits before evidently loads, so the entry is gone.
-    return "evicted_from_tier" if loads_seen_before else "no_load"
+    return CycleReason.EVICTED_FROM_TIER if loads_seen_before else CycleReason.NO_LOAD

@@ -2,8 +2,9 @@
 
 TTFT is measured twice from just before the request is sent: to the first SSE `data:` event and to
 the first event that carries a token (`text` or `token_ids`; text is empty with
-`--skip-tokenizer-init`, hence `return_token_ids`). The stream is read with `iter_any()` and split
-here, so a long `prompt_token_ids` echo can never raise aiohttp's LineTooLong. One asyncio lock per
+`--skip-tokenizer-init`, hence `return_token_ids`). The stream is read with `iter_any()` and folded
+by protocol.CompletionStream (linear, with a per-line and a per-response cap), so a long
+`prompt_token_ids` echo never raises aiohttp's LineTooLong and a hostile one cannot stall the loop. One asyncio lock per
 target keeps at most one canary request in flight there.
 """
 
@@ -12,11 +13,19 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
 
-from exporter.canary.protocol import Completion, MetricsError, SseReader, has_token
+from exporter.canary.protocol import (
+    MAX_LINE_BYTES,
+    MAX_RESPONSE_BYTES,
+    Completion,
+    CompletionStream,
+    MetricsError,
+)
 from exporter.canary.secrets import ApiKey
 from exporter.sources.vllm_http import ScrapeError, fetch_metrics, fetch_version
 
@@ -37,12 +46,16 @@ class CanaryClient:
         request_timeout: float = 120.0,
         scrape_timeout: float = 10.0,
         max_metrics_bytes: int = 16 * 1024 * 1024,
+        max_line_bytes: int = MAX_LINE_BYTES,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ):
         self.session = session
         self._key = api_key
         self.request_timeout = request_timeout
         self.scrape_timeout = scrape_timeout
         self.max_metrics_bytes = max_metrics_bytes
+        self.max_line_bytes = max_line_bytes
+        self.max_response_bytes = max_response_bytes
         self._locks: dict[str, asyncio.Lock] = {}
 
     def _headers(self) -> dict[str, str]:
@@ -73,49 +86,20 @@ class CanaryClient:
                     out.retry_after = _retry_after(resp)
                     out.detail = (await resp.content.read(512)).decode("utf-8", "replace")
                     return out
-                reader = SseReader()
-                first_choice: float | None = None
+                stream = CompletionStream(out, self.max_line_bytes, self.max_response_bytes)
                 async for chunk in resp.content.iter_any():
-                    for ev in reader.feed(chunk):
-                        now = time.perf_counter() - t0
-                        out.events += 1
-                        if out.ttft_event is None:
-                            out.ttft_event = now
-                        if isinstance(ev, dict) and "error" in ev:
-                            out.error, out.detail = "stream_error", json.dumps(ev["error"])[:512]
-                        if out.ttft_token is None and has_token(ev):
-                            out.ttft_token = now
-                        if first_choice is None and isinstance(ev, dict) and ev.get("choices"):
-                            first_choice = now
-                        if isinstance(ev, dict):
-                            if ev.get("usage"):
-                                out.usage = ev["usage"]
-                            if isinstance(ev.get("metrics"), dict):
-                                out.server_metrics = ev["metrics"]
-                            if ev.get("kv_transfer_params") is not None:
-                                out.kv_transfer_params = ev["kv_transfer_params"]
-                    if reader.done:
+                    if stream.feed(chunk, time.perf_counter() - t0):
                         break
-                out.total = time.perf_counter() - t0
-                if out.error is None and not reader.done:
-                    out.error, out.detail = "stream_error", "stream ended without [DONE]"
-                elif out.error is None and out.ttft_token is None:
-                    if first_choice is None:
-                        out.error, out.detail = "protocol", "no token-bearing event"
-                    else:  # a server without return_token_ids and no text: with max_tokens 1 the
-                        out.ttft_token = first_choice  # first choices event is the token's
-                        out.detail = "token event inferred (no text, no token_ids)"
+                stream.finish(time.perf_counter() - t0)
         except TimeoutError:
             out.error, out.detail = "timeout", f"no complete answer within {self.request_timeout}s"
         except aiohttp.ClientPayloadError as e:
             out.error, out.detail = "stream_error", str(e)[:512]
         except aiohttp.ClientError as e:
             out.error, out.detail = "connect", f"{type(e).__name__}: {e}"[:512]
-        except ValueError as e:  # a data: line that is not JSON
-            out.error, out.detail = "protocol", str(e)[:512]
         return out
 
-    async def get(self, base_url: str, path: str) -> tuple[int | None, Any]:
+    async def get(self, base_url: str, path: str) -> tuple[int | None, object]:
         """GET a small JSON (or empty) endpoint: (status, parsed body or None); (None, reason) on failure."""
         headers = self._key.header() if self._key is not None and path.startswith("/v1") else {}
         try:
@@ -126,7 +110,7 @@ class CanaryClient:
             ) as resp:
                 raw = await resp.content.read(4 * 1024 * 1024)
                 try:
-                    data = json.loads(raw) if raw.strip() else None
+                    data: object = json.loads(raw) if raw.strip() else None
                 except ValueError:
                     data = None
                 return resp.status, data
@@ -144,3 +128,10 @@ class CanaryClient:
 
     async def version(self, base_url: str) -> str | None:
         return await fetch_version(self.session, base_url, self.scrape_timeout)
+
+
+@asynccontextmanager
+async def open_client(api_key: ApiKey | None, request_timeout: float) -> AsyncIterator[CanaryClient]:
+    """A client with its own session (`check`; `serve` shares the exporter's session instead)."""
+    async with aiohttp.ClientSession(read_bufsize=1 << 20) as session:
+        yield CanaryClient(session, api_key, request_timeout=request_timeout)

@@ -12,8 +12,9 @@ Sample output (one target, abridged):
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from exporter.canary.state import CanaryState
 from exporter.canary.stats import quantile
 from exporter.catalogue import (
     CANARY_PATHS,
@@ -23,9 +24,6 @@ from exporter.catalogue import (
     CANARY_VERDICTS,
 )
 from exporter.collector import SampleSink
-
-if TYPE_CHECKING:  # typing only: the engine module stays out of this pure one at run time
-    from exporter.canary.engine import CanaryState
 
 QUANTILES = (0.25, 0.5, 0.75)
 

@@ -1,4 +1,4 @@
-"""Wire formats the canary speaks, without any I/O: SSE event splitting, completion results, /v1/models.
+"""Wire formats the canary speaks, without any I/O: SSE events, folding a stream into a completion, /v1/models.
 
 Kept apart from client.py so the engine and tests can use them without importing aiohttp.
 """
@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-ERRORS = ("http_429", "http_5xx", "http_4xx", "timeout", "connect", "stream_error", "protocol")
+ERRORS = ("http_429", "http_5xx", "http_4xx", "timeout", "connect", "stream_error", "protocol", "too_large")
 """Closed set of request failure reasons (evidence and logs; never free text in labels)."""
 
 
@@ -29,7 +29,7 @@ class Completion:
     error: str | None = None  # one of ERRORS
     detail: str = ""
     retry_after: float | None = None
-    kv_transfer_params: Any = None
+    kv_transfer_params: object = None
 
     @property
     def ok(self) -> bool:
@@ -53,30 +53,133 @@ class Completion:
         return int(self.usage.get("prompt_tokens") or 0) + int(self.usage.get("completion_tokens") or 0)
 
 
+MAX_LINE_BYTES = 8 * 1024 * 1024
+"""Longest SSE line accepted: a `prompt_token_ids` echo of a 128k-token prompt is about 1 MB."""
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+"""Most bytes read from one streamed completion (max_tokens 1: a few events, one of them long)."""
+
+
+class SseTooLarge(ValueError):
+    """A line or the whole stream went over its cap; reading stops at once (error `too_large`)."""
+
+
 class SseReader:
-    """Incremental `data:` event splitter (comments such as `: keep-alive` and blank lines skipped)."""
+    """Incremental `data:` event splitter (comments such as `: keep-alive` and blank lines skipped).
 
-    def __init__(self) -> None:
-        self._buf = b""
+    THE SSE parser of the project (canary client, simulator sender, tests). Linear in the stream size:
+    each byte is scanned for a newline once and copied at most twice (into the pending partial line,
+    and out of it when the line completes), whatever the chunking; a line over `max_line` bytes or a
+    stream over `max_response` bytes raises SseTooLarge as soon as the cap is crossed.
+    """
+
+    def __init__(self, max_line: int = MAX_LINE_BYTES, max_response: int = MAX_RESPONSE_BYTES) -> None:
+        self.max_line = max_line
+        self.max_response = max_response
+        self.received = 0
         self.done = False
+        self._partial = bytearray()
 
-    def feed(self, chunk: bytes) -> list[Any]:
-        self._buf += chunk
-        events: list[Any] = []
-        while b"\n" in self._buf:
-            line, self._buf = self._buf.split(b"\n", 1)
-            line = line.rstrip(b"\r")
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                self.done = True
-                continue
-            events.append(json.loads(payload))
+    def feed(self, chunk: bytes) -> list[object]:
+        """The complete `data:` events (parsed JSON) that `chunk` finishes; `[DONE]` sets `done`."""
+        self.received += len(chunk)
+        if self.received > self.max_response:
+            raise SseTooLarge(f"SSE stream over the {self.max_response}-byte cap")
+        events: list[object] = []
+        view, start = memoryview(chunk), 0
+        while (nl := chunk.find(b"\n", start)) >= 0:
+            self._check_line(nl - start)
+            if self._partial:
+                self._partial += view[start:nl]
+                line = bytes(self._partial)
+                self._partial.clear()
+            else:
+                line = chunk[start:nl]
+            start = nl + 1
+            self._line(line, events)
+        if start < len(chunk):
+            self._check_line(len(chunk) - start)
+            self._partial += view[start:]
         return events
 
+    def _check_line(self, more: int) -> None:
+        if len(self._partial) + more > self.max_line:
+            raise SseTooLarge(f"SSE line over the {self.max_line}-byte cap")
 
-def has_token(event: Any) -> bool:
+    def _line(self, line: bytes, events: list[object]) -> None:
+        line = line.rstrip(b"\r")
+        if not line.startswith(b"data:"):
+            return
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        events.append(json.loads(payload))
+
+
+class CompletionStream:
+    """Folds one streamed completion's body into a `Completion`; pure, fed chunks and their times.
+
+    TTFT twice: to the first `data:` event and to the first event that carries a token (`text` or
+    `token_ids`). `feed` returns True when reading should stop (`[DONE]`, or a framing error).
+    """
+
+    def __init__(self, out: Completion, max_line: int = MAX_LINE_BYTES, max_response: int = MAX_RESPONSE_BYTES):
+        self.out = out
+        self.reader = SseReader(max_line, max_response)
+        self._first_choice: float | None = None
+        self._broken = False
+
+    def feed(self, chunk: bytes, now: float) -> bool:
+        try:
+            events = self.reader.feed(chunk)
+        except SseTooLarge as e:
+            self.out.error, self.out.detail, self._broken = "too_large", str(e), True
+            return True
+        except ValueError as e:  # a data: line that is not JSON
+            self.out.error, self.out.detail, self._broken = "protocol", str(e)[:512], True
+            return True
+        for ev in events:
+            self._event(ev, now)
+        return self.reader.done
+
+    def _event(self, ev: object, now: float) -> None:
+        out = self.out
+        out.events += 1
+        if out.ttft_event is None:
+            out.ttft_event = now
+        if not isinstance(ev, dict):
+            return
+        if "error" in ev:
+            out.error, out.detail = "stream_error", json.dumps(ev["error"])[:512]
+        if out.ttft_token is None and has_token(ev):
+            out.ttft_token = now
+        if self._first_choice is None and ev.get("choices"):
+            self._first_choice = now
+        if ev.get("usage"):
+            out.usage = ev["usage"]
+        if isinstance(ev.get("metrics"), dict):
+            out.server_metrics = ev["metrics"]
+        if ev.get("kv_transfer_params") is not None:
+            out.kv_transfer_params = ev["kv_transfer_params"]
+
+    def finish(self, total: float) -> Completion:
+        """The completion once the body has ended (or reading stopped)."""
+        out = self.out
+        if self._broken:
+            return out
+        out.total = total
+        if out.error is None and not self.reader.done:
+            out.error, out.detail = "stream_error", "stream ended without [DONE]"
+        elif out.error is None and out.ttft_token is None:
+            if self._first_choice is None:
+                out.error, out.detail = "protocol", "no token-bearing event"
+            else:  # a server without return_token_ids and no text: with max_tokens 1 the
+                out.ttft_token = self._first_choice  # first choices event is the token's
+                out.detail = "token event inferred (no text, no token_ids)"
+        return out
+
+
+def has_token(event: object) -> bool:
     choices = event.get("choices") if isinstance(event, dict) else None
     if not choices or not isinstance(choices[0], dict):
         return False
@@ -90,7 +193,7 @@ class Models:
     max_model_len: dict[str, int] = field(default_factory=dict)
 
 
-def parse_models(data: Any) -> Models:
+def parse_models(data: object) -> Models:
     out = Models()
     items = data.get("data") if isinstance(data, dict) else None
     for m in items or []:

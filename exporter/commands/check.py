@@ -3,18 +3,17 @@
 Exit codes: 0 offload effective (offload_faster), 1 ineffective (offload_slower or no_offload_hit),
 2 inconclusive, 3 error. `--json FILE` holds the machine-readable verdict, `--out DIR` the evidence
 bundle (both /metrics snapshots, every request, the conditions, the report and a TTFT plot).
+
+This module is the flags; the procedure is canary.checkrun, the document canary.checkreport and the
+files canary.evidence.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import secrets
 import sys
-import time
-from dataclasses import asdict
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
 
 from exporter.config import ConfigError
@@ -129,195 +128,35 @@ def settings_from_args(args: argparse.Namespace) -> Any:  # CanarySettings (impo
         ) from None
 
 
-class _Progress:
-    """Live progress: one line per round; on a terminal the current phase is redrawn in place."""
-
-    def __init__(self, stream: TextIO, rounds: int, quiet: bool):
-        self.stream, self.rounds, self.quiet = stream, rounds, quiet
-        self.tty = hasattr(stream, "isatty") and stream.isatty()
-        self.parts: list[str] = []
-        self.done = 0
-
-    def __call__(self, kind: str, obj: Any) -> None:
-        if self.quiet:
-            return
-        if kind == "cycle_start":
-            self.parts = []
-        elif kind == "phase":
-            ttft = f" {obj.ttft_seconds * 1000:.0f}ms" if obj.ttft_seconds is not None else ""
-            self.parts.append(f"{obj.phase}:{obj.classification or 'done'}{ttft}")
-            if self.tty:
-                self.stream.write(f"\r\x1b[K round {self.done + 1}/{self.rounds}: " + " ".join(self.parts[-4:]))
-                self.stream.flush()
-        elif kind == "cycle":
-            if obj.reason != "error":
-                self.done += 1
-            prefix = "\r\x1b[K" if self.tty else ""
-            self.stream.write(
-                f"{prefix}round {obj.cycle} ({self.done}/{self.rounds} done): {obj.result}, "
-                f"{obj.reason}" + (f" - {obj.detail}" if obj.detail else "") + "\n"
-            )
-            self.stream.flush()
-
-
-def _write(path: Path, data: str | bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(data, bytes):
-        path.write_bytes(data)
-    else:
-        path.write_text(data, encoding="utf-8")
-
-
-def _jsonl(rows: list[dict[str, Any]]) -> str:
-    return "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
-
-
 async def run_check(
-    args: argparse.Namespace, stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr, sleep: Any = asyncio.sleep
+    args: argparse.Namespace,
+    stdout: TextIO = sys.stdout,
+    stderr: TextIO = sys.stderr,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> tuple[int, dict[str, Any]]:
-    """The procedure; returns (exit code, JSON document). Usable from a running event loop (tests)."""
-    import aiohttp
+    """The procedure; returns (exit code, JSON document). Usable from a running event loop (tests).
 
-    from exporter.canary import png, report
-    from exporter.canary.client import CanaryClient
-    from exporter.canary.engine import CanaryEngine, CanaryError
-    from exporter.canary.plan import Prompts
-    from exporter.canary.protocol import MetricsError
-    from exporter.canary.secrets import SecretError, load_api_key, load_or_create_secret
-    from exporter.commands.inspect import report as interval_report
-    from exporter.exposition import ParseError
-    from exporter.normalise import normalise
+    Flags → CheckRequest here; the run, the document and the files are canary.checkrun,
+    canary.checkreport and canary.evidence.
+    """
+    from exporter.canary import checkreport, checkrun, evidence, report
+    from exporter.canary.client import open_client
+    from exporter.canary.secrets import SecretError
 
     try:
         settings = settings_from_args(args)
-        api_key = load_api_key(settings.api_key_file, settings.api_key_env)
-        try:
-            secret = load_or_create_secret(settings.secret_file)
-        except SecretError as e:
-            if settings.secret_file:
-                raise
-            # A one-off check on a read-only home still works; its salt just differs from serve's.
-            print(f"kvoffload-exporter check: {e}; using a one-off salt secret", file=stderr)
-            secret = secrets.token_hex(32).encode()
+        keys = checkrun.load_keys(settings, stderr)
     except (ConfigError, SecretError) as e:
         print(f"kvoffload-exporter check: {e}", file=stderr)
-        return 3, {"verdict": "error", "exit_code": 3, "why": str(e)}
-    prompts = Prompts(secret, secrets.token_hex(4), settings.id_range)
-    progress = _Progress(stderr, args.rounds, args.quiet)
-    started = time.time()
-    error: str | None = None
-    after_text: dict[str, str] = {}
-    async with aiohttp.ClientSession(read_bufsize=1 << 20) as session:
-        client = CanaryClient(session, api_key, request_timeout=settings.request_timeout)
-        engine = CanaryEngine(
-            args.target,
-            settings,
-            client,
-            prompts,
-            control_url=settings.control_target,
-            progress=progress,
-            max_samples=settings.max_samples,
-            sleep=sleep,
-        )
-        try:
-            cond = await engine.prepare()
-        except CanaryError as e:
-            error = f"preflight failed ({e.reason}): {e.detail}"
-        if error is None:
-            sz = cond.sizing
-            if not args.quiet:
-                print(
-                    f"target {cond.target.url}: vLLM {cond.target.version or '?'}, model {cond.target.model}, "
-                    f"offload metrics {cond.target.generation}; strategy {cond.strategy}, prompt "
-                    f"{sz.prefix_tokens}+{sz.tail_tokens} tokens; ~{engine.cycle_cost():,} tokens per round",
-                    file=stderr,
-                )
-            done = errors = 0
-            while done < args.rounds and errors <= args.rounds:
-                rec = await engine.run_cycle()
-                if rec is None:
-                    print(f"kvoffload-exporter check: token budget exhausted after {done} rounds", file=stderr)
-                    break
-                if rec.reason == "error":
-                    errors += 1
-                    # The plan is kept: a failed request does not change the server's shape.
-                    await sleep(engine.backoff.failure(engine.retry_after))
-                    continue
-                done += 1
-            if done == 0 and errors:
-                error = f"every round failed ({errors}); last: {engine.cycles[-1].detail}"
-            for role, url in (("target", engine.url), ("control", engine.control_url)):
-                if url:
-                    try:
-                        after_text[role] = await client.metrics(url)
-                    except MetricsError as e:  # the verdict stands without the closing snapshot
-                        print(f"kvoffload-exporter check: final /metrics of {url} failed: {e}", file=stderr)
-    state = engine.state
-    phases = [asdict(p) for c in engine.cycles for p in c.phases]
-    first_event: dict[str, list[float]] = {}
-    for p in phases:
-        if p["counted"] and p["ttft_first_event_seconds"] is not None:
-            first_event.setdefault(p["path"], []).append(p["ttft_first_event_seconds"])
-    cycles = [{k: v for k, v in asdict(c).items() if k != "phases"} for c in engine.cycles]
-    interval: dict[str, Any] | None = None
-    if "target" in engine.first_snapshot and "target" in after_text:
-        try:
-            interval = interval_report(normalise(engine.first_snapshot["target"]), normalise(after_text["target"]))
-        except ParseError:  # evidence only
-            interval = None
-    extra = {
-        "recompute_control": state.recompute_control,
-        "bytes_per_token": state.bytes_per_token,
-        "tokens_spent": state.tokens_spent,
-        "offload_attempts": state.offload_attempts,
-        "residency_seconds": dict(state.residency),
-        "rounds_requested": args.rounds,
-        "rounds_completed": sum(1 for c in engine.cycles if c.reason != "error"),
-        "rounds_failed": sum(1 for c in engine.cycles if c.reason == "error"),
-        "duration_seconds": round(time.time() - started, 3),
-        "interval": interval,
-    }
-    doc = report.build(
-        state.verdict,
-        state.samples,
-        first_event,
-        phases,
-        cycles,
-        engine.conditions.as_dict() if engine.conditions else None,
-        extra,
-        error,
-    )
+        return 3, checkreport.error_document(str(e))
+    req = checkrun.CheckRequest(target=args.target, rounds=args.rounds, settings=settings, quiet=args.quiet)
+    async with open_client(keys.api_key, settings.request_timeout) as client:
+        result = await checkrun.run(req, client, keys, stderr=stderr, sleep=sleep)
+    doc = checkreport.document(result)
     text = report.text(doc)
     stdout.write(text)
-    plot = png.ttft_plot(
-        {p: list(state.samples[p]) for p in state.samples}, f"kvoffload check {args.target} {doc['verdict']}"
-    )
-    if args.json:
-        _write(Path(args.json), json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    if args.out:
-        out = Path(args.out)
-        for role, text_ in engine.first_snapshot.items():
-            _write(out / f"{role}_metrics_before.prom", text_)
-        for role, text_ in after_text.items():
-            _write(out / f"{role}_metrics_after.prom", text_)
-        _write(out / "requests.jsonl", _jsonl([asdict(r) for r in engine.requests]))
-        _write(out / "phases.jsonl", _jsonl(phases))
-        _write(out / "cycles.json", json.dumps(cycles, indent=2) + "\n")
-        from exporter import __version__
-
-        conditions = {
-            "exporter_version": __version__,
-            "argv": _public_argv(args),
-            "settings": settings.public(),
-            "conditions": doc["conditions"],
-            "salt_fingerprint": prompts.fingerprint,
-            "started": started,
-        }
-        _write(out / "conditions.json", json.dumps(conditions, indent=2, sort_keys=True, default=str) + "\n")
-        _write(out / "report.txt", text)
-        _write(out / "report.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
-        _write(out / "ttft.png", plot)
-    return doc["exit_code"], doc
+    evidence.write(evidence.Evidence(result, doc, text, _public_argv(args)), args.json, args.out)
+    return int(doc["exit_code"]), doc
 
 
 def _public_argv(args: argparse.Namespace) -> dict[str, Any]:

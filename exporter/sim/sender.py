@@ -51,6 +51,12 @@ class TrafficReport:
         )
 
 
+def _count_usage(report: TrafficReport, usage: object) -> None:
+    if isinstance(usage, dict) and usage:
+        report.prompt_tokens += usage.get("prompt_tokens", 0)
+        report.cached_tokens += (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+
+
 async def _one(
     session: aiohttp.ClientSession, url: str, a: Arrival, headers: dict[str, str], report: TrafficReport
 ) -> None:
@@ -73,18 +79,17 @@ async def _one(
                 return
             first = None
             reader = SseReader()
-            async for line in resp.content:
-                for event in reader.feed(line):
+            async for chunk in resp.content.iter_any():
+                for event in reader.feed(chunk):
+                    if not isinstance(event, dict):
+                        continue
                     if first is None and event.get("choices"):
                         first = time.monotonic() - started
-                    usage = event.get("usage")
-                    if usage:
-                        report.prompt_tokens += usage.get("prompt_tokens", 0)
-                        report.cached_tokens += (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+                    _count_usage(report, event.get("usage"))
             report.ok += 1
             if first is not None:
                 report.ttft_ms.append(first * 1e3)
-    except (TimeoutError, aiohttp.ClientError, ValueError):
+    except (TimeoutError, aiohttp.ClientError, ValueError):  # ValueError: bad JSON or over an SSE cap
         report.errors += 1
 
 

@@ -1,7 +1,8 @@
 """Stdlib HTTP client for the e2e tests: GET endpoints, streamed completions, and counter reads from /metrics.
 
 The tests compare the exporter against the engine's own counters, so the counter reader is the tests' own
-(support.prom, prometheus_client's parser), deliberately not exporter.exposition.
+(support.prom, prometheus_client's parser), deliberately not exporter.exposition. Streams are split by the
+project's one SSE parser (exporter.canary.protocol.SseReader).
 """
 
 from __future__ import annotations
@@ -72,9 +73,11 @@ def complete(
     )
     with urllib.request.urlopen(req, timeout=timeout) as r:
         out = Completion(status=r.status)
-        reader = SseReader()  # the product's SSE splitter (exporter.canary.protocol), one for everything
-        for raw in r:
+        reader = SseReader()
+        for raw in r:  # one line at a time; the project's one SSE parser does the framing
             for chunk in reader.feed(raw):
+                if not isinstance(chunk, dict):
+                    continue
                 out.chunks += 1
                 for choice in chunk.get("choices") or ():
                     out.text += choice.get("text") or ""

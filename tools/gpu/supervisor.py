@@ -116,6 +116,8 @@ def complete(port: int, model: str, tokens: list[int], salt: str | None = None) 
         reader = SseReader()
         while not reader.done and (line := r.readline()):
             for event in reader.feed(line):
+                if not isinstance(event, dict):
+                    continue
                 res.setdefault("ttft_ms", round((time.perf_counter() - t0) * 1e3, 3))
                 res |= {k: event[k] for k in ("usage", "metrics", "error") if event.get(k)}
         res["ok"] = "ttft_ms" in res and "error" not in res

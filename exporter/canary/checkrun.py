@@ -1,0 +1,173 @@
+"""`check`'s procedure: keys, preflight, N canary rounds, the closing scrapes; returns a CheckResult.
+
+No aiohttp and no flags here: commands/check.py parses the flags into a CheckRequest and hands in a
+transport (client.open_client); checkreport.py turns the result into the verdict document and
+evidence.py writes the files. Output goes to the given stream only (progress, never the secret).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
+
+from exporter.canary.config import CanarySettings
+from exporter.canary.engine import CanaryEngine, Sleep, Transport
+from exporter.canary.errors import CanaryError
+from exporter.canary.plan import Prompts
+from exporter.canary.protocol import MetricsError
+from exporter.canary.secrets import ApiKey, SecretError, load_api_key, load_or_create_secret
+from exporter.canary.types import CycleReason
+
+PREFIX = "kvoffload-exporter check"
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """What one check run needs, from the flags."""
+
+    target: str
+    rounds: int
+    settings: CanarySettings
+    quiet: bool = False
+
+
+@dataclass(frozen=True)
+class Keys:
+    api_key: ApiKey | None
+    secret: bytes = field(repr=False)
+
+
+@dataclass
+class CheckResult:
+    """Everything the report and the evidence are built from."""
+
+    request: CheckRequest
+    engine: CanaryEngine
+    prompts: Prompts
+    started: float
+    finished: float
+    error: str | None = None  # why there is no verdict (preflight failed, every round failed)
+    after: dict[str, str] = field(default_factory=dict)  # role → closing /metrics text
+
+    def phases(self) -> list[dict[str, Any]]:
+        return [asdict(p) for c in self.engine.cycles for p in c.phases]
+
+    def cycles(self) -> list[dict[str, Any]]:
+        return [{k: v for k, v in asdict(c).items() if k != "phases"} for c in self.engine.cycles]
+
+
+def load_keys(settings: CanarySettings, stderr: TextIO) -> Keys:
+    """The API key and the salt secret; raises ConfigError/SecretError for the caller to report."""
+    api_key = load_api_key(settings.api_key_file, settings.api_key_env)
+    try:
+        secret = load_or_create_secret(settings.secret_file)
+    except SecretError as e:
+        if settings.secret_file:
+            raise
+        # A one-off check on a read-only home still works; its salt just differs from serve's.
+        print(f"{PREFIX}: {e}; using a one-off salt secret", file=stderr)
+        secret = secrets.token_hex(32).encode()
+    return Keys(api_key, secret)
+
+
+class Progress:
+    """Live progress: one line per round; on a terminal the current phase is redrawn in place."""
+
+    def __init__(self, stream: TextIO, rounds: int, quiet: bool):
+        self.stream, self.rounds, self.quiet = stream, rounds, quiet
+        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.parts: list[str] = []
+        self.done = 0
+
+    def __call__(self, kind: str, obj: Any) -> None:
+        if self.quiet:
+            return
+        if kind == "cycle_start":
+            self.parts = []
+        elif kind == "phase":
+            ttft = f" {obj.ttft_seconds * 1000:.0f}ms" if obj.ttft_seconds is not None else ""
+            self.parts.append(f"{obj.phase}:{obj.classification or 'done'}{ttft}")
+            if self.tty:
+                self.stream.write(f"\r\x1b[K round {self.done + 1}/{self.rounds}: " + " ".join(self.parts[-4:]))
+                self.stream.flush()
+        elif kind == "cycle":
+            if obj.reason != CycleReason.ERROR:
+                self.done += 1
+            prefix = "\r\x1b[K" if self.tty else ""
+            self.stream.write(
+                f"{prefix}round {obj.cycle} ({self.done}/{self.rounds} done): {obj.result}, "
+                f"{obj.reason}" + (f" - {obj.detail}" if obj.detail else "") + "\n"
+            )
+            self.stream.flush()
+
+
+async def _rounds(engine: CanaryEngine, rounds: int, stderr: TextIO, sleep: Sleep) -> str | None:
+    """Up to `rounds` completed cycles (as many failures allowed); the error when none completed."""
+    done = errors = 0
+    while done < rounds and errors <= rounds:
+        rec = await engine.run_cycle()
+        if rec is None:
+            print(f"{PREFIX}: token budget exhausted after {done} rounds", file=stderr)
+            break
+        if rec.reason == CycleReason.ERROR:
+            errors += 1
+            # The plan is kept: a failed request does not change the server's shape.
+            await sleep(engine.backoff.failure(engine.retry_after))
+            continue
+        done += 1
+    if done == 0 and errors:
+        return f"every round failed ({errors}); last: {engine.cycles[-1].detail}"
+    return None
+
+
+async def _closing_scrapes(engine: CanaryEngine, client: Transport, stderr: TextIO) -> dict[str, str]:
+    after: dict[str, str] = {}
+    for role, url in (("target", engine.url), ("control", engine.control_url)):
+        if url:
+            try:
+                after[role] = await client.metrics(url)
+            except MetricsError as e:  # the verdict stands without the closing snapshot
+                print(f"{PREFIX}: final /metrics of {url} failed: {e}", file=stderr)
+    return after
+
+
+async def run(
+    req: CheckRequest, client: Transport, keys: Keys, *, stderr: TextIO, sleep: Sleep = asyncio.sleep
+) -> CheckResult:
+    """Preflight, the rounds and the closing scrapes; failures end up in `result.error`, not raised."""
+    s = req.settings
+    prompts = Prompts(keys.secret, secrets.token_hex(4), s.id_range)
+    engine = CanaryEngine(
+        req.target,
+        s,
+        client,
+        prompts,
+        control_url=s.control_target,
+        progress=Progress(stderr, req.rounds, req.quiet),
+        max_samples=s.max_samples,
+        sleep=sleep,
+    )
+    result = CheckResult(req, engine, prompts, started=time.time(), finished=0.0)
+    try:
+        run_ = await engine.prepare()
+    except CanaryError as e:
+        result.error = f"preflight failed ({e.reason}): {e.detail}"
+    else:
+        if not req.quiet:
+            t, sz = run_.target, run_.sizing
+            print(
+                f"target {t.url}: vLLM {t.version or '?'}, model {t.model}, offload metrics {t.generation}; "
+                f"strategy {run_.strategy}, prompt {sz.prefix_tokens}+{sz.tail_tokens} tokens; "
+                f"~{engine.cycle_cost():,} tokens per round",
+                file=stderr,
+            )
+        result.error = await _rounds(engine, req.rounds, stderr, sleep)
+        result.after = await _closing_scrapes(engine, client, stderr)
+    result.finished = time.time()
+    return result
+
+
+__all__ = ["CheckRequest", "CheckResult", "Keys", "Progress", "load_keys", "run"]

@@ -1,0 +1,29 @@
+"""The canary's three exceptions: preflight refused, one cycle failed, budget exhausted (no I/O)."""
+
+from __future__ import annotations
+
+
+class CanaryError(Exception):
+    """The canary cannot run against this target (preflight) — `reason` is a short closed word."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class CycleFailed(Exception):
+    """One request or scrape of a cycle failed; the cycle is recorded as an error, not raised further."""
+
+    def __init__(self, detail: str, retry_after: float | None = None):
+        super().__init__(detail)
+        self.detail = detail
+        self.retry_after = retry_after
+
+
+class BudgetExhausted(Exception):
+    """The next request does not fit the hourly token budget (the cycle stops where it is)."""
+
+    def __init__(self, wait: float):
+        super().__init__(f"token budget exhausted for {wait:.0f}s")
+        self.wait = wait

@@ -1,0 +1,100 @@
+"""`check --out DIR`: the evidence bundle, one row of FILES per file; `--json FILE`: the document.
+
+The table is the list of what a bundle holds (docs/canary.md lists the same files): a row's name
+may contain `{role}`, then its renderer returns one text per role (target, control).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from exporter.canary import png
+from exporter.canary.checkrun import CheckResult
+
+
+@dataclass(frozen=True)
+class Evidence:
+    result: CheckResult
+    doc: dict[str, Any]
+    text: str  # the verdict table as printed
+    argv: dict[str, Any]  # the flags as parsed (no secrets: keys come from files)
+
+
+def _jsonl(rows: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+
+
+def _json(obj: object) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+
+
+def _conditions(ev: Evidence) -> str:
+    from exporter import __version__
+
+    r = ev.result
+    doc = {
+        "exporter_version": __version__,
+        "argv": ev.argv,
+        "settings": r.request.settings.public(),
+        "conditions": ev.doc["conditions"],
+        "salt_fingerprint": r.prompts.fingerprint,
+        "started": r.started,
+    }
+    return json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
+
+
+def _plot(ev: Evidence) -> bytes:
+    state = ev.result.engine.state
+    samples = {p: list(state.samples[p]) for p in state.samples}
+    return png.ttft_plot(samples, f"kvoffload check {ev.result.request.target} {ev.doc['verdict']}")
+
+
+Render = Callable[[Evidence], str | bytes | Mapping[str, str]]
+
+FILES: tuple[tuple[str, Render], ...] = (
+    ("{role}_metrics_before.prom", lambda ev: ev.result.engine.first_snapshot),
+    ("{role}_metrics_after.prom", lambda ev: ev.result.after),
+    ("requests.jsonl", lambda ev: _jsonl([asdict(r) for r in ev.result.engine.requests])),
+    ("phases.jsonl", lambda ev: _jsonl(ev.result.phases())),
+    ("cycles.json", lambda ev: json.dumps(ev.result.cycles(), indent=2) + "\n"),
+    ("conditions.json", _conditions),
+    ("report.txt", lambda ev: ev.text),
+    ("report.json", lambda ev: _json(ev.doc)),
+    ("ttft.png", _plot),
+)
+
+
+def _write(path: Path, data: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, bytes):
+        path.write_bytes(data)
+    else:
+        path.write_text(data, encoding="utf-8")
+
+
+def write_bundle(out: Path, ev: Evidence) -> list[Path]:
+    """Every file of FILES under `out`; returns the paths written."""
+    written = []
+    for name, render in FILES:
+        data = render(ev)
+        items = data.items() if isinstance(data, Mapping) else [("", data)]
+        for role, content in items:
+            path = out / name.format(role=role)
+            _write(path, content)
+            written.append(path)
+    return written
+
+
+def write(ev: Evidence, json_path: str | None, out_dir: str | None) -> None:
+    """`--json` and `--out`, each when given (OSError propagates: the command reports it)."""
+    if json_path:
+        _write(Path(json_path), _json(ev.doc))
+    if out_dir:
+        write_bundle(Path(out_dir), ev)
+
+
+__all__ = ["FILES", "Evidence", "write", "write_bundle"]

@@ -1,0 +1,72 @@
+"""Preflight: health, models, version and a `/metrics` snapshot of the target (and control), then
+the plan — what a cycle will send. Failures are `CanaryError` with a closed reason."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from exporter.canary import plan as planning
+from exporter.canary.errors import CanaryError, CycleFailed
+from exporter.canary.protocol import parse_models
+from exporter.canary.records import CONTROL, TARGET, Conditions, ServerInfo
+from exporter.canary.types import Strategy
+
+if TYPE_CHECKING:  # typing only: the engine imports this module
+    from exporter.canary.engine import CanaryEngine
+
+
+async def server_info(e: CanaryEngine, role: str) -> ServerInfo:
+    url = e.url_of(role)
+    status, body = await e.client.get(url, "/health")
+    if status != 200:
+        raise CanaryError("health", f"{url}/health answered {status if status is not None else body}")
+    status, body = await e.client.get(url, "/v1/models")
+    if status == 401:
+        raise CanaryError("auth", f"{url}/v1/models needs an API key (--api-key-file or ${e.settings.api_key_env})")
+    models = parse_models(body) if status == 200 else None
+    if not models or not models.ids:
+        raise CanaryError("models", f"{url}/v1/models answered {status} without models")
+    wanted = e.settings.model
+    model = wanted if wanted in models.ids else models.ids[0]
+    if wanted and wanted not in models.ids and role == TARGET:
+        raise CanaryError("models", f"model {wanted!r} not served by {url} ({models.ids})")
+    version = await e.client.version(url)
+    try:
+        snap = await e.scrapes.scrape(role, keep_first=True)
+    except CycleFailed as err:
+        raise CanaryError("metrics", err.detail) from None
+    eng = next((x for x in snap.engines if x.model_name == model), snap.engines[0] if snap.engines else None)
+    return ServerInfo(
+        url=url,
+        version=version,
+        model=model,
+        max_model_len=models.max_model_len.get(model),
+        generation=snap.generation,
+        cache_config=dict(eng.cache_config) if eng else {},
+        offload_config=dict(eng.offload_config) if eng else {},
+    )
+
+
+async def conditions(e: CanaryEngine) -> Conditions:
+    """Both servers' facts and the sizes of this target's prompts."""
+    target = await server_info(e, TARGET)
+    control = await server_info(e, CONTROL) if e.control_url else None
+    snap = e.scrapes.last(TARGET)
+    if snap is None:  # server_info(TARGET) always leaves one
+        raise CanaryError("metrics", f"{target.url}/metrics: no snapshot")
+    eng = next((x for x in snap.engines if x.model_name == target.model), None)
+    facts = planning.CacheFacts.from_engine(eng, target.max_model_len, snap.offload_configured)
+    s = e.settings
+    strategy = Strategy(s.effective_strategy)
+    # Pressure seeds B after A's GPU revisit, so only one prefix must fit; the wait strategy keeps
+    # A and B resident together until traffic evicts them.
+    resident = 2 if strategy == Strategy.WAIT and e.state.uses_recompute() else 1
+    try:
+        sizing = planning.size(facts, s.prefix_tokens, s.chunk_tokens, s.filler_tokens, resident=resident)
+    except planning.PlanError as err:
+        raise CanaryError("plan", str(err)) from None
+    if strategy == Strategy.PRESSURE and not sizing.filler_count:
+        raise CanaryError("plan", "pressure needs num_gpu_blocks and block_size from vllm:cache_config_info")
+    if control and control.max_model_len and control.max_model_len <= sizing.prompt_tokens:
+        raise CanaryError("plan", f"control target max_model_len {control.max_model_len} is too short")
+    return Conditions(target, control, facts, sizing, strategy, e.prompts.fingerprint)

@@ -1,0 +1,101 @@
+"""The canary's evidence records: server facts, run conditions, one row per request, phase and cycle.
+
+Plain dataclasses, no behaviour beyond `as_dict`: `check` writes them as JSON lines, the engine and
+the strategies fill them in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from exporter.canary import plan as planning
+from exporter.canary.types import CycleReason, ProbeResult, Strategy
+
+TARGET, CONTROL = "target", "control"
+
+
+@dataclass
+class ServerInfo:
+    url: str
+    version: str | None
+    model: str
+    max_model_len: int | None
+    generation: str
+    cache_config: dict[str, str]
+    offload_config: dict[str, str]
+
+
+@dataclass
+class Conditions:
+    target: ServerInfo
+    control: ServerInfo | None
+    facts: planning.CacheFacts
+    sizing: planning.Sizing
+    strategy: Strategy
+    salt_fingerprint: str
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["sizing"] = self.sizing.as_dict()
+        d["gpu_cache_tokens"] = self.facts.gpu_cache_tokens
+        return d
+
+    def server(self, role: str) -> ServerInfo:
+        """The server a role's requests go to (the target when there is no control)."""
+        return self.control if role == CONTROL and self.control is not None else self.target
+
+
+@dataclass
+class RequestRecord:
+    t: float
+    cycle: int
+    phase: str
+    kind: str  # probe | filler | flush
+    role: str  # target | control
+    prompt_tokens: int
+    salt: str  # family | fresh (the salt itself never leaves the process)
+    kv_transfer_params: dict[str, Any] | None
+    status: int | None
+    error: str | None
+    detail: str
+    ttft_first_event_seconds: float | None
+    ttft_seconds: float | None
+    total_seconds: float | None
+    cached_tokens: int | None
+    usage: dict[str, Any] | None
+    server_metrics: dict[str, Any] | None
+
+
+@dataclass
+class PhaseRecord:
+    cycle: int
+    phase: str
+    role: str
+    expect: str
+    path: str
+    counted: bool  # entered the TTFT statistics of `path`
+    classification: str | None  # None for the displacement phase
+    ttft_seconds: float | None
+    ttft_first_event_seconds: float | None
+    cached_tokens: int | None
+    load_bytes: float
+    store_bytes: float
+    gpu_hit_tokens: float
+    external_hit_tokens: float
+    other_traffic_tokens: float
+    ambiguous: bool = False
+    idle_seconds: float | None = None
+    note: str = ""
+
+
+@dataclass
+class CycleRecord:
+    cycle: int
+    strategy: Strategy
+    started: float
+    finished: float
+    result: ProbeResult  # the displaced revisit's classification, or error
+    reason: CycleReason
+    detail: str
+    phases: list[PhaseRecord] = field(default_factory=list)

@@ -1,0 +1,51 @@
+"""The serve loop of one engine: a cycle every `interval`; preflight retried with back-off; a budget
+that allows no whole cycle waits until enough of the last hour's spending has expired."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from exporter.canary.errors import CanaryError
+from exporter.canary.types import CycleReason
+
+if TYPE_CHECKING:  # typing only: the engine imports this module
+    from exporter.canary.engine import CanaryEngine
+
+log = logging.getLogger("kvoffload.canary")
+
+
+async def _prepare_failed(e: CanaryEngine, err: CanaryError, on_cycle: Callable[[], None]) -> None:
+    log.warning("canary %s: %s", e.state.label, err)
+    e.prepared = None
+    # A target the canary cannot even prepare for is a failed cycle, not silence.
+    e.state.cycles[CycleReason.ERROR] += 1
+    e.failing = True
+    on_cycle()
+    await e.sleep(e.backoff.failure())
+
+
+async def run_forever(e: CanaryEngine, on_cycle: Callable[[], None] = lambda: None) -> None:
+    """Cycles every `interval` seconds until cancelled."""
+    s = e.settings
+    while True:
+        started = e.clock()
+        try:
+            run = e.prepared or await e.prepare()
+            rec = await e.run_cycle()
+        except CanaryError as err:
+            await _prepare_failed(e, err, on_cycle)
+            continue
+        e.failing = rec is not None and rec.reason == CycleReason.ERROR
+        on_cycle()
+        if rec is None:
+            wait = min(s.interval, max(1.0, e.budget.seconds_until(e.cycle_cost_of(run))))
+            await e.sleep(wait)
+        elif rec.reason == CycleReason.ERROR:
+            log.warning("canary %s cycle %d failed: %s", e.state.label, rec.cycle, rec.detail)
+            e.prepared = None  # re-read version, models and cache shape before the next try
+            await e.sleep(max(e.backoff.failure(e.retry_after), s.interval / 10))
+            e.retry_after = None
+        else:
+            await e.sleep(max(0.0, s.interval - (e.clock() - started)))

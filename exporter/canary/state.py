@@ -1,0 +1,55 @@
+"""What is exported and reported about one target's canary (samples, counters, verdict); pure."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+
+from exporter.canary.config import CanarySettings
+from exporter.canary.stats import Verdict, decide, median
+from exporter.canary.types import Tier
+from exporter.catalogue import CANARY_PATHS
+
+
+class CanaryState:
+    """Everything exported and reported about one target's canary; updated after every cycle."""
+
+    def __init__(self, label: str, settings: CanarySettings, max_samples: int | None = None):
+        self.label = label
+        self.settings = settings
+        maxlen = max_samples if max_samples is not None else settings.max_samples
+        self.samples: dict[str, deque[float]] = {p: deque(maxlen=maxlen) for p in CANARY_PATHS}
+        self.probes: Counter[str] = Counter()  # ProbeResult values
+        self.cycles: Counter[str] = Counter()  # CycleReason values
+        self.offload_attempts = 0
+        self.offload_hits_seen = 0
+        self.last_success: float | None = None
+        self.verdict: Verdict | None = None
+        self.residency: dict[Tier, float] = {}  # longest idle seconds still a hit (wait strategy)
+        self.recompute_control = "unknown"  # unknown | honoured | ignored | no_connector | off
+        self.bytes_per_token: float | None = None
+        self._bpt_candidates: list[float] = []
+        self.tokens_spent = 0
+        self.budget_remaining: float | None = None
+
+    def learn_bytes_per_token(self, store_bytes: float, own_tokens: int, other_tokens: float) -> None:
+        """Stored bytes over every prompt token that could have caused them: exact in a quiet window,
+        a lower bound under traffic (never above the truth, so a real full load always "covers" the
+        prefix; whether the hit was full at all comes from the request's own cached_tokens)."""
+        self._bpt_candidates.append(store_bytes / (own_tokens + other_tokens))
+        self.bytes_per_token = median(self._bpt_candidates[-25:])  # robust to one late-reported store
+
+    def uses_recompute(self) -> bool:
+        """The recompute control runs while it is configured and not proven ignored by the server."""
+        return self.settings.recompute_control and self.recompute_control not in ("ignored", "off")
+
+    def recompute(self) -> Verdict:
+        s = self.settings
+        self.verdict = decide(
+            {k: list(v) for k, v in self.samples.items()},
+            self.offload_attempts,
+            min_samples=s.min_samples,
+            seed=s.seed,
+            n_boot=s.bootstrap,
+            confidence=s.confidence,
+        )
+        return self.verdict

@@ -1,0 +1,53 @@
+"""Wait strategy: no fillers; revisit the prefix after doubling idle times and let real traffic evict
+it. Safe in production, and it measures how long a prefix stays reusable per tier (residency).
+"""
+
+from __future__ import annotations
+
+from exporter.canary import steps
+from exporter.canary.prepared import PreparedRun, Probe
+from exporter.canary.records import CycleRecord
+from exporter.canary.types import CycleReason, ProbeResult, Strategy, Tier
+
+
+def wait_steps(initial: float, maximum: float) -> int:
+    """Revisits per cycle: idle times initial, 2·initial, … up to `maximum`."""
+    n, idle = 1, initial
+    while idle * 2 <= maximum:
+        idle *= 2
+        n += 1
+    return n
+
+
+class WaitCycle:
+    name = Strategy.WAIT
+
+    def cost(self, run: PreparedRun) -> int:
+        s = run.engine.settings
+        extra = max(0, wait_steps(s.wait_initial, s.wait_max) - 1)
+        return run.probe_cost(run.base_probes() + extra)
+
+    async def run(self, run: PreparedRun, c: int, rec: CycleRecord) -> None:
+        seeded = await steps.seed_and_revisit(run, c, rec)
+        e, s = run.engine, run.engine.settings
+        idle = s.wait_initial
+        while True:
+            await e.sleep(idle)
+            probe = Probe("wait_revisit", run.tail(seeded.a), expect="offload_hit", path="offload_hit", idle=idle)
+            rev, cls = await run.probe(c, probe)
+            rec.phases.append(rev)
+            if cls.result != "gpu_hit":
+                break
+            steps.count(run, rev, cls, "offload_hit")
+            steps.probe_done(run, rev)
+            e.state.residency[Tier.GPU] = max(e.state.residency.get(Tier.GPU, 0.0), idle)
+            if idle * 2 > s.wait_max:
+                rec.result, rec.reason = ProbeResult.GPU_HIT, CycleReason.NOT_DISPLACED
+                rec.detail = f"still on the GPU after {idle:.0f}s idle"
+                return
+            idle *= 2
+        steps.revisit_done(run, rev, cls)
+        if cls.result == "offload_hit":
+            e.state.residency[Tier.OFFLOAD] = max(e.state.residency.get(Tier.OFFLOAD, 0.0), idle)
+        got = await steps.controls(run, c, rec, seeded, idle)
+        steps.judge(run, rec, rev, cls, seeded.stored, got)
