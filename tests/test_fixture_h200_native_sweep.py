@@ -1,0 +1,143 @@
+"""The 2026-12-01 H200 captures (vLLM 0.26.0, native OffloadingConnector, 0.6B and 14B shapes).
+
+Replays the real `/metrics` chain (initial → prefix stored → displaced → loaded back) through the
+exporter's interval report and checks it against an independent prometheus_client reading and the KV
+geometry of each shape; checks that the concurrency-sweep records prove what the doc claims (one tier
+load per burst, the other revisits GPU hits), and that the committed analysis is reproducible from the
+raw requests. Background: tests/fixtures/vllm-0.26.0-h200-native/README.md.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from conftest import FIXTURES, offload_bytes_oracle
+
+from exporter.commands.inspect import report as interval_report
+from exporter.normalise import normalise
+
+DIR = FIXTURES / "vllm-0.26.0-h200-native"
+ANALYZE = Path(__file__).resolve().parents[1] / "tools" / "gpu033" / "analyze.py"
+# KV bytes per token = 2 (K, V) x layers x KV heads x head_dim x 2 B (bf16); 64-token offload chunks.
+SHAPES = {
+    "0.6b": {"model": "Qwen/Qwen3-0.6B", "bytes_per_token": 2 * 28 * 8 * 128 * 2},
+    "14b": {"model": "Qwen/Qwen3-14B", "bytes_per_token": 2 * 40 * 8 * 128 * 2},
+}
+STEPS = ("00_initial", "01_after_store", "02_after_displace", "03_after_load")
+SWEEPS = ("sweep_0.6b_c1-8-32.jsonl.gz", "sweep_0.6b_c2-4-16.jsonl.gz", "sweep_14b_c1-8-32.jsonl.gz")
+
+
+def _interval(shape: str, server: str, a: str, b: str) -> dict:  # type: ignore[type-arg]
+    before = (DIR / f"{shape}_{server}_{a}.prom").read_text(encoding="utf-8")
+    after = (DIR / f"{shape}_{server}_{b}.prom").read_text(encoding="utf-8")
+    (engine,) = interval_report(normalise(before), normalise(after))["engines"]
+    return engine  # type: ignore[no-any-return]
+
+
+def _oracle_delta(shape: str, a: str, b: str) -> dict[str, float]:
+    x = offload_bytes_oracle((DIR / f"{shape}_A_{a}.prom").read_text(encoding="utf-8"))
+    y = offload_bytes_oracle((DIR / f"{shape}_A_{b}.prom").read_text(encoding="utf-8"))
+    return {k: y[k] - x[k] for k in x}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_store_step_stores_the_6000_token_prefix_and_loads_nothing(shape: str) -> None:
+    e = _interval(shape, "A", "00_initial", "01_after_store")
+    chunk_bytes = 64 * SHAPES[shape]["bytes_per_token"]
+    assert e["model_name"] == SHAPES[shape]["model"]
+    assert e["offload_store_bytes"] == 93 * chunk_bytes  # 6000 tokens -> 93 full 64-token chunks
+    assert e["offload_load_bytes"] == 0 and e["state"] == "storing"
+    assert _oracle_delta(shape, "00_initial", "01_after_store")["flat_store"] == e["offload_store_bytes"]
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_revisit_after_displacement_loads_the_prefix_back_from_the_cpu_tier(shape: str) -> None:
+    e = _interval(shape, "A", "02_after_displace", "03_after_load")
+    assert e["state"] == "hit"
+    assert e["offload_load_bytes"] == 5952 * SHAPES[shape]["bytes_per_token"] and e["offload_store_bytes"] == 0
+    assert e["external_prefix_hits"] == 5952 and e["gpu_prefix_hits"] == 0
+    assert _oracle_delta(shape, "02_after_displace", "03_after_load")["flat_load"] == e["offload_load_bytes"]
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_control_server_without_connector_is_not_configured_on_every_step(shape: str) -> None:
+    for a, b in zip(STEPS, STEPS[1:]):
+        e = _interval(shape, "B", a, b)
+        assert e["state"] == "not_configured", (a, b)
+        assert not e["offload_load_bytes"] and e["external_prefix_hits"] == 0
+
+
+def _rows(name: str) -> list[dict]:  # type: ignore[type-arg]
+    with gzip.open(DIR / name, "rt", encoding="utf-8") as f:
+        return [json.loads(x) for x in f if x.strip()]
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_every_offload_burst_loaded_the_shared_prefix_exactly_once(name: str) -> None:
+    rows = _rows(name)
+    shape = rows[0]["server"].rsplit("_", 1)[0]
+    prefix_bytes = 5120 * SHAPES[shape]["bytes_per_token"]
+    for r in rows:
+        ok = [q for q in r["requests"] if q.get("ok")]
+        assert len(ok) == r["level"], (r["level"], r["round"], r["path"])
+        d = r["metrics_delta"]
+        if r["path"] == "offload":
+            assert d["kv_offload_load_bytes_total"] == prefix_bytes
+            assert d["external_prefix_cache_hits_total"] == 5120
+            assert d.get("prefix_cache_hits_total", 0) == (r["level"] - 1) * 5120  # the rest hit the GPU
+            assert all(q["cached_tokens"] == 5120 for q in ok)
+        else:
+            assert "kv_offload_load_bytes_total" not in d
+            assert sorted(q["cached_tokens"] for q in ok) == [0] + [5120] * (r["level"] - 1)
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_sweep_has_at_least_ten_bursts_per_path_per_level(name: str) -> None:
+    rows = _rows(name)
+    for level in {r["level"] for r in rows}:
+        for path in ("offload", "control"):
+            assert sum(1 for r in rows if r["level"] == level and r["path"] == path) >= 10, (level, path)
+
+
+def _analyze() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu033_analyze", ANALYZE)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_committed_sweep_analysis_is_reproducible_from_the_raw_requests() -> None:
+    mod = _analyze()
+    committed = json.loads((DIR / "sweep_analysis.json").read_text(encoding="utf-8"))
+    assert sorted(committed) == sorted(SWEEPS)
+    for name in SWEEPS:
+        rows = mod.load(str(DIR / name))
+        levels = [mod.level_stats(rows, c) for c in sorted({r["level"] for r in rows})]
+        for got, want in zip(levels, committed[name]["levels"]):
+            assert got["concurrency"] == want["concurrency"]
+            assert got["delta_ttft_ms"] == pytest.approx(want["delta_ttft_ms"])
+            assert got["ci95_ms"] == pytest.approx(want["ci95_ms"])
+            assert got["verdict"] == want["verdict"]
+        assert mod.crossover(levels) == committed[name]["crossover"]
+
+
+def test_verdicts_flip_with_model_size_not_with_concurrency() -> None:
+    committed = json.loads((DIR / "sweep_analysis.json").read_text(encoding="utf-8"))
+    big = committed["sweep_14b_c1-8-32.jsonl.gz"]["levels"]
+    assert all(x["verdict"] == "offload_faster" for x in big)
+    small = committed["sweep_0.6b_c1-8-32.jsonl.gz"]["levels"] + committed["sweep_0.6b_c2-4-16.jsonl.gz"]["levels"]
+    assert all(x["verdict"] != "offload_faster" for x in small)
+
+
+@pytest.mark.parametrize(("shape", "verdict", "rc"), [("0.6b", "offload_slower", 1), ("14b", "offload_faster", 0)])
+def test_check_documents_record_the_verdict_and_the_ignored_in_band_control(shape: str, verdict: str, rc: int) -> None:
+    doc = json.loads((DIR / f"check_{shape}.json").read_text(encoding="utf-8"))
+    assert (doc["verdict"], doc["exit_code"], doc["rounds_completed"]) == (verdict, rc, 10)
+    assert doc["recompute_control"] == "ignored"  # 0.26.0 loads despite max_load_tokens: 0
+    assert doc["bytes_per_token"] == SHAPES[shape]["bytes_per_token"]
