@@ -2,8 +2,8 @@
 # Device side, one step per `run` call, from the repository root (tools/gpu033/README.md has the sequence).
 #   bash .gpu033/tools/device.sh 1            carry .gpu033/tools .gpu033/c1: chunk 1 -> /tmp, unpack p1 + p1b,
 #                                             machine facts, import test, compileall, exporter preflight
-#   bash .gpu033/tools/device.sh 2            carry .gpu033/tools .gpu033/c2: chunk 2 -> unpack p2; then
-#                                             `run 0.6b` (chain, check, sweep)
+#   bash .gpu033/tools/device.sh 2 [MODE [PRESET]]  carry .gpu033/tools .gpu033/c2: chunk 2 -> unpack p2;
+#                                             then MODE (run | check, default run) on PRESET (default 0.6b)
 #   bash .gpu033/tools/device.sh run PRESET   carry .gpu033/tools: A + B, chain, check, sweep (0.6b | 14b)
 #   bash .gpu033/tools/device.sh check PRESET carry .gpu033/tools: A + B and the product's check only
 #                                             (G033_CHECK_ARGS='check ... --concurrency 1,8,32 ...')
@@ -37,7 +37,7 @@ main() {
       need_marker
       [ -d .gpu033/c2 ] || { echo "carry .gpu033/c2"; return 2; }
       "$PY" "$HERE/burst.py" bundle .gpu033/c2 || return $?
-      "$PY" "$HERE/burst.py" run 0.6b
+      "$PY" "$HERE/burst.py" "${2:-run}" "${3:-0.6b}"
       ;;
     run|check)
       need_marker
@@ -47,5 +47,5 @@ main() {
     *) echo "unknown step $STEP"; return 2 ;;
   esac
 }
-main "$@" 2>&1 | tee -a "$OUT/step_${STEP}${2:+_$2}.log"
+main "$@" 2>&1 | tee -a "$OUT/step_${STEP}${2:+_$2}${3:+_$3}.log"
 exit "${PIPESTATUS[0]}"
