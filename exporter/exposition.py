@@ -17,7 +17,18 @@ Labels = tuple[tuple[str, str], ...]
 
 
 class ParseError(ValueError):
-    """The body is not a Prometheus text exposition we can read."""
+    """The body is not a Prometheus text exposition we can read. `reason` is a closed scrape error
+    reason (catalogue.SCRAPE_ERROR_REASONS): `parse`, or the cap that was hit."""
+
+    reason = "parse"
+
+
+class LimitError(ParseError):
+    """The body is readable but exceeds a cap of exporter.limits.Limits (`sample_limit`, `label_limit`)."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
 
 
 Sample = tuple[str, str, Any, float]
@@ -25,6 +36,12 @@ Sample = tuple[str, str, Any, float]
 A plain tuple: a NamedTuple's constructor costs more than parsing the line."""
 
 
+# The label block up to its closing brace, quote-aware: a `}` inside a value or an OpenMetrics
+# exemplar (`... 1 # {trace_id="x"} 0.5`) after the value must not end it.
+_BLOCK_RE = re.compile(r'(?:[^"}]|"(?:[^"\\]|\\.)*")*\}')
+# Prometheus float syntax (Go's ParseFloat, decimal form), ASCII digits only: no `1_000`, no `١`.
+_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NON_FINITE = frozenset({"nan", "inf", "+inf", "-inf"})  # as Prometheus spells them, any case
 _LABEL_RE = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
@@ -47,6 +64,19 @@ def parse_labels(text: str) -> Labels:
         out.append((m.group(1), value))
         pos = m.end()
     return tuple(out)
+
+
+def parse_float(text: str, what: str) -> float:
+    """A float in Prometheus syntax (decimal, or NaN/±Inf spelled out, which callers then refuse
+    or drop); Python-only forms and a decimal that overflows (`1e999`, as Go's ParseFloat) fail."""
+    if _FLOAT_RE.fullmatch(text):
+        v = float(text)
+        if v - v == 0.0:  # false for inf (inf - inf is nan)
+            return v
+        raise ParseError(f"{what}: {text!r} overflows a float")
+    if text.lower() in _NON_FINITE:
+        return float(text)
+    raise ParseError(f"{what}: not a Prometheus float: {text[:40]!r}")
 
 
 def canonical(name: str) -> str:
@@ -84,17 +114,26 @@ def selector(families: tuple[str, ...], histograms: frozenset[str]) -> Selector:
     return Selector(frozenset(f[5 : 5 + KEY] for f in families) | type_keys, names)
 
 
-def read(text: str, sel: Selector, labels_of: Callable[[str], Any] = parse_labels) -> tuple[list[Sample], set[str]]:
+def read(
+    text: str,
+    sel: Selector,
+    labels_of: Callable[[str], Any] = parse_labels,
+    max_samples: int | None = None,
+) -> tuple[list[Sample], set[str]]:
     """Return the samples of the selected families and the families named in TYPE lines.
 
     `_created` samples and look-alike families are dropped by exact name. `labels_of` turns the text
     between the braces into the sample's labels (a cached caller-specific reading saves a second pass
-    over every label set). Raises ParseError on a selected line that cannot be read.
+    over every label set). Raises ParseError on a selected line that cannot be read or that repeats a
+    series exactly, LimitError past `max_samples` (checked while reading, so a huge body costs no
+    more than the cap).
     """
     samples: list[Sample] = []
     append = samples.append
     typed: set[str] = set()
+    seen: set[str] = set()
     keys, names = sel
+    cap = max_samples if max_samples is not None else -1
     for line in text.split("\n"):
         # One slice + set lookup per line: the cheapest filter that drops most unwanted families.
         if line[5 : 5 + KEY] not in keys:
@@ -105,28 +144,38 @@ def read(text: str, sel: Selector, labels_of: Callable[[str], Any] = parse_label
                 if len(parts) >= 3:
                     typed.add(canonical(parts[2]))
             continue
-        brace = line.find("{")
-        if brace >= 0:
-            target = names.get(line[:brace])
-            if target is None:
-                continue
-            close = line.rfind("}")
-            if close < brace:
-                raise ParseError(f"unterminated label set: {line[:120]!r}")
-            labels = labels_of(line[brace + 1 : close])
-            rest = line[close + 1 :]
-        else:
-            raw_name, _, rest = line.partition(" ")
-            target = names.get(raw_name)
-            if target is None:
-                continue
-            labels = labels_of("")
+        target, series, labels, rest = _split_line(line, names, labels_of)
+        if target is None:
+            continue
+        if series in seen:
+            raise ParseError(f"duplicate series: {line[:120]!r}")
+        seen.add(series)
         fields = rest.split()
         if not fields:
             raise ParseError(f"sample without value: {line[:120]!r}")
-        try:
-            value = float(fields[0])
-        except ValueError:
-            raise ParseError(f"bad sample value: {line[:120]!r}") from None
-        append((target[0], target[1], labels, value))
+        append((target[0], target[1], labels, parse_float(fields[0], series[:120])))
+        if len(samples) > cap >= 0:
+            raise LimitError("sample_limit", f"more than {cap} samples of the selected vLLM families")
     return samples, typed
+
+
+def _split_line(
+    line: str, names: dict[str, tuple[str, str]], labels_of: Callable[[str], Any]
+) -> tuple[tuple[str, str] | None, str, Any, str]:
+    """(family target or None when not selected, series text, labels, text after the series)."""
+    brace = line.find("{")
+    space = line.find(" ")
+    if brace >= 0 and (space < 0 or brace < space):
+        target = names.get(line[:brace])
+        if target is None:
+            return None, "", None, ""
+        m = _BLOCK_RE.match(line, brace + 1)
+        if m is None:
+            raise ParseError(f"unterminated label set: {line[:120]!r}")
+        close = m.end() - 1
+        return target, line[: close + 1], labels_of(line[brace + 1 : close]), line[close + 1 :]
+    raw_name, _, rest = line.partition(" ")
+    target = names.get(raw_name)
+    if target is None:
+        return None, "", None, ""
+    return target, raw_name, labels_of(""), rest

@@ -13,7 +13,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from functools import lru_cache
 
-from exporter.exposition import Labels, ParseError, parse_labels, read, selector
+from exporter.exposition import Labels, LimitError, ParseError, parse_float, parse_labels, read, selector
+from exporter.limits import Limits
 from exporter.model import OFFLOAD_SIGNALS, EngineSignals, Generation, Histogram, Signal, Snapshot
 
 # Canonical family -> counter signal. Order matters only for the alias families below.
@@ -100,10 +101,7 @@ def _split(text: str) -> tuple[tuple[str, str], Labels, bool, float | None]:
             pid = True
         else:
             if k == "le":
-                try:
-                    le = float(v)
-                except ValueError:
-                    raise ParseError(f"bad histogram bound le={v!r}") from None
+                le = _bound(v)
             rest.append((k, v))
     return (model, engine), tuple(rest), pid, le
 
@@ -111,12 +109,31 @@ def _split(text: str) -> tuple[tuple[str, str], Labels, bool, float | None]:
 _INF = float("inf")
 
 
+def _bound(v: str) -> float:
+    """A bucket bound of a size or duration histogram: +Inf or a finite number >= 0."""
+    if v in ("+Inf", "Inf", "inf", "+inf"):
+        return _INF
+    b = parse_float(v, "histogram bound le")
+    if b < 0:
+        raise ParseError(f"impossible histogram bound le={v!r} for a size or duration")
+    return b
+
+
 def _finite(v: float, what: str) -> float:
-    """A cumulative value must be finite: one NaN or Inf would poison the reset-adjusted totals for
-    the exporter's lifetime (Inf - Inf is NaN), so the poll fails with reason `parse` instead."""
-    if not -_INF < v < _INF:
-        raise ParseError(f"non-finite cumulative value {v} in {what}")
+    """A cumulative value must be finite and >= 0: read() already refuses NaN/Inf in the body, so
+    this catches a negative counter and a sum of children that overflowed (two pid children of
+    1e308 are +Inf), either of which would poison the reset-adjusted totals for the exporter's
+    lifetime. The poll fails with reason `parse` instead."""
+    if not 0.0 <= v < _INF:
+        raise ParseError(f"{'negative' if -_INF < v < 0 else 'non-finite'} cumulative value {v} in {what}")
     return v
+
+
+def _gauge(prev: float | None, value: float) -> float | None:
+    """max of pid children; a NaN/±Inf gauge is dropped (absent, never exported), not a failed poll."""
+    if value - value != 0.0:
+        return prev
+    return value if prev is None else max(prev, value)
 
 
 class _Hist:
@@ -131,16 +148,20 @@ class _Hist:
         if sfx == "bucket":
             if le is None:
                 return
-            self.buckets[le] = self.buckets.get(le, 0.0) + _finite(value, "histogram bucket")
+            self.buckets[le] = _finite(self.buckets.get(le, 0.0) + _finite(value, "histogram bucket"), "bucket sum")
         elif sfx == "sum":
             self.sum += value
+            if self.sum - self.sum != 0.0:
+                raise ParseError(f"non-finite histogram sum {self.sum}")
         elif sfx == "count":
-            self.count += _finite(value, "histogram count")
+            self.count = _finite(self.count + _finite(value, "histogram count"), "histogram count")
 
     def freeze(self) -> Histogram:
         bounds = sorted(self.buckets)
         finite = tuple(b for b in bounds if b != float("inf"))
         counts = tuple(self.buckets[b] for b in finite) + (self.buckets.get(float("inf"), self.count),)
+        if any(a > b for a, b in zip(counts, counts[1:])):
+            raise ParseError("histogram buckets are not cumulative (a count decreases as le grows)")
         return Histogram(finite, counts, self.sum, self.count)
 
 
@@ -172,9 +193,25 @@ def _transfer_direction(rest: Labels) -> int | None:
     return None
 
 
-def normalise(text: str) -> Snapshot:
-    """Read one vLLM exposition. Raises exposition.ParseError on an unreadable body."""
-    samples, typed = read(text, _SELECTOR, _split)
+def _labels_reader(max_len: int) -> Callable[[str], tuple[tuple[str, str], Labels, bool, float | None]]:
+    """`_split`, refusing any label value longer than `max_len` (a 3.5 MB `model_name` would be
+    copied into every derived series). Only label texts longer than the cap need the check."""
+
+    def labels_of(text: str) -> tuple[tuple[str, str], Labels, bool, float | None]:
+        if len(text) > max_len:
+            for k, v in parse_labels(text):
+                if len(v) > max_len:
+                    raise LimitError("label_limit", f"label {k} is {len(v)} characters long (limit {max_len})")
+        return _split(text)
+
+    return labels_of
+
+
+def normalise(text: str, limits: Limits | None = None) -> Snapshot:
+    """Read one vLLM exposition within `limits` (defaults when None). Pure and CPU-bound: the
+    poller runs it off the event loop. Raises exposition.ParseError (LimitError past a cap)."""
+    lim = limits or Limits()
+    samples, typed = read(text, _SELECTOR, _labels_reader(lim.label_value_length_limit), lim.sample_limit)
     families: set[str] = {f for f in typed if f in _FAMILY_SET}
     engines: dict[tuple[str, str], _Engine] = defaultdict(_Engine)
     engine_only: dict[str, dict[str, str]] = {}  # cache_config_info has `engine` but no model_name
@@ -196,6 +233,8 @@ def normalise(text: str) -> Snapshot:
         if handler is not None:
             handler(e, fam, sfx, value, rest, le)
 
+    if len(engines) > lim.engine_limit:
+        raise LimitError("sample_limit", f"{len(engines)} engines (limit {lim.engine_limit})")
     generation = (
         Generation.FLAT
         if families & _GEN_FLAT
@@ -256,7 +295,7 @@ def _freeze(
 
 
 def _add(d: dict[Signal, float], k: Signal, v: float) -> None:
-    d[k] = d.get(k, 0.0) + _finite(v, k)  # sums children that differ only by pid
+    d[k] = _finite(d.get(k, 0.0) + _finite(v, k), k)  # sums children that differ only by pid
 
 
 def _on_flat(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
@@ -276,17 +315,19 @@ def _on_counter(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: 
 def _on_alias(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
     current = _ALIASES[fam]
     if current in _GAUGES:
-        prev = e.alias_gauges.get(_GAUGES[current])
-        e.alias_gauges[_GAUGES[current]] = value if prev is None else max(prev, value)
+        v = _gauge(e.alias_gauges.get(_GAUGES[current]), value)
+        if v is not None:
+            e.alias_gauges[_GAUGES[current]] = v
     else:
         _add(e.alias_counters, _COUNTERS[current], value)
 
 
 def _on_gauge(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
     sig = _GAUGES[fam]
-    prev = e.gauges.get(sig)
     # pid-split gauges (multiprocess mode) go stale per process: max is advisory, never a sum.
-    e.gauges[sig] = value if prev is None else max(prev, value)
+    v = _gauge(e.gauges.get(sig), value)
+    if v is not None:
+        e.gauges[sig] = v
 
 
 def _on_hist(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
@@ -303,7 +344,7 @@ def _on_legacy_size(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, 
 def _on_by_source(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
     for k, v in rest:
         if k == "source":
-            e.by_source[v] += _finite(value, fam)
+            e.by_source[v] = _finite(e.by_source[v] + _finite(value, fam), fam)
 
 
 _Handler = Callable[[_Engine, str, str, float, Labels, float | None], None]
