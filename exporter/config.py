@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from exporter.limits import Limits, limits_from_mapping
+
 DEFAULT_LISTEN = "127.0.0.1:9466"
 
 
@@ -27,6 +29,7 @@ class TargetConfig:
     pidfile: str | None = None
     port: int | None = None  # find the vLLM process by its listening port (default: the URL's port)
     tier_bytes: float | None = None  # configured CPU-tier bytes when vLLM does not export them
+    limits: Limits | None = None  # None: Config.limits
 
     @property
     def label(self) -> str:
@@ -57,6 +60,7 @@ class Config:
     cgroup: str = "auto"  # auto: the vLLM process's cgroup | self: cgroup_root as is | off
     gpu_enabled: bool = True
     canary: Mapping[str, Any] = field(default_factory=dict)  # validated by exporter.canary when used
+    limits: Limits = field(default_factory=Limits)  # per-target caps (exporter.limits); targets may override
 
     @property
     def window_label(self) -> str:
@@ -112,8 +116,19 @@ def split_listen(listen: str) -> tuple[str, int]:
     return (host.strip("[]") or "0.0.0.0"), int(port)
 
 
-_TOP_KEYS = {"targets", "listen", "poll_interval", "window", "timeout", "max_body_bytes", "host", "gpu", "canary"}
-_TARGET_KEYS = {"url", "name", "pid", "pidfile", "port", "tier_bytes"}
+_TOP_KEYS = {
+    "targets",
+    "listen",
+    "poll_interval",
+    "window",
+    "timeout",
+    "max_body_bytes",
+    "host",
+    "gpu",
+    "canary",
+    "limits",
+}
+_TARGET_KEYS = {"url", "name", "pid", "pidfile", "port", "tier_bytes", "limits"}
 
 
 def _check_url(url: Any, where: str, errors: list[str]) -> None:
@@ -125,7 +140,7 @@ def _check_url(url: Any, where: str, errors: list[str]) -> None:
         errors.append(f"{where}: url must be http(s)://HOST:PORT, got {url!r}")
 
 
-def _target(raw: Any, where: str, errors: list[str]) -> TargetConfig | None:
+def _target(raw: Any, where: str, errors: list[str], limits: Limits | None = None) -> TargetConfig | None:
     if isinstance(raw, str):
         raw = {"url": raw}
     if not isinstance(raw, Mapping):
@@ -153,6 +168,9 @@ def _target(raw: Any, where: str, errors: list[str]) -> TargetConfig | None:
             pidfile=raw.get("pidfile"),
             port=raw.get("port"),
             tier_bytes=float(tb) if isinstance(tb, (int, float)) else None,
+            limits=limits_from_mapping(raw["limits"], limits or Limits(), f"{where}.limits", errors)
+            if "limits" in raw
+            else None,
         )
     except (TypeError, ValueError) as e:
         errors.append(f"{where}: {e}")
@@ -170,12 +188,14 @@ def from_mapping(raw: Any, base: Config | None = None) -> Config:
     for k in sorted(set(raw) - _TOP_KEYS):
         errors.append(f"unknown key {k!r}")
     changes: dict[str, Any] = {}
+    limits = limits_from_mapping(raw.get("limits"), cfg.limits, "limits", errors)
+    changes["limits"] = limits
     if "targets" in raw:
         ts = raw["targets"]
         if not isinstance(ts, list):
             errors.append("targets: must be a list")
         else:
-            parsed = [_target(t, f"targets[{i}]", errors) for i, t in enumerate(ts)]
+            parsed = [_target(t, f"targets[{i}]", errors, limits) for i, t in enumerate(ts)]
             changes["targets"] = tuple(t for t in parsed if t)
     for key in ("poll_interval", "window", "timeout"):
         if key in raw:

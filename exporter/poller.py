@@ -53,10 +53,10 @@ class TargetPoller:
                     version = await fetch_version(session, self.cfg.url, self.config.timeout) or version
                     self._version_checked = now
                 text = await fetch_metrics(session, self.cfg.url, self.config.timeout, self.config.max_body_bytes)
-                try:
-                    snapshot = normalise(text)
+                try:  # CPU-bound and capped: off the event loop, so /healthz and SIGTERM never wait on it
+                    snapshot = await asyncio.to_thread(normalise, text, self.cfg.limits or self.config.limits)
                 except ParseError as e:
-                    raise ScrapeError("parse", str(e)) from e
+                    raise ScrapeError(e.reason, str(e)) from e
                 if not snapshot.families:
                     raise ScrapeError("parse", "no vllm: metrics in the body")
                 prev = self.history[-1] if self.history else None

@@ -78,7 +78,11 @@ class CanaryClient:
         t0 = time.perf_counter()
         try:
             async with self.session.post(
-                base_url + "/v1/completions", json=body, headers=self._headers(), timeout=timeout
+                base_url + "/v1/completions",
+                json=body,
+                headers=self._headers(),
+                timeout=timeout,
+                allow_redirects=False,  # a redirect is an answer (http_4xx), never followed elsewhere
             ) as resp:
                 out.status = resp.status
                 if resp.status != 200:
@@ -107,6 +111,7 @@ class CanaryClient:
                 base_url + path,
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=self.scrape_timeout, connect=min(5.0, self.scrape_timeout)),
+                allow_redirects=False,  # the API key must never follow a redirect elsewhere
             ) as resp:
                 raw = await resp.content.read(4 * 1024 * 1024)
                 try:

@@ -1,10 +1,28 @@
-"""GET a vLLM server's `/metrics` and `/version` with timeouts, a body-size cap and closed error reasons."""
+"""GET a vLLM server's `/metrics` and `/version` with timeouts, a body-size cap and closed error reasons.
+
+Redirects are followed only within the target's origin (scheme, host, port): a compromised target
+must not point the exporter at another host (blind SSRF) or have that host's data exported under its
+own label. Credentials go only to the target, as basic auth or a bearer token.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from urllib.parse import unquote, urljoin, urlsplit
 
 import aiohttp
+
+from exporter.redact import origin, redact_url
+
+log = logging.getLogger("kvoffload.source")
+
+Auth = tuple[str, str] | str | None
+"""(user, password) for basic auth, a bearer token, or None (userinfo in the URL still applies)."""
+
+MAX_REDIRECTS = 5
 
 # octet-stream: static file servers holding captured dumps (Prometheus accepts those too).
 _TEXT_TYPES = ("text/plain", "application/openmetrics-text", "application/octet-stream")
@@ -23,6 +41,58 @@ def client_timeout(total: float) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=total, connect=min(total, 2.0))
 
 
+def auth_headers(url: str, auth: Auth) -> dict[str, str]:
+    """Authorization for `auth`, else for the URL's userinfo (never sent anywhere else)."""
+    if isinstance(auth, str):
+        return {"Authorization": f"Bearer {auth}"}
+    if auth is None:
+        parts = urlsplit(url)
+        if parts.username is None:
+            return {}
+        auth = (parts.username, parts.password or "")
+    return {"Authorization": aiohttp.BasicAuth(unquote(auth[0]), unquote(auth[1])).encode()}
+
+
+def strip_userinfo(url: str) -> str:
+    """The URL without `user:pass@` (sent as a header instead, so aiohttp never sees it twice)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
+def _same_origin(location: str, home: tuple[str, str, int | None]) -> bool:
+    try:
+        return urlsplit(location).scheme in ("http", "https") and origin(location) == home
+    except ValueError:  # a port that is not a number
+        return False
+
+
+@asynccontextmanager
+async def same_origin_get(
+    session: aiohttp.ClientSession,
+    url: str,
+    auth: Auth,
+    timeout: aiohttp.ClientTimeout,
+    headers: Mapping[str, str] | None = None,
+) -> AsyncIterator[aiohttp.ClientResponse]:
+    """GET that follows at most MAX_REDIRECTS redirects, all within `url`'s origin; any other
+    redirect raises ScrapeError("redirect") with the (redacted) location in the detail."""
+    sent = {**(headers or {}), **auth_headers(url, auth)}
+    home = origin(url)
+    current = strip_userinfo(url)
+    for _ in range(MAX_REDIRECTS + 1):
+        async with session.get(current, headers=sent, allow_redirects=False, timeout=timeout) as resp:
+            if resp.status not in (301, 302, 303, 307, 308):
+                yield resp
+                return
+            location = urljoin(current, resp.headers.get("Location", ""))
+        if not _same_origin(location, home):
+            raise ScrapeError("redirect", f"HTTP {resp.status} to another origin: {redact_url(location)}")
+        current = strip_userinfo(location)
+    raise ScrapeError("redirect", f"more than {MAX_REDIRECTS} redirects")
+
+
 async def _read_capped(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
     if resp.content_length is not None and resp.content_length > max_bytes:
         raise ScrapeError("too_large", f"Content-Length {resp.content_length} > {max_bytes}")
@@ -36,11 +106,17 @@ async def _read_capped(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-async def fetch_metrics(session: aiohttp.ClientSession, base_url: str, timeout: float, max_bytes: int) -> str:
+async def fetch_metrics(
+    session: aiohttp.ClientSession, base_url: str, timeout: float, max_bytes: int, auth: Auth = None
+) -> str:
     """Body of exactly `/metrics` (never `/metrics/`, which negotiates OpenMetrics and renames `vllm:`)."""
     try:
-        async with session.get(
-            base_url + "/metrics", timeout=client_timeout(timeout), headers={"Accept": "text/plain; version=0.0.4"}
+        async with same_origin_get(
+            session,
+            base_url + "/metrics",
+            auth,
+            client_timeout(timeout),
+            {"Accept": "text/plain; version=0.0.4"},
         ) as resp:
             if resp.status != 200:
                 raise ScrapeError("http_status", f"HTTP {resp.status}")
@@ -66,14 +142,19 @@ async def fetch_metrics(session: aiohttp.ClientSession, base_url: str, timeout: 
         raise ScrapeError("parse", "body is not UTF-8 text") from e
 
 
-async def fetch_version(session: aiohttp.ClientSession, base_url: str, timeout: float) -> str | None:
-    """`GET /version` → "0.26.0"; None when the server does not say (best effort, never raises)."""
+async def fetch_version(session: aiohttp.ClientSession, base_url: str, timeout: float, auth: Auth = None) -> str | None:
+    """`GET /version` → "0.26.0"; None when the server does not say (best effort, never raises;
+    a cross-origin redirect is logged, redacted, and not followed)."""
     try:
-        async with session.get(base_url + "/version", timeout=client_timeout(timeout)) as resp:
+        async with same_origin_get(session, base_url + "/version", auth, client_timeout(timeout)) as resp:
             if resp.status != 200:
                 return None
             data = json.loads(await _read_capped(resp, 64 * 1024))
             v = data.get("version") if isinstance(data, dict) else None
             return str(v) if v else None
-    except (aiohttp.ClientError, TimeoutError, ScrapeError, ValueError):
+    except ScrapeError as e:
+        if e.reason == "redirect":
+            log.warning("%s/version: %s", redact_url(base_url), e.detail)
+        return None
+    except (aiohttp.ClientError, TimeoutError, ValueError):
         return None
