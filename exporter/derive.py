@@ -4,6 +4,12 @@ The clock is passed in. `advance()` folds a new snapshot into reset-adjusted run
 counter that goes down means the engine restarted: the new raw value is the increase, so a restart
 never yields a negative delta or a spike); `derive()` compares the newest point with the oldest point
 inside the window; `interval()` does the same for two snapshots (inspect, canary).
+
+A gap is a gap, not a reset to zero: a counter missing from a scrape keeps its last total and raw
+value, so when it comes back the increase across the gap is counted; when no other poll lies inside
+the window (an outage longer than it) the newest earlier poll is the start. `store_without_load`
+needs stores older than the window start, since the engine's last (re)start: during warm-up the tier
+is filling and the state is `storing`.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from exporter.model import EngineKey, EngineSignals, Histogram, Signal, Snapshot
 K = TypeVar("K", bound=str)
 
 QUANTILES = (0.5, 0.9, 0.99)
+_STORE = Signal.OFFLOAD_STORE_BYTES
 REUSE_SOURCES = ("local_cache_hit", "external_kv_transfer")
 
 
@@ -29,6 +36,9 @@ class Totals:
     by_source: Mapping[str, float]
     ttft_bounds: tuple[float, ...] = ()
     ttft_counts: tuple[float, ...] = ()
+    raw: Mapping[Signal, float] = field(default_factory=dict)  # last raw counter values seen, kept across gaps
+    raw_by_source: Mapping[str, float] = field(default_factory=dict)
+    store_base: float = 0.0  # total offload_store_bytes at the engine's last restart
 
 
 @dataclass(frozen=True)
@@ -57,27 +67,26 @@ class EngineDerived:
     ttft_count: float = 0.0
 
 
-def _reset(prev: EngineSignals, cur: EngineSignals) -> bool:
-    for k, v in cur.counters.items():
-        p = prev.counters.get(k)
-        if p is not None and v < p:
-            return True
-    for source, v in cur.prompt_tokens_by_source.items():
-        p = prev.prompt_tokens_by_source.get(source)
-        if p is not None and v < p:
-            return True
-    if prev.ttft and cur.ttft and cur.ttft.count < prev.ttft.count:
+def _went_down(last: Mapping[K, float], cur: Mapping[K, float]) -> bool:
+    return any(v < last[k] for k, v in cur.items() if k in last)
+
+
+def _reset(tot: Totals, prev: EngineSignals | None, cur: EngineSignals) -> bool:
+    """A counter below its last seen value (even one seen before a gap): the engine restarted."""
+    if _went_down(tot.raw, cur.counters) or _went_down(tot.raw_by_source, cur.prompt_tokens_by_source):
         return True
-    return False
+    return bool(prev and prev.ttft and cur.ttft and cur.ttft.count < prev.ttft.count)
 
 
 def _accumulate(
     prev_tot: Mapping[K, float], prev_raw: Mapping[K, float], raw: Mapping[K, float], reset: bool
 ) -> dict[K, float]:
-    out: dict[K, float] = {}
+    """New totals; a counter absent from this scrape keeps its total (a gap, not a zero)."""
+    out: dict[K, float] = dict(prev_tot)
     for k, v in raw.items():
         if k in prev_tot and k in prev_raw:
-            out[k] = prev_tot[k] + (v if reset else v - prev_raw[k])
+            total = prev_tot[k] + (v if reset else v - prev_raw[k])
+            out[k] = total if total - total == 0.0 else v  # an overflowed total restarts from the raw value
         else:
             out[k] = v
     return out
@@ -98,18 +107,26 @@ def advance(prev: Point | None, snapshot: Snapshot, t: float) -> Point:
     """Fold `snapshot` taken at time `t` into the running totals of `prev`."""
     totals: dict[EngineKey, Totals] = {}
     for e in snapshot.engines:
-        p_sig = prev.snapshot.engine(e.key) if prev else None
         p_tot = prev.totals.get(e.key) if prev else None
-        if p_sig is None or p_tot is None:
+        if p_tot is None:
             totals[e.key] = Totals(
-                dict(e.counters), dict(e.prompt_tokens_by_source), *(_ttft_totals(None, None, e.ttft, False))
+                dict(e.counters),
+                dict(e.prompt_tokens_by_source),
+                *(_ttft_totals(None, None, e.ttft, False)),
+                raw=dict(e.counters),
+                raw_by_source=dict(e.prompt_tokens_by_source),
             )
             continue
-        reset = _reset(p_sig, e)
+        p_sig = prev.snapshot.engine(e.key) if prev else None
+        reset = _reset(p_tot, p_sig, e)
+        counters = _accumulate(p_tot.counters, p_tot.raw, e.counters, reset)
         totals[e.key] = Totals(
-            _accumulate(p_tot.counters, p_sig.counters, e.counters, reset),
-            _accumulate(p_tot.by_source, p_sig.prompt_tokens_by_source, e.prompt_tokens_by_source, reset),
-            *_ttft_totals(p_tot, p_sig.ttft, e.ttft, reset),
+            counters,
+            _accumulate(p_tot.by_source, p_tot.raw_by_source, e.prompt_tokens_by_source, reset),
+            *_ttft_totals(p_tot, p_sig.ttft if p_sig else None, e.ttft, reset),
+            raw={**p_tot.raw, **e.counters},
+            raw_by_source={**p_tot.raw_by_source, **e.prompt_tokens_by_source},
+            store_base=p_tot.counters.get(_STORE, 0.0) if reset else p_tot.store_base,
         )
     return Point(t, snapshot, totals)
 
@@ -138,9 +155,12 @@ def histogram_quantile(q: float, bounds: Sequence[float], counts: Sequence[float
     return bounds[-1] if bounds else None
 
 
-def evidence_state(configured: bool, deltas: Mapping[Signal, float], by_source: Mapping[str, float]) -> State:
+def evidence_state(
+    configured: bool, deltas: Mapping[Signal, float], by_source: Mapping[str, float], stored_before: bool = True
+) -> State:
     """not_configured → hit (loads) → idle (nothing moved) → store_without_load (stores while the
-    workload shows reuse: GPU prefix hits or cache-hit tokens) → storing."""
+    workload shows reuse: GPU prefix hits or cache-hit tokens, and the tier already held stores
+    before the window: `stored_before`) → storing (also the warm-up state)."""
     if not configured:
         return State.NOT_CONFIGURED
     if deltas.get(Signal.OFFLOAD_LOAD_BYTES, 0.0) > 0:
@@ -152,7 +172,7 @@ def evidence_state(configured: bool, deltas: Mapping[Signal, float], by_source: 
         or deltas.get(Signal.EXTERNAL_PREFIX_HITS, 0.0) > 0
         or any(by_source.get(s, 0.0) > 0 for s in REUSE_SOURCES)
     )
-    return State.STORE_WITHOUT_LOAD if reuse else State.STORING
+    return State.STORE_WITHOUT_LOAD if reuse and stored_before else State.STORING
 
 
 def _diff(a: Mapping[K, float], b: Mapping[K, float] | None) -> dict[K, float]:
@@ -161,8 +181,17 @@ def _diff(a: Mapping[K, float], b: Mapping[K, float] | None) -> dict[K, float]:
     return {k: max(0.0, v - b[k]) for k, v in a.items() if k in b}
 
 
-def compare(start: Point | None, end: Point, key: EngineKey) -> EngineDerived:
-    """Derived values for one engine between two points (start None: since the engine started)."""
+def stored_before(anchor: Point | None, end: Point, key: EngineKey) -> bool:
+    """Did the tier hold stores at `anchor` (a point at or before the window start) since the
+    engine's last restart? Without that, stores with reuse but no load are the tier filling up."""
+    a = anchor.totals.get(key) if anchor else None
+    return a is not None and a.counters.get(_STORE, 0.0) > end.totals[key].store_base
+
+
+def compare(start: Point | None, end: Point, key: EngineKey, anchor: Point | None | bool = True) -> EngineDerived:
+    """Derived values for one engine between two points (start None: since the engine started).
+
+    `anchor`: the point whose stores count as older than the window (True: `start`)."""
     tot = end.totals[key]
     s_tot = start.totals.get(key) if start else None
     window = end.t - start.t if start and s_tot is not None else 0.0
@@ -186,7 +215,9 @@ def compare(start: Point | None, end: Point, key: EngineKey) -> EngineDerived:
         window_seconds=window,
         deltas=d,
         by_source=by_source,
-        state=evidence_state(configured, d, by_source),
+        state=evidence_state(
+            configured, d, by_source, stored_before(start if anchor is True else anchor or None, end, key)
+        ),
         load_store_ratio=_ratio(d.get(Signal.OFFLOAD_LOAD_BYTES), d.get(Signal.OFFLOAD_STORE_BYTES)),
         load_bandwidth=_ratio(d.get(Signal.OFFLOAD_LOAD_BYTES), d.get(Signal.OFFLOAD_LOAD_SECONDS)),
         store_bandwidth=_ratio(d.get(Signal.OFFLOAD_STORE_BYTES), d.get(Signal.OFFLOAD_STORE_SECONDS)),
@@ -211,11 +242,16 @@ def derive(history: Sequence[Point], now: float, window: float) -> dict[EngineKe
         return {}
     end = history[-1]
     start = window_start(history, now, window)
+    earlier = [p for p in history if p.t < start.t]
     out = {}
     for key in end.totals:
         # An engine that appeared inside the window is compared from its first point.
         first = next((p for p in history if p.t >= start.t and key in p.totals), end)
-        out[key] = compare(first, end, key)
+        before = next((p for p in reversed(earlier) if key in p.totals), None)
+        if first is end and before is not None:
+            first = before  # nothing else inside the window (an outage): compare across the gap
+        anchor = next((p for p in reversed(history) if p.t <= now - window and key in p.totals), None)
+        out[key] = compare(first, end, key, anchor)
     return out
 
 

@@ -80,6 +80,7 @@ def test_healthy_tier_is_a_hit() -> None:
 
 def test_store_without_load_state() -> None:
     sim, clock = manual(faults=("store-without-load",))
+    canary(sim, clock)  # the tier holds stores before the interval starts (else: warm-up, `storing`)
     d = state_over(sim, clock, canary)
     assert d.state == "store_without_load"
     assert d.deltas["offload_load_bytes"] == 0 and d.deltas["external_prefix_hits"] == 0

@@ -191,8 +191,9 @@ def test_window_excludes_old_points() -> None:
     ],
 )
 def test_states(load: float | None, store: float, hits: float, state: str) -> None:
-    before = normalise(expo(load=0, store=0, hits=0, queries=0))
-    after = normalise(expo(load=load, store=store, hits=hits, queries=hits + 10))
+    # The tier already held stores at the interval's start (else it is warming up: storing).
+    before = normalise(expo(load=0, store=100, hits=0, queries=0))
+    after = normalise(expo(load=load, store=store + 100, hits=hits, queries=hits + 10))
     (d,) = derive.interval(before, after).values()
     assert d.state == state
 
