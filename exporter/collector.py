@@ -35,13 +35,15 @@ class TargetView:
 
 
 def _label_number(raw: str | None) -> float | None:
-    """A number carried in an info label; None when absent, empty, "None" or not a number."""
+    """A number carried in an info label; None when absent, empty, "None", not a number or not a
+    finite count/size (never NaN, Inf or < 0 in the output)."""
     if raw is None or raw in ("", "None"):
         return None
     try:
-        return float(raw)
+        v = float(raw)
     except ValueError:
         return None
+    return v if 0.0 <= v < float("inf") else None
 
 
 def tier_bytes(e: EngineSignals, configured: float | None) -> float | None:

@@ -114,7 +114,7 @@ def _bound(v: str) -> float:
     if v in ("+Inf", "Inf", "inf", "+inf"):
         return _INF
     b = parse_float(v, "histogram bound le")
-    if b < 0:
+    if not 0.0 <= b:  # NaN and -Inf included
         raise ParseError(f"impossible histogram bound le={v!r} for a size or duration")
     return b
 
