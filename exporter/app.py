@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import html
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from exporter import __version__
 from exporter.config import Config
 from exporter.plugins import Plugin
 from exporter.poller import Exporter
+from exporter.redact import redact_url
 from exporter.render import CONTENT_TYPE
 
 EXPORTER = web.AppKey("exporter", Exporter)
@@ -38,7 +40,7 @@ async def _index(request: web.Request) -> web.Response:
                 f"<td>{html.escape(str(c))}</td>"
                 for c in (
                     v.label,
-                    v.url,
+                    redact_url(v.url),
                     "up" if v.up else f"down ({v.last_error or 'not polled yet'})",
                     v.version or "",
                     v.snapshot.generation if v.snapshot else "",
@@ -58,11 +60,17 @@ async def _index(request: web.Request) -> web.Response:
     return web.Response(text=body, content_type="text/html")
 
 
-def make_app(config: Config, plugins: tuple[Plugin, ...] = (), exporter: Exporter | None = None) -> web.Application:
+def make_app(
+    config: Config,
+    plugins: tuple[Plugin, ...] = (),
+    exporter: Exporter | None = None,
+    middlewares: Sequence[Middleware] = (),
+) -> web.Application:
     """App factory: nothing starts at import; polling starts on app startup and stops on cleanup.
 
-    `plugins` get the running Exporter and the shared HTTP session (the canary uses this)."""
-    app = web.Application()
+    `plugins` get the running Exporter and the shared HTTP session (the canary uses this);
+    `middlewares` guard every route (webconfig's basic auth)."""
+    app = web.Application(middlewares=tuple(middlewares))
     app[EXPORTER] = exporter or Exporter(config)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:

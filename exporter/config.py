@@ -33,7 +33,7 @@ class TargetConfig:
 
     @property
     def label(self) -> str:
-        return self.name or (urlsplit(self.url).netloc or self.url)
+        return self.name or (urlsplit(self.url).netloc.rpartition("@")[2] or self.url)  # never the userinfo
 
     @property
     def local_port(self) -> int | None:

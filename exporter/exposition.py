@@ -41,7 +41,9 @@ A plain tuple: a NamedTuple's constructor costs more than parsing the line."""
 _BLOCK_RE = re.compile(r'(?:[^"}]|"(?:[^"\\]|\\.)*")*\}')
 # Prometheus float syntax (Go's ParseFloat, decimal form), ASCII digits only: no `1_000`, no `١`.
 _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_NON_FINITE = frozenset({"nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"})  # as Prometheus spells them, any case
+_NON_FINITE = frozenset(
+    {"nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
+)  # as Prometheus spells them, any case
 _LABEL_RE = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 

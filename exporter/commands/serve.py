@@ -38,6 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--listen", metavar="HOST:PORT", help="listen address (default 127.0.0.1:9466)")
     p.add_argument("--config", metavar="FILE", help="YAML config file (flags override it)")
     p.add_argument("--config-check", action="store_true", help="validate the configuration and exit")
+    p.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        metavar="FILE",
+        help="exporter-toolkit web config (TLS, basic auth) protecting every endpoint",
+    )
     add_exporter_arguments(p)
     from exporter.canary.plugin import add_arguments as add_canary_arguments
 
@@ -83,6 +89,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from exporter import webconfig
     from exporter.canary import plugin as canary
     from exporter.canary.secrets import SecretError
 
@@ -92,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(["at least one --target (or `targets:` in --config) is required"])
         canary_settings = canary.settings_from_args(args, cfg)
         plugins = (canary.make_plugin(canary_settings),) if canary_settings and not args.config_check else ()
-    except (ConfigError, SecretError) as e:
+        web_config = webconfig.load(args.web_config_file) if getattr(args, "web_config_file", None) else None
+    except (ConfigError, SecretError, webconfig.WebConfigError) as e:
         print(f"kvoffload-exporter: {e}", file=sys.stderr)
         return 2
     if args.config_check:
@@ -108,7 +116,14 @@ def run(args: argparse.Namespace) -> int:
 
     host, port = cfg.listen_host_port
     logging.getLogger("kvoffload").info("listening on http://%s:%d/metrics, %d target(s)", host, port, len(cfg.targets))
-    web.run_app(make_app(cfg, plugins=plugins), host=host, port=port, print=None, access_log=None)
+    web.run_app(
+        make_app(cfg, plugins=plugins, middlewares=web_config.middlewares if web_config else ()),
+        host=host,
+        port=port,
+        ssl_context=web_config.ssl_context if web_config else None,
+        print=None,
+        access_log=None,
+    )
     return 0
 
 

@@ -7,6 +7,7 @@ own label. Credentials go only to the target, as basic auth or a bearer token.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -50,7 +51,12 @@ def auth_headers(url: str, auth: Auth) -> dict[str, str]:
         if parts.username is None:
             return {}
         auth = (parts.username, parts.password or "")
-    return {"Authorization": aiohttp.BasicAuth(unquote(auth[0]), unquote(auth[1])).encode()}
+    return {"Authorization": basic_auth(unquote(auth[0]), unquote(auth[1]))}
+
+
+def basic_auth(user: str, password: str) -> str:
+    """RFC 7617 `Basic` credentials (aiohttp.BasicAuth is deprecated)."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
 
 
 def strip_userinfo(url: str) -> str:
