@@ -3,6 +3,7 @@ file is refused at start with one line."""
 
 from __future__ import annotations
 
+import base64
 import ssl
 import subprocess
 import sys
@@ -15,7 +16,11 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from exporter.app import make_app
 from exporter.config import Config
-from exporter.sources.vllm_http import basic_auth
+
+
+def basic_auth(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
 
 FIX = Path(__file__).parent / "fixtures" / "webconfig"
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode().replace("$2b$", "$2y$")  # toolkit hashes are $2y$
