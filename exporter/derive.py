@@ -132,9 +132,11 @@ def advance(prev: Point | None, snapshot: Snapshot, t: float) -> Point:
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
+    """num/den; None where undefined or not finite (1e300 bytes in 1e-300 s), never NaN/Inf."""
     if num is None or not den or den <= 0:
         return None
-    return num / den
+    r = num / den
+    return r if r - r == 0.0 else None
 
 
 def histogram_quantile(q: float, bounds: Sequence[float], counts: Sequence[float]) -> float | None:

@@ -121,6 +121,7 @@ def read(
     sel: Selector,
     labels_of: Callable[[str], Any] = parse_labels,
     max_samples: int | None = None,
+    max_line: int | None = None,
 ) -> tuple[list[Sample], set[str]]:
     """Return the samples of the selected families and the families named in TYPE lines.
 
@@ -128,7 +129,8 @@ def read(
     between the braces into the sample's labels (a cached caller-specific reading saves a second pass
     over every label set). Raises ParseError on a selected line that cannot be read or that repeats a
     series exactly, LimitError past `max_samples` (checked while reading, so a huge body costs no
-    more than the cap).
+    more than the cap) or on a selected line longer than `max_line` (reason `label_limit`: refused
+    before any regex runs over it, which would cost seconds and gigabytes on a 20 MB label).
     """
     samples: list[Sample] = []
     append = samples.append
@@ -140,6 +142,8 @@ def read(
         # One slice + set lookup per line: the cheapest filter that drops most unwanted families.
         if line[5 : 5 + KEY] not in keys:
             continue
+        if max_line is not None and len(line) > max_line:
+            raise LimitError("label_limit", f"a {len(line)}-character line of a vLLM family (limit {max_line})")
         if line[0] == "#":
             if line.startswith("# TYPE "):
                 parts = line.split()

@@ -14,14 +14,14 @@ from typing import Any
 DEFAULT_SAMPLE_LIMIT = 20_000
 DEFAULT_LABEL_VALUE_LENGTH_LIMIT = 1024
 DEFAULT_ENGINE_LIMIT = 64
-DEFAULT_INSPECT_FILE_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class Limits:
     """Caps per target. `sample_limit`: samples of the selected vLLM families kept per poll;
-    `label_value_length_limit`: characters of any label value of those samples; `engine_limit`:
-    distinct (model_name, engine) pairs."""
+    `label_value_length_limit`: characters of any label value of those samples (and a line of those
+    families may be at most 32 times that, checked before it is parsed); `engine_limit`: distinct
+    (model_name, engine) pairs."""
 
     sample_limit: int = DEFAULT_SAMPLE_LIMIT
     label_value_length_limit: int = DEFAULT_LABEL_VALUE_LENGTH_LIMIT

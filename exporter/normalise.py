@@ -207,11 +207,16 @@ def _labels_reader(max_len: int) -> Callable[[str], tuple[tuple[str, str], Label
     return labels_of
 
 
+_LINE_FACTOR = 32
+"""A selected line may be this many label-value limits long (cache_config_info carries ~20 labels)."""
+
+
 def normalise(text: str, limits: Limits | None = None) -> Snapshot:
     """Read one vLLM exposition within `limits` (defaults when None). Pure and CPU-bound: the
     poller runs it off the event loop. Raises exposition.ParseError (LimitError past a cap)."""
     lim = limits or Limits()
-    samples, typed = read(text, _SELECTOR, _labels_reader(lim.label_value_length_limit), lim.sample_limit)
+    max_len = lim.label_value_length_limit
+    samples, typed = read(text, _SELECTOR, _labels_reader(max_len), lim.sample_limit, _LINE_FACTOR * max_len + 1024)
     families: set[str] = {f for f in typed if f in _FAMILY_SET}
     engines: dict[tuple[str, str], _Engine] = defaultdict(_Engine)
     engine_only: dict[str, dict[str, str]] = {}  # cache_config_info has `engine` but no model_name

@@ -7,8 +7,10 @@ import json
 import sys
 from typing import Any
 
+from exporter.config import Config
 from exporter.derive import EngineDerived, interval
 from exporter.exposition import ParseError
+from exporter.limits import Limits
 from exporter.model import Signal, Snapshot
 from exporter.normalise import normalise
 
@@ -49,25 +51,35 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
+MAX_FILE_BYTES = Config().max_body_bytes
+"""The exporter's body cap: a dump larger than a poll would accept is refused, not read."""
+
+
 def _load(path: str) -> Snapshot:
+    """Read one dump under the exporter's caps (file size, exporter.limits defaults)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise SystemExit(f"kvoffload-exporter inspect: cannot read {path}: {e.strerror}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise SystemExit(f"kvoffload-exporter inspect: {path} is larger than {MAX_FILE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise SystemExit(f"kvoffload-exporter inspect: {path} is not UTF-8 text") from None
     try:
-        snap = normalise(text)
+        snap = normalise(text, Limits())
     except ParseError as e:
-        raise SystemExit(f"kvoffload-exporter inspect: {path}: {e}") from None
+        raise SystemExit(f"kvoffload-exporter inspect: {path}: {e} ({e.reason})") from None
     if not snap.families:
         raise SystemExit(f"kvoffload-exporter inspect: {path} contains no vllm: metrics")
     return snap
 
 
 def _r(v: float | None) -> float | None:
-    return None if v is None else round(v, 6)
+    """Rounded, and None where undefined or not finite: `--json` must be JSON (no NaN/Infinity)."""
+    return None if v is None or v - v != 0.0 else round(v, 6)
 
 
 def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
@@ -78,8 +90,8 @@ def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
         d: EngineDerived = derived[e.key]
         row: dict[str, Any] = {"model_name": e.model_name, "engine": e.engine}
         for k, _ in _FIELDS:
-            row[k] = d.deltas.get(k)
-        row["prompt_tokens_by_source"] = dict(d.by_source)
+            row[k] = _r(d.deltas.get(k))
+        row["prompt_tokens_by_source"] = {k: _r(v) for k, v in d.by_source.items()}
         row["state"] = d.state
         row["load_store_ratio"] = _r(d.load_store_ratio)
         row["load_bandwidth_bytes_per_second"] = _r(d.load_bandwidth)
@@ -116,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         before, after = None, _load(args.file)
     doc = report(before, after)
     if args.json:
-        json.dump(doc, sys.stdout, indent=2, sort_keys=True)
+        json.dump(doc, sys.stdout, indent=2, sort_keys=True, allow_nan=False)
         print()
         return 0
     mode = "interval (after - before)" if before else "cumulative since engine start"
