@@ -13,7 +13,19 @@ import exporter.sim
 
 ROOT = Path(__file__).resolve().parents[1]
 IO = ("aiohttp", "psutil", "pynvml", "socket", "http.client", "http.server", "requests", "urllib.request")
-CORE_PURE = ["catalogue", "enums", "exposition", "model", "normalise", "derive", "render", "collector", "config"]
+CORE_PURE = [
+    "catalogue",
+    "enums",
+    "exposition",
+    "model",
+    "normalise",
+    "derive",
+    "render",
+    "collector",
+    "config",
+    "limits",
+    "redact",
+]
 CANARY_PURE = [
     *("types", "plan", "classify", "stats", "budget", "config", "protocol", "expose", "report", "png", "engine"),
     *("errors", "records", "state", "scrapes", "preflight", "prepared", "steps", "cycle", "pressure", "wait"),
