@@ -193,16 +193,21 @@ def _transfer_direction(rest: Labels) -> int | None:
     return None
 
 
+_CACHED_TEXT = 1024
+"""Label texts up to this length are cached by `_split`; longer ones are split each time."""
+
+
 def _labels_reader(max_len: int) -> Callable[[str], tuple[tuple[str, str], Labels, bool, float | None]]:
     """`_split`, refusing any label value longer than `max_len` (a 3.5 MB `model_name` would be
     copied into every derived series). Only label texts longer than the cap need the check."""
 
     def labels_of(text: str) -> tuple[tuple[str, str], Labels, bool, float | None]:
-        if len(text) > max_len:
+        if len(text) > max_len:  # only then can a value be over the cap
             for k, v in parse_labels(text):
                 if len(v) > max_len:
                     raise LimitError("label_limit", f"label {k} is {len(v)} characters long (limit {max_len})")
-        return _split(text)
+        # Long label texts are not cached: 4096 of them could otherwise pin ~130 MiB.
+        return _split(text) if len(text) <= _CACHED_TEXT else _split.__wrapped__(text)
 
     return labels_of
 
