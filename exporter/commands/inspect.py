@@ -77,6 +77,11 @@ def _load(path: str) -> Snapshot:
     return snap
 
 
+def _finite(v: float | None) -> float | None:
+    """As is, or None where undefined or not finite: `--json` must be JSON (no NaN/Infinity)."""
+    return None if v is None or v - v != 0.0 else v
+
+
 def _r(v: float | None) -> float | None:
     """Rounded, and None where undefined or not finite: `--json` must be JSON (no NaN/Infinity)."""
     return None if v is None or v - v != 0.0 else round(v, 6)
@@ -90,8 +95,8 @@ def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
         d: EngineDerived = derived[e.key]
         row: dict[str, Any] = {"model_name": e.model_name, "engine": e.engine}
         for k, _ in _FIELDS:
-            row[k] = _r(d.deltas.get(k))
-        row["prompt_tokens_by_source"] = {k: _r(v) for k, v in d.by_source.items()}
+            row[k] = _finite(d.deltas.get(k))
+        row["prompt_tokens_by_source"] = {k: _finite(v) for k, v in d.by_source.items()}
         row["state"] = d.state
         row["load_store_ratio"] = _r(d.load_store_ratio)
         row["load_bandwidth_bytes_per_second"] = _r(d.load_bandwidth)
