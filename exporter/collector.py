@@ -15,7 +15,7 @@ from exporter import __version__
 from exporter.catalogue import COLLECTORS, SCRAPE_ERROR_REASONS, SIGNAL_METRICS, STATES
 from exporter.derive import EngineDerived
 from exporter.model import EngineKey, EngineSignals, GpuMemory, HostMemory, Snapshot
-from exporter.render import Exposition
+from exporter.render import Exposition, Heads
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,8 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     x.add("kvoffload_offload_store_bandwidth_bytes_per_second", d.store_bandwidth, wl)
     x.add("kvoffload_gpu_prefix_hit_ratio", d.gpu_hit_ratio, wl)
     x.add("kvoffload_external_prefix_hit_ratio", d.external_hit_ratio, wl)
-    for q, v in d.ttft_quantiles.items():
-        x.add("kvoffload_ttft_seconds", v, {**wl, "quantile": str(q)})
+    if d.ttft_quantiles:  # a summary: quantiles over the window and the samples they come from
+        x.add_summary("kvoffload_ttft_seconds", wl, d.ttft_quantiles, d.ttft_count)
 
 
 def _target(x: Exposition, t: TargetView, window: str) -> None:
@@ -130,11 +130,36 @@ class SampleSink(Protocol):
 
     def add_states(self, name: str, labels: Mapping[str, str], states: Iterable[str], current: str | None) -> None: ...
 
+    def add_summary(
+        self, name: str, labels: Mapping[str, str], quantiles: Mapping[float, float], count: float, total: float | None
+    ) -> None: ...
+
 
 class Collector(Protocol):
     """A source of samples added to every render after the built-in ones (plugins: the canary)."""
 
     def collect(self, x: SampleSink) -> None: ...
+
+
+def _shared(
+    x: Exposition,
+    host: HostMemory | None,
+    gpu: Sequence[GpuMemory] | None,
+    collectors: Mapping[str, tuple[bool, float]] | None,
+    extras: Sequence[Collector],
+) -> None:
+    x.add("kvoffload_exporter_build_info", 1.0, {"version": __version__, "python": platform.python_version()})
+    for name in COLLECTORS:
+        if collectors and name in collectors:
+            ok, dur = collectors[name]
+            x.add("kvoffload_collector_success", 1.0 if ok else 0.0, {"collector": name})
+            x.add("kvoffload_collector_duration_seconds", dur, {"collector": name})
+    if host is not None:
+        _host(x, host)
+    if gpu is not None:
+        _gpu(x, gpu)
+    for extra in extras:
+        extra.collect(x)
 
 
 def collect(
@@ -147,18 +172,26 @@ def collect(
 ) -> str:
     """Render the whole exposition. `collectors` maps collector name → (success, duration seconds)."""
     x = Exposition()
-    x.add("kvoffload_exporter_build_info", 1.0, {"version": __version__, "python": platform.python_version()})
-    for name in COLLECTORS:
-        if collectors and name in collectors:
-            ok, dur = collectors[name]
-            x.add("kvoffload_collector_success", 1.0 if ok else 0.0, {"collector": name})
-            x.add("kvoffload_collector_duration_seconds", dur, {"collector": name})
+    _shared(x, host, gpu, collectors, extras)  # no family mixes shared and per-target series
     for t in targets:
         _target(x, t, window)
-    if host is not None:
-        _host(x, host)
-    if gpu is not None:
-        _gpu(x, gpu)
-    for extra in extras:
-        extra.collect(x)
     return x.text()
+
+
+def target_fragment(t: TargetView, window: str, heads: Heads | None = None) -> dict[str, str]:
+    """One target's series per family: rebuilt only when that target polls, merged by `render.merge`."""
+    x = Exposition(heads)
+    _target(x, t, window)
+    return x.fragment()
+
+
+def shared_fragment(
+    host: HostMemory | None,
+    gpu: Sequence[GpuMemory] | None,
+    collectors: Mapping[str, tuple[bool, float]],
+    extras: Sequence[Collector] = (),
+) -> dict[str, str]:
+    """Everything that is not one target's: build info, collectors, host/GPU memory, plugins."""
+    x = Exposition()
+    _shared(x, host, gpu, collectors, extras)
+    return x.fragment()

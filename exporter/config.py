@@ -61,6 +61,11 @@ class Config:
     gpu_enabled: bool = True
     canary: Mapping[str, Any] = field(default_factory=dict)  # validated by exporter.canary when used
     limits: Limits = field(default_factory=Limits)  # per-target caps (exporter.limits); targets may override
+    max_concurrent_polls: int = 64  # polls in flight at once; the rest wait for a slot
+    telemetry_path: str = "/metrics"
+    probe_allow: tuple[str, ...] = ()  # /probe targets allowed besides the configured ones: exact URLs
+    probe_allow_regex: str | None = None  # ... or URLs this regex matches in full
+    probe_idle_ttl: float = 600.0  # a probed target's history is dropped after this long unprobed
 
     @property
     def window_label(self) -> str:
@@ -129,6 +134,7 @@ _TOP_KEYS = {
     "limits",
 }
 _TARGET_KEYS = {"url", "name", "pid", "pidfile", "port", "tier_bytes", "limits"}
+_TOP_KEYS |= {"max_concurrent_polls", "telemetry_path", "probe"}
 
 
 def _check_url(url: Any, where: str, errors: list[str]) -> None:
@@ -239,6 +245,7 @@ def from_mapping(raw: Any, base: Config | None = None) -> Config:
                 errors.append(f"{section}.{k}: must be a path")
             else:
                 changes[keys[k]] = v
+    _serving(raw, changes, errors)
     if "canary" in raw:
         if not isinstance(raw["canary"], Mapping):
             errors.append("canary: must be a mapping")
@@ -249,6 +256,44 @@ def from_mapping(raw: Any, base: Config | None = None) -> Config:
     cfg = replace(cfg, **changes)
     check(cfg)
     return cfg
+
+
+def _serving(raw: Mapping[str, Any], changes: dict[str, Any], errors: list[str]) -> None:
+    """max_concurrent_polls, telemetry_path and `probe: {allow, allow_regex, idle_ttl}`."""
+    v = raw.get("max_concurrent_polls", 1)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        errors.append("max_concurrent_polls: must be an integer >= 1")
+    elif "max_concurrent_polls" in raw:
+        changes["max_concurrent_polls"] = v
+    path = raw.get("telemetry_path", "/metrics")
+    if not isinstance(path, str) or not path.startswith("/") or path in ("/", "/probe", "/healthz"):
+        errors.append("telemetry_path: must be a path like /metrics (not /, /probe or /healthz)")
+    elif "telemetry_path" in raw:
+        changes["telemetry_path"] = path
+    _probe(raw.get("probe", {}), changes, errors)
+
+
+def _probe(probe: object, changes: dict[str, Any], errors: list[str]) -> None:
+    if not isinstance(probe, Mapping) or set(probe) - {"allow", "allow_regex", "idle_ttl"}:
+        errors.append("probe: must be a mapping with allow, allow_regex and/or idle_ttl")
+        return
+    allow = probe.get("allow", [])
+    if not isinstance(allow, list) or not all(isinstance(u, str) for u in allow):
+        errors.append("probe.allow: must be a list of URLs")
+    elif "allow" in probe:
+        for i, u in enumerate(allow):
+            _check_url(u, f"probe.allow[{i}]", errors)
+        changes["probe_allow"] = tuple(u.rstrip("/") for u in allow)
+    if "allow_regex" in probe:
+        try:
+            changes["probe_allow_regex"] = re.compile(probe["allow_regex"]).pattern
+        except (re.error, TypeError) as e:
+            errors.append(f"probe.allow_regex: not a regular expression: {e}")
+    if "idle_ttl" in probe:
+        try:
+            changes["probe_idle_ttl"] = positive_duration(probe["idle_ttl"])
+        except ValueError as e:
+            errors.append(f"probe.idle_ttl: {e}")
 
 
 def check(cfg: Config) -> None:

@@ -17,6 +17,8 @@ class MetricType(StrEnum):
     GAUGE = "gauge"
     STATESET = "stateset"
     INFO = "info"
+    HISTOGRAM = "histogram"
+    SUMMARY = "summary"
 
 
 class Unit(StrEnum):

@@ -27,3 +27,14 @@ def fixtures_dir() -> Path:
 def free_port() -> Callable[[], int]:
     """Call it for each loopback port a test needs: every call asks the OS for a fresh one."""
     return _pick_port
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # `pytest tests/test_golden.py --update-golden` rewrites tests/golden/*.prom from the current code;
+    # review the diff and record exposition changes in CHANGELOG.md ("Metrics").
+    parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/*.prom instead of comparing")
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden"))

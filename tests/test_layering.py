@@ -25,6 +25,7 @@ CORE_PURE = [
     "config",
     "limits",
     "redact",
+    "selfmon",
 ]
 CANARY_PURE = [
     *("types", "plan", "classify", "stats", "budget", "config", "protocol", "expose", "report", "png", "engine"),

@@ -50,9 +50,9 @@ def render(x: SampleSink, states: Iterable[CanaryState]) -> None:
         t = {"target": st.label}
         for path in CANARY_PATHS:
             xs = list(st.samples.get(path, ()))
-            if xs:
-                for q in QUANTILES:
-                    x.add("kvoffload_canary_ttft_seconds", quantile(xs, q), {**t, "path": path, "quantile": str(q)})
+            if xs:  # a summary: quantiles of the recent samples, their count and sum
+                qs = {q: quantile(xs, q) for q in QUANTILES}
+                x.add_summary("kvoffload_canary_ttft_seconds", {**t, "path": path}, qs, float(len(xs)), sum(xs))
         verdict = st.verdict
         for name, est in sorted(verdict.estimates.items() if verdict else ()):
             x.add("kvoffload_canary_delta_ttft_seconds", est.delta, {**t, "control": name})

@@ -8,7 +8,7 @@ from exporter.enums import Group, MetricType, Unit
 METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_canary_ttft_seconds",
-        type=MetricType.GAUGE,
+        type=MetricType.SUMMARY,
         help="Client-side canary TTFT (first token-bearing SSE event) per path: median of recent samples.",
         labels=("target", "path", "quantile"),
         unit=Unit.SECONDS,

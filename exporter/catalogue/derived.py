@@ -57,7 +57,7 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         name="kvoffload_ttft_seconds",
-        type=MetricType.GAUGE,
+        type=MetricType.SUMMARY,
         help="Server-side time to first token quantiles over the window, interpolated from the vLLM histogram.",
         labels=WINDOWED + ("quantile",),
         unit=Unit.SECONDS,

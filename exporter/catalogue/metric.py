@@ -28,4 +28,6 @@ class Metric:
     @property
     def prom_type(self) -> str:
         """The TYPE written in the text exposition (statesets and infos are gauges there)."""
-        return "counter" if self.type == MetricType.COUNTER else "gauge"
+        if self.type in (MetricType.COUNTER, MetricType.HISTOGRAM, MetricType.SUMMARY):
+            return str(self.type)
+        return "gauge"

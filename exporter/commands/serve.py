@@ -95,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         cfg = config_from_args(args)
-        if not cfg.targets:
-            raise ConfigError(["at least one --target (or `targets:` in --config) is required"])
+        if not cfg.targets and not (cfg.probe_allow or cfg.probe_allow_regex):  # probe-only replicas
+            raise ConfigError(["at least one --target (or `targets:` or `probe.allow` in --config) is required"])
         canary_settings = canary.settings_from_args(args, cfg)
         plugins = (canary.make_plugin(canary_settings),) if canary_settings and not args.config_check else ()
         web_config = webconfig.load(args.web_config_file) if getattr(args, "web_config_file", None) else None
