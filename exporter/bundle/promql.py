@@ -73,6 +73,10 @@ def parse_selectors(raw: Iterable[str] | Mapping[str, str] | None) -> tuple[Matc
 
 # Dashboard template variables and the catalogue label each one filters.
 TEMPLATE_LABELS = {"target": "target", "model_name": "model", "engine": "engine"}
+SCRAPE_LABELS = ("job", "namespace", "pod", "instance")
+"""Labels Prometheus adds to every series (job, instance) and the Prometheus Operator's ServiceMonitor and
+PodMonitor add (namespace, pod): each replica's series differ in them, so every dashboard query filters
+by a variable of each (a missing label is "" and matches the "All" value `.*`)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,7 @@ class Query:
         metric = CATALOGUE[name]  # KeyError: a name the catalogue does not own
         parts = [str(m) for m in self.selectors]
         if self.template_vars:
+            parts.extend(f'{label}=~"${label}"' for label in SCRAPE_LABELS)
             for label, var in TEMPLATE_LABELS.items():
                 if label in metric.labels:
                     parts.append(f'{label}=~"${var}"')
@@ -112,6 +117,7 @@ def names_in(expr: str) -> set[str]:
 def template_free(expr: str, values: Mapping[str, str] | None = None) -> str:
     """Substitute Grafana variables so a dashboard query can run against the Prometheus HTTP API."""
     values = {
+        **{label: ".*" for label in SCRAPE_LABELS},
         "target": ".*",
         "model": ".*",
         "engine": ".*",
