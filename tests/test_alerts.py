@@ -3,6 +3,7 @@ metadata is complete, and the Grafana-managed copy has the file-provisioning sha
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -394,3 +395,22 @@ def test_rehearsal_preset_and_set_order(tmp_path):
     assert doc["KVOffloadExporterTargetDown"]["for"] == "45s"
     assert doc["KVOffloadStoreWithoutLoad"]["for"] == PRESETS["rehearsal"]["store_without_load_for"]
     assert all(re.fullmatch(r"\d+[sm]", a["for"]) for a in doc.values())
+
+
+def test_jsonnet_mixin_exposes_the_same_rules_and_dashboards(tmp_path):
+    """mixin.libsonnet (monitoring-mixin layout) imports the rendered files: evaluated, it is them."""
+    jsonnet = pytest.importorskip("_jsonnet")
+    assert (ROOT / "mixin.libsonnet").read_text() == render_bundle()["mixin.libsonnet"]
+    assert main(["bundle", "--out", str(tmp_path), "--selector", "job=vllm-kvoffload"]) == 0
+    snippet = (
+        "local m = import 'mixin.libsonnet';"
+        "{alerts: m.prometheusAlerts, records: m.prometheusRules, dashboards: m.grafanaDashboards}"
+    )
+    (tmp_path / "eval.jsonnet").write_text(snippet)  # imports resolve next to it: the rendered mixin
+    out = json.loads(jsonnet.evaluate_file(str(tmp_path / "eval.jsonnet")))
+    rules = yaml.safe_load((tmp_path / "alerts/kvoffload.rules.yaml").read_text())
+    assert out["records"]["groups"] + out["alerts"]["groups"] == rules["groups"]
+    assert all("alert" in r for g in out["alerts"]["groups"] for r in g["rules"])
+    assert 'job="vllm-kvoffload"' in out["records"]["groups"][0]["rules"][0]["expr"]
+    dashboards = {p.name: json.loads(p.read_text()) for p in (tmp_path / "dashboards").glob("*.json")}
+    assert out["dashboards"] == dashboards and len(dashboards) == 2

@@ -20,7 +20,7 @@ def render_bundle(
     """Render the bundle. `selectors`: `["job=vllm-sidecar", ...]` or `{"job": "vllm-sidecar"}`.
 
     Raises ImportError when grafanalib (the `bundle` extra) is missing, ValueError on a bad selector."""
-    from exporter.bundle import alerts_doc, dashboards, grafana_alerts, metrics_doc, rules, runbook
+    from exporter.bundle import alerts_doc, dashboards, grafana_alerts, metrics_doc, mixin, rules, runbook
     from exporter.bundle.deploy import render_deploy
 
     matchers = parse_selectors(selectors)
@@ -33,4 +33,5 @@ def render_bundle(
     files.update(dashboards.render(matchers))
     files.update(grafana_alerts.render(settings, matchers))
     files.update(render_deploy(files, settings))
+    files[mixin.PATH] = mixin.render(files)
     return dict(sorted(files.items()))
