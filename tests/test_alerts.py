@@ -3,6 +3,7 @@ metadata is complete, and the Grafana-managed copy has the file-provisioning sha
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -22,8 +23,9 @@ from exporter.bundle.rules import (
     prometheus_rules,
     prometheus_rules_yaml,
 )
-from exporter.bundle.settings import DEFAULT
+from exporter.bundle.settings import DEFAULT, FIELDS, PRESETS, Kind, kind_of
 from exporter.catalogue import CATALOGUE
+from exporter.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "alerts/kvoffload.rules.yaml"
@@ -245,3 +247,170 @@ def test_grafana_contact_point_and_policy_examples_agree():
         assert all(r["receiver"] in names for r in p.get("routes", []))
     for c in cps["contactPoints"]:
         assert all(r["uid"] and r["type"] for r in c["receivers"])
+
+
+# --------------------------------------------------------------------------------------------------
+# bundle: runbook, selectors, --set and presets (issue 17, item 3)
+# --------------------------------------------------------------------------------------------------
+
+
+def _anchors(markdown: str) -> set[str]:
+    return {re.sub(r"[^a-z0-9-]", "", h.lower()) for h in re.findall(r"^## (.+)$", markdown, re.MULTILINE)}
+
+
+def test_bundle_out_writes_the_runbook_every_alert_links_to(tmp_path):
+    url = "https://runbooks.example.com/kvoffload/runbook.md"
+    assert main(["bundle", "--out", str(tmp_path), "--runbook-url", url + "/"]) == 0
+    runbook = (tmp_path / "alerts/runbook.md").read_text()
+    anchors = _anchors(runbook)
+    alerts = _alerts(yaml.safe_load((tmp_path / "alerts/kvoffload.rules.yaml").read_text()))
+    grafana = yaml.safe_load((tmp_path / GRAFANA_RULES).read_text())["groups"][0]["rules"]
+    assert len(alerts) == len(grafana) >= len(REQUIRED_ALERTS)
+    for ann in [a["annotations"] for a in alerts] + [r["annotations"] for r in grafana]:
+        base, _, anchor = ann["runbook_url"].partition("#")
+        assert base == url and anchor in anchors, ann["runbook_url"]
+    assert _anchors(runbook) == {a["alert"].lower() for a in alerts}
+    assert (ROOT / "alerts/runbook.md").read_text() == render_bundle()["alerts/runbook.md"]
+
+
+def test_runbook_url_is_documented_as_the_way_to_make_links_clickable(capsys):
+    with pytest.raises(SystemExit):
+        main(["bundle", "--help"])
+    assert "clickable" in " ".join(capsys.readouterr().out.split())
+    doc = (ROOT / "docs/alerts.md").read_text()
+    assert "--runbook-url" in doc and "link" in doc
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "job=~[",  # promtool would reject the rule file later
+        "job=x,env=y",  # used to become job="x,env=y"
+        'job="x",env="y"',
+        "job=x env=y",
+        "job=",  # empty: only job="" means "label missing"
+        "job=~",
+        "ns=~a(?=b)",  # no look-ahead in RE2
+        "__name__=x",
+    ],
+)
+def test_bad_selector_is_one_line_and_exit_2_with_nothing_written(tmp_path, capsys, bad):
+    assert main(["bundle", "--out", str(tmp_path / "out"), "--selector", bad]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("kvoffload-exporter bundle: ") and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_explicit_empty_selector_value_is_kept():
+    (m,) = parse_selectors(['job=""'])
+    assert str(m) == 'job=""'
+    assert str(parse_selectors(['ns=~"a,b"'])[0]) == 'ns=~"a,b"'  # one regex with a comma is one matcher
+
+
+def _valid_other_value(key: str) -> str:
+    """A value different from the default, valid for the key's kind."""
+    kind = kind_of(key)
+    if kind is Kind.NUMBER:
+        return f"{float(getattr(DEFAULT, key)) * 2 + 3:g}"
+    return {Kind.DURATION: "17m", Kind.QUANTILE: "0.99", Kind.REGEX: "cold|recompute", Kind.TEXT: "custom-text"}[kind]
+
+
+@pytest.mark.parametrize("key", list(FIELDS))
+def test_set_accepts_every_setting_and_the_rendered_rules_use_it(tmp_path, key):
+    value = _valid_other_value(key)
+    assert main(["bundle", "--out", str(tmp_path), "--set", f"{key}={value}"]) == 0
+    rules = (tmp_path / "alerts/kvoffload.rules.yaml").read_text()
+    grafana = (tmp_path / GRAFANA_RULES).read_text()
+    docs = (tmp_path / "docs/alerts.md").read_text()
+    shown = f"{float(value):.15g}" if kind_of(key) is Kind.NUMBER else value.replace("|", "\\|")
+    assert f"| `{key}` |" in docs and f"`{shown}`" in docs, "docs/alerts.md shows the rendered value"
+    if key in ("grafana_datasource_uid", "grafana_folder", "grafana_interval"):
+        assert value in grafana
+    else:
+        assert value in rules or f"{float(value):.15g}" in rules, f"{key}={value} changed nothing"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "reuse_window=5",
+        "reuse_window=",
+        "nope=1m",
+        "store_without_load_min_bytes=lots",
+        "ttft_quantile=0.95",
+        "slower_controls=[",
+        "headroom_min_tier_ratio=-1",
+        "reuse_window",
+    ],
+)
+def test_bad_set_is_one_line_and_exit_2(tmp_path, capsys, bad):
+    assert main(["bundle", "--out", str(tmp_path / "out"), "--set", bad]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_annotation_texts_and_runbook_follow_the_chosen_windows(tmp_path):
+    """No window or `for` is hard-coded: with every duration changed, no default one is left in any text."""
+    durations = [k for k in FIELDS if kind_of(k) is Kind.DURATION and k != "grafana_interval"]
+    new = {k: f"{i + 41}m" for i, k in enumerate(durations)}
+    args = ["bundle", "--out", str(tmp_path)]
+    for k, v in new.items():
+        args += ["--set", f"{k}={v}"]
+    assert main(args) == 0
+    texts = [
+        " ".join([a["annotations"]["summary"], a["annotations"]["description"]])
+        for a in _alerts(yaml.safe_load((tmp_path / "alerts/kvoffload.rules.yaml").read_text()))
+    ]
+    runbook = (tmp_path / "alerts/runbook.md").read_text()
+    old = {getattr(DEFAULT, k) for k in durations}
+    for text in [*texts, runbook.split("\n## ", 1)[1]]:
+        left = {d for d in old if re.search(rf"(?<![\w.]){d}\b", text)}
+        assert not left, (left, text[:300])
+    for word in ("hour", "minutes", "yesterday", " day "):
+        assert word not in " ".join(texts), word
+    assert "41m" in " ".join(texts) and "41m" in runbook  # reuse_window, the first one
+    assert "Rendered with:" in runbook
+
+
+def test_docs_alerts_lists_every_setting_and_preset():
+    doc = (ROOT / "docs/alerts.md").read_text()
+    assert doc == render_bundle()["docs/alerts.md"]
+    for key in FIELDS:
+        assert f"| `{key}` |" in doc, key
+    for name, sets in PRESETS.items():
+        assert f"--preset {name}" in doc
+        for k, v in sets.items():
+            assert f"--set {k}={v}" in doc
+
+
+@needs_promtool
+def test_rehearsal_preset_and_set_order(tmp_path):
+    """The preset renders valid rules with minute-scale windows; a --set after it wins."""
+    assert main(["bundle", "--out", str(tmp_path), "--preset", "rehearsal", "--set", "target_down_for=45s"]) == 0
+    rules = tmp_path / "alerts/kvoffload.rules.yaml"
+    res = _promtool("check", "rules", str(rules))
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = {a["alert"]: a for a in _alerts(yaml.safe_load(rules.read_text()))}
+    assert doc["KVOffloadExporterTargetDown"]["for"] == "45s"
+    assert doc["KVOffloadStoreWithoutLoad"]["for"] == PRESETS["rehearsal"]["store_without_load_for"]
+    assert all(re.fullmatch(r"\d+[sm]", a["for"]) for a in doc.values())
+
+
+def test_jsonnet_mixin_exposes_the_same_rules_and_dashboards(tmp_path):
+    """mixin.libsonnet (monitoring-mixin layout) imports the rendered files: evaluated, it is them."""
+    jsonnet = pytest.importorskip("_jsonnet")
+    assert (ROOT / "mixin.libsonnet").read_text() == render_bundle()["mixin.libsonnet"]
+    assert main(["bundle", "--out", str(tmp_path), "--selector", "job=vllm-kvoffload"]) == 0
+    snippet = (
+        "local m = import 'mixin.libsonnet';"
+        "{alerts: m.prometheusAlerts, records: m.prometheusRules, dashboards: m.grafanaDashboards}"
+    )
+    (tmp_path / "eval.jsonnet").write_text(snippet)  # imports resolve next to it: the rendered mixin
+    out = json.loads(jsonnet.evaluate_file(str(tmp_path / "eval.jsonnet")))
+    rules = yaml.safe_load((tmp_path / "alerts/kvoffload.rules.yaml").read_text())
+    assert out["records"]["groups"] + out["alerts"]["groups"] == rules["groups"]
+    assert all("alert" in r for g in out["alerts"]["groups"] for r in g["rules"])
+    assert 'job="vllm-kvoffload"' in out["records"]["groups"][0]["rules"][0]["expr"]
+    dashboards = {p.name: json.loads(p.read_text()) for p in (tmp_path / "dashboards").glob("*.json")}
+    assert out["dashboards"] == dashboards and len(dashboards) == 2

@@ -31,6 +31,7 @@ jsonschema = pytest.importorskip("jsonschema")
 
 from exporter.bundle import dashboards, render_bundle
 from exporter.bundle.grafana_json import SCHEMA_VERSION
+from exporter.bundle.panels import RATIO_UNIT, UNBOUNDED_RATIOS
 from exporter.bundle.promql import names_in, parse_selectors
 from exporter.catalogue import CATALOGUE
 from exporter.cli import main
@@ -60,6 +61,14 @@ FOUNDATION_SDK_ALLOWED: list[tuple[str, str, str, str]] = [
         # byFrameRefID/byName matchers take a plain string: Grafana itself saves {"id": "byFrameRefID",
         # "options": "B"}. The SDK's JSON schema narrows `options` to an object.
         "MatcherConfig.options is `any` in Grafana; byFrameRefID takes a refId string",
+    ),
+    (
+        "dashboard",
+        r"templating/list/\d+",
+        "additionalProperties",
+        # Grafana's AdHocVariableModel carries `filters` (the filters currently applied; [] in a saved
+        # dashboard). The SDK folds every variable kind into one VariableModel without that key.
+        "AdHocVariableModel.filters exists in Grafana; the SDK's merged VariableModel lacks it",
     ),
     (
         "dashboard",
@@ -388,6 +397,11 @@ def test_panel_units_match_the_catalogue(rendered):
             if len(units) != 1:
                 continue
             unit, per_second = units.pop()
+            plotted = {n for t in p["targets"] for n in names_in(t["expr"])}
+            if plotted & set(UNBOUNDED_RATIOS):
+                checked += 1
+                assert p["fieldConfig"]["defaults"]["unit"] == RATIO_UNIT, p["title"]
+                continue
             expected = {
                 ("bytes", True): "Bps",
                 ("bytes", False): "bytes",
@@ -403,15 +417,89 @@ def test_panel_units_match_the_catalogue(rendered):
     assert checked >= 12
 
 
+REPLICA_VARS = ["job", "namespace", "pod", "instance"]
+
+
 def test_template_variables(rendered):
     ov = {v["name"]: v for v in rendered["kvoffload-overview.json"]["templating"]["list"]}
-    assert list(ov) == ["datasource", "target", "model", "engine"]
+    assert list(ov) == ["datasource", *REPLICA_VARS, "target", "model", "engine", "filters"]
     assert ov["datasource"]["type"] == "datasource" and ov["datasource"]["query"] == "prometheus"
-    for name in ("target", "model", "engine"):
+    for name in (*REPLICA_VARS, "target", "model", "engine"):
         assert ov[name]["includeAll"] and ov[name]["multi"] and ov[name]["allValue"] == ".*"
         assert ov[name]["query"]["query"] == ov[name]["definition"]
     health = [v["name"] for v in rendered["kvoffload-exporter-health.json"]["templating"]["list"]]
-    assert health == ["datasource", "target"]
+    assert health == ["datasource", *REPLICA_VARS, "target", "filters"]
+
+
+def test_replica_variables_chain_and_ad_hoc_filter(rendered):
+    """job → namespace → pod → instance → target: each list is limited by the choices before it."""
+    for d in rendered.values():
+        by_name = {v["name"]: v for v in d["templating"]["list"]}
+        before: list[str] = []
+        for name in (*REPLICA_VARS, "target"):
+            definition = by_name[name]["definition"]
+            assert definition.startswith("label_values(kvoffload_up") and definition.endswith(f", {name})")
+            for prev in before:
+                assert f'{prev}=~"${prev}"' in definition, (name, definition)
+            before.append(name)
+        adhoc = by_name["filters"]
+        assert adhoc["type"] == "adhoc" and adhoc["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+
+
+def test_every_query_filters_by_the_replica_variables_and_every_legend_names_the_instance(rendered):
+    checked = 0
+    for d in rendered.values():
+        for p in _viz(d):
+            for t in p["targets"]:
+                assert "{{instance}}" in t["legendFormat"], (p["title"], t["legendFormat"])
+                for name, sel in re.findall(r"(kvoffload_\w+)(\{[^}]*\})?", t["expr"]):
+                    for var in REPLICA_VARS:
+                        assert f'{var}=~"${var}"' in sel, (p["title"], name, var)
+                    checked += 1
+                for by in re.findall(r"(?:sum|max|min|avg) by \(([^)]*)\)", t["expr"]):
+                    assert {"job", "instance"} <= {x.strip() for x in by.split(",")}, (p["title"], by)
+    assert checked > 45
+
+
+def _plotted_metrics(p: dict) -> set[str]:
+    return {n for t in p["targets"] for n in names_in(t["expr"].split(" and on (job, instance) ")[0])}
+
+
+def test_ratio_panels_start_at_zero_and_the_load_store_ratio_is_not_a_percentage(rendered):
+    ratio_panels = 0
+    for d in rendered.values():
+        for p in _viz(d):
+            names = _plotted_metrics(p)
+            defaults = p["fieldConfig"]["defaults"]
+            if names and all(CATALOGUE[n].unit == "ratio" for n in names):
+                ratio_panels += 1
+                assert defaults["min"] == 0, p["title"]
+                if names & set(UNBOUNDED_RATIOS):
+                    assert defaults["unit"] != "percentunit" and "max" not in defaults, p["title"]
+                else:
+                    assert defaults["unit"] == "percentunit" and defaults["max"] == 1, p["title"]
+    assert ratio_panels >= 3
+    (lsr,) = [p for p in _viz(rendered["kvoffload-overview.json"]) if p["title"] == "Load/store ratio"]
+    assert lsr["fieldConfig"]["defaults"]["unit"] == "none"  # 8.1 reads 8.1, not 810 %
+
+
+def test_descriptions_name_the_metrics_and_say_which_panels_need_the_canary(rendered):
+    canary_panels = 0
+    for d in rendered.values():
+        for p in _viz(d):
+            names = _plotted_metrics(p)
+            assert names, p["title"]
+            for n in names:
+                assert f"`{n}`" in p["description"], (p["title"], n)
+            canary = any(CATALOGUE[n].group == "canary" for n in names)
+            no_value = p["fieldConfig"]["defaults"]["noValue"]
+            assert no_value.strip()
+            if canary:
+                canary_panels += 1
+                assert "serve --canary" in p["description"] and "serve --canary" in no_value, p["title"]
+            else:
+                assert "--canary" not in p["description"] + no_value, p["title"]
+    assert canary_panels >= 7
 
 
 def test_queries_use_catalogue_names_and_filter_by_variables(rendered):

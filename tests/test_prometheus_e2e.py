@@ -5,8 +5,11 @@ Two exporters, two jobs. `kvoffload-healthy` polls a Qwen3-32B-shaped simulator 
 (canary on): no alert may fire for it, ever. `kvoffload-faults` polls one simulator per failure:
 store-without-load, slow loads on the 0.6B shape (slower than recompute), a no-offload control of the
 same model, an "upgrade" that drops the offload families mid-run (plus a tiny tier: allocation
-failures) and a dead port. The rules are the committed ones rendered with `Settings.fast()`
-(second-scale windows and `for`). Deadlines are generous polling bounds, never timed assertions.
+failures) and a dead port. The rules are the committed ones rendered with the documented rehearsal
+preset (`bundle --preset rehearsal`: minute-scale windows, 30 s `for`). Prometheus attaches `namespace`
+and `pod` as the Prometheus Operator would, so every dashboard variable (job → namespace → pod →
+instance → target → model → engine) is evaluated against real series, and must list both exporters.
+Deadlines are generous polling bounds, never timed assertions.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -33,8 +37,8 @@ pytest.importorskip("grafanalib")
 
 from exporter.bundle import dashboards, render_bundle
 from exporter.bundle.promql import template_free
-from exporter.bundle.rules import build, prometheus_rules_yaml
-from exporter.bundle.settings import DEFAULT
+from exporter.bundle.rules import build
+from exporter.bundle.settings import DEFAULT, FIELDS, Kind, kind_of
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = [
@@ -43,10 +47,28 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = DEFAULT.fast()
-DEADLINE_S = 80.0  # overall bound for every scenario to show up
-HEALTHY_MIN_S = 40.0  # healthy data observed for at least window + `for` of every alert, restart included
+REHEARSAL = DEFAULT.preset("rehearsal")
+DEADLINE_S = 150.0  # overall bound for every scenario to show up
+
+
+def _seconds(duration: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    return sum(float(n) * units[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", duration))
+
+
+def _longest(suffix: str) -> float:
+    keys = [k for k in FIELDS if kind_of(k) is Kind.DURATION and k.endswith(suffix) and k != "ttft_baseline_offset"]
+    return max(_seconds(getattr(REHEARSAL, k)) for k in keys)
+
+
+# Healthy data observed for at least the longest window + the longest `for`, exporter restart included.
+HEALTHY_MIN_S = _longest("window") + _longest("_for")
 HEALTHY, FAULTS = "kvoffload-healthy", "kvoffload-faults"
+# What the Prometheus Operator would attach (ServiceMonitor/PodMonitor): one pod per exporter.
+POD_LABELS = {
+    HEALTHY: {"namespace": "llm", "pod": "vllm-healthy-0"},
+    FAULTS: {"namespace": "llm", "pod": "vllm-faults-0"},
+}
 
 # Alert → (job, target) whose scenario must make its expression return data.
 ALERT_SCENARIOS = {
@@ -189,12 +211,14 @@ class Stack:
 
     def prometheus(self, jobs: dict[str, str]) -> None:
         port = self.free_port()
-        (self.tmp / "rules.yaml").write_text(prometheus_rules_yaml(FAST))
+        self.jobs = dict(jobs)
+        (self.tmp / "rules.yaml").write_text(render_bundle(settings=REHEARSAL)["alerts/kvoffload.rules.yaml"])
         cfg = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(self.tmp / "rules.yaml")],
             "scrape_configs": [
-                {"job_name": job, "static_configs": [{"targets": [addr]}]} for job, addr in jobs.items()
+                {"job_name": job, "static_configs": [{"targets": [addr], "labels": POD_LABELS[job]}]}
+                for job, addr in jobs.items()
             ],
         }
         (self.tmp / "prometheus.yml").write_text(yaml.safe_dump(cfg))
@@ -217,6 +241,13 @@ class Stack:
         body = json.loads(_get(f"{self.prom}/api/v1/query?" + urllib.parse.urlencode({"query": expr}), 5.0))
         assert body["status"] == "success", (expr, body)
         return list(body["data"]["result"])
+
+    def label_values(self, label: str, match: str) -> set[str]:
+        """What Grafana's `label_values(match, label)` lists (the label values API it uses)."""
+        url = f"{self.prom}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": match})
+        body = json.loads(_get(url, 5.0))
+        assert body["status"] == "success", (match, body)
+        return set(body["data"])
 
     def add_fault(self, sim: str, fault: str) -> None:
         req = urllib.request.Request(
@@ -246,18 +277,26 @@ class Stack:
         )
 
 
-def _dashboard_queries() -> list[tuple[str, str, str]]:
-    """(dashboard, panel title, PromQL with the variables set to match everything)."""
+def _variables() -> list[tuple[str, str, str, str]]:
+    """(dashboard, variable, X, l) of every `label_values(X, l)` variable."""
     out = []
     for name, fn in dashboards.DASHBOARDS.items():
-        d = fn(())
-        for p in d["panels"]:
+        for v in fn(())["templating"]["list"]:
+            if v["type"] == "query":
+                inner, label = v["definition"][len("label_values(") : -1].rsplit(",", 1)
+                out.append((name, v["name"], inner, label.strip()))
+    return out
+
+
+def _dashboard_queries() -> list[tuple[str, str, str, str]]:
+    """(dashboard, panel title, PromQL with the variables set to match everything, legend)."""
+    out = []
+    for name, fn in dashboards.DASHBOARDS.items():
+        for p in fn(())["panels"]:
             for t in p.get("targets", []):
-                out.append((name, p["title"], template_free(t["expr"])))
-        for v in d["templating"]["list"]:
-            if v["type"] == "query":  # label_values(X, l) → X must return series carrying l
-                inner = v["definition"][len("label_values(") :].rsplit(",", 1)[0]
-                out.append((name, f"variable {v['name']}", template_free(inner)))
+                out.append((name, p["title"], template_free(t["expr"]), t["legendFormat"]))
+    for name, var, inner, _ in _variables():  # label_values(X, l) → X must return series carrying l
+        out.append((name, f"variable {var}", template_free(inner), ""))
     return out
 
 
@@ -295,14 +334,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
 @pytest.fixture(scope="module")
 def observed(stack: Stack) -> dict[str, Any]:
     """Poll until every scenario has shown up (or the deadline passes); record what returned data."""
-    records, alerts = build(FAST)
+    records, alerts = build(REHEARSAL)
     # key → (PromQL, labels a returned series must carry)
     pending: dict[str, tuple[str, dict[str, str]]] = {}
-    for name, title, expr in _dashboard_queries():
+    legends: dict[str, str] = {}
+    for name, title, expr, legend in _dashboard_queries():
         if any(n in title for n in NEEDS_NVML) or any(m in expr for m in NOT_SIMULATED):
             stack.query(expr)  # valid PromQL, even without data
             continue
         pending[f"dashboard {name}: {title}: {expr}"] = (expr, {})
+        if not title.startswith("variable "):
+            legends[f"dashboard {name}: {title}: {expr}"] = legend
     for r in records:
         pending[f"record {r.record}"] = (r.record, {"job": HEALTHY})
     for a in alerts:
@@ -313,6 +355,7 @@ def observed(stack: Stack) -> dict[str, Any]:
         {"job": FAULTS, "target": "store-without-load"},
     )
     seen: dict[str, float] = {}
+    series: dict[str, list[dict[str, str]]] = {}  # label sets of the first data a dashboard query returned
     upgraded = restarted = False
     healthy_since: float | None = None
     deadline = time.monotonic() + DEADLINE_S
@@ -336,6 +379,7 @@ def observed(stack: Stack) -> dict[str, Any]:
             result = stack.query(expr)  # also asserts the query is valid
             if any(all(r["metric"].get(k) == v for k, v in want.items()) for r in result):
                 seen[key] = round(time.monotonic() - stack.started, 1)
+                series[key] = [r["metric"] for r in result]
                 del pending[key]
         time.sleep(1.0)
     healthy_alerts = stack.query(f'count_over_time(ALERTS{{job="{HEALTHY}"}}[10m])')
@@ -343,6 +387,8 @@ def observed(stack: Stack) -> dict[str, Any]:
     return {
         "missing": sorted(pending),
         "seen": seen,
+        "series": series,
+        "legends": legends,
         "restarted": restarted,
         "healthy_alerts": healthy_alerts,
         "elapsed": time.monotonic() - stack.started,
@@ -376,3 +422,42 @@ def test_grafana_provisioned_queries_are_valid_promql(stack):
     assert len(exprs) == len(build()[1])
     for e in exprs:
         stack.query(e)
+
+
+def test_every_legend_label_is_on_the_series_its_query_returns(observed):
+    """Legends name the instance (replicas of one model differ only there) and no legend shows an
+    empty `{{label}}`: each label it uses is on every series the query returned."""
+    checked = 0
+    for key, legend in observed["legends"].items():
+        assert "{{instance}}" in legend, key
+        for r in observed["series"].get(key, []):
+            missing = [lb for lb in re.findall(r"\{\{(\w+)\}\}", legend) if lb not in r]
+            assert not missing, (key, legend, r)
+            checked += 1
+    assert checked > 40
+
+
+def test_variables_list_both_exporters_and_narrow_each_other(stack, observed):
+    """Every dashboard variable lists real values: both jobs, both exporters' instances and pods, every
+    target; choosing a job narrows instance (and target) to that exporter's."""
+    assert not observed["missing"]
+    exporters = set(stack.jobs.values())
+    want = {
+        "job": set(stack.jobs),
+        "namespace": {"llm"},
+        "pod": {p["pod"] for p in POD_LABELS.values()},
+        "instance": exporters,
+        "target": {"healthy", "store-without-load", "slow", "control", "upgrade", "down"},
+    }
+    assert len(exporters) == 2
+    for name, var, inner, label in _variables():
+        values = stack.label_values(label, template_free(inner))
+        if var in want:
+            assert values >= want[var], (name, var, values)
+        else:  # model, engine: from the engines' series
+            assert values, (name, var)
+    for job, addr in stack.jobs.items():
+        only = {"job": job}
+        for name, var, inner, label in _variables():
+            if var == "instance":
+                assert stack.label_values(label, template_free(inner, only)) == {addr}, (name, job)

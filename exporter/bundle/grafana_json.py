@@ -153,7 +153,7 @@ def modernise(dashboard: dict[str, Any], steps: dict[int, list[tuple[str, float 
     """grafanalib dashboard JSON (already plain dicts) → current-Grafana dashboard JSON.
 
     `steps` maps panel id → threshold steps [(color, value)], first value ignored (base step)."""
-    d = _strip_none(json.loads(json.dumps(dashboard)))
+    d: dict[str, Any] = _strip_none(json.loads(json.dumps(dashboard)))
     for k in _DASHBOARD_DROP:
         d.pop(k, None)
     d["schemaVersion"] = SCHEMA_VERSION

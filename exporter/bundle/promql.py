@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from exporter.bundle.settings import check_regex
 from exporter.catalogue import CATALOGUE
 
 _MATCHER = re.compile(r"^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$")
@@ -27,16 +28,32 @@ class Matcher:
         return f'{self.label}{self.op}"{v}"'
 
 
+_QUOTED = re.compile(r'^(["\'])((?:(?!\1)[^\\]|\\.)*)\1$')
+_ANOTHER = re.compile(r"[,\s]\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=~|!~|!=|=)")
+
+
 def parse_selector(raw: str) -> Matcher:
-    """`job=vllm-sidecar`, `namespace=~"llm-.*"`, `env!=dev` → Matcher (surrounding quotes optional)."""
+    """`job=vllm-sidecar`, `namespace=~"llm-.*"`, `env!=dev` → Matcher (surrounding quotes optional).
+
+    One matcher per call: `job=x,env=y` is refused (it would silently become job="x,env=y"), an empty
+    value only when written `job=""`, and a regex must compile."""
     m = _MATCHER.match(raw)
     if not m:
         raise ValueError(f"selector must be LABEL=VALUE (or !=, =~, !~), got {raw!r}")
     label, op, value = m.groups()
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-        value = value[1:-1]
     if label.startswith("__"):
         raise ValueError(f"selector label {label!r} is reserved")
+    quoted = _QUOTED.match(value)
+    if quoted:
+        value = re.sub(r'\\(["\'\\])', r"\1", quoted.group(2))
+    elif value[:1] in ("'", '"'):
+        raise ValueError(f"selector {raw!r}: one matcher per --selector, value in one pair of quotes")
+    elif _ANOTHER.search(value):
+        raise ValueError(f"selector {raw!r} holds more than one matcher: give each its own --selector")
+    elif not value:
+        raise ValueError(f'selector {raw!r} has an empty value: write {label}{op}"" if that is what you mean')
+    if op in ("=~", "!~"):
+        check_regex(f"selector {raw!r}", value)
     return Matcher(label, op, value)
 
 
@@ -44,8 +61,9 @@ def parse_selectors(raw: Iterable[str] | Mapping[str, str] | None) -> tuple[Matc
     if not raw:
         return ()
     if isinstance(raw, Mapping):
-        return tuple(Matcher(k, "=", v) for k, v in raw.items())
-    out = tuple(parse_selector(r) for r in raw)
+        out = tuple(Matcher(parse_selector(f'{k}=""').label, "=", v) for k, v in raw.items())
+    else:
+        out = tuple(parse_selector(r) for r in raw)
     labels = [m.label for m in out]
     dup = sorted({lb for lb in labels if labels.count(lb) > 1})
     if dup:
@@ -55,6 +73,10 @@ def parse_selectors(raw: Iterable[str] | Mapping[str, str] | None) -> tuple[Matc
 
 # Dashboard template variables and the catalogue label each one filters.
 TEMPLATE_LABELS = {"target": "target", "model_name": "model", "engine": "engine"}
+SCRAPE_LABELS = ("job", "namespace", "pod", "instance")
+"""Labels Prometheus adds to every series (job, instance) and the Prometheus Operator's ServiceMonitor and
+PodMonitor add (namespace, pod): each replica's series differ in them, so every dashboard query filters
+by a variable of each (a missing label is "" and matches the "All" value `.*`)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +91,7 @@ class Query:
         metric = CATALOGUE[name]  # KeyError: a name the catalogue does not own
         parts = [str(m) for m in self.selectors]
         if self.template_vars:
+            parts.extend(f'{label}=~"${label}"' for label in SCRAPE_LABELS)
             for label, var in TEMPLATE_LABELS.items():
                 if label in metric.labels:
                     parts.append(f'{label}=~"${var}"')
@@ -94,6 +117,7 @@ def names_in(expr: str) -> set[str]:
 def template_free(expr: str, values: Mapping[str, str] | None = None) -> str:
     """Substitute Grafana variables so a dashboard query can run against the Prometheus HTTP API."""
     values = {
+        **{label: ".*" for label in SCRAPE_LABELS},
         "target": ".*",
         "model": ".*",
         "engine": ".*",

@@ -20,15 +20,18 @@ def render_bundle(
     """Render the bundle. `selectors`: `["job=vllm-sidecar", ...]` or `{"job": "vllm-sidecar"}`.
 
     Raises ImportError when grafanalib (the `bundle` extra) is missing, ValueError on a bad selector."""
-    from exporter.bundle import dashboards, grafana_alerts, metrics_doc, rules
+    from exporter.bundle import alerts_doc, dashboards, grafana_alerts, metrics_doc, mixin, rules, runbook
     from exporter.bundle.deploy import render_deploy
 
     matchers = parse_selectors(selectors)
     files: dict[str, str] = {
         RULES_PATH: rules.prometheus_rules_yaml(settings, matchers),
         METRICS_DOC_PATH: metrics_doc.render(),
+        runbook.PATH: runbook.render(settings),
+        alerts_doc.PATH: alerts_doc.render(settings),
     }
     files.update(dashboards.render(matchers))
     files.update(grafana_alerts.render(settings, matchers))
     files.update(render_deploy(files, settings))
+    files[mixin.PATH] = mixin.render(files)
     return dict(sorted(files.items()))

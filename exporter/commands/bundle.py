@@ -6,6 +6,10 @@ import argparse
 import os
 import sys
 from dataclasses import replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from exporter.bundle.settings import Settings
 
 ORDER = 60
 
@@ -29,8 +33,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--runbook-url",
         metavar="URL",
-        help="where you host alerts/runbook.md, for each alert's runbook_url "
-        "(default: the relative path alerts/runbook.md, not a link)",
+        help="where you host alerts/runbook.md (written with the rules), so each alert's runbook_url is a "
+        "clickable link URL#<alert> (default: the relative path alerts/runbook.md, not a link)",
+    )
+    p.add_argument(
+        "--preset",
+        metavar="NAME",
+        help="apply a named list of --set values first: rehearsal (minute-scale windows for a staging "
+        "rehearsal; docs/alerts.md)",
+    )
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one alert setting, e.g. reuse_window=2h (repeatable; every key in docs/alerts.md)",
     )
     p.add_argument(
         "--grafana-datasource-uid",
@@ -45,18 +63,24 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def _settings(args: argparse.Namespace) -> Settings:
+    """--preset, then --set in order, then the dedicated flags (ValueError: one line for the user)."""
     from exporter.bundle.settings import DEFAULT
 
-    settings = DEFAULT
+    settings = DEFAULT.preset(args.preset) if args.preset else DEFAULT
+    settings = settings.with_sets(args.sets)
     if args.runbook_url:
         settings = replace(settings, runbook_url=args.runbook_url.rstrip("/"))
     if args.grafana_datasource_uid:
         settings = replace(settings, grafana_datasource_uid=args.grafana_datasource_uid)
+    return settings
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         from exporter.bundle import render_bundle
 
-        files = render_bundle(args.selector, settings)
+        files = render_bundle(args.selector, _settings(args))
     except ImportError as e:
         print(
             f"kvoffload-exporter bundle: {e}; install the extra: pip install 'kvoffload-exporter[bundle]'",
