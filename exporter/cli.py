@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import pkgutil
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from exporter import __version__, commands
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line usage error (the full usage is one `--help` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="kvoffload-exporter",
         description="Prometheus exporter, canary and dashboards for vLLM KV-cache offloading.",
     )
@@ -29,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
+        parser.print_help(sys.stderr)
         return 2
     try:
         return int(args.func(args) or 0)
@@ -37,6 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # `... | head` closed stdout early
         return 0
+    except Exception as e:  # last resort: bad input must never end in a traceback
+        logging.getLogger("kvoffload").debug("unexpected error", exc_info=True)
+        print(f"kvoffload-exporter {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -1,39 +1,148 @@
-"""Settings from flags and/or a YAML file → frozen `Config`, validated strictly with every error listed."""
+"""The exporter's settings as frozen dataclasses declared once (exporter.schema): YAML file, flags and
+`KVOFFLOAD_*` environment variables all validate through the same field declarations."""
 
 from __future__ import annotations
 
+import base64
+import ipaddress
+import logging
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
+from exporter.canary.config import CanarySettings
+from exporter.canary.config import from_mapping as canary_from_mapping
 from exporter.limits import Limits, limits_from_mapping
+from exporter.redact import redact_url
+from exporter.schema import (
+    ConfigError,
+    Where,
+    boolean,
+    choice,
+    duration,
+    integer,
+    number,
+    parse_duration,
+    parse_section,
+    setting,
+    string,
+)
 
+log = logging.getLogger("kvoffload.config")
 DEFAULT_LISTEN = "127.0.0.1:9466"
+_HOSTNAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})$")
 
 
-class ConfigError(ValueError):
-    """Invalid configuration; `errors` lists every problem found, not just the first."""
+@dataclass(frozen=True)
+class BasicAuth:
+    username: str
+    password: str = field(repr=False)
 
-    def __init__(self, errors: list[str]):
-        super().__init__("invalid configuration:\n  - " + "\n  - ".join(errors))
-        self.errors = errors
+    def header(self) -> dict[str, str]:
+        token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
+        return {"Authorization": f"Basic {token}"}
+
+
+@dataclass(frozen=True)
+class BearerToken:
+    token: str = field(repr=False)
+
+    def header(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+Auth = BasicAuth | BearerToken
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """ "HOST:PORT" → (host, port); "[::1]:9466" and ":9466" (all interfaces) too."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"listen must be HOST:PORT with a port 0-65535, got {listen!r}")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if host:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            if not _HOSTNAME.match(host) or ":" in host:
+                raise ValueError(f"listen must be HOST:PORT, {host!r} is not a host name or IP address") from None
+    return (host or "0.0.0.0"), int(port)
+
+
+def _listen(v: object, text: bool) -> object:
+    if isinstance(v, bool) or not isinstance(v, str):
+        raise ValueError("must be HOST:PORT")
+    split_listen(v)
+    return v
+
+
+def _path(v: object, text: bool) -> object:
+    if not isinstance(v, str) or not v:
+        raise ValueError("must be a path")
+    return v
+
+
+def _http_path(v: object, text: bool) -> object:
+    if not isinstance(v, str) or not v.startswith("/") or any(c in v for c in " ?#"):
+        raise ValueError(f"must be a URL path starting with /, got {v!r}")
+    return v
+
+
+def _url_list(v: object, text: bool) -> object:
+    if not isinstance(v, list):
+        raise ValueError("must be a list of URLs")
+    for i, u in enumerate(v):
+        try:
+            _url(u, text)
+        except ValueError as e:
+            raise ValueError(f"[{i}] {e}") from None
+    return tuple(str(u).rstrip("/") for u in v)
+
+
+def _regex(v: object, text: bool) -> object:
+    if not isinstance(v, str):
+        raise ValueError("must be a regular expression")
+    try:
+        return re.compile(v).pattern
+    except re.error as e:
+        raise ValueError(f"not a regular expression: {e}") from None
+
+
+def _url(v: object, text: bool) -> object:
+    """An http(s) base URL; userinfo and a trailing /metrics are taken apart later (_finish_target)."""
+    if not isinstance(v, str) or not v:
+        raise ValueError("is required")
+    try:
+        parts = urlsplit(v)
+        parts.port  # noqa: B018 - raises on a port out of range or not a number
+    except ValueError:
+        raise ValueError(f"must be http(s)://HOST:PORT, got {redact_url(v)!r}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"must be http(s)://HOST:PORT, got {redact_url(v)!r}")
+    if parts.query or parts.fragment:
+        raise ValueError(f"must be a base URL without ?query or #fragment, got {redact_url(v)!r}")
+    return v
 
 
 @dataclass(frozen=True)
 class TargetConfig:
-    url: str  # base URL of the vLLM OpenAI server, e.g. http://127.0.0.1:8000
-    name: str = ""  # `target` label; defaults to host:port
-    pid: int | None = None  # vLLM API-server PID for memory gauges
-    pidfile: str | None = None
-    port: int | None = None  # find the vLLM process by its listening port (default: the URL's port)
-    tier_bytes: float | None = None  # configured CPU-tier bytes when vLLM does not export them
-    limits: Limits | None = None  # None: Config.limits
+    url: str = setting("", _url, "base URL of the vLLM OpenAI server, e.g. http://127.0.0.1:8000", env=False)
+    name: str = setting("", string(), "`target` label (default: host:port)", env=False)
+    pid: int | None = setting(None, integer(1), "vLLM API-server PID for memory gauges", env=False)
+    pidfile: str | None = setting(None, string(), "file holding that PID", env=False)
+    port: int | None = setting(None, integer(1, 65535), "find the vLLM process by this port", env=False)
+    tier_bytes: float | None = setting(None, number(0, lo_open=True), "configured CPU-tier bytes", env=False)
+    username: str | None = setting(None, string(), "basic auth user (with password_file)", env=False)
+    password_file: str | None = setting(None, _path, "file holding the basic auth password", env=False)
+    bearer_token_file: str | None = setting(None, _path, "file holding a bearer token", env=False)
+    auth: Auth | None = field(default=None, repr=False)  # from userinfo or the *_file keys; never shown
+    limits: Limits | None = None  # `limits:` of this target (exporter.limits); None: Config.limits
 
     @property
     def label(self) -> str:
-        return self.name or (urlsplit(self.url).netloc.rpartition("@")[2] or self.url)  # never the userinfo
+        return self.name or (urlsplit(self.url).netloc.rpartition("@")[2] or self.url)
 
     @property
     def local_port(self) -> int | None:
@@ -45,27 +154,60 @@ class TargetConfig:
             return parts.port or (443 if parts.scheme == "https" else 80)
         return None
 
+    def headers(self) -> dict[str, str]:
+        return self.auth.header() if self.auth else {}
+
+    def source_auth(self) -> tuple[str, str] | str | None:
+        """`auth` as sources.vllm_http takes it: (user, password) quoted as URL userinfo is, or a token."""
+        if isinstance(self.auth, BearerToken):
+            return self.auth.token
+        if isinstance(self.auth, BasicAuth):
+            return quote(self.auth.username, safe=""), quote(self.auth.password, safe="")
+        return None
+
 
 @dataclass(frozen=True)
 class Config:
     targets: tuple[TargetConfig, ...] = ()
-    listen: str = DEFAULT_LISTEN
-    poll_interval: float = 5.0
-    window: float = 300.0
-    timeout: float = 3.0
-    max_body_bytes: int = 16 * 1024 * 1024
-    host_enabled: bool = True
-    proc_root: str = "/proc"
-    cgroup_root: str = "/sys/fs/cgroup"
-    cgroup: str = "auto"  # auto: the vLLM process's cgroup | self: cgroup_root as is | off
-    gpu_enabled: bool = True
-    canary: Mapping[str, Any] = field(default_factory=dict)  # validated by exporter.canary when used
+    listen: str = setting(
+        DEFAULT_LISTEN,
+        _listen,
+        "listen address",
+        flag=("--listen", "--web.listen-address"),
+        metavar="HOST:PORT",
+    )
+    telemetry_path: str = setting(
+        "/metrics", _http_path, "path of the metrics endpoint", flag="--web.telemetry-path", metavar="PATH"
+    )
+    poll_interval: float = setting(
+        5.0, duration(), "seconds between polls of each target", flag="--poll-interval", metavar="SECONDS"
+    )
+    window: float = setting(
+        300.0, duration(), "sliding window for ratios and state", flag="--window", metavar="DURATION"
+    )
+    timeout: float = setting(3.0, duration(), "per-poll timeout", flag="--timeout", metavar="SECONDS")
+    max_body_bytes: int = setting(16 * 1024 * 1024, integer(1024, 1 << 31), "cap on one /metrics body")
+    host_enabled: bool = setting(
+        True, boolean, "disable the host-memory collector", key="host.enabled", flag="--no-host", action="false"
+    )
+    proc_root: str = setting("/proc", _path, "procfs root", key="host.proc_root")
+    cgroup_root: str = setting("/sys/fs/cgroup", _path, "cgroup fs root", key="host.cgroup_root")
+    cgroup: str = setting("auto", choice("auto", "self", "off"), "whose cgroup to read", key="host.cgroup")
+    gpu_enabled: bool = setting(
+        True, boolean, "disable the NVML GPU collector", key="gpu.enabled", flag="--no-gpu", action="false"
+    )
+    canary: CanarySettings = field(default_factory=CanarySettings)
     limits: Limits = field(default_factory=Limits)  # per-target caps (exporter.limits); targets may override
-    max_concurrent_polls: int = 64  # polls in flight at once; the rest wait for a slot
-    telemetry_path: str = "/metrics"
-    probe_allow: tuple[str, ...] = ()  # /probe targets allowed besides the configured ones: exact URLs
-    probe_allow_regex: str | None = None  # ... or URLs this regex matches in full
-    probe_idle_ttl: float = 600.0  # a probed target's history is dropped after this long unprobed
+    max_concurrent_polls: int = setting(64, integer(1), "polls in flight at once; the rest wait for a slot")
+    probe_allow: tuple[str, ...] = setting(
+        (), _url_list, "/probe targets allowed besides the configured ones: exact URLs", key="probe.allow", env=False
+    )
+    probe_allow_regex: str | None = setting(
+        None, _regex, "... or URLs this regex matches in full", key="probe.allow_regex"
+    )
+    probe_idle_ttl: float = setting(
+        600.0, duration(), "a probed target's history is dropped after this long unprobed", key="probe.idle_ttl"
+    )
 
     @property
     def window_label(self) -> str:
@@ -80,23 +222,7 @@ class Config:
         return split_listen(self.listen)
 
 
-_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(v: Any) -> float:
-    """5, 2.5, "500ms", "30s", "5m", "1h" → seconds."""
-    if isinstance(v, bool):
-        raise ValueError(f"not a duration: {v!r}")
-    if isinstance(v, (int, float)):
-        return float(v)
-    m = _DUR.match(str(v))
-    if not m:
-        raise ValueError(f"not a duration: {v!r} (use e.g. 5, 500ms, 30s, 5m, 1h)")
-    return float(m.group(1)) * _UNITS[m.group(2)]
-
-
-def positive_duration(v: Any) -> float:
+def positive_duration(v: object) -> float:
     """parse_duration, refusing zero: poll intervals, windows and timeouts must be > 0."""
     seconds = parse_duration(v)
     if seconds <= 0:
@@ -114,186 +240,111 @@ def format_duration(seconds: float) -> str:
     return f"{s}s"
 
 
-def split_listen(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"listen must be HOST:PORT, got {listen!r}")
-    return (host.strip("[]") or "0.0.0.0"), int(port)
+def _read_secret(path: str, what: str, where: str, errors: list[str]) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = f.read().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        errors.append(f"{where} cannot read {what} {path}: {getattr(e, 'strerror', None) or 'not UTF-8 text'}")
+        return None
+    if not value:
+        errors.append(f"{where} {what} {path} is empty")
+        return None
+    return value
 
 
-_TOP_KEYS = {
-    "targets",
-    "listen",
-    "poll_interval",
-    "window",
-    "timeout",
-    "max_body_bytes",
-    "host",
-    "gpu",
-    "canary",
-    "limits",
-}
-_TARGET_KEYS = {"url", "name", "pid", "pidfile", "port", "tier_bytes", "limits"}
-_TOP_KEYS |= {"max_concurrent_polls", "telemetry_path", "probe"}
+def _auth(t: TargetConfig, userinfo: str, where: str, errors: list[str]) -> Auth | None:
+    """Basic auth from the URL's user:password@ or username + password_file; bearer from its file."""
+    if t.bearer_token_file and (userinfo or t.password_file):
+        errors.append(f"{where} bearer_token_file excludes basic auth (password_file or user:pass@ in the url)")
+        return None
+    if t.bearer_token_file:
+        token = _read_secret(t.bearer_token_file, "bearer_token_file", where, errors)
+        return BearerToken(token) if token else None
+    if t.password_file:
+        if not t.username:
+            errors.append(f"{where} password_file needs username")
+            return None
+        password = _read_secret(t.password_file, "password_file", where, errors)
+        return BasicAuth(t.username, password) if password is not None else None
+    if userinfo:
+        from urllib.parse import unquote
+
+        user, _, password = userinfo.partition(":")
+        return BasicAuth(unquote(t.username or user), unquote(password))
+    return None
 
 
-def _check_url(url: Any, where: str, errors: list[str]) -> None:
-    if not isinstance(url, str) or not url:
-        errors.append(f"{where}: url is required")
-        return
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        errors.append(f"{where}: url must be http(s)://HOST:PORT, got {url!r}")
+def _finish_target(t: TargetConfig, where: str, errors: list[str]) -> TargetConfig:
+    """Userinfo becomes auth (and leaves the URL); a trailing /metrics is the scrape path, not the base."""
+    parts = urlsplit(t.url)
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    path = parts.path.rstrip("/")
+    if path.endswith("/metrics"):
+        path = path[: -len("/metrics")]
+        log.warning("target %s: the URL ends in /metrics; using %s as the base URL", redact_url(t.url), path or "/")
+    url = urlunsplit((parts.scheme, hostport, path, "", ""))
+    return replace(t, url=url, auth=_auth(t, userinfo, where, errors))
 
 
-def _target(raw: Any, where: str, errors: list[str], limits: Limits | None = None) -> TargetConfig | None:
+def _target(raw: object, where: Where, errors: list[str], limits: Limits) -> TargetConfig | None:
     if isinstance(raw, str):
         raw = {"url": raw}
     if not isinstance(raw, Mapping):
-        errors.append(f"{where}: must be a URL or a mapping")
+        errors.append(f"{where.section}: must be a URL or a mapping")
         return None
-    for k in sorted(set(raw) - _TARGET_KEYS):
-        errors.append(f"{where}: unknown key {k!r}")
-    _check_url(raw.get("url"), where, errors)
-    for k in ("pid", "port"):
-        v = raw.get(k)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
-            errors.append(f"{where}: {k} must be a positive integer")
-    for k in ("name", "pidfile"):
-        v = raw.get(k)
-        if v is not None and (not isinstance(v, str) or not v):
-            errors.append(f"{where}: {k} must be a non-empty string")
-    tb = raw.get("tier_bytes")
-    if tb is not None and (isinstance(tb, bool) or not isinstance(tb, (int, float)) or tb <= 0):
-        errors.append(f"{where}: tier_bytes must be a positive number")
-    try:
-        return TargetConfig(
-            url=str(raw.get("url", "")).rstrip("/"),
-            name=str(raw.get("name") or ""),
-            pid=raw.get("pid"),
-            pidfile=raw.get("pidfile"),
-            port=raw.get("port"),
-            tier_bytes=float(tb) if isinstance(tb, (int, float)) else None,
-            limits=limits_from_mapping(raw["limits"], limits or Limits(), f"{where}.limits", errors)
-            if "limits" in raw
-            else None,
-        )
-    except (TypeError, ValueError) as e:
-        errors.append(f"{where}: {e}")
+    n = len(errors)
+    if "url" not in raw:
+        errors.append(f"{where.section}: url is required")
+    values = parse_section(TargetConfig, raw, where, errors, extra=("limits",))
+    if "limits" in raw:  # on top of the global limits (exporter.limits validates them)
+        values["limits"] = limits_from_mapping(raw["limits"], limits, f"{where.section}.limits", errors)
+    if len(errors) > n:
         return None
+    return _finish_target(TargetConfig(**values), f"{where.section}:", errors)  # type: ignore[arg-type]
 
 
-def from_mapping(raw: Any, base: Config | None = None) -> Config:
+def parse_targets(
+    raw: object, errors: list[str], where: Where | None = None, limits: Limits | None = None
+) -> tuple[TargetConfig, ...]:
+    """`targets:` (a list, or one URL as shorthand) or the --target flags (`where` names them)."""
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list):
+        errors.append("targets: must be a list")
+        return ()
+    parsed = [
+        _target(t, where or Where(f"targets[{i}]", dotted=False), errors, limits or Limits()) for i, t in enumerate(raw)
+    ]
+    return tuple(t for t in parsed if t)
+
+
+def from_mapping(raw: object, base: Config | None = None) -> Config:
     """Build a Config from parsed YAML. Raises ConfigError listing every problem."""
-    errors: list[str] = []
     cfg = base or Config()
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ConfigError(["top level must be a mapping"])
-    for k in sorted(set(raw) - _TOP_KEYS):
-        errors.append(f"unknown key {k!r}")
-    changes: dict[str, Any] = {}
+    errors: list[str] = []
+    changes = parse_section(Config, raw, Where(), errors, extra=("targets", "canary", "limits"))
     limits = limits_from_mapping(raw.get("limits"), cfg.limits, "limits", errors)
     changes["limits"] = limits
     if "targets" in raw:
-        ts = raw["targets"]
-        if not isinstance(ts, list):
-            errors.append("targets: must be a list")
-        else:
-            parsed = [_target(t, f"targets[{i}]", errors, limits) for i, t in enumerate(ts)]
-            changes["targets"] = tuple(t for t in parsed if t)
-    for key in ("poll_interval", "window", "timeout"):
-        if key in raw:
-            try:
-                changes[key] = positive_duration(raw[key])
-            except ValueError as e:
-                errors.append(f"{key}: {e}")
-    if "listen" in raw:
-        try:
-            split_listen(str(raw["listen"]))
-            changes["listen"] = str(raw["listen"])
-        except ValueError as e:
-            errors.append(str(e))
-    if "max_body_bytes" in raw:
-        v = raw["max_body_bytes"]
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1024:
-            errors.append("max_body_bytes: must be an integer >= 1024")
-        else:
-            changes["max_body_bytes"] = v
-    for section, keys in (
-        (
-            "host",
-            {"enabled": "host_enabled", "proc_root": "proc_root", "cgroup_root": "cgroup_root", "cgroup": "cgroup"},
-        ),
-        ("gpu", {"enabled": "gpu_enabled"}),
-    ):
-        sec = raw.get(section)
-        if sec is None:
-            continue
-        if not isinstance(sec, Mapping):
-            errors.append(f"{section}: must be a mapping")
-            continue
-        for k, v in sec.items():
-            if k not in keys:
-                errors.append(f"{section}: unknown key {k!r}")
-            elif k == "enabled" and not isinstance(v, bool):
-                errors.append(f"{section}.enabled: must be true or false")
-            elif k == "cgroup" and v not in ("auto", "self", "off"):
-                errors.append(f"{section}.cgroup: must be auto, self or off, got {v!r}")
-            elif k.endswith("_root") and (not isinstance(v, str) or not v):
-                errors.append(f"{section}.{k}: must be a path")
-            else:
-                changes[keys[k]] = v
-    _serving(raw, changes, errors)
+        changes["targets"] = parse_targets(raw["targets"], errors, limits=limits)
     if "canary" in raw:
-        if not isinstance(raw["canary"], Mapping):
-            errors.append("canary: must be a mapping")
-        else:
-            changes["canary"] = dict(raw["canary"])
+        canary = raw["canary"]
+        if isinstance(canary, bool):  # shorthand: `canary: true`
+            canary = {"enabled": canary}
+        try:
+            changes["canary"] = canary_from_mapping(canary, cfg.canary, validate=False)
+        except ConfigError as e:
+            errors += e.errors
     if errors:
         raise ConfigError(errors)
-    cfg = replace(cfg, **changes)
+    cfg = replace(cfg, **changes)  # type: ignore[arg-type]
     check(cfg)
     return cfg
-
-
-def _serving(raw: Mapping[str, Any], changes: dict[str, Any], errors: list[str]) -> None:
-    """max_concurrent_polls, telemetry_path and `probe: {allow, allow_regex, idle_ttl}`."""
-    v = raw.get("max_concurrent_polls", 1)
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        errors.append("max_concurrent_polls: must be an integer >= 1")
-    elif "max_concurrent_polls" in raw:
-        changes["max_concurrent_polls"] = v
-    path = raw.get("telemetry_path", "/metrics")
-    if not isinstance(path, str) or not path.startswith("/") or path in ("/", "/probe", "/healthz"):
-        errors.append("telemetry_path: must be a path like /metrics (not /, /probe or /healthz)")
-    elif "telemetry_path" in raw:
-        changes["telemetry_path"] = path
-    _probe(raw.get("probe", {}), changes, errors)
-
-
-def _probe(probe: object, changes: dict[str, Any], errors: list[str]) -> None:
-    if not isinstance(probe, Mapping) or set(probe) - {"allow", "allow_regex", "idle_ttl"}:
-        errors.append("probe: must be a mapping with allow, allow_regex and/or idle_ttl")
-        return
-    allow = probe.get("allow", [])
-    if not isinstance(allow, list) or not all(isinstance(u, str) for u in allow):
-        errors.append("probe.allow: must be a list of URLs")
-    elif "allow" in probe:
-        for i, u in enumerate(allow):
-            _check_url(u, f"probe.allow[{i}]", errors)
-        changes["probe_allow"] = tuple(u.rstrip("/") for u in allow)
-    if "allow_regex" in probe:
-        try:
-            changes["probe_allow_regex"] = re.compile(probe["allow_regex"]).pattern
-        except (re.error, TypeError) as e:
-            errors.append(f"probe.allow_regex: not a regular expression: {e}")
-    if "idle_ttl" in probe:
-        try:
-            changes["probe_idle_ttl"] = positive_duration(probe["idle_ttl"])
-        except ValueError as e:
-            errors.append(f"probe.idle_ttl: {e}")
 
 
 def check(cfg: Config) -> None:
@@ -306,6 +357,16 @@ def check(cfg: Config) -> None:
         errors.append("timeout: must not exceed 10 poll intervals")
     if cfg.window < cfg.poll_interval * 2:
         errors.append("window: must cover at least two poll intervals")
+    if cfg.telemetry_path in ("/", "/healthz", "/probe", "/-/healthy", "/-/ready"):
+        errors.append(f"telemetry_path: {cfg.telemetry_path} is taken by the exporter itself")
+    from exporter.canary.config import check as canary_check
+
+    try:
+        canary_check(cfg.canary)
+    except ConfigError as e:
+        errors += e.errors
+    if cfg.canary.enabled and cfg.canary.control_target and len(cfg.targets) > 1:
+        errors.append("canary.control_target: needs exactly one target")
     if errors:
         raise ConfigError(errors)
 
@@ -319,7 +380,32 @@ def load_file(path: str, base: Config | None = None) -> Config:
     except OSError as e:
         raise ConfigError([f"cannot read {path}: {e.strerror}"]) from None
     except yaml.YAMLError as e:
-        raise ConfigError([f"{path}: not valid YAML: {e}"]) from None
+        raise ConfigError([f"{path}: not valid YAML: {' '.join(str(e).split())}"]) from None
     except UnicodeDecodeError:
         raise ConfigError([f"{path}: not UTF-8 text"]) from None
+    except RecursionError:
+        raise ConfigError([f"{path}: nested too deeply"]) from None
     return from_mapping(raw, base)
+
+
+def environ() -> Mapping[str, str]:
+    """The process environment (a seam for tests)."""
+    return os.environ
+
+
+__all__ = [
+    "Auth",
+    "BasicAuth",
+    "BearerToken",
+    "Config",
+    "ConfigError",
+    "TargetConfig",
+    "check",
+    "format_duration",
+    "from_mapping",
+    "load_file",
+    "parse_duration",
+    "positive_duration",
+    "redact_url",
+    "split_listen",
+]

@@ -29,6 +29,7 @@ from exporter.enums import CollectorName
 from exporter.exposition import ParseError
 from exporter.model import EngineKey, GpuMemory, HostMemory, Snapshot
 from exporter.normalise import normalise
+from exporter.redact import redact_url
 from exporter.render import Exposition, Fragment, Heads, merge
 from exporter.selfmon import SelfStats
 from exporter.sources import host as host_source
@@ -77,9 +78,12 @@ class TargetPoller:
 
     async def _fetch(self, session: aiohttp.ClientSession, now: float, version: str | None) -> tuple[str, str | None]:
         if version is None or now - self._version_checked > 300:  # /version can change on upgrade
-            version = await fetch_version(session, self.cfg.url, self.config.timeout) or version
+            version = await fetch_version(session, self.cfg.url, self.config.timeout, self.cfg.source_auth()) or version
             self._version_checked = now
-        return await fetch_metrics(session, self.cfg.url, self.config.timeout, self.config.max_body_bytes), version
+        auth = self.cfg.source_auth()
+        return await fetch_metrics(
+            session, self.cfg.url, self.config.timeout, self.config.max_body_bytes, auth
+        ), version
 
     async def poll_once(self, session: aiohttp.ClientSession) -> float:
         """Poll and rebuild this target's fragment; returns the poll's duration in seconds."""
@@ -123,7 +127,7 @@ class TargetPoller:
     def _failed(self, e: ScrapeError, version: str | None, started: float) -> None:
         self.errors[e.reason] = self.errors.get(e.reason, 0) + 1
         if e.detail != self._last_error_logged:  # log a failure once, not every poll
-            log.warning("target %s: %s", self.cfg.label, e)
+            log.warning("target %s (%s/metrics): %s", self.cfg.label, redact_url(self.cfg.url), e)
             self._last_error_logged = e.detail
         self._set_view(
             TargetView(
@@ -179,6 +183,7 @@ class Exporter:
         self._gzip_lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(config.max_concurrent_polls)  # bounds polls in flight
         self._tasks: list[asyncio.Task[None]] = []
+        self._loops: dict[TargetConfig, asyncio.Task[None]] = {}  # per configured target, for reload
         self._nvml: Any = None  # sources.gpu.Nvml once started (imported lazily)
 
     def render(self) -> None:
@@ -330,12 +335,32 @@ class Exporter:
     def start(self, session: aiohttp.ClientSession) -> None:
         self.session = session
         for t in self.targets:
-            self._tasks.append(asyncio.create_task(self._target_loop(t, session)))
+            self._start_target(t, session)
         self._tasks.append(asyncio.create_task(self._loop_lag()))
         if self.config.host_enabled:
             self._tasks.append(asyncio.create_task(self._host_loop()))
         if self.config.gpu_enabled:
             self._tasks.append(asyncio.create_task(self._gpu_loop()))
+
+    def _start_target(self, poller: TargetPoller, session: aiohttp.ClientSession) -> None:
+        self._loops[poller.cfg] = task = asyncio.create_task(self._target_loop(poller, session))
+        self._tasks.append(task)
+
+    def reload(self, config: Config) -> None:
+        """New configuration (SIGHUP): unchanged targets keep their poller and history; others start or stop."""
+        old = {t.cfg: t for t in self.targets}
+        kept = set(old) & set(config.targets)
+        self.targets = [old.pop(tc, None) or TargetPoller(tc, config, self.clock, self.timer) for tc in config.targets]
+        for t in self.targets:
+            if t.cfg in kept:
+                t.config, t.history = config, deque(t.history, maxlen=config.history_len)
+            elif self.session is not None:
+                self._start_target(t, self.session)
+        for tc in old:  # removed
+            if task := self._loops.pop(tc, None):
+                task.cancel()
+        self.config = config
+        self.render()
 
     def add_task(self, coro: Awaitable[None]) -> None:
         self._tasks.append(asyncio.ensure_future(coro))

@@ -638,9 +638,7 @@ def test_kubernetes_objects_are_consistent(tmp_path):
     from exporter.canary.plugin import settings_from_args
 
     assert settings_from_args(args, cfg) is None, "the canary is opt-in"
-    from exporter.canary.config import from_mapping as canary_settings
-
-    canary = canary_settings(dict(cfg.canary))
+    canary = cfg.canary  # typed CanarySettings, validated with the file
     host, listen_port = cfg.listen_host_port
     (cport,) = side["ports"]
     assert host == "0.0.0.0" and cport["containerPort"] == listen_port

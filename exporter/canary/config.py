@@ -1,4 +1,5 @@
-"""Canary settings: the `canary:` mapping of the config file and the CLI flags → frozen `CanarySettings`.
+"""Canary settings: the `canary:` mapping of the config file, `serve --canary-*` and `check`'s flags →
+frozen `CanarySettings`, each field declared once (exporter.schema).
 
 Pure. Every problem is reported together (ConfigError), like the rest of the configuration. The API
 key is never part of the settings, only where to read it from.
@@ -11,40 +12,169 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from exporter.config import ConfigError, parse_duration
+from exporter.schema import (
+    ConfigError,
+    Where,
+    boolean,
+    choice,
+    duration,
+    integer,
+    number,
+    parse_section,
+    setting,
+    string,
+)
 
 STRATEGIES = ("pressure", "wait")
 
 
+def _id_range(v: object, text: bool) -> object:
+    if (
+        not isinstance(v, (list, tuple))
+        or len(v) != 2
+        or not all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+        or not 0 <= v[0] < v[1]
+        or v[1] - v[0] < 1000
+    ):
+        raise ValueError("must be [LOW, HIGH] token ids with 0 <= LOW and HIGH - LOW >= 1000")
+    return (int(v[0]), int(v[1]))
+
+
+def _control_url(v: object, text: bool) -> object:
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise ValueError("must be http(s)://HOST:PORT")
+    try:
+        parts = urlsplit(v)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise ValueError(f"must be http(s)://HOST:PORT, got {v.rpartition('@')[2]!r}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"must be http(s)://HOST:PORT, got {v.rpartition('@')[2]!r}")
+    return v.rstrip("/")
+
+
+_N = "N"
+
+
 @dataclass(frozen=True)
 class CanarySettings:
-    enabled: bool = False
-    strategy: str = "wait"  # pressure needs allow_pressure: fillers evict users' GPU cache
-    allow_pressure: bool = False
-    budget_tokens_per_hour: int | None = 200_000  # None: unlimited (check's default)
-    interval: float = 300.0  # serve: seconds between cycle starts
-    prefix_tokens: int | None = None  # default from cache_config_info (plan.size)
-    chunk_tokens: int | None = None  # offload chunk; exported only by vLLM 0.33
-    filler_tokens: int | None = None
-    settle: float = 0.5  # wait after a probe and after its flush request (store statistics lag)
-    flush: bool = True
-    min_samples: int = 10
-    max_samples: int = 50  # rolling samples per path kept for the statistics
-    confidence: float = 0.95
-    bootstrap: int = 2000
-    seed: int = 0
-    recompute_control: bool = True  # max_load_tokens: 0 probe; dropped once the counters show it ignored
-    wait_initial: float = 30.0  # wait strategy: first idle time before a revisit, doubled each time
-    wait_max: float = 1800.0
-    request_timeout: float = 120.0
-    id_range: tuple[int, int] = (1000, 30000)
-    secret_file: str | None = None  # persisted random secret; default under ~/.local/state
-    api_key_file: str | None = None
-    api_key_env: str = "KVOFFLOAD_API_KEY"
-    control_target: str | None = None
-    model: str | None = None  # default: first model of /v1/models
-    backoff_initial: float = 5.0
-    backoff_max: float = 600.0
+    enabled: bool = setting(
+        False,
+        boolean,
+        "run closed-loop offload canaries against every target (wait strategy unless --canary-allow-pressure)",
+        flag="--canary",
+        action="true",
+    )
+    strategy: str = setting("wait", choice(*STRATEGIES), "pressure needs allow_pressure (fillers evict GPU cache)")
+    allow_pressure: bool = setting(
+        False,
+        boolean,
+        "displace canary prefixes with filler requests: evicts users' GPU cache, staging only",
+        flag="--canary-allow-pressure",
+        action="true",
+    )
+    budget_tokens_per_hour: int | None = setting(
+        200_000,
+        integer(0, optional=True),
+        "hard cap on canary prompt + output tokens per hour and target (null: unlimited)",
+        flag="--canary-budget-tokens-per-hour",
+        check_flag="--budget-tokens",
+        metavar=_N,
+    )
+    interval: float = setting(
+        300.0, duration(), "time between canary cycles", flag="--canary-interval", metavar="DURATION"
+    )
+    prefix_tokens: int | None = setting(
+        None,
+        integer(1, optional=True),
+        "shared prefix length (default: half the GPU cache from cache_config_info, <= 8192)",
+        flag="--canary-prefix-tokens",
+        check_flag="--prefix-tokens",
+        metavar=_N,
+    )
+    chunk_tokens: int | None = setting(
+        None,
+        integer(1, optional=True),
+        "offload chunk in tokens if vLLM does not export it (vLLM < 0.33; default: align to 256)",
+        flag="--canary-chunk-tokens",
+        check_flag="--chunk-tokens",
+        metavar=_N,
+    )
+    filler_tokens: int | None = setting(
+        None,
+        integer(1, optional=True),
+        "tokens per filler request (default: prompt size)",
+        check_flag="--filler-tokens",
+        metavar=_N,
+    )
+    settle: float = setting(
+        0.5,
+        duration(positive=False),
+        "wait after each probe and after its flush request before scraping",
+        check_flag="--settle",
+        metavar="SECONDS",
+    )
+    flush: bool = setting(True, boolean, "no tiny flush request after probes", check_flag="--no-flush", action="false")
+    min_samples: int = setting(
+        10, integer(2), "samples per path needed for a verdict", check_flag="--min-samples", metavar=_N
+    )
+    max_samples: int = setting(50, integer(2), "rolling samples per path kept for the statistics")
+    confidence: float = setting(0.95, number(0.5, 1, hi_open=True), "bootstrap confidence level")
+    bootstrap: int = setting(2000, integer(100), "bootstrap resamples")
+    seed: int = setting(0, integer(0), "bootstrap seed", check_flag="--seed", metavar=_N)
+    recompute_control: bool = setting(
+        True,
+        boolean,
+        "skip the max_load_tokens: 0 control",
+        check_flag="--no-recompute-control",
+        action="false",
+    )
+    wait_initial: float = setting(
+        30.0, duration(), "wait strategy: first idle time", check_flag="--wait-initial", metavar="DURATION"
+    )
+    wait_max: float = setting(
+        1800.0, duration(), "wait strategy: longest idle time", check_flag="--wait-max", metavar="DURATION"
+    )
+    request_timeout: float = setting(
+        120.0, duration(), "per-request timeout", check_flag="--timeout", metavar="SECONDS"
+    )
+    id_range: tuple[int, int] = setting((1000, 30000), _id_range, "token ids used for canary prompts", env=False)
+    secret_file: str | None = setting(
+        None,
+        string(optional=True),
+        "persisted salt secret, created on first use (default ~/.local/state/kvoffload-exporter/canary-secret)",
+        flag="--canary-secret-file",
+        check_flag="--secret-file",
+        metavar="FILE",
+    )
+    api_key_file: str | None = setting(
+        None,
+        string(optional=True),
+        "vLLM API key file (else $KVOFFLOAD_API_KEY); never logged",
+        flag="--api-key-file",
+        check_flag="--api-key-file",
+        metavar="FILE",
+    )
+    api_key_env: str = setting("KVOFFLOAD_API_KEY", string(), "environment variable holding the API key", env=False)
+    control_target: str | None = setting(
+        None,
+        _control_url,
+        "the same model served without the offload connector (one target only)",
+        flag="--canary-control-target",
+        check_flag="--control-target",
+        metavar="URL",
+    )
+    model: str | None = setting(
+        None,
+        string(optional=True),
+        "model to probe (default: the first of /v1/models)",
+        check_flag="--model",
+        metavar="NAME",
+    )
+    backoff_initial: float = setting(5.0, duration(), "first retry delay after a failed cycle")
+    backoff_max: float = setting(600.0, duration(), "longest retry delay")
 
     @property
     def effective_strategy(self) -> str:
@@ -55,94 +185,22 @@ class CanarySettings:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-_INT_KEYS = {
-    "budget_tokens_per_hour": 0,
-    "prefix_tokens": 1,
-    "chunk_tokens": 1,
-    "filler_tokens": 1,
-    "min_samples": 2,
-    "max_samples": 2,
-    "bootstrap": 100,
-    "seed": 0,
-}
-_DUR_KEYS = ("interval", "settle", "wait_initial", "wait_max", "request_timeout", "backoff_initial", "backoff_max")
-_BOOL_KEYS = ("enabled", "allow_pressure", "flush", "recompute_control")
-_STR_KEYS = ("secret_file", "api_key_file", "api_key_env", "control_target", "model")
-
-
-def from_mapping(raw: Mapping[str, Any] | None, base: CanarySettings | None = None) -> CanarySettings:
+def from_mapping(
+    raw: Mapping[str, Any] | None, base: CanarySettings | None = None, validate: bool = True
+) -> CanarySettings:
     """Validate a `canary:` mapping on top of `base`. Raises ConfigError listing every problem."""
-    cfg = base or CanarySettings()
+    if raw is not None and not isinstance(raw, Mapping):
+        raise ConfigError(["canary: must be a mapping (or true/false)"])
     raw = raw or {}
-    errors: list[str] = []
     known = {f.name for f in fields(CanarySettings)}
-    changes: dict[str, Any] = {}
-    for k in sorted(set(raw) - known):
-        errors.append(f"canary: unknown key {k!r}" + (" (put the key in a file: api_key_file)" if "key" in k else ""))
-    for k, lo in _INT_KEYS.items():
-        if k in raw and raw[k] is not None:
-            v = raw[k]
-            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-                errors.append(f"canary.{k}: must be an integer >= {lo}")
-            else:
-                changes[k] = v
-        elif k in raw and k in ("budget_tokens_per_hour", "prefix_tokens", "chunk_tokens", "filler_tokens"):
-            changes[k] = None
-    for k in _DUR_KEYS:
-        if k in raw:
-            try:
-                v = parse_duration(raw[k])
-                if v < 0 or (v == 0 and k not in ("settle",)):
-                    raise ValueError(f"must be > 0, got {raw[k]!r}")
-                changes[k] = v
-            except ValueError as e:
-                errors.append(f"canary.{k}: {e}")
-    for k in _BOOL_KEYS:
-        if k in raw:
-            if not isinstance(raw[k], bool):
-                errors.append(f"canary.{k}: must be true or false")
-            else:
-                changes[k] = raw[k]
-    for k in _STR_KEYS:
-        if k in raw and raw[k] is not None:
-            if not isinstance(raw[k], str) or not raw[k]:
-                errors.append(f"canary.{k}: must be a non-empty string")
-            else:
-                changes[k] = raw[k]
-    if "strategy" in raw:
-        if raw["strategy"] not in STRATEGIES:
-            errors.append(f"canary.strategy: must be one of {', '.join(STRATEGIES)}")
-        else:
-            changes["strategy"] = raw["strategy"]
-    if "confidence" in raw:
-        v = raw["confidence"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.5 <= v < 1:
-            errors.append("canary.confidence: must be a number in [0.5, 1)")
-        else:
-            changes["confidence"] = float(v)
-    if "id_range" in raw:
-        v = raw["id_range"]
-        if (
-            not isinstance(v, (list, tuple))
-            or len(v) != 2
-            or not all(isinstance(x, int) for x in v)
-            or not 0 <= v[0] < v[1]
-            or v[1] - v[0] < 1000
-        ):
-            errors.append("canary.id_range: must be [LOW, HIGH] token ids with 0 <= LOW and HIGH - LOW >= 1000")
-        else:
-            changes["id_range"] = (int(v[0]), int(v[1]))
-    url = changes.get("control_target")
-    if url:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            errors.append(f"canary.control_target: must be http(s)://HOST:PORT, got {url!r}")
-        else:
-            changes["control_target"] = url.rstrip("/")
+    inline = {k for k in raw if "key" in str(k) and k not in known}  # never echo what might be a key
+    errors = [f"canary: unknown key {k!r} (put the key in a file: api_key_file)" for k in sorted(inline, key=str)]
+    values = parse_section(CanarySettings, {k: v for k, v in raw.items() if k not in inline}, Where("canary"), errors)
     if errors:
         raise ConfigError(errors)
-    cfg = replace(cfg, **changes)
-    check(cfg)
+    cfg = replace(base or CanarySettings(), **values)  # type: ignore[arg-type]
+    if validate:
+        check(cfg)
     return cfg
 
 

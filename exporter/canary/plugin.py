@@ -9,73 +9,50 @@ from __future__ import annotations
 
 import argparse
 import secrets
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import replace
 
-from exporter.canary.config import CanarySettings, from_mapping
+from exporter.canary.config import CanarySettings, check
 from exporter.canary.expose import CanaryCollector
 from exporter.canary.secrets import load_api_key, load_or_create_secret
 from exporter.config import Config, ConfigError
 from exporter.enums import CollectorName
 from exporter.plugins import Plugin, PluginHost, Session
-
-_FLAGS = {  # flag dest → canary settings key
-    "canary": "enabled",
-    "canary_allow_pressure": "allow_pressure",
-    "canary_budget_tokens_per_hour": "budget_tokens_per_hour",
-    "canary_interval": "interval",
-    "canary_control_target": "control_target",
-    "canary_prefix_tokens": "prefix_tokens",
-    "canary_chunk_tokens": "chunk_tokens",
-    "api_key_file": "api_key_file",
-    "canary_secret_file": "secret_file",
-}
+from exporter.schema import add_flags, overrides
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("canary (opt-in: sends requests to the target)")
-    g.add_argument(
-        "--canary",
-        action="store_true",
-        default=None,
-        help="run closed-loop offload canaries against every target (wait strategy unless --canary-allow-pressure)",
-    )
-    g.add_argument(
-        "--canary-allow-pressure",
-        action="store_true",
-        default=None,
-        help="displace canary prefixes with filler requests: evicts users' GPU cache, staging only",
-    )
-    g.add_argument(
-        "--canary-budget-tokens-per-hour",
-        type=int,
-        metavar="N",
-        help="hard cap on canary prompt + output tokens per hour and target (default 200000)",
-    )
-    g.add_argument("--canary-interval", metavar="DURATION", help="time between canary cycles (default 5m)")
-    g.add_argument(
-        "--canary-control-target", metavar="URL", help="the same model without the offload connector (one target only)"
-    )
-    g.add_argument("--canary-prefix-tokens", type=int, metavar="N", help="canary prefix length (default: automatic)")
-    g.add_argument("--canary-chunk-tokens", type=int, metavar="N", help="offload chunk size if vLLM does not export it")
-    g.add_argument("--canary-secret-file", metavar="FILE", help="persisted salt secret (created on first use)")
-    g.add_argument("--api-key-file", metavar="FILE", help="vLLM API key for the canary (else $KVOFFLOAD_API_KEY)")
+    """`serve`'s canary flags, built from the CanarySettings declaration."""
+    add_flags(p.add_argument_group("canary (opt-in: sends requests to the target)"), CanarySettings, "serve", "canary")
+
+
+def apply_flags(
+    args: argparse.Namespace, base: CanarySettings, errors: list[str], environ: Mapping[str, str] | None = None
+) -> CanarySettings:
+    """`base` (the config file's `canary:`) with the flags and KVOFFLOAD_CANARY_* given on top."""
+    values = overrides(CanarySettings, args, "serve", errors, section="canary", environ=environ)
+    if values.get("allow_pressure") and getattr(args, "canary_allow_pressure", None):
+        values["strategy"] = "pressure"  # the flag's meaning: displace with fillers
+    return replace(base, **values)  # type: ignore[arg-type]
 
 
 def settings_from_args(args: argparse.Namespace, cfg: Config) -> CanarySettings | None:
-    """Config file's `canary:` mapping, flags on top; None when the canary is not enabled."""
-    raw: dict[str, Any] = dict(cfg.canary)
-    for dest, key in _FLAGS.items():
-        v = getattr(args, dest, None)
-        if v is not None:
-            raw[key] = v
-    if raw.get("allow_pressure") and "strategy" not in raw:
-        raw["strategy"] = "pressure"
-    settings = from_mapping(raw)
+    """Config file's `canary:` settings, flags on top; None when the canary is not enabled."""
+    errors: list[str] = []
+    settings = apply_flags(args, cfg.canary, errors)
+    if errors:
+        raise ConfigError(errors)
+    check(settings)
     if not settings.enabled:
         return None
     if settings.control_target and len(cfg.targets) != 1:
         raise ConfigError(["canary.control_target: needs exactly one target"])
     return settings
+
+
+def check_files(settings: CanarySettings) -> None:
+    """`--config-check`: the API key file must be readable (the secret file is created on first use)."""
+    load_api_key(settings.api_key_file, settings.api_key_env)
 
 
 def make_plugin(settings: CanarySettings) -> Plugin:

@@ -117,4 +117,18 @@ METRICS: tuple[Metric, ...] = (
         help="Configured targets whose last poll succeeded.",
         group=Group.HEALTH,
     ),
+    Metric(
+        name="kvoffload_exporter_config_last_reload_successful",
+        type=MetricType.GAUGE,
+        help="1 if the last configuration reload (SIGHUP) succeeded, 0 if the new file was invalid and the "
+        "old configuration is still in use (serve only).",
+        group=Group.HEALTH,
+    ),
+    Metric(
+        name="kvoffload_exporter_config_last_reload_success_timestamp_seconds",
+        type=MetricType.GAUGE,
+        help="Unix time of the last successful configuration load: start-up or SIGHUP reload (serve only).",
+        unit=Unit.SECONDS,
+        group=Group.HEALTH,
+    ),
 )

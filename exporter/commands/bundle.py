@@ -90,10 +90,25 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"kvoffload-exporter bundle: {e}", file=sys.stderr)
         return 2
+    try:
+        stale = _write_or_compare(files, args.out, args.check)
+    except OSError as e:
+        print(f"kvoffload-exporter bundle: cannot write under {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    if args.check:
+        for rel in stale:
+            print(f"stale: {rel}", file=sys.stderr)
+        return 1 if stale else 0
+    print(f"wrote {len(files)} files under {args.out}")
+    return 0
+
+
+def _write_or_compare(files: dict[str, str], out: str, check: bool) -> list[str]:
+    """Write every file under `out` or, with `check`, list those that differ."""
     stale = []
     for rel, text in files.items():
-        path = os.path.join(args.out, rel)
-        if args.check:
+        path = os.path.join(out, rel)
+        if check:
             try:
                 with open(path, encoding="utf-8") as f:
                     if f.read() != text:
@@ -104,9 +119,4 @@ def run(args: argparse.Namespace) -> int:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
-    if args.check:
-        for rel in stale:
-            print(f"stale: {rel}", file=sys.stderr)
-        return 1 if stale else 0
-    print(f"wrote {len(files)} files under {args.out}")
-    return 0
+    return stale

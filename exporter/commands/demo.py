@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import sys
 import time
 from dataclasses import replace
 from typing import Any
 
+from exporter import logs
 from exporter.commands.serve import add_exporter_arguments, config_from_args
 from exporter.commands.simulate import (
     add_simulator_arguments,
@@ -27,6 +27,19 @@ ORDER = 5  # the README's first command
 DEMO_DEFAULTS = {"poll_interval": "2", "window": "1m", "timeout": "1"}  # loopback: answers are fast
 
 
+def positive_seconds(v: str) -> float:
+    """argparse type: a finite number of seconds > 0 (NaN or inf would hang or crash the timers)."""
+    from exporter.schema import MAX_SECONDS
+
+    try:
+        x = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {v!r}") from None
+    if not 0 < x <= MAX_SECONDS:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds and at most a year, got {v!r}")
+    return x
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "demo",
@@ -35,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "shared-prefix traffic and run the exporter against it, all on 127.0.0.1. "
         "Prints the URLs and one status line per engine; stop with Ctrl-C.",
     )
-    p.add_argument("--duration", type=float, metavar="SECONDS", help="stop after SECONDS (default: Ctrl-C)")
+    p.add_argument("--duration", type=positive_seconds, metavar="SECONDS", help="stop after SECONDS (default: Ctrl-C)")
     p.add_argument("--listen", metavar="HOST:PORT", help="exporter listen address (default 127.0.0.1:9466)")
     p.add_argument(
         "--sim-listen",
@@ -44,11 +57,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="simulator listen address (default: a free port on 127.0.0.1)",
     )
     p.add_argument(
-        "--status-interval", type=float, default=5.0, metavar="SECONDS", help="seconds between status lines (default 5)"
+        "--status-interval",
+        type=positive_seconds,
+        default=5.0,
+        metavar="SECONDS",
+        help="seconds between status lines (default 5)",
     )
     add_simulator_arguments(p)
     add_traffic_arguments(p, rate_flag="--rate", rate=4.0)
-    add_exporter_arguments(p)
+    add_exporter_arguments(p, defaults=DEMO_DEFAULTS)
     p.set_defaults(func=run)
 
 
@@ -133,11 +150,11 @@ async def _demo(args: argparse.Namespace, sim: Simulator, sim_host: str, sim_por
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for key, value in DEMO_DEFAULTS.items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     try:
+        logs.setup(logs.from_args(args))
         sim_host, sim_port = split_listen(args.sim_listen)
         opts = options_from_args(args)
         errors = opts.check() + traffic_from_args(args, 8192, duration=args.duration).check()

@@ -1,42 +1,70 @@
-"""`serve`: poll vLLM targets and serve the derived exposition on /metrics."""
+"""`serve`: poll vLLM targets and serve the derived exposition on /metrics; SIGHUP reloads the config."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import logging
+import os
+import signal
+import socket
 import sys
-from dataclasses import replace
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from exporter.config import Config, ConfigError, TargetConfig, check, load_file, positive_duration, split_listen
+from exporter import logs
+from exporter.config import Config, ConfigError, TargetConfig, check, load_file, parse_targets
+from exporter.schema import Where, add_flags, overrides
+
+if TYPE_CHECKING:
+    from exporter.app import Plugin
+    from exporter.poller import Exporter
+    from exporter.render import Exposition
+    from exporter.webconfig import WebConfig
 
 ORDER = 10
+log = logging.getLogger("kvoffload")
+_DEMO_FIELDS = ("poll_interval", "window", "timeout", "host_enabled", "gpu_enabled")
 
 
-def add_exporter_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags shared by `serve` and `demo`."""
-    p.add_argument("--poll-interval", metavar="SECONDS", help="seconds between polls of each target (default 5)")
-    p.add_argument("--window", metavar="DURATION", help="sliding window for ratios and state (default 5m)")
-    p.add_argument("--timeout", metavar="SECONDS", help="per-poll timeout (default 3)")
-    p.add_argument("--no-host", action="store_true", help="disable the host-memory collector")
-    p.add_argument("--no-gpu", action="store_true", help="disable the NVML GPU collector")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+def add_exporter_arguments(p: argparse.ArgumentParser, defaults: Mapping[str, object] | None = None) -> None:
+    """Flags shared by `serve` and `demo`, built from the Config declaration (demo passes its defaults)."""
+    add_flags(_Filtered(p, _DEMO_FIELDS), Config, "serve", defaults=defaults)
+    logs.add_arguments(p)
+
+
+class _Filtered:
+    """Forwards add_argument for the flags of the named fields only (demo has its own --listen)."""
+
+    def __init__(self, p: argparse.ArgumentParser, names: tuple[str, ...]):
+        from exporter.schema import dest, specs
+
+        self.p = p
+        self.dests = {dest(s.flags["serve"][0]) for f, s in specs(Config) if f.name in names and "serve" in s.flags}
+
+    def add_argument(self, *names: str, dest: str, **kw: object) -> None:
+        if dest in self.dests:
+            self.p.add_argument(*names, dest=dest, **kw)  # type: ignore[arg-type]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "serve",
         help="poll vLLM /metrics and export offload evidence",
-        description="Poll one or more vLLM servers and serve kvoffload_* metrics.",
+        description="Poll one or more vLLM servers and serve kvoffload_* metrics. Precedence: flags, then "
+        "KVOFFLOAD_* environment variables, then --config, then defaults. SIGHUP reloads --config.",
     )
     p.add_argument(
         "--target",
         action="append",
         default=[],
         metavar="URL",
-        help="vLLM base URL, e.g. http://127.0.0.1:8000 (repeatable)",
+        help="vLLM base URL, e.g. http://127.0.0.1:8000 (repeatable; user:pass@ is used as basic auth)",
     )
-    p.add_argument("--listen", metavar="HOST:PORT", help="listen address (default 127.0.0.1:9466)")
-    p.add_argument("--config", metavar="FILE", help="YAML config file (flags override it)")
+    p.add_argument("--config", metavar="FILE", help="YAML config file (flags override it; SIGHUP reloads it)")
     p.add_argument("--config-check", action="store_true", help="validate the configuration and exit")
     p.add_argument(
         "--web.config.file",
@@ -44,87 +72,161 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="FILE",
         help="exporter-toolkit web config (TLS, basic auth) protecting every endpoint",
     )
-    add_exporter_arguments(p)
+    add_flags(p, Config, "serve")
+    logs.add_arguments(p)
     from exporter.canary.plugin import add_arguments as add_canary_arguments
 
     add_canary_arguments(p)
     p.set_defaults(func=run)
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    """Config file first, then flags on top; every error is reported together."""
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Config:
+    """Config file first, then environment variables, then flags; every error is reported together."""
+    from exporter.canary.plugin import apply_flags
+
+    env = os.environ if environ is None else environ
     cfg = load_file(args.config) if getattr(args, "config", None) else Config()
     errors: list[str] = []
-    changes: dict[str, object] = {}
+    changes = overrides(Config, args, "serve", errors, environ=env)
     if getattr(args, "target", None):
-        from exporter.config import from_mapping
-
-        try:
-            changes["targets"] = from_mapping({"targets": list(args.target)}, Config()).targets
-        except ConfigError as e:
-            errors += e.errors
-    for flag, key in (("poll_interval", "poll_interval"), ("window", "window"), ("timeout", "timeout")):
-        raw = getattr(args, flag, None)
-        if raw is not None:
-            try:
-                changes[key] = positive_duration(raw)
-            except ValueError as e:
-                errors.append(f"--{flag.replace('_', '-')}: {e}")
-    if getattr(args, "listen", None):
-        try:
-            split_listen(args.listen)
-            changes["listen"] = args.listen
-        except ValueError as e:
-            errors.append(f"--listen: {e}")
-    if getattr(args, "no_host", False):
-        changes["host_enabled"] = False
-    if getattr(args, "no_gpu", False):
-        changes["gpu_enabled"] = False
+        changes["targets"] = parse_targets(list(args.target), errors, Where("--target", dotted=False))
+    canary = apply_flags(args, cfg.canary, errors, env)
     if errors:
         raise ConfigError(errors)
-    cfg = replace(cfg, **changes)  # type: ignore[arg-type]
+    cfg = replace(cfg, **changes, canary=canary)  # type: ignore[arg-type]
     check(cfg)
     return cfg
 
 
-def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from exporter import webconfig
-    from exporter.canary import plugin as canary
-    from exporter.canary.secrets import SecretError
+def bind(listen: str) -> socket.socket:
+    """The listening socket, bound before anything starts so a bad address fails first, in one line."""
+    from exporter.config import split_listen
 
+    host, port = split_listen(listen)
+    family, type_, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, type_, proto)
     try:
-        cfg = config_from_args(args)
-        if not cfg.targets and not (cfg.probe_allow or cfg.probe_allow_regex):  # probe-only replicas
-            raise ConfigError(["at least one --target (or `targets:` or `probe.allow` in --config) is required"])
-        canary_settings = canary.settings_from_args(args, cfg)
-        plugins = (canary.make_plugin(canary_settings),) if canary_settings and not args.config_check else ()
-        web_config = webconfig.load(args.web_config_file) if getattr(args, "web_config_file", None) else None
-    except (ConfigError, SecretError, webconfig.WebConfigError) as e:
-        print(f"kvoffload-exporter: {e}", file=sys.stderr)
-        return 2
-    if args.config_check:
-        print(
-            f"configuration OK: {len(cfg.targets)} target(s), listen {cfg.listen}, "
-            f"poll {cfg.poll_interval}s, window {cfg.window_label}"
-            + (f", canary {canary_settings.effective_strategy}" if canary_settings else "")
-        )
-        return 0
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+@dataclass
+class ReloadStatus:
+    """What `kvoffload_exporter_config_last_reload_*` report."""
+
+    ok: bool = True
+    last_success: float = 0.0
+
+    def __call__(self, x: Exposition) -> None:
+        x.add("kvoffload_exporter_config_last_reload_successful", 1.0 if self.ok else 0.0, {})
+        x.add("kvoffload_exporter_config_last_reload_success_timestamp_seconds", self.last_success, {})
+
+
+def reload(args: argparse.Namespace, exporter: Exporter, status: ReloadStatus) -> None:
+    """SIGHUP: re-read the file (flags still on top); an invalid one keeps the running config."""
+    try:
+        new = config_from_args(args)
+        if not new.targets and not (new.probe_allow or new.probe_allow_regex):
+            raise ConfigError(["at least one target (or probe.allow) is required"])
+    except ConfigError as e:
+        status.ok = False
+        log.error("configuration reload failed, keeping the running one: %s", "; ".join(e.errors))
+        exporter.render()
+        return
+    old = exporter.config
+    if new.listen != old.listen or new.telemetry_path != old.telemetry_path or new.canary != old.canary:
+        log.warning("configuration reload: listen, telemetry path and canary settings change only on restart")
+        new = replace(new, listen=old.listen, telemetry_path=old.telemetry_path, canary=old.canary)
+    exporter.reload(new)
+    status.ok, status.last_success = True, time.time()
+    log.info("configuration reloaded: %d target(s)", len(new.targets))
+    exporter.render()
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    cfg: Config
+    plugins: tuple[Plugin, ...]
+    web: WebConfig | None  # --web.config.file: TLS and basic auth on every endpoint
+    summary: str
+
+
+async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket) -> int:
     from aiohttp import web
 
-    from exporter.app import make_app
+    from exporter.app import EXPORTER, make_app
 
-    host, port = cfg.listen_host_port
-    logging.getLogger("kvoffload").info("listening on http://%s:%d/metrics, %d target(s)", host, port, len(cfg.targets))
-    web.run_app(
-        make_app(cfg, plugins=plugins, middlewares=web_config.middlewares if web_config else ()),
-        host=host,
-        port=port,
-        ssl_context=web_config.ssl_context if web_config else None,
-        print=None,
-        access_log=None,
-    )
+    cfg = prep.cfg
+    app = make_app(cfg, plugins=prep.plugins, middlewares=prep.web.middlewares if prep.web else ())
+    exporter = app[EXPORTER]
+    status = ReloadStatus(last_success=time.time())
+    exporter.extras.append(status)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    ssl_context = prep.web.ssl_context if prep.web else None
+    await web.SockSite(runner, sock, ssl_context=ssl_context).start()
+    host, port = sock.getsockname()[:2]
+    scheme = "https" if ssl_context else "http"
+    log.info("listening on %s://%s:%d%s, %d target(s)", scheme, host, port, cfg.telemetry_path, len(cfg.targets))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, reload, args, exporter, status)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+        await runner.cleanup()
     return 0
 
 
-__all__ = ["TargetConfig", "add_exporter_arguments", "config_from_args", "register", "run"]
+def _prepare(args: argparse.Namespace) -> _Prepared:
+    from exporter import webconfig
+    from exporter.canary import plugin as canary
+
+    cfg = config_from_args(args)
+    if not cfg.targets and not (cfg.probe_allow or cfg.probe_allow_regex):  # probe-only replicas
+        raise ConfigError(["at least one --target (or `targets:` or `probe.allow` in --config) is required"])
+    settings = canary.settings_from_args(args, cfg)
+    if settings and args.config_check:
+        canary.check_files(settings)
+    plugins = (canary.make_plugin(settings),) if settings and not args.config_check else ()
+    summary = (
+        f"{len(cfg.targets)} target(s), listen {cfg.listen}, poll {cfg.poll_interval:g}s, window {cfg.window_label}"
+        + (f", canary {settings.effective_strategy}" if settings else "")
+    )
+    web = webconfig.load(args.web_config_file) if getattr(args, "web_config_file", None) else None
+    return _Prepared(cfg, plugins, web, summary)
+
+
+def run(args: argparse.Namespace) -> int:
+    from exporter.canary.secrets import SecretError
+    from exporter.webconfig import WebConfigError
+
+    try:
+        logs.setup(logs.from_args(args))
+        prep = _prepare(args)
+    except (ConfigError, SecretError, WebConfigError) as e:
+        print(f"kvoffload-exporter: {e}", file=sys.stderr)
+        return 2
+    if args.config_check:
+        print(f"configuration OK: {prep.summary}")
+        return 0
+    try:
+        sock = bind(prep.cfg.listen)
+    except OSError as e:
+        print(f"kvoffload-exporter serve: cannot listen on {prep.cfg.listen}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    return asyncio.run(_serve(args, prep, sock))
+
+
+__all__ = ["TargetConfig", "add_exporter_arguments", "bind", "config_from_args", "register", "reload", "run"]

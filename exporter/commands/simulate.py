@@ -51,6 +51,12 @@ _TIMING_FLAGS: tuple[tuple[str, str], ...] = (
 )
 
 
+def _positive_seconds(v: str) -> float:
+    from exporter.commands.demo import positive_seconds
+
+    return positive_seconds(v)
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -206,7 +212,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="HOST:PORT",
         help="listen address (default 127.0.0.1:8000; port 0 picks a free one)",
     )
-    p.add_argument("--duration", type=float, metavar="SECONDS", help="stop after SECONDS (default: run until Ctrl-C)")
+    p.add_argument(
+        "--duration", type=_positive_seconds, metavar="SECONDS", help="stop after SECONDS (default: run until Ctrl-C)"
+    )
     add_simulator_arguments(p)
     add_traffic_arguments(p)
     p.set_defaults(func=run)

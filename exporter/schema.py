@@ -1,0 +1,334 @@
+"""Declarative settings: each field of a frozen settings dataclass declares its type and bounds (a parser),
+YAML key, command-line flag(s), environment variable, default and help exactly once.
+
+From that one declaration this module validates a YAML mapping (every error at once, "did you mean"
+for unknown keys, `section: false` as shorthand for `section.enabled: false`), builds argparse flags and
+reads flags and environment variables back, each error named by what the user wrote. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
+Parser = Callable[[object, bool], object]  # (raw value, came from text: flag or env) -> value, or ValueError
+Action = Literal["value", "true", "false"]  # flag takes a value | sets True | sets False (`--no-host`)
+ENV_PREFIX = "KVOFFLOAD_"
+MAX_SECONDS = 366 * 86400.0  # a year: longer durations are typos (`1e20h`) and overflow timers
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; `errors` lists every problem found, not just the first."""
+
+    def __init__(self, errors: list[str]):
+        super().__init__("invalid configuration:\n  - " + "\n  - ".join(errors))
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class Spec:
+    parse: Parser
+    help: str
+    key: str = ""  # YAML key in its section, dotted for a sub-section ("host.enabled"); "" = field name
+    flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # command → (flag, *aliases)
+    env: bool = True  # read KVOFFLOAD_<SECTION>_<KEY> too
+    metavar: str | None = None
+    action: Action = "value"
+    yaml: bool = True
+
+
+def setting(
+    default: T,
+    parse: Parser,
+    help: str,
+    *,
+    key: str = "",
+    flag: str | tuple[str, ...] | None = None,
+    check_flag: str | tuple[str, ...] | None = None,
+    env: bool = True,
+    metavar: str | None = None,
+    action: Action = "value",
+    yaml: bool = True,
+) -> T:
+    """A dataclass field carrying its Spec; `flag` is the `serve` flag, `check_flag` the `check` one."""
+    flags: dict[str, tuple[str, ...]] = {}
+    for cmd, f in (("serve", flag), ("check", check_flag)):
+        if f:
+            flags[cmd] = (f,) if isinstance(f, str) else f
+    spec = Spec(parse, help, key, flags, env, metavar, action, yaml)
+    result: T = field(default=default, metadata={"spec": spec})
+    return result
+
+
+def specs(cls: type) -> Iterator[tuple[Field[Any], Spec]]:
+    for f in fields(cls):
+        spec = f.metadata.get("spec")
+        if isinstance(spec, Spec):
+            yield f, spec
+
+
+def yaml_key(f: Field[Any], spec: Spec) -> str:
+    return spec.key or f.name
+
+
+def env_name(section: str, f: Field[Any], spec: Spec) -> str:
+    path = ([section] if section else []) + yaml_key(f, spec).split(".")
+    return ENV_PREFIX + "_".join(path).upper()
+
+
+def dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_").replace(".", "_")
+
+
+# --- parsers: each returns the typed value or raises ValueError("must ...") -----------------------
+
+
+def _number(v: object, text: bool, kind: str) -> float:
+    if isinstance(v, str) and text:
+        try:
+            v = int(v) if kind == "integer" else float(v)
+        except ValueError:
+            raise ValueError(f"must be {'an' if kind == 'integer' else 'a'} {kind}, got {v!r}") from None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind == "integer" and not isinstance(v, int)):
+        raise ValueError(f"must be {'an' if kind == 'integer' else 'a'} {kind}")
+    if not math.isfinite(v):
+        raise ValueError(f"must be a finite {kind}, got {v!r}")
+    return v
+
+
+def integer(lo: int | None = None, hi: int | None = None, optional: bool = False) -> Parser:
+    def parse(v: object, text: bool) -> object:
+        if v is None or (text and optional and v in ("", "none", "unlimited")):
+            if optional:
+                return None
+            raise ValueError("must be an integer")
+        n = int(_number(v, text, "integer"))
+        if (lo is not None and n < lo) or (hi is not None and n > hi):
+            raise ValueError(_bounds("an integer", lo, hi, n))
+        return n
+
+    return parse
+
+
+def number(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False, hi_open: bool = False) -> Parser:
+    def parse(v: object, text: bool) -> object:
+        x = float(_number(v, text, "number"))
+        if lo is not None and (x < lo or (lo_open and x == lo)):
+            raise ValueError(_bounds("a number", lo, hi, x, lo_open, hi_open))
+        if hi is not None and (x > hi or (hi_open and x == hi)):
+            raise ValueError(_bounds("a number", lo, hi, x, lo_open, hi_open))
+        return x
+
+    return parse
+
+
+def _bounds(
+    what: str, lo: float | None, hi: float | None, got: float, lo_open: bool = False, hi_open: bool = False
+) -> str:
+    if lo is not None and hi is not None:
+        return f"must be {what} in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}, got {got:g}"
+    if lo is not None:
+        return f"must be {what} {'>' if lo_open else '>='} {lo:g}, got {got:g}"
+    return f"must be {what} {'<' if hi_open else '<='} {hi:g}, got {got:g}"
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def boolean(v: object, text: bool) -> object:
+    if text and isinstance(v, str) and v.lower() in _TRUE | _FALSE:
+        return v.lower() in _TRUE
+    if not isinstance(v, bool):
+        raise ValueError("must be true or false")
+    return v
+
+
+def string(optional: bool = False) -> Parser:
+    def parse(v: object, text: bool) -> object:
+        if v is None and optional:
+            return None
+        if not isinstance(v, str) or not v.strip():
+            raise ValueError("must be a non-empty string")
+        return v
+
+    return parse
+
+
+def choice(*values: str) -> Parser:
+    def parse(v: object, text: bool) -> object:
+        if v not in values:
+            hint = difflib.get_close_matches(str(v), values, n=1)
+            raise ValueError(
+                f"must be one of {', '.join(values)}, got {v!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+            )
+        return v
+
+    return parse
+
+
+_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(v: object) -> float:
+    """5, 2.5, "500ms", "30s", "5m", "1h" → seconds; never NaN, infinite or longer than a year."""
+    if isinstance(v, bool):
+        raise ValueError(f"not a duration: {v!r}")
+    if isinstance(v, (int, float)):
+        seconds = float(v)
+        if not math.isfinite(seconds):
+            raise ValueError(f"not a duration: {v!r} (use e.g. 5, 500ms, 30s, 5m, 1h)")
+    else:
+        m = _DUR.match(str(v))
+        if not m:
+            raise ValueError(f"not a duration: {v!r} (use e.g. 5, 500ms, 30s, 5m, 1h)")
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if seconds > MAX_SECONDS:
+        raise ValueError(f"not a sensible duration: {v!r} (at most 366d)")
+    return seconds
+
+
+def duration(positive: bool = True) -> Parser:
+    def parse(v: object, text: bool) -> object:
+        seconds = parse_duration(v)
+        if seconds < 0 or (positive and seconds == 0):
+            raise ValueError(f"must be {'> 0' if positive else '>= 0'}, got {v!r}")
+        return seconds
+
+    return parse
+
+
+# --- YAML sections ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Where:
+    """How errors name a key: `window:`, `canary.interval:` or `targets[0]: pidfile`."""
+
+    section: str = ""
+    dotted: bool = True
+
+    def key(self, k: str) -> str:
+        if not self.section:
+            return f"{k}:"
+        return f"{self.section}.{k}:" if self.dotted else f"{self.section}: {k}"
+
+    def unknown(self, k: object, known: list[str]) -> str:
+        hint = difflib.get_close_matches(str(k), known, n=1, cutoff=0.6)
+        return (
+            (f"{self.section}: " if self.section else "")
+            + f"unknown key {k!r}"
+            + (f" (did you mean {hint[0]!r}?)" if hint else "")
+        )
+
+
+def _flatten(raw: Mapping[str, object], subs: set[str], where: Where, errors: list[str]) -> dict[str, object]:
+    """{"host": {"enabled": x}} → {"host.enabled": x}; `host: false` → {"host.enabled": False}."""
+    flat: dict[str, object] = {}
+    for k, v in raw.items():
+        if k not in subs:
+            flat[k] = v
+        elif isinstance(v, bool):
+            flat[f"{k}.enabled"] = v
+        elif v is None:
+            continue
+        elif not isinstance(v, Mapping):
+            errors.append(f"{where.key(k)} must be a mapping (or true/false)")
+        else:
+            flat.update({f"{k}.{sk}": sv for sk, sv in v.items()})
+    return flat
+
+
+def parse_section(
+    cls: type, raw: Mapping[str, object], where: Where, errors: list[str], extra: tuple[str, ...] = ()
+) -> dict[str, object]:
+    """Validate one YAML mapping against `cls`'s declared fields → {field name: typed value}.
+
+    Keys in `extra` are allowed and left to the caller (e.g. `targets`)."""
+    by_key = {yaml_key(f, s): (f, s) for f, s in specs(cls) if s.yaml}
+    subs = {k.split(".", 1)[0] for k in by_key if "." in k}
+    flat = _flatten(raw, subs, where, errors)
+    known = sorted({k.split(".", 1)[0] for k in by_key} | set(extra) | set(by_key))
+    out: dict[str, object] = {}
+    for k, v in flat.items():
+        if k in extra:
+            continue
+        if k not in by_key:
+            errors.append(where.unknown(k, known))
+            continue
+        f, spec = by_key[k]
+        try:
+            out[f.name] = spec.parse(v, False)
+        except ValueError as e:
+            index, _, rest = str(e).partition(" ")  # "[2] must be …" names a list entry: key[2]
+            errors.append(f"{where.key(k + index)} {rest}" if index.startswith("[") else f"{where.key(k)} {e}")
+    return out
+
+
+# --- flags and environment variables ------------------------------------------------------------------
+
+
+def _default_text(f: Field[Any], defaults: Mapping[str, object]) -> str:
+    v = defaults.get(f.name, f.default if f.default is not MISSING else None)
+    if v is None or v is False or v is True:
+        return ""
+    if isinstance(v, float) and v == int(v):
+        v = int(v)
+    return f" (default {v})"
+
+
+def add_flags(
+    p: argparse.ArgumentParser | argparse._ArgumentGroup,
+    cls: type,
+    command: str,
+    section: str = "",
+    defaults: Mapping[str, object] | None = None,
+) -> None:
+    """argparse flags for every field of `cls` that declares one for `command`; values default to None
+    so that `overrides` can tell "not given" from "given as the default"."""
+    for f, spec in specs(cls):
+        names = spec.flags.get(command)
+        if not names:
+            continue
+        env = f"; env {env_name(section, f, spec)}" if spec.env else ""
+        text = spec.help + _default_text(f, defaults or {}) + env
+        if spec.action == "value":
+            p.add_argument(*names, dest=dest(names[0]), metavar=spec.metavar, default=None, help=text)
+        else:
+            p.add_argument(*names, dest=dest(names[0]), action="store_const", const=True, default=None, help=text)
+
+
+def overrides(
+    cls: type,
+    args: argparse.Namespace,
+    command: str,
+    errors: list[str],
+    section: str = "",
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, object]:
+    """{field: value} from the flags given (else the environment variables set), errors named by them."""
+    out: dict[str, object] = {}
+    for f, spec in specs(cls):
+        names = spec.flags.get(command)
+        raw = getattr(args, dest(names[0]), None) if names else None
+        label = names[0] if names else ""
+        if raw is not None and spec.action != "value":
+            out[f.name] = spec.action == "true"
+            continue
+        if raw is None and spec.env and environ is not None:
+            label = env_name(section, f, spec)
+            raw = environ.get(label)
+        if raw is None:
+            continue
+        try:
+            out[f.name] = spec.parse(raw, True)
+        except ValueError as e:
+            errors.append(f"{label}: {e}")
+    return out
