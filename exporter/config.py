@@ -280,10 +280,10 @@ def _finish_target(t: TargetConfig, where: str, errors: list[str]) -> TargetConf
     parts = urlsplit(t.url)
     userinfo, _, hostport = parts.netloc.rpartition("@")
     path = parts.path.rstrip("/")
-    if path.endswith("/metrics"):
-        path = path[: -len("/metrics")]
-        log.warning("target %s: the URL ends in /metrics; using %s as the base URL", redact_url(t.url), path or "/")
     url = urlunsplit((parts.scheme, hostport, path, "", ""))
+    if path.endswith("/metrics"):
+        url = url[: -len("/metrics")]
+        log.warning("target %s: the URL ends in /metrics; using %s as the base URL", redact_url(t.url), url)
     return replace(t, url=url, auth=_auth(t, userinfo, where, errors))
 
 

@@ -12,7 +12,7 @@ import argparse
 import difflib
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any, Literal, TypeVar
 
@@ -27,7 +27,9 @@ class ConfigError(ValueError):
     """Invalid configuration; `errors` lists every problem found, not just the first."""
 
     def __init__(self, errors: list[str]):
-        super().__init__("invalid configuration:\n  - " + "\n  - ".join(errors))
+        # One problem: one line (scripts and log collectors read it whole); several: one per line.
+        text = errors[0] if len(errors) == 1 else "\n  - " + "\n  - ".join(errors)
+        super().__init__(f"invalid configuration: {text}")
         self.errors = errors
 
 
@@ -290,14 +292,16 @@ def add_flags(
     command: str,
     section: str = "",
     defaults: Mapping[str, object] | None = None,
+    only: Collection[str] | None = None,
 ) -> None:
-    """argparse flags for every field of `cls` that declares one for `command`; values default to None
-    so that `overrides` can tell "not given" from "given as the default"."""
+    """argparse flags for every field of `cls` (or those named in `only`) that declares one for `command`;
+    values default to None so that `overrides` can tell "not given" from "given as the default"."""
     for f, spec in specs(cls):
         names = spec.flags.get(command)
-        if not names:
+        if not names or (only is not None and f.name not in only):
             continue
-        env = f"; env {env_name(section, f, spec)}" if spec.env else ""
+        value = {"true": "=true", "false": "=false"}.get(spec.action, "")
+        env = f"; env {env_name(section, f, spec)}{value}" if spec.env else ""
         text = spec.help + _default_text(f, defaults or {}) + env
         if spec.action == "value":
             p.add_argument(*names, dest=dest(names[0]), metavar=spec.metavar, default=None, help=text)

@@ -58,6 +58,11 @@ class CanaryClient:
         self.max_response_bytes = max_response_bytes
         self._locks: dict[str, asyncio.Lock] = {}
 
+    @property
+    def has_api_key(self) -> bool:
+        """Whether requests carry a key: a 401 then means "wrong key", not "needs a key"."""
+        return self._key is not None
+
     def _headers(self) -> dict[str, str]:
         h = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if self._key is not None:

@@ -21,8 +21,9 @@ async def server_info(e: CanaryEngine, role: str) -> ServerInfo:
     if status != 200:
         raise CanaryError("health", f"{url}/health answered {status if status is not None else body}")
     status, body = await e.client.get(url, "/v1/models")
-    if status == 401:
-        raise CanaryError("auth", f"{url}/v1/models needs an API key (--api-key-file or ${e.settings.api_key_env})")
+    if status == 401:  # a key was sent: it is wrong, not missing
+        problem = "rejected the API key (401): check" if getattr(e.client, "has_api_key", False) else "needs an API key"
+        raise CanaryError("auth", f"{url}/v1/models {problem} (--api-key-file or ${e.settings.api_key_env})")
     models = parse_models(body) if status == 200 else None
     if not models or not models.ids:
         raise CanaryError("models", f"{url}/v1/models answered {status} without models")

@@ -57,9 +57,15 @@ def _base() -> Any:  # CanarySettings: check's own defaults (no budget unless as
 def settings_from_args(args: argparse.Namespace) -> Any:  # CanarySettings (imported lazily)
     """check's flags on its defaults, validated by the same declaration as serve's; errors name the flag."""
     from exporter.canary.config import CanarySettings, check
-    from exporter.schema import overrides
+    from exporter.config import parse_targets
+    from exporter.schema import Where, overrides
 
     errors = [] if args.rounds >= 1 else ["--rounds: must be an integer >= 1"]
+    targets = parse_targets([args.target], errors, Where("--target", dotted=False))
+    if targets and targets[0].auth is not None:  # refused: check's outputs would carry the URL
+        errors.append("--target: user:password@ is not supported by check (the canary uses --api-key-file)")
+    elif targets:
+        args.target = targets[0].url  # a trailing /metrics stripped, like serve
     values = overrides(CanarySettings, args, "check", errors)
     if errors:
         raise ConfigError(errors)
@@ -111,7 +117,7 @@ def _public_argv(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        code, doc = asyncio.run(run_check(args))
+        code, doc = asyncio.run(run_check(args, stdout=sys.stdout, stderr=sys.stderr))
     except OSError as e:
         print(f"kvoffload-exporter check: {e}", file=sys.stderr)
         return 3

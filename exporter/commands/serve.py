@@ -32,22 +32,8 @@ _DEMO_FIELDS = ("poll_interval", "window", "timeout", "host_enabled", "gpu_enabl
 
 def add_exporter_arguments(p: argparse.ArgumentParser, defaults: Mapping[str, object] | None = None) -> None:
     """Flags shared by `serve` and `demo`, built from the Config declaration (demo passes its defaults)."""
-    add_flags(_Filtered(p, _DEMO_FIELDS), Config, "serve", defaults=defaults)
+    add_flags(p, Config, "serve", defaults=defaults, only=_DEMO_FIELDS)
     logs.add_arguments(p)
-
-
-class _Filtered:
-    """Forwards add_argument for the flags of the named fields only (demo has its own --listen)."""
-
-    def __init__(self, p: argparse.ArgumentParser, names: tuple[str, ...]):
-        from exporter.schema import dest, specs
-
-        self.p = p
-        self.dests = {dest(s.flags["serve"][0]) for f, s in specs(Config) if f.name in names and "serve" in s.flags}
-
-    def add_argument(self, *names: str, dest: str, **kw: object) -> None:
-        if dest in self.dests:
-            self.p.add_argument(*names, dest=dest, **kw)  # type: ignore[arg-type]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

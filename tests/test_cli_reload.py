@@ -1,0 +1,206 @@
+"""`serve` at run time: SIGHUP reload (added/removed targets, history of unchanged ones kept, an invalid
+file keeps the old config), credentials from the target URL used as auth and shown nowhere, and the
+real process: bind errors before "listening", SIGHUP reloading instead of killing it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from exporter.app import EXPORTER, make_app
+from exporter.cli import build_parser
+from exporter.commands.serve import ReloadStatus, config_from_args, reload
+
+BODY = (Path(__file__).parent / "fixtures" / "h200-0.6b" / "A_00_initial.prom").read_text()
+
+
+def _upstream(seen: list[str | None]) -> web.Application:
+    async def metrics(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization"))
+        return web.Response(text=BODY, content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+async def _until(cond, what: str) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(500):
+        if cond():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"never happened: {what}")
+
+
+def _write(path: Path, targets: list[str], extra: str = "") -> None:
+    path.write_text(
+        "poll_interval: 0.05\ntimeout: 0.5\nwindow: 10s\ngpu: false\nhost: false\n"
+        + "targets:\n"
+        + "".join(f"  - {t}\n" for t in targets)
+        + extra
+    )
+
+
+async def test_sighup_reload_keeps_history_adds_removes_and_survives_a_bad_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[str | None] = []
+    up_a, up_b = TestServer(_upstream(seen)), TestServer(_upstream(seen))
+    await up_a.start_server()
+    await up_b.start_server()
+    a, b = f"http://127.0.0.1:{up_a.port}", f"http://127.0.0.1:{up_b.port}"
+    conf = tmp_path / "c.yaml"
+    _write(conf, [a, "http://127.0.0.1:9"])
+    args = build_parser().parse_args(["serve", "--config", str(conf)])
+    app = make_app(config_from_args(args, {}))
+    exp = app[EXPORTER]
+    status = ReloadStatus(last_success=1.0)
+    exp.extras.append(status)
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        kept = exp.targets[0]
+        await _until(lambda: len(kept.history) >= 3, "three polls of a")
+        history_before = len(kept.history)
+
+        _write(conf, [a, b])  # one removed, one added
+        reload(args, exp, status)
+        assert [t.cfg.url for t in exp.targets] == [a, b] and exp.targets[0] is kept
+        assert len(kept.history) >= history_before, "the unchanged target keeps its history"
+        await _until(lambda: exp.targets[1].polls >= 1, "the added target is polled")
+        body = await (await client.get("/metrics")).text()
+        assert "kvoffload_exporter_config_last_reload_successful 1.0" in body
+        assert "127.0.0.1:9" not in body, "the removed target's series are gone"
+        assert status.last_success > 1.0
+
+        conf.write_text("window: forever\n")
+        with caplog.at_level(logging.ERROR):
+            reload(args, exp, status)
+        assert [t.cfg.url for t in exp.targets] == [a, b], "an invalid file keeps the running config"
+        assert [r.getMessage() for r in caplog.records if "reload failed" in r.getMessage()] == [
+            "configuration reload failed, keeping the running one: window: not a duration: 'forever' "
+            "(use e.g. 5, 500ms, 30s, 5m, 1h)"
+        ]
+        body = await (await client.get("/metrics")).text()
+        assert "kvoffload_exporter_config_last_reload_successful 0.0" in body
+        assert "# TYPE kvoffload_exporter_config_last_reload_success_timestamp_seconds gauge" in body
+    finally:
+        await client.close()
+        await up_a.close()
+        await up_b.close()
+
+
+async def test_userinfo_is_sent_as_basic_auth_and_redacted_everywhere(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[str | None] = []
+    up = TestServer(_upstream(seen))
+    await up.start_server()
+    port = up.port
+    conf = tmp_path / "c.yaml"
+    _write(conf, [f"http://scraper:pw-0f-target@127.0.0.1:{port}/metrics", "http://u:pw-0f-dead@127.0.0.1:9"])
+    with caplog.at_level(logging.DEBUG):
+        app = make_app(config_from_args(build_parser().parse_args(["serve", "--config", str(conf)]), {}))
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        try:
+            exp = app[EXPORTER]
+            await _until(lambda: all(t.polls >= 2 for t in exp.targets), "two polls of each target")
+            body = await (await client.get("/metrics")).text()
+            page = await (await client.get("/")).text()
+        finally:
+            await client.close()
+            await up.close()
+    assert seen[0] == "Basic c2NyYXBlcjpwdy0wZi10YXJnZXQ="
+    assert f'target="127.0.0.1:{port}"' in body
+    for text in (body, page, caplog.text, repr(app[EXPORTER].config)):
+        assert "pw-0f" not in text and "scraper:" not in text
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=2) as r:
+        return str(r.read().decode())
+
+
+def test_the_real_process_reloads_on_sighup_and_stops_on_sigterm(tmp_path: Path) -> None:
+    port = _free_port()
+    conf = tmp_path / "c.yaml"
+    _write(conf, ["http://127.0.0.1:9"], f"listen: 127.0.0.1:{port}\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", "serve", "--config", str(conf)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        body = ""
+        while "kvoffload_up" not in body:
+            assert proc.poll() is None and time.monotonic() < deadline, "serve did not start"
+            try:
+                body = _get(f"http://127.0.0.1:{port}/metrics")
+            except OSError:
+                time.sleep(0.1)
+        _write(conf, ["http://127.0.0.1:9", "http://127.0.0.1:10"], f"listen: 127.0.0.1:{port}\n")
+        proc.send_signal(signal.SIGHUP)
+        while 'target="127.0.0.1:10"' not in body:
+            assert proc.poll() is None, "SIGHUP must not kill the process"
+            assert time.monotonic() < deadline, "the reload never showed"
+            time.sleep(0.1)
+            body = _get(f"http://127.0.0.1:{port}/metrics")
+        assert "kvoffload_exporter_config_last_reload_successful 1.0" in body
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        err = proc.stderr.read() if proc.stderr else ""
+        assert "Traceback" not in err and "configuration reloaded: 2 target(s)" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_port_in_use_fails_before_listening_in_the_real_process() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "exporter",
+                "serve",
+                "--target",
+                "http://127.0.0.1:9",
+                "--listen",
+                f"127.0.0.1:{port}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+            check=False,
+        )
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        f"kvoffload-exporter serve: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]
