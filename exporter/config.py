@@ -19,6 +19,7 @@ from exporter.redact import redact_url
 from exporter.schema import (
     ConfigError,
     Where,
+    apply,
     boolean,
     choice,
     duration,
@@ -301,7 +302,7 @@ def _target(raw: object, where: Where, errors: list[str], limits: Limits) -> Tar
         values["limits"] = limits_from_mapping(raw["limits"], limits, f"{where.section}.limits", errors)
     if len(errors) > n:
         return None
-    return _finish_target(TargetConfig(**values), f"{where.section}:", errors)  # type: ignore[arg-type]
+    return _finish_target(apply(TargetConfig(), values), f"{where.section}:", errors)
 
 
 def parse_targets(
@@ -342,7 +343,7 @@ def from_mapping(raw: object, base: Config | None = None) -> Config:
             errors += e.errors
     if errors:
         raise ConfigError(errors)
-    cfg = replace(cfg, **changes)  # type: ignore[arg-type]
+    cfg = apply(cfg, changes)
     check(cfg)
     return cfg
 

@@ -11,7 +11,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from exporter.schema import ConfigError, add_flags, choice, overrides, setting
+from exporter.schema import ConfigError, add_flags, apply, choice, overrides, setting
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -68,7 +68,7 @@ def from_args(args: argparse.Namespace) -> LogSettings:
     values = overrides(LogSettings, args, "serve", errors, section="log", environ=os.environ)
     if errors:
         raise ConfigError(errors)
-    return LogSettings(**values)  # type: ignore[arg-type]
+    return apply(LogSettings(), values)
 
 
 def setup(settings: LogSettings) -> None:

@@ -13,7 +13,7 @@ import difflib
 import math
 import re
 from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import MISSING, Field, dataclass, field, fields
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
@@ -66,6 +66,11 @@ def setting(
     spec = Spec(parse, help, key, flags, env, metavar, action, yaml)
     result: T = field(default=default, metadata={"spec": spec})
     return result
+
+
+def apply(obj: T, values: Mapping[str, object]) -> T:
+    """`dataclasses.replace` with values the declared parsers have already typed and checked."""
+    return replace(obj, **values)  # type: ignore[type-var]
 
 
 def specs(cls: type) -> Iterator[tuple[Field[Any], Spec]]:
@@ -277,13 +282,22 @@ def parse_section(
 # --- flags and environment variables ------------------------------------------------------------------
 
 
-def _default_text(f: Field[Any], defaults: Mapping[str, object]) -> str:
+def _default_text(f: Field[Any], spec: Spec, defaults: Mapping[str, object]) -> str:
     v = defaults.get(f.name, f.default if f.default is not MISSING else None)
-    if v is None or v is False or v is True:
+    if v is None or isinstance(v, bool):
         return ""
+    if isinstance(v, float) and spec.metavar in ("DURATION", "SECONDS"):
+        return f" (default {_seconds_text(v)})"
     if isinstance(v, float) and v == int(v):
         v = int(v)
     return f" (default {v})"
+
+
+def _seconds_text(v: float) -> str:
+    for unit, size in (("h", 3600), ("m", 60)):
+        if v >= size and v % size == 0:
+            return f"{int(v // size)}{unit}"
+    return f"{v:g}s"
 
 
 def add_flags(
@@ -293,6 +307,7 @@ def add_flags(
     section: str = "",
     defaults: Mapping[str, object] | None = None,
     only: Collection[str] | None = None,
+    env: bool = True,
 ) -> None:
     """argparse flags for every field of `cls` (or those named in `only`) that declares one for `command`;
     values default to None so that `overrides` can tell "not given" from "given as the default"."""
@@ -301,8 +316,8 @@ def add_flags(
         if not names or (only is not None and f.name not in only):
             continue
         value = {"true": "=true", "false": "=false"}.get(spec.action, "")
-        env = f"; env {env_name(section, f, spec)}{value}" if spec.env else ""
-        text = spec.help + _default_text(f, defaults or {}) + env
+        env_text = f"; env {env_name(section, f, spec)}{value}" if spec.env and env else ""
+        text = spec.help + _default_text(f, spec, defaults or {}) + env_text
         if spec.action == "value":
             p.add_argument(*names, dest=dest(names[0]), metavar=spec.metavar, default=None, help=text)
         else:

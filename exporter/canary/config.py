@@ -8,13 +8,14 @@ key is never part of the settings, only where to read it from.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit
 
 from exporter.schema import (
     ConfigError,
     Where,
+    apply,
     boolean,
     choice,
     duration,
@@ -198,7 +199,7 @@ def from_mapping(
     values = parse_section(CanarySettings, {k: v for k, v in raw.items() if k not in inline}, Where("canary"), errors)
     if errors:
         raise ConfigError(errors)
-    cfg = replace(base or CanarySettings(), **values)  # type: ignore[arg-type]
+    cfg = apply(base or CanarySettings(), values)
     if validate:
         check(cfg)
     return cfg

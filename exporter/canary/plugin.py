@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import secrets
 from collections.abc import Mapping
-from dataclasses import replace
 
 from exporter.canary.config import CanarySettings, check
 from exporter.canary.expose import CanaryCollector
@@ -18,7 +17,7 @@ from exporter.canary.secrets import load_api_key, load_or_create_secret
 from exporter.config import Config, ConfigError
 from exporter.enums import CollectorName
 from exporter.plugins import Plugin, PluginHost, Session
-from exporter.schema import add_flags, overrides
+from exporter.schema import add_flags, apply, overrides
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,7 +32,7 @@ def apply_flags(
     values = overrides(CanarySettings, args, "serve", errors, section="canary", environ=environ)
     if values.get("allow_pressure") and getattr(args, "canary_allow_pressure", None):
         values["strategy"] = "pressure"  # the flag's meaning: displace with fillers
-    return replace(base, **values)  # type: ignore[arg-type]
+    return apply(base, values)
 
 
 def settings_from_args(args: argparse.Namespace, cfg: Config) -> CanarySettings | None:

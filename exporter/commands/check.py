@@ -15,9 +15,12 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from exporter.config import ConfigError
+
+if TYPE_CHECKING:
+    from exporter.canary.config import CanarySettings
 
 ORDER = 35
 
@@ -44,21 +47,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from exporter.canary.config import CanarySettings
     from exporter.schema import add_flags
 
-    add_flags(p, CanarySettings, "check", defaults=_base().public() | {"budget_tokens_per_hour": None})
+    add_flags(p, CanarySettings, "check", defaults=_base().public(), env=False)
     p.set_defaults(func=run)
 
 
-def _base() -> Any:  # CanarySettings: check's own defaults (no budget unless asked, quick retries in one run)
+def _base() -> CanarySettings:
+    """check's own defaults: no budget unless asked, quick retries within one run."""
     from exporter.canary.config import CanarySettings
 
     return CanarySettings(enabled=True, budget_tokens_per_hour=None, backoff_initial=1.0, backoff_max=30.0)
 
 
-def settings_from_args(args: argparse.Namespace) -> Any:  # CanarySettings (imported lazily)
+def settings_from_args(args: argparse.Namespace) -> CanarySettings:
     """check's flags on its defaults, validated by the same declaration as serve's; errors name the flag."""
     from exporter.canary.config import CanarySettings, check
     from exporter.config import parse_targets
-    from exporter.schema import Where, overrides
+    from exporter.schema import Where, apply, overrides
 
     errors = [] if args.rounds >= 1 else ["--rounds: must be an integer >= 1"]
     targets = parse_targets([args.target], errors, Where("--target", dotted=False))
@@ -70,8 +74,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:  # CanarySettings (impo
     if errors:
         raise ConfigError(errors)
     settings = replace(
-        _base(),
-        **values,
+        apply(_base(), values),
         strategy="pressure" if args.allow_pressure else "wait",
         allow_pressure=bool(args.allow_pressure),
     )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from exporter import logs
 from exporter.config import Config, ConfigError, TargetConfig, check, load_file, parse_targets
-from exporter.schema import Where, add_flags, overrides
+from exporter.schema import Where, add_flags, apply, overrides
 
 if TYPE_CHECKING:
     from exporter.app import Plugin
@@ -79,7 +79,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
     canary = apply_flags(args, cfg.canary, errors, env)
     if errors:
         raise ConfigError(errors)
-    cfg = replace(cfg, **changes, canary=canary)  # type: ignore[arg-type]
+    cfg = apply(cfg, {**changes, "canary": canary})
     check(cfg)
     return cfg
 
