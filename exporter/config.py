@@ -33,6 +33,7 @@ from exporter.schema import (
 
 log = logging.getLogger("kvoffload.config")
 DEFAULT_LISTEN = "127.0.0.1:9466"
+MAX_POLLS_PER_WINDOW = 100_000  # points of history per target: bounds memory
 _HOSTNAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})$")
 
 
@@ -181,7 +182,7 @@ class Config:
         "/metrics", _http_path, "path of the metrics endpoint", flag="--web.telemetry-path", metavar="PATH"
     )
     poll_interval: float = setting(
-        5.0, duration(), "seconds between polls of each target", flag="--poll-interval", metavar="SECONDS"
+        5.0, duration(at_least=0.01), "seconds between polls of each target", flag="--poll-interval", metavar="SECONDS"
     )
     window: float = setting(
         300.0, duration(), "sliding window for ratios and state", flag="--window", metavar="DURATION"
@@ -358,6 +359,8 @@ def check(cfg: Config) -> None:
         errors.append("timeout: must not exceed 10 poll intervals")
     if cfg.window < cfg.poll_interval * 2:
         errors.append("window: must cover at least two poll intervals")
+    if cfg.window > cfg.poll_interval * MAX_POLLS_PER_WINDOW:  # history is kept per target
+        errors.append(f"window: must not cover more than {MAX_POLLS_PER_WINDOW} poll intervals")
     if cfg.telemetry_path in ("/", "/healthz", "/probe", "/-/healthy", "/-/ready"):
         errors.append(f"telemetry_path: {cfg.telemetry_path} is taken by the exporter itself")
     from exporter.canary.config import check as canary_check

@@ -202,11 +202,13 @@ def parse_duration(v: object) -> float:
     return seconds
 
 
-def duration(positive: bool = True) -> Parser:
+def duration(positive: bool = True, at_least: float = 0.0) -> Parser:
     def parse(v: object, text: bool) -> object:
         seconds = parse_duration(v)
         if seconds < 0 or (positive and seconds == 0):
             raise ValueError(f"must be {'> 0' if positive else '>= 0'}, got {v!r}")
+        if seconds < at_least:
+            raise ValueError(f"must be at least {at_least:g}s, got {v!r}")
         return seconds
 
     return parse

@@ -53,6 +53,8 @@ CASES: list[tuple[str, tuple[str, ...], Files, str]] = [
     ("serve-timeout-inf", ("serve", *T, "--timeout", "inf", *CC), {}, "--timeout: not a duration"),
     ("serve-timeout-too-long", ("serve", *T, "--timeout", "100", *CC), {}, "10 poll intervals"),
     ("serve-window-too-short", ("serve", *T, "--window", "1s", *CC), {}, "two poll intervals"),
+    ("serve-poll-tiny", ("serve", *T, "--poll-interval", "1ms", *CC), {}, "--poll-interval: must be at least 0.01s"),
+    ("serve-window-too-long", ("serve", *T, "--window", "366d", *CC), {}, "more than 100000 poll intervals"),
     ("serve-telemetry-no-slash", ("serve", *T, "--web.telemetry-path", "metrics", *CC), {}, "--web.telemetry-path"),
     ("serve-telemetry-healthz", ("serve", *T, "--web.telemetry-path", "/healthz", *CC), {}, "taken by"),
     ("serve-log-level", ("serve", *T, "--log.level", "LOUD", *CC), {}, "--log-level: must be one of"),
