@@ -5,6 +5,7 @@ raise out of `main` and fail here, a case that printed more than one line or to 
 
 from __future__ import annotations
 
+import logging
 import socket
 import sys
 from collections.abc import Callable, Iterator
@@ -222,6 +223,16 @@ CASES: list[tuple[str, tuple[str, ...], Files, str]] = [
 def test_the_table_has_at_least_58_cases_across_every_command() -> None:
     assert len(CASES) >= 58 and len({c[0] for c in CASES}) == len(CASES)
     assert {c[1][0] for c in CASES} >= {"serve", "check", "inspect", "bundle", "simulate", "demo"}
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """`main` installs a root handler on the captured stderr; later tests must not write to it."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture
