@@ -212,3 +212,11 @@ def test_check_flags_are_built_from_the_canary_declaration() -> None:
     assert s.wait_initial == 60 and not s.flush and s.budget_tokens_per_hour == 9 and args.target == "http://a:1"
     default = settings_from_args(build_parser().parse_args(["check", "--target", "http://a:1"]))
     assert default.budget_tokens_per_hour is None and default.settle == 0.5 and default.request_timeout == 120
+
+
+def test_file_and_flag_errors_are_listed_together(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("targets: [http://a:1]\nwindow: forever\n")
+    with pytest.raises(ConfigError) as e:
+        config_from_args(_serve("--config", str(f), "--poll-interval", "soon"), {"KVOFFLOAD_TIMEOUT": "x"})
+    assert [m.split(":")[0] for m in e.value.errors] == ["window", "--poll-interval", "KVOFFLOAD_TIMEOUT"]

@@ -71,8 +71,13 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
     from exporter.canary.plugin import apply_flags
 
     env = os.environ if environ is None else environ
-    cfg = load_file(args.config) if getattr(args, "config", None) else Config()
     errors: list[str] = []
+    cfg = Config()
+    if getattr(args, "config", None):
+        try:
+            cfg = load_file(args.config)
+        except ConfigError as e:  # listed together with the flags' errors
+            errors += e.errors
     changes = overrides(Config, args, "serve", errors, environ=env)
     if getattr(args, "target", None):
         changes["targets"] = parse_targets(list(args.target), errors, Where("--target", dotted=False))
