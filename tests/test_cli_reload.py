@@ -67,7 +67,7 @@ async def test_sighup_reload_keeps_history_adds_removes_and_survives_a_bad_file(
     app = make_app(config_from_args(args, {}))
     exp = app[EXPORTER]
     status = ReloadStatus(last_success=1.0)
-    exp.extras.append(status)
+    exp.add_collector(status)
     client = TestClient(TestServer(app))
     await client.start_server()
     try:

@@ -20,9 +20,9 @@ from exporter.config import Config, ConfigError, TargetConfig, check, load_file,
 from exporter.schema import Where, add_flags, apply, overrides
 
 if TYPE_CHECKING:
-    from exporter.app import Plugin
+    from exporter.collector import SampleSink
+    from exporter.plugins import Plugin
     from exporter.poller import Exporter
-    from exporter.render import Exposition
     from exporter.webconfig import WebConfig
 
 ORDER = 10
@@ -109,12 +109,12 @@ def bind(listen: str) -> socket.socket:
 
 @dataclass
 class ReloadStatus:
-    """What `kvoffload_exporter_config_last_reload_*` report."""
+    """The collector of `kvoffload_exporter_config_last_reload_*`."""
 
     ok: bool = True
     last_success: float = 0.0
 
-    def __call__(self, x: Exposition) -> None:
+    def collect(self, x: SampleSink) -> None:
         x.add("kvoffload_exporter_config_last_reload_successful", 1.0 if self.ok else 0.0, {})
         x.add("kvoffload_exporter_config_last_reload_success_timestamp_seconds", self.last_success, {})
 
@@ -157,7 +157,7 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
     app = make_app(cfg, plugins=prep.plugins, middlewares=prep.web.middlewares if prep.web else ())
     exporter = app[EXPORTER]
     status = ReloadStatus(last_success=time.time())
-    exporter.extras.append(status)
+    exporter.add_collector(status)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     ssl_context = prep.web.ssl_context if prep.web else None
