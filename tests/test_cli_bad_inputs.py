@@ -193,6 +193,7 @@ CASES: list[tuple[str, tuple[str, ...], Files, str]] = [
     ("check-prefix-tokens", ("check", *T, "--prefix-tokens", "0"), {}, "--prefix-tokens"),
     ("check-api-key-missing", ("check", *T, "--api-key-file", "{tmp}/nokey"), {}, "cannot read API key"),
     ("check-control-ftp", ("check", *T, "--control-target", "ftp://x"), {}, "--control-target"),
+    ("check-control-userinfo", ("check", *T, "--control-target", "http://u:pw@c:1"), {}, "must not contain user"),
     # inspect
     ("inspect-missing", ("inspect", "{tmp}/nope.prom"), {}, "cannot read"),
     ("inspect-directory", ("inspect", "{tmp}"), {}, "cannot read"),
@@ -298,6 +299,8 @@ def test_secrets_in_bad_input_are_not_echoed(tmp_path: Path, capsys: pytest.Capt
     cases: list[Callable[[], list[str]]] = [
         lambda: ["serve", "--target", "http://user:hunter2@[::1", *CC],
         lambda: ["serve", "--target", "http://user:hunter2@a:99999", *CC],
+        lambda: ["check", "--target", "http://user:hunter2@a:1"],
+        lambda: ["check", "--target", "http://a:1", "--control-target", "http://user:hunter2@b:1"],
     ]
     for argv in cases:
         code, out, err = _run(argv(), capsys)

@@ -53,6 +53,8 @@ def _control_url(v: object, text: bool) -> object:
         raise ValueError(f"must be http(s)://HOST:PORT, got {v.rpartition('@')[2]!r}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"must be http(s)://HOST:PORT, got {v.rpartition('@')[2]!r}")
+    if "@" in parts.netloc:  # it would end up in evidence files and labels; the canary uses an API key
+        raise ValueError("must not contain user:password@ (the canary authenticates with api_key_file)")
     return v.rstrip("/")
 
 
