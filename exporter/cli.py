@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import pkgutil
@@ -17,7 +18,28 @@ class Parser(argparse.ArgumentParser):
     """argparse with a one-line usage error (the full usage is one `--help` away)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}{self._suggest(message)} (see {self.prog} --help)\n")
+
+    def _suggest(self, message: str) -> str:
+        """ "did you mean …?" for a mistyped flag (argparse of Python < 3.14 has none)."""
+        if not message.startswith("unrecognized arguments: "):
+            return ""
+        words = message.split(": ", 1)[1].split()
+        known = sorted({o for p in _parsers(self) for a in p._actions for o in a.option_strings})
+        for w in (w.split("=", 1)[0] for w in words if w.startswith("--")):
+            hint = difflib.get_close_matches(w, known, n=1, cutoff=0.75)
+            if hint:
+                return f" (did you mean {hint[0]}?)"
+        return ""
+
+
+def _parsers(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found = [p]
+    for a in p._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                found += _parsers(sub)
+    return found
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -60,7 +60,7 @@ CASES: list[tuple[str, tuple[str, ...], Files, str]] = [
     ("serve-telemetry-healthz", ("serve", *T, "--web.telemetry-path", "/healthz", *CC), {}, "taken by"),
     ("serve-log-level", ("serve", *T, "--log.level", "LOUD", *CC), {}, "--log-level: must be one of"),
     ("serve-log-format", ("serve", *T, "--log.format", "xml", *CC), {}, "--log.format: must be one of"),
-    ("serve-unknown-flag", ("serve", *T, "--windw", "5m"), {}, "unrecognized arguments"),
+    ("serve-unknown-flag", ("serve", *T, "--windw", "5m"), {}, "(did you mean --window?)"),
     ("serve-flag-without-value", ("serve", *T, "--poll-interval"), {}, "expected one argument"),
     # serve: config file
     ("config-missing", ("serve", "--config", "{tmp}/nope.yaml", *CC), {}, "cannot read"),
