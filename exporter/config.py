@@ -190,13 +190,13 @@ class Config:
     timeout: float = setting(3.0, duration(), "per-poll timeout", flag="--timeout", metavar="SECONDS")
     max_body_bytes: int = setting(16 * 1024 * 1024, integer(1024, 1 << 31), "cap on one /metrics body")
     host_enabled: bool = setting(
-        True, boolean, "disable the host-memory collector", key="host.enabled", flag="--no-host", action="false"
+        True, boolean, "the host-memory collector", key="host.enabled", flag="--no-host", action="false"
     )
     proc_root: str = setting("/proc", _path, "procfs root", key="host.proc_root")
     cgroup_root: str = setting("/sys/fs/cgroup", _path, "cgroup fs root", key="host.cgroup_root")
     cgroup: str = setting("auto", choice("auto", "self", "off"), "whose cgroup to read", key="host.cgroup")
     gpu_enabled: bool = setting(
-        True, boolean, "disable the NVML GPU collector", key="gpu.enabled", flag="--no-gpu", action="false"
+        True, boolean, "the NVML GPU collector", key="gpu.enabled", flag="--no-gpu", action="false"
     )
     canary: CanarySettings = field(default_factory=CanarySettings)
     limits: Limits = field(default_factory=Limits)  # per-target caps (exporter.limits); targets may override

@@ -202,16 +202,30 @@ def parse_duration(v: object) -> float:
     return seconds
 
 
-def duration(positive: bool = True, at_least: float = 0.0) -> Parser:
-    def parse(v: object, text: bool) -> object:
+class Duration:
+    """Parser of a duration in seconds (a class, so help and docs can print defaults as `5m`)."""
+
+    def __init__(self, positive: bool = True, at_least: float = 0.0):
+        self.positive, self.at_least = positive, at_least
+
+    def __call__(self, v: object, text: bool) -> object:
         seconds = parse_duration(v)
-        if seconds < 0 or (positive and seconds == 0):
-            raise ValueError(f"must be {'> 0' if positive else '>= 0'}, got {v!r}")
-        if seconds < at_least:
-            raise ValueError(f"must be at least {at_least:g}s, got {v!r}")
+        if seconds < 0 or (self.positive and seconds == 0):
+            raise ValueError(f"must be {'> 0' if self.positive else '>= 0'}, got {v!r}")
+        if seconds < self.at_least:
+            raise ValueError(f"must be at least {self.at_least:g}s, got {v!r}")
         return seconds
 
-    return parse
+
+duration = Duration
+
+
+def seconds_text(v: float) -> str:
+    """300 → "5m", 0.5 → "0.5s": how help and docs show a duration."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if v >= size and v % size == 0:
+            return f"{int(v // size)}{unit}"
+    return f"{v:g}s"
 
 
 # --- YAML sections ----------------------------------------------------------------------------------
@@ -288,18 +302,11 @@ def _default_text(f: Field[Any], spec: Spec, defaults: Mapping[str, object]) -> 
     v = defaults.get(f.name, f.default if f.default is not MISSING else None)
     if v is None or isinstance(v, bool):
         return ""
-    if isinstance(v, float) and spec.metavar in ("DURATION", "SECONDS"):
-        return f" (default {_seconds_text(v)})"
+    if isinstance(v, float) and isinstance(spec.parse, Duration):
+        return f" (default {seconds_text(v)})"
     if isinstance(v, float) and v == int(v):
         v = int(v)
     return f" (default {v})"
-
-
-def _seconds_text(v: float) -> str:
-    for unit, size in (("h", 3600), ("m", 60)):
-        if v >= size and v % size == 0:
-            return f"{int(v // size)}{unit}"
-    return f"{v:g}s"
 
 
 def add_flags(
@@ -319,7 +326,8 @@ def add_flags(
             continue
         value = {"true": "=true", "false": "=false"}.get(spec.action, "")
         env_text = f"; env {env_name(section, f, spec)}{value}" if spec.env and env else ""
-        text = spec.help + _default_text(f, spec, defaults or {}) + env_text
+        lead = "without " if spec.action == "false" else ""
+        text = lead + spec.help + _default_text(f, spec, defaults or {}) + env_text
         if spec.action == "value":
             p.add_argument(*names, dest=dest(names[0]), metavar=spec.metavar, default=None, help=text)
         else:

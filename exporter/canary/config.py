@@ -119,7 +119,13 @@ class CanarySettings:
         check_flag="--settle",
         metavar="SECONDS",
     )
-    flush: bool = setting(True, boolean, "no tiny flush request after probes", check_flag="--no-flush", action="false")
+    flush: bool = setting(
+        True,
+        boolean,
+        "a tiny flush request after probes (store statistics lag)",
+        check_flag="--no-flush",
+        action="false",
+    )
     min_samples: int = setting(
         10, integer(2), "samples per path needed for a verdict", check_flag="--min-samples", metavar=_N
     )
@@ -130,7 +136,7 @@ class CanarySettings:
     recompute_control: bool = setting(
         True,
         boolean,
-        "skip the max_load_tokens: 0 control",
+        "the max_load_tokens: 0 recompute control",
         check_flag="--no-recompute-control",
         action="false",
     )
