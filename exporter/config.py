@@ -321,8 +321,10 @@ def parse_targets(
     return tuple(t for t in parsed if t)
 
 
-def from_mapping(raw: object, base: Config | None = None) -> Config:
-    """Build a Config from parsed YAML. Raises ConfigError listing every problem."""
+def from_mapping(raw: object, base: Config | None = None, validate: bool = True) -> Config:
+    """Build a Config from parsed YAML. Raises ConfigError listing every problem.
+
+    `validate=False` leaves the cross-field checks to the caller (flags may still change the values)."""
     cfg = base or Config()
     if raw is None:
         raw = {}
@@ -345,7 +347,8 @@ def from_mapping(raw: object, base: Config | None = None) -> Config:
     if errors:
         raise ConfigError(errors)
     cfg = apply(cfg, changes)
-    check(cfg)
+    if validate:
+        check(cfg)
     return cfg
 
 
@@ -375,7 +378,7 @@ def check(cfg: Config) -> None:
         raise ConfigError(errors)
 
 
-def load_file(path: str, base: Config | None = None) -> Config:
+def load_file(path: str, base: Config | None = None, validate: bool = True) -> Config:
     import yaml  # imported here: only needed with --config
 
     try:
@@ -389,7 +392,7 @@ def load_file(path: str, base: Config | None = None) -> Config:
         raise ConfigError([f"{path}: not UTF-8 text"]) from None
     except RecursionError:
         raise ConfigError([f"{path}: nested too deeply"]) from None
-    return from_mapping(raw, base)
+    return from_mapping(raw, base, validate)
 
 
 def environ() -> Mapping[str, str]:

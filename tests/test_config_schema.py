@@ -220,3 +220,11 @@ def test_file_and_flag_errors_are_listed_together(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as e:
         config_from_args(_serve("--config", str(f), "--poll-interval", "soon"), {"KVOFFLOAD_TIMEOUT": "x"})
     assert [m.split(":")[0] for m in e.value.errors] == ["window", "--poll-interval", "KVOFFLOAD_TIMEOUT"]
+
+
+def test_cross_field_checks_run_after_the_flags(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("targets: [http://a:1]\nwindow: 6s\n")  # < two default poll intervals, fixed by the flag
+    assert config_from_args(_serve("--config", str(f), "--poll-interval", "1"), {}).window == 6
+    with pytest.raises(ConfigError, match="two poll intervals"):
+        config_from_args(_serve("--config", str(f)), {})

@@ -75,7 +75,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
     cfg = Config()
     if getattr(args, "config", None):
         try:
-            cfg = load_file(args.config)
+            cfg = load_file(args.config, validate=False)  # cross-field checks after the flags
         except ConfigError as e:  # listed together with the flags' errors
             errors += e.errors
     changes = overrides(Config, args, "serve", errors, environ=env)
