@@ -134,6 +134,8 @@ def reload(args: argparse.Namespace, exporter: Exporter, status: ReloadStatus) -
     if new.listen != old.listen or new.telemetry_path != old.telemetry_path or new.canary != old.canary:
         log.warning("configuration reload: listen, telemetry path and canary settings change only on restart")
         new = replace(new, listen=old.listen, telemetry_path=old.telemetry_path, canary=old.canary)
+    if old.canary.enabled and new.targets != old.targets:
+        log.warning("configuration reload: the canary keeps probing the targets it started with until restart")
     exporter.reload(new)
     status.ok, status.last_success = True, time.time()
     log.info("configuration reloaded: %d target(s)", len(new.targets))
