@@ -81,7 +81,7 @@ class CanarySettings:
     budget_tokens_per_hour: int | None = setting(
         200_000,
         integer(0, optional=True),
-        "hard cap on canary prompt + output tokens per hour and target (null: unlimited)",
+        "hard cap on canary prompt + output tokens per hour and target (null or unlimited: no cap)",
         flag="--canary-budget-tokens-per-hour",
         check_flag="--budget-tokens",
         metavar=_N,
