@@ -121,7 +121,7 @@ async def _demo(args: argparse.Namespace, sim: Simulator, sim_host: str, sim_por
         f"kvoffload-exporter demo: simulated vLLM {sim.behaviour.text} ({sim.calibration.name}, "
         f"{len(sim.engines)} engine(s)) + {spec.rate:g} req/s shared-prefix traffic + exporter\n"
         f"  simulated vLLM   {sim_url}/metrics   (faults: {sim_url}/_sim/faults)\n"
-        f"  exporter         {exp_url}/metrics   (status page: {exp_url}/)\n"
+        f"  exporter         {exp_url}{cfg.telemetry_path}   (status page: {exp_url}/)\n"
         f"  GPU prefix hits come first; CPU-tier hits once shared prefixes fall out of the "
         f"{sim.config.num_gpu_blocks * sim.config.block_size:,}-token GPU cache. Ctrl-C stops it.",
         flush=True,
