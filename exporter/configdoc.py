@@ -55,6 +55,8 @@ def render() -> str:
         "Flags marked `--no-…` turn the setting off; their variable takes `true`/`false`. Environment",
         "variables apply to `serve` and `demo`; `check` reads only its flags and has its own defaults",
         "(no token budget, retries of 1s to 30s).",
+        "Caps on what one target may cost (`limits:` at the top level and per target: `sample_limit`,",
+        "`label_value_length_limit`, `engine_limit`) are described in [security.md](security.md).",
     ]
     for title, cls, section, where in _SECTIONS:
         lines += [
