@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import base64
 import ipaddress
 import logging
 import os
@@ -14,6 +13,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from exporter.canary.config import CanarySettings
 from exporter.canary.config import from_mapping as canary_from_mapping
+from exporter.credentials import Auth, BasicAuth, BearerToken, target_auth
 from exporter.limits import Limits, limits_from_mapping
 from exporter.redact import redact_url
 from exporter.schema import (
@@ -35,27 +35,6 @@ log = logging.getLogger("kvoffload.config")
 DEFAULT_LISTEN = "127.0.0.1:9466"
 MAX_POLLS_PER_WINDOW = 100_000  # points of history per target: bounds memory
 _HOSTNAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})$")
-
-
-@dataclass(frozen=True)
-class BasicAuth:
-    username: str
-    password: str = field(repr=False)
-
-    def header(self) -> dict[str, str]:
-        token = base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
-        return {"Authorization": f"Basic {token}"}
-
-
-@dataclass(frozen=True)
-class BearerToken:
-    token: str = field(repr=False)
-
-    def header(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
-
-
-Auth = BasicAuth | BearerToken
 
 
 def split_listen(listen: str) -> tuple[str, int]:
@@ -242,41 +221,6 @@ def format_duration(seconds: float) -> str:
     return f"{s}s"
 
 
-def _read_secret(path: str, what: str, where: str, errors: list[str]) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = f.read().strip()
-    except (OSError, UnicodeDecodeError) as e:
-        errors.append(f"{where} cannot read {what} {path}: {getattr(e, 'strerror', None) or 'not UTF-8 text'}")
-        return None
-    if not value:
-        errors.append(f"{where} {what} {path} is empty")
-        return None
-    return value
-
-
-def _auth(t: TargetConfig, userinfo: str, where: str, errors: list[str]) -> Auth | None:
-    """Basic auth from the URL's user:password@ or username + password_file; bearer from its file."""
-    if t.bearer_token_file and (userinfo or t.password_file):
-        errors.append(f"{where} bearer_token_file excludes basic auth (password_file or user:pass@ in the url)")
-        return None
-    if t.bearer_token_file:
-        token = _read_secret(t.bearer_token_file, "bearer_token_file", where, errors)
-        return BearerToken(token) if token else None
-    if t.password_file:
-        if not t.username:
-            errors.append(f"{where} password_file needs username")
-            return None
-        password = _read_secret(t.password_file, "password_file", where, errors)
-        return BasicAuth(t.username, password) if password is not None else None
-    if userinfo:
-        from urllib.parse import unquote
-
-        user, _, password = userinfo.partition(":")
-        return BasicAuth(unquote(t.username or user), unquote(password))
-    return None
-
-
 def _finish_target(t: TargetConfig, where: str, errors: list[str]) -> TargetConfig:
     """Userinfo becomes auth (and leaves the URL); a trailing /metrics is the scrape path, not the base."""
     parts = urlsplit(t.url)
@@ -286,7 +230,9 @@ def _finish_target(t: TargetConfig, where: str, errors: list[str]) -> TargetConf
     if path.endswith("/metrics"):
         url = url[: -len("/metrics")]
         log.warning("target %s: the URL ends in /metrics; using %s as the base URL", redact_url(t.url), url)
-    return replace(t, url=url, auth=_auth(t, userinfo, where, errors))
+    return replace(
+        t, url=url, auth=target_auth(userinfo, t.username, t.password_file, t.bearer_token_file, where, errors)
+    )
 
 
 def _target(raw: object, where: Where, errors: list[str], limits: Limits) -> TargetConfig | None:
