@@ -350,7 +350,9 @@ class Exporter:
         """New configuration (SIGHUP): unchanged targets keep their poller and history; others start or stop."""
         old = {t.cfg: t for t in self.targets}
         kept = set(old) & set(config.targets)
-        self.targets = [old.pop(tc, None) or TargetPoller(tc, config, self.clock, self.timer) for tc in config.targets]
+        self.targets = [
+            old.pop(tc) if tc in kept else TargetPoller(tc, config, self.clock, self.timer) for tc in config.targets
+        ]
         for t in self.targets:
             if t.cfg in kept:
                 t.config, t.history = config, deque(t.history, maxlen=config.history_len)
