@@ -23,7 +23,7 @@ import aiohttp
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from exporter import derive
-from exporter.collector import Collector, TargetView, shared_fragment, target_fragment
+from exporter.collector import Collector, TargetView, shared_fragment, target_fragment, target_tier_bytes
 from exporter.config import Config, TargetConfig
 from exporter.enums import CollectorName
 from exporter.exposition import ParseError
@@ -288,7 +288,8 @@ class Exporter:
 
     def _read_host(self) -> HostMemory:
         pids = [(t.cfg.label, host_source.pids_for(t.cfg.pid, t.cfg.pidfile, t.cfg.local_port)) for t in self.targets]
-        return host_source.read_host(self.config.proc_root, self.config.cgroup_root, pids, self.config.cgroup)
+        tiers = {t.cfg.label: b for t in self.targets if (b := target_tier_bytes(t.view)) is not None}
+        return host_source.read_host(self.config.proc_root, self.config.cgroup_root, pids, self.config.cgroup, tiers)
 
     async def _host_loop(self) -> None:
         while True:
