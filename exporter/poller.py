@@ -180,6 +180,7 @@ class Exporter:
         self._slots = asyncio.Semaphore(config.max_concurrent_polls)  # bounds polls in flight
         self._tasks: list[asyncio.Task[None]] = []
         self._nvml: Any = None  # sources.gpu.Nvml once started (imported lazily)
+        self._smaps = host_source.SmapsCache()
 
     def render(self) -> None:
         """Something changed: a later scrape merges again (the name is kept for plugins that call it)."""
@@ -289,7 +290,9 @@ class Exporter:
     def _read_host(self) -> HostMemory:
         pids = [(t.cfg.label, host_source.pids_for(t.cfg.pid, t.cfg.pidfile, t.cfg.local_port)) for t in self.targets]
         tiers = {t.cfg.label: b for t in self.targets if (b := target_tier_bytes(t.view)) is not None}
-        return host_source.read_host(self.config.proc_root, self.config.cgroup_root, pids, self.config.cgroup, tiers)
+        return host_source.read_host(
+            self.config.proc_root, self.config.cgroup_root, pids, self.config.cgroup, tiers, self._smaps
+        )
 
     async def _host_loop(self) -> None:
         while True:

@@ -279,3 +279,28 @@ def test_exposition_carries_the_tree_the_source_and_the_ratio() -> None:
     assert one(text, "kvoffload_process_tree_cgroup_headroom_bytes", target="a") == 24 * GIB - 22949371904
     bare = collect([], "5m", HostMemory(1.0, 1.0, None, None))
     assert "kvoffload_process_tree" not in bare and "footprint" not in bare
+
+
+def test_smaps_cache_rereads_when_stale_or_when_shared_memory_moved(tmp_path: Path) -> None:
+    """smaps_rollup walks every resident page (≈ 250 ms for a 14 GiB tier): read it once a minute."""
+    proc = tmp_path / "proc"
+    shutil.copytree(PROC / "650", proc / "650")
+    now = [0.0]
+    cache = host.SmapsCache(max_age=60.0, clock=lambda: now[0])
+    rollup = proc / "650" / "smaps_rollup"
+
+    def pss_shmem() -> float | None:
+        (tree,) = host.read_host(str(proc), str(CGROUP), [("a", [650])], smaps=cache).trees
+        return tree.shmem
+
+    assert pss_shmem() == 349526 * KB
+    rollup.write_text(rollup.read_text().replace("349526", "349600"))
+    now[0] = 30.0
+    assert pss_shmem() == 349526 * KB  # cached: fresh enough and RssShmem unchanged
+    now[0] = 61.0
+    assert pss_shmem() == 349600 * KB  # stale: re-read
+    status = proc / "650" / "status"
+    status.write_text(status.read_text().replace(" 1048576 kB", " 2097152 kB"))
+    rollup.write_text(rollup.read_text().replace("349600", "700000"))
+    now[0] = 62.0
+    assert pss_shmem() == 700000 * KB  # RssShmem doubled (a tier being pinned): re-read at once
