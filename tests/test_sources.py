@@ -252,8 +252,8 @@ def test_footprint_ratio_and_growth_step() -> None:
     (tree,) = host.read_host(str(PROC), str(CGROUP), [("a", TREE)], tiers={"a": 8e9}).trees
     assert procmem.footprint_ratio(tree) == pytest.approx(15 * GIB / 8e9)  # 2.01: over the 1.5 alert line
     assert procmem.growth_step(tree) == procmem.MIN_GROWTH_STEP_BYTES  # the tier is fully resident
-    (tree,) = host.read_host(str(PROC), str(CGROUP), [("a", TREE)], tiers={"a": 16e9}).trees
-    assert procmem.growth_step(tree) == pytest.approx(1.92 * 16e9 - 15 * GIB)  # still pinning its tier
+    (tree,) = host.read_host(str(PROC), str(CGROUP), [("a", TREE)], tiers={"a": 32e9}).trees
+    assert procmem.growth_step(tree) == 32e9 - 15 * GIB  # still pinning its tier
     (tree,) = host.read_host(str(PROC), str(CGROUP), [("a", TREE)]).trees
     assert procmem.footprint_ratio(tree) is None and procmem.growth_step(tree) == procmem.MIN_GROWTH_STEP_BYTES
 

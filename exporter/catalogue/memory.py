@@ -65,7 +65,7 @@ TREE: tuple[Metric, ...] = (
     _tree(
         "kvoffload_process_tree_growth_step_bytes",
         "Next allocation the tree is expected to make: the tier not yet resident, at least 1 GiB (docs/memory.md).",
-        "max(1 GiB, 1.92 x tier bytes - tree shmem)",
+        "max(1 GiB, tier bytes - tree shmem)",
     ),
     _tree(
         "kvoffload_offload_tier_footprint_ratio",
