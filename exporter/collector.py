@@ -14,7 +14,8 @@ from typing import Protocol
 from exporter import __version__
 from exporter.catalogue import COLLECTORS, SCRAPE_ERROR_REASONS, SIGNAL_METRICS, STATES
 from exporter.derive import EngineDerived
-from exporter.model import EngineKey, EngineSignals, GpuMemory, HostMemory, Snapshot
+from exporter.model import EngineKey, EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory, Snapshot
+from exporter.procmem import footprint_ratio, growth_step
 from exporter.render import Exposition, Heads
 
 
@@ -106,11 +107,36 @@ def _host(x: Exposition, m: HostMemory) -> None:
     x.add("kvoffload_container_memory_limit_bytes", m.cgroup_limit)
     x.add("kvoffload_container_memory_usage_bytes", m.cgroup_usage)
     x.add("kvoffload_host_memory_headroom_bytes", m.headroom)
-    for p in m.processes:
-        lb = {"target": p.target, "pid": str(p.pid)}
+    for p in m.processes:  # role/rank, not pid: a restarted engine keeps its series
+        lb = {"target": p.target, "role": p.role, "rank": p.rank}
         x.add("kvoffload_process_resident_memory_bytes", p.rss, lb)
         x.add("kvoffload_process_locked_memory_bytes", p.locked, lb)
         x.add("kvoffload_process_pinned_memory_bytes", p.pinned, lb)
+    for t in m.trees:
+        _tree(x, t)
+
+
+def _tree(x: Exposition, t: ProcessTreeMemory) -> None:
+    lb = {"target": t.target}
+    x.add("kvoffload_process_tree_memory_info", 1.0, {**lb, "source": t.source})
+    x.add("kvoffload_process_tree_processes", float(t.processes), lb)
+    x.add("kvoffload_process_tree_shmem_bytes", t.shmem, lb)
+    x.add("kvoffload_process_tree_pss_bytes", t.pss, lb)
+    x.add("kvoffload_process_tree_anon_bytes", t.anon, lb)
+    x.add("kvoffload_process_tree_resident_sum_bytes", t.rss_sum, lb)
+    x.add("kvoffload_process_tree_locked_bytes", t.locked, lb)
+    x.add("kvoffload_process_tree_pinned_bytes", t.pinned, lb)
+    x.add("kvoffload_process_tree_cgroup_headroom_bytes", t.cgroup_headroom, lb)
+    x.add("kvoffload_process_tree_growth_step_bytes", growth_step(t), lb)
+    x.add("kvoffload_offload_tier_footprint_ratio", footprint_ratio(t), lb)
+
+
+def target_tier_bytes(t: TargetView) -> float | None:
+    """Σ tier bytes over the target's engines (each DP engine pins its own tier); None when unknown."""
+    if t.snapshot is None or not t.snapshot.offload_configured:
+        return None
+    known = [b for b in (tier_bytes(e, t.tier_bytes) for e in t.snapshot.engines) if b is not None]
+    return sum(known) if known else None
 
 
 def _gpu(x: Exposition, devices: Sequence[GpuMemory]) -> None:

@@ -122,3 +122,20 @@ class CollectorName(StrEnum):
     HOST = "host"
     GPU = "gpu"
     CANARY = "canary"
+
+
+class ProcessRole(StrEnum):
+    """Role of a vLLM process in its target's tree: the stable key of kvoffload_process_* (a pid is not)."""
+
+    API_SERVER = "api_server"
+    ENGINE_CORE = "engine_core"
+    WORKER = "worker"
+    HELPER = "helper"  # resource_tracker and any other child that is none of the above
+
+
+class MemorySource(StrEnum):
+    """Where a process tree's shared/anonymous memory came from (kvoffload_process_tree_memory_info)."""
+
+    SMAPS_ROLLUP = "smaps_rollup"  # Σ Pss_Shmem / Pss / Pss_Anon: shared pages split across their mappers
+    CGROUP = "cgroup"  # the vLLM cgroup's memory.stat shmem / anon: each page charged once
+    STATUS = "status"  # only /proc/<pid>/status: anon from RssAnon; shmem and PSS unknown

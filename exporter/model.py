@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from exporter.enums import COUNTER_SIGNALS, GAUGE_SIGNALS, OFFLOAD_SIGNALS, Generation, Signal
+from exporter.enums import (
+    COUNTER_SIGNALS,
+    GAUGE_SIGNALS,
+    OFFLOAD_SIGNALS,
+    Generation,
+    MemorySource,
+    ProcessRole,
+    Signal,
+)
 
 EngineKey = tuple[str, str]
 """(model_name, engine): KV caches are per engine, so every signal is kept per engine."""
@@ -23,7 +31,10 @@ __all__ = [
     "GpuMemory",
     "Histogram",
     "HostMemory",
+    "MemorySource",
     "ProcessMemory",
+    "ProcessRole",
+    "ProcessTreeMemory",
     "Signal",
     "Snapshot",
 ]
@@ -100,11 +111,45 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class ProcessMemory:
+    """One vLLM process, keyed for export by (target, role, rank): a restart keeps its series."""
+
     target: str
     pid: int
     rss: float | None
     locked: float | None
     pinned: float | None
+    role: ProcessRole = ProcessRole.HELPER
+    rank: str = "0"
+
+
+@dataclass(frozen=True)
+class ProcessTreeMemory:
+    """A target's whole process tree with shared memory counted once (see exporter/procmem.py).
+
+    `rss_sum` is the naive Σ VmRSS, kept to show how much the per-pid view double counts; `tier_bytes` is
+    the configured offload tier of the target's engines (None when unknown), `cgroup_*` the tree root's
+    own cgroup (the vLLM container, never the exporter's).
+    """
+
+    target: str
+    source: MemorySource
+    processes: int
+    shmem: float | None
+    pss: float | None
+    anon: float | None
+    rss_sum: float | None
+    locked: float | None
+    pinned: float | None
+    cgroup_limit: float | None = None
+    cgroup_usage: float | None = None
+    tier_bytes: float | None = None
+
+    @property
+    def cgroup_headroom(self) -> float | None:
+        """limit − usage of the vLLM cgroup; None without a limit (the host's headroom applies then)."""
+        if self.cgroup_limit is None or self.cgroup_usage is None:
+            return None
+        return max(0.0, self.cgroup_limit - self.cgroup_usage)
 
 
 @dataclass(frozen=True)
@@ -116,6 +161,7 @@ class HostMemory:
     cgroup_limit: float | None
     cgroup_usage: float | None
     processes: tuple[ProcessMemory, ...] = ()
+    trees: tuple[ProcessTreeMemory, ...] = ()
 
     @property
     def headroom(self) -> float:

@@ -23,7 +23,7 @@ import aiohttp
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from exporter import derive
-from exporter.collector import Collector, TargetView, shared_fragment, target_fragment
+from exporter.collector import Collector, TargetView, shared_fragment, target_fragment, target_tier_bytes
 from exporter.config import Config, TargetConfig
 from exporter.enums import CollectorName
 from exporter.exposition import ParseError
@@ -185,6 +185,7 @@ class Exporter:
         self._tasks: list[asyncio.Task[None]] = []
         self._loops: dict[TargetConfig, asyncio.Task[None]] = {}  # per configured target, for reload
         self._nvml: Any = None  # sources.gpu.Nvml once started (imported lazily)
+        self._smaps = host_source.SmapsCache()
 
     def render(self) -> None:
         """Something changed: a later scrape merges again (the name is kept for plugins that call it)."""
@@ -293,7 +294,10 @@ class Exporter:
 
     def _read_host(self) -> HostMemory:
         pids = [(t.cfg.label, host_source.pids_for(t.cfg.pid, t.cfg.pidfile, t.cfg.local_port)) for t in self.targets]
-        return host_source.read_host(self.config.proc_root, self.config.cgroup_root, pids, self.config.cgroup)
+        tiers = {t.cfg.label: b for t in self.targets if (b := target_tier_bytes(t.view)) is not None}
+        return host_source.read_host(
+            self.config.proc_root, self.config.cgroup_root, pids, self.config.cgroup, tiers, self._smaps
+        )
 
     async def _host_loop(self) -> None:
         while True:

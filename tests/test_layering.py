@@ -26,6 +26,7 @@ CORE_PURE = [
     "limits",
     "redact",
     "selfmon",
+    "procmem",
 ]
 CANARY_PURE = [
     *("types", "plan", "classify", "stats", "budget", "config", "protocol", "expose", "report", "png", "engine"),

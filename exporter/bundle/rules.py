@@ -190,6 +190,29 @@ class _Rules:
                 "the tier may be OOM-killed.",
             ),
             AlertRule(
+                "KVOffloadTierOvercommitted",
+                f"{q('kvoffload_offload_tier_footprint_ratio')} > {_num(s.tier_footprint_max_ratio)}",
+                s.tier_footprint_for,
+                "warning",
+                "The offload tier holds far more host memory than it was configured for.",
+                "The vLLM processes of {{ $labels.target }} hold {{ $value | humanize }}x the configured "
+                "offload tier as shared memory (counted once across the process tree), more than "
+                f"{_num(s.tier_footprint_max_ratio)}x: size memory limits for the footprint, not the flag "
+                "(vllm-project/vllm#53042: --kv-offloading-size allocates 1.92x).",
+            ),
+            AlertRule(
+                "KVOffloadOOMRisk",
+                f"{q('kvoffload_process_tree_cgroup_headroom_bytes')}\n"
+                f"< {q('kvoffload_process_tree_growth_step_bytes')}",
+                s.oom_risk_for,
+                "critical",
+                "The vLLM container is closer to its memory limit than its next allocation.",
+                "Only {{ $value | humanize1024 }}B are left under the memory limit of the cgroup of "
+                "{{ $labels.target }}, less than the next growth step of its process tree (the part of "
+                "the offload tier not yet resident, at least 1 GiB): the next allocation is likely an "
+                "OOM kill. Shared memory of the pinned tier cannot be reclaimed.",
+            ),
+            AlertRule(
                 "KVOffloadAllocationFailures",
                 f"increase({q('kvoffload_offload_allocation_failures_total')}[{s.allocation_window}]) > 0",
                 s.allocation_for,

@@ -118,6 +118,46 @@ container limit (`kvoffload_container_memory_limit_bytes`).
 
 **Act.** Lower `cpu_bytes_to_use`, raise the container limit, or move other workloads off the host.
 
+## KVOffloadTierOvercommitted
+
+**Meaning.** For {tier_footprint_for} the vLLM process tree of a target held more than
+{tier_footprint_max_ratio}× its configured offload tier as shared memory
+(`kvoffload_offload_tier_footprint_ratio`: tree shmem counted once, from `smaps_rollup` `Pss_Shmem` or the
+cgroup's `memory.stat shmem`, over the tier bytes of the target's engines). The pinned tier is shared
+memory and cannot be reclaimed; vllm-project/vllm#53042 measured `--kv-offloading-size` allocating 1.92×
+and OOM kills on memory-limited pods. On our H200 an 8 GB tier on Qwen3-0.6B held 14,376 MiB (1.88×;
+`free` "shared" 14,383 MiB, 7 MiB before start), visible as engine-core RSS, never in `VmLck`/`VmPin`; a
+16 GB tier on Qwen3-32B held 16,424 MiB (1.08×).
+
+**Check.** `kvoffload_process_tree_memory_info` says where the number comes from (`smaps_rollup` is
+per tree; `cgroup` is the whole container). Compare `kvoffload_process_tree_shmem_bytes` with
+`kvoffload_offload_tier_bytes` summed over the target's engines (each DP engine pins its own tier), and
+`kvoffload_process_tree_resident_sum_bytes` (double counts shared memory) with
+`kvoffload_process_tree_pss_bytes`. docs/memory.md explains the accounting.
+
+**Act.** Size the container limit and the host for the footprint (ratio × tier), not the flag; or lower
+`cpu_bytes_to_use` / `--kv-offloading-size` by the ratio to stay within the memory you budgeted. Raise
+`tier_footprint_max_ratio` only if you accept the measured footprint.
+
+## KVOffloadOOMRisk
+
+**Meaning.** For {oom_risk_for} the headroom under the memory limit of the vLLM container's cgroup
+(`kvoffload_process_tree_cgroup_headroom_bytes`, limit − usage of the API server's own cgroup) was below
+the tree's next growth step (`kvoffload_process_tree_growth_step_bytes`): the part of the configured
+tier not yet resident (configured tier − tree shmem) while the tier is still being pinned, and never less
+than 1 GiB of ordinary growth (compile caches, request batches). Shared memory of the tier cannot be
+reclaimed, so the kernel OOM-kills a process of the container instead — usually the engine core.
+
+**Check.** *Host RAM headroom vs configured tier*; `kvoffload_container_memory_usage_bytes` trend;
+`kvoffload_process_tree_anon_bytes` (growing anonymous memory: a leak or batch growth) vs
+`kvoffload_process_tree_shmem_bytes` (the tier). A tier that pins in 7-10 s at start (H200) is too fast
+for a `for` of {oom_risk_for}: at start this alert catches only containers that stay within one step of
+their limit.
+
+**Act.** Raise the container's memory limit to at least footprint + anonymous memory + 1 GiB, or lower
+the tier size. In Kubernetes set the limit from the measured `kvoffload_process_tree_pss_bytes`, not from
+the flag.
+
 ## KVOffloadAllocationFailures
 
 **Meaning.** For {allocation_for} the tier has kept failing to allocate space for stores: it is full of
@@ -163,6 +203,7 @@ def _values(s: Settings) -> dict[str, str]:
         ttft_control_ratio=f"{s.ttft_control_ratio:g}",
         ttft_min_ms=f"{s.ttft_regression_min_seconds * 1000:g}",
         headroom_pct=f"{s.headroom_min_tier_ratio * 100:g}",
+        tier_footprint_max_ratio=f"{s.tier_footprint_max_ratio:g}",
         canary_stale_seconds=f"{s.canary_stale_seconds:g}",
     )
     return out

@@ -98,6 +98,22 @@ class Settings:
     )
     headroom_for: str = _s("5m", Kind.DURATION, "`for` of KVOffloadHostMemoryHeadroomLow.")
 
+    # --- KVOffloadTierOvercommitted / KVOffloadOOMRisk (docs/memory.md) ---------------------------
+    tier_footprint_max_ratio: float = _s(
+        1.5,
+        Kind.NUMBER,
+        "Fire when the vLLM tree's shared memory exceeds this many times the configured tier "
+        "(vllm-project/vllm#53042: 1.92; H200 Qwen3-0.6B 8 GB tier: 1.88). 1.5 leaves room for the tree's "
+        "own shared segments.",
+    )
+    tier_footprint_for: str = _s("15m", Kind.DURATION, "`for` of KVOffloadTierOvercommitted.")
+    oom_risk_for: str = _s(
+        "5m",
+        Kind.DURATION,
+        "`for` of KVOffloadOOMRisk: cgroup headroom below the growth step (the tier not yet resident, at least "
+        "1 GiB) for this long.",
+    )
+
     # --- KVOffloadAllocationFailures --------------------------------------------------------------
     allocation_window: str = _s(
         "10m",
@@ -204,6 +220,8 @@ PRESETS: Mapping[str, Mapping[str, str]] = {
         "absent_for": "30s",
         "target_down_for": "30s",
         "headroom_for": "30s",
+        "tier_footprint_for": "30s",
+        "oom_risk_for": "30s",
         "allocation_window": "1m",
         "allocation_for": "30s",
         "canary_window": "1m",

@@ -14,7 +14,9 @@ from exporter.catalogue.metric import ENGINE, PREFIX, WINDOWED, Metric
 from exporter.enums import (
     CollectorName,
     Group,
+    MemorySource,
     MetricType,
+    ProcessRole,
     ScrapeErrorReason,
     Signal,
     State,
@@ -28,6 +30,10 @@ SCRAPE_ERROR_REASONS: tuple[ScrapeErrorReason, ...] = tuple(ScrapeErrorReason)
 """Closed set of reasons for kvoffload_scrape_errors_total; never free text in labels."""
 
 COLLECTORS: tuple[CollectorName, ...] = tuple(CollectorName)
+
+PROCESS_ROLES: tuple[ProcessRole, ...] = tuple(ProcessRole)
+"""`role` of kvoffload_process_* (with `rank`, stable across restarts, unlike a pid)."""
+MEMORY_SOURCES: tuple[MemorySource, ...] = tuple(MemorySource)
 
 CANARY_PATHS: tuple[CanaryPath, ...] = tuple(CanaryPath)
 CANARY_RESULTS: tuple[ProbeResult, ...] = tuple(ProbeResult)
@@ -58,7 +64,9 @@ __all__ = [
     "CATALOGUE",
     "COLLECTORS",
     "ENGINE",
+    "MEMORY_SOURCES",
     "PREFIX",
+    "PROCESS_ROLES",
     "SCRAPE_ERROR_REASONS",
     "SIGNAL_METRICS",
     "STATES",
