@@ -71,3 +71,64 @@ def test_serve_config_errors_listed_together(tmp_path) -> None:  # type: ignore[
     assert r.returncode == 0 and "configuration OK" in r.stdout
     r = _run("serve", "--listen", "127.0.0.1:1")
     assert r.returncode == 2 and "at least one --target" in r.stderr
+
+
+def _run_stdin(stdin: bytes, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "exporter", *args], input=stdin, capture_output=True, timeout=120)
+
+
+def test_inspect_reads_stdin_as_either_file() -> None:
+    d = FIXTURES / "h200-0.6b"
+    before, after = d / "A_04_after_pressure.prom", d / "A_05_after_cpu_tier_hit.prom"
+    r = _run_stdin(after.read_bytes(), "inspect", str(before), "-", "--json")
+    assert r.returncode == 0, r.stderr
+    (e,) = json.loads(r.stdout)["engines"]
+    assert e["offload_load_bytes"] == 682622976 and e["state"] == "hit"
+    r = _run_stdin(before.read_bytes(), "inspect", "-", str(after), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["engines"][0]["external_prefix_hits"] == 5952
+    r = _run_stdin(after.read_bytes(), "inspect", "-")
+    assert r.returncode == 0 and b"cumulative" in r.stdout
+
+
+def test_inspect_stdin_errors_are_one_line() -> None:
+    r = _run_stdin(b"x", "inspect", "-", "-")
+    assert r.returncode != 0 and b"only one" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = _run_stdin(b"<html></html>\n", "inspect", "-")
+    assert r.returncode != 0 and b"standard input contains no vllm: metrics" in r.stderr
+    assert b"Traceback" not in r.stderr
+
+
+def test_inspect_stdin_has_the_file_size_cap() -> None:
+    big = b'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 1\n' + b"# filler\n" * (17 * 1024 * 1024 // 9)
+    r = _run_stdin(big, "inspect", "-")
+    assert r.returncode != 0 and b"standard input is larger than" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_inspect_warns_when_counters_go_backwards(capsys: pytest.CaptureFixture[str]) -> None:
+    d = FIXTURES / "h200-0.6b"
+    later, earlier = str(d / "A_05_after_cpu_tier_hit.prom"), str(d / "A_04_after_pressure.prom")
+    assert main(["inspect", later, earlier, "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "went backwards" in err and "Qwen/Qwen3-0.6B/0" in err and "files in the wrong order?" in err
+    assert main(["inspect", earlier, later, "--json"]) == 0
+    assert "backwards" not in capsys.readouterr().err
+
+
+def test_inspect_shows_the_sample_count_with_quantiles(capsys: pytest.CaptureFixture[str]) -> None:
+    d = FIXTURES / "h200-0.6b"
+    files = [str(d / "A_04_after_pressure.prom"), str(d / "A_05_after_cpu_tier_hit.prom")]
+    assert main(["inspect", *files, "--json"]) == 0
+    (e,) = json.loads(capsys.readouterr().out)["engines"]
+    assert e["ttft_count"] == 2 and e["ttft_seconds"]  # 21 -> 23 requests in the fixture
+    assert main(["inspect", *files]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("TTFT ")]
+    assert line.startswith("TTFT Qwen/Qwen3-0.6B/0: p50 ") and line.endswith(" ms (n=2)")
+
+
+def test_pytest_shows_skip_reasons() -> None:
+    """A skipped prometheus/e2e test must say why in every run, not only with a flag nobody passes."""
+    import tomllib
+
+    opts = tomllib.loads((FIXTURES.parent.parent / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "-rs" in opts["addopts"].split()

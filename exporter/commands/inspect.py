@@ -45,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="One FILE: cumulative offload signals per engine. FILE FILE2 "
         "(before, after): the interval's deltas and evidence state.",
     )
-    p.add_argument("file")
-    p.add_argument("file2", nargs="?")
+    p.add_argument("file", help="a saved /metrics dump; - reads standard input")
+    p.add_argument("file2", nargs="?", help="a later dump of the same server (one of the two may be -)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -55,13 +55,21 @@ MAX_FILE_BYTES = Config().max_body_bytes
 """The exporter's body cap: a dump larger than a poll would accept is refused, not read."""
 
 
-def _load(path: str) -> Snapshot:
-    """Read one dump under the exporter's caps (file size, exporter.limits defaults)."""
+def _read(path: str) -> bytes:
+    """At most the cap + 1 bytes of a file or, for `-`, of standard input (`curl … | inspect -`)."""
+    if path == "-":
+        return sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
     try:
         with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
+            return f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise SystemExit(f"kvoffload-exporter inspect: cannot read {path}: {e.strerror}") from None
+
+
+def _load(path: str) -> Snapshot:
+    """Read one dump under the exporter's caps (file size, exporter.limits defaults)."""
+    raw = _read(path)
+    path = "standard input" if path == "-" else path
     if len(raw) > MAX_FILE_BYTES:
         raise SystemExit(f"kvoffload-exporter inspect: {path} is larger than {MAX_FILE_BYTES} bytes")
     try:
@@ -104,6 +112,7 @@ def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
         row["gpu_prefix_hit_ratio"] = _r(d.gpu_hit_ratio)
         row["external_prefix_hit_ratio"] = _r(d.external_hit_ratio)
         row["ttft_seconds"] = {str(q): _r(v) for q, v in d.ttft_quantiles.items()}
+        row["ttft_count"] = _finite(d.ttft_count)  # the requests the quantiles come from
         row["cache_config"] = {k: v for k, v in e.cache_config.items() if k in _CACHE_KEYS}
         engines.append(row)
     return {
@@ -122,13 +131,54 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def went_backwards(before: Snapshot, after: Snapshot) -> list[str]:
+    """`model/engine` of every engine with a counter (or the TTFT count) lower in `after` than in `before`.
+
+    The interval still counts it as a reset (that is what a restart looks like), but two files given in
+    the wrong order look exactly the same, so the operator is told instead of silently shown a reset.
+    """
+    out = []
+    for a in after.engines:
+        b = before.engine(a.key)
+        if b is None:
+            continue
+        down = any(v < b.counters[k] for k, v in a.counters.items() if k in b.counters)
+        down = down or any(
+            v < b.prompt_tokens_by_source[k]
+            for k, v in a.prompt_tokens_by_source.items()
+            if k in b.prompt_tokens_by_source
+        )
+        if down or (a.ttft is not None and b.ttft is not None and a.ttft.count < b.ttft.count):
+            out.append(f"{a.model_name}/{a.engine}")
+    return out
+
+
+def _load_pair(first: str, second: str) -> tuple[Snapshot, Snapshot]:
+    if first == second == "-":
+        raise SystemExit("kvoffload-exporter inspect: only one of the two files can be - (standard input)")
+    before, after = _load(first), _load(second)
+    if before.generation != after.generation:
+        print(f"note: offload metric generation changed: {before.generation} -> {after.generation}", file=sys.stderr)
+    back = went_backwards(before, after)
+    if back:
+        print(
+            f"warning: counters went backwards between the two files for {', '.join(back)} "
+            "(engine restart or files in the wrong order?); counted as a reset",
+            file=sys.stderr,
+        )
+    return before, after
+
+
+def _ttft_line(e: dict[str, Any]) -> str:
+    """`TTFT m/0: p50 41.0 ms, p90 55.0 ms (n=37)`: a quantile means little without its sample count."""
+    qs = ", ".join(f"p{float(q) * 100:g} {v * 1000:.1f} ms" for q, v in e["ttft_seconds"].items() if v is not None)
+    n = e.get("ttft_count")
+    return f"TTFT {e['model_name']}/{e['engine']}: {qs} (n={'?' if n is None else f'{n:.0f}'})"
+
+
 def run(args: argparse.Namespace) -> int:
     if args.file2:
-        before, after = _load(args.file), _load(args.file2)
-        if before.generation != after.generation:
-            print(
-                f"note: offload metric generation changed: {before.generation} -> {after.generation}", file=sys.stderr
-            )
+        before, after = _load_pair(args.file, args.file2)
     else:
         before, after = None, _load(args.file)
     doc = report(before, after)
@@ -172,6 +222,5 @@ def run(args: argparse.Namespace) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
     for e in doc["engines"]:
         if e["ttft_seconds"]:
-            qs = ", ".join(f"p{float(q) * 100:g} {v * 1000:.1f} ms" for q, v in e["ttft_seconds"].items())
-            print(f"TTFT {e['model_name']}/{e['engine']}: {qs}")
+            print(_ttft_line(e))
     return 0
