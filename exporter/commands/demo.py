@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import signal
 import sys
 import time
 from dataclasses import replace
@@ -96,6 +97,15 @@ def status_lines(exporter: Any, sim: Simulator, elapsed: float) -> list[str]:
     return lines
 
 
+def _ignore_signals_during_shutdown() -> None:
+    """A second Ctrl-C while the servers close would raise KeyboardInterrupt inside aiohttp's cleanup
+    (a traceback, and the summary lost): shutdown is short, so further signals are swallowed."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, lambda: None)
+
+
 async def _demo(args: argparse.Namespace, sim: Simulator, sim_host: str, sim_port: int) -> int:
     from aiohttp import web
 
@@ -143,6 +153,7 @@ async def _demo(args: argparse.Namespace, sim: Simulator, sim_host: str, sim_por
     try:
         await run_until_stopped(main, args.duration)
     finally:
+        _ignore_signals_during_shutdown()
         await exp_runner.cleanup()
         await sim_runner.cleanup()
     print(f"traffic: {report.summary()}", flush=True)
@@ -167,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         return asyncio.run(_demo(args, sim, sim_host, sim_port))
+    except KeyboardInterrupt:  # Ctrl-C before the servers were up: the conventional 128 + SIGINT
+        return 130
     except OSError as e:
         print(f"kvoffload-exporter demo: cannot listen: {e.strerror or e}", file=sys.stderr)
         return 1

@@ -118,16 +118,21 @@ async def _completions(request: web.Request) -> web.StreamResponse:
         return web.json_response(protocol.completion_body(c, sim.model, ids, use, metrics))
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
     await resp.prepare(request)
-    for i, tok in enumerate(ids):
-        await _sleep_until(sim, plan.client_time(i))  # the first event really waits for the modelled TTFT
-        event = protocol.token_chunk(c, sim.model, [tok], "length" if i == len(ids) - 1 else None, first=i == 0)
-        if c.include_usage and c.continuous_usage:
-            event["usage"] = protocol.usage(plan.prompt_tokens, i + 1, plan.cached, details, sim.behaviour)
-        await _send(resp, event)
-    if c.include_usage:
-        await _send(resp, protocol.usage_chunk(c, sim.model, use, metrics))
-    await resp.write(b"data: [DONE]\n\n")
-    await resp.write_eof()
+    try:
+        for i, tok in enumerate(ids):
+            await _sleep_until(sim, plan.client_time(i))  # the first event really waits for the modelled TTFT
+            event = protocol.token_chunk(c, sim.model, [tok], "length" if i == len(ids) - 1 else None, first=i == 0)
+            if c.include_usage and c.continuous_usage:
+                event["usage"] = protocol.usage(plan.prompt_tokens, i + 1, plan.cached, details, sim.behaviour)
+            await _send(resp, event)
+        if c.include_usage:
+            await _send(resp, protocol.usage_chunk(c, sim.model, use, metrics))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+    except ConnectionResetError:
+        # The client went away mid-stream (Ctrl-C of `demo`/`simulate`, a cancelled canary): vLLM aborts
+        # such a request quietly; letting it escape made aiohttp log a traceback at every such shutdown.
+        log.debug("client disconnected during a streamed completion")
     return resp
 
 
