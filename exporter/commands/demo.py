@@ -87,11 +87,12 @@ def status_lines(exporter: Any, sim: Simulator, elapsed: float) -> list[str]:
         for (_model, engine), d in sorted(view.derived.items()):
             tier = views.get(engine, {})
             p50 = d.ttft_quantiles.get(0.5)
+            ttft = "n/a" if p50 is None else f"{p50 * 1e3:.0f} ms (n={d.ttft_count:.0f})"  # a quantile needs its n
             ratio = "  n/a" if d.load_store_ratio is None else f"{d.load_store_ratio:5.2f}"
             lines.append(
                 f"[{elapsed:4.0f}s] engine {engine}: state {d.state:<18} GPU hits {_pct(d.gpu_hit_ratio)}  "
                 f"CPU-tier hits {_pct(d.external_hit_ratio)}  load/store {ratio}  "
-                f"TTFT p50 {'n/a' if p50 is None else f'{p50 * 1e3:.0f} ms'}  "
+                f"TTFT p50 {ttft}  "
                 f"tier {tier.get('cpu_chunks_used', 0)}/{tier.get('cpu_chunks', 0)} chunks"
             )
     return lines
