@@ -59,3 +59,126 @@ def test_default_backoffs_do_not_retry_in_lockstep() -> None:
 def test_an_injected_rng_is_reproducible() -> None:
     a, b = Backoff(1.0, 8.0, random.Random(5)), Backoff(1.0, 8.0, random.Random(5))
     assert [a.failure() for _ in range(5)] == [b.failure() for _ in range(5)]
+
+
+# --- the default budget reaches a verdict within an hour; the budget lines are not repeated ---------------
+
+import logging  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+import pytest  # noqa: E402
+
+from exporter.canary import plan  # noqa: E402
+from exporter.canary.budget import HOUR, Notices, cycles_per_hour, minutes_to_verdict  # noqa: E402
+from exporter.canary.config import CanarySettings  # noqa: E402
+from exporter.canary.engine import CYCLES, CanaryEngine  # noqa: E402
+from exporter.canary.prepared import PreparedRun  # noqa: E402
+from exporter.canary.types import Strategy  # noqa: E402
+from exporter.sim.calibration import CALIBRATIONS  # noqa: E402
+
+
+def _cycle_cost(calibration: str, strategy: Strategy, prefix: int | None, control: bool) -> int:
+    """One cycle's budgeted cost, computed by the engine's own code for a reference shape."""
+    cal = CALIBRATIONS[calibration]
+    s = CanarySettings(strategy=strategy, allow_pressure=True, prefix_tokens=prefix)
+    e = CanaryEngine(
+        "http://127.0.0.1:1",
+        s,
+        None,
+        plan.Prompts(b"k" * 32, "n"),
+        control_url="http://127.0.0.1:2" if control else None,
+    )  # type: ignore[arg-type]
+    facts = plan.CacheFacts(cal.block_size, cal.num_gpu_blocks, None, cal.max_model_len, True)
+    resident = 2 if strategy == Strategy.WAIT else 1
+    sizing = plan.size(facts, prefix, resident=resident)
+    run = PreparedRun(e, SimpleNamespace(sizing=sizing))  # type: ignore[arg-type]
+    return CYCLES[strategy].cost(run)
+
+
+REFERENCE = [
+    # calibration, strategy, --prefix-tokens (None: the planner's), control target
+    ("h200-qwen3-0.6b", Strategy.WAIT, None, False),
+    ("h200-qwen3-0.6b", Strategy.PRESSURE, None, False),
+    ("h200-qwen3-0.6b", Strategy.PRESSURE, None, True),
+    ("h200-qwen3-32b", Strategy.PRESSURE, 6000, False),  # the real 32B run's prefix
+    ("h200-qwen3-32b", Strategy.PRESSURE, 6000, True),
+]
+
+
+@pytest.mark.parametrize(("calibration", "strategy", "prefix", "control"), REFERENCE)
+def test_default_budget_gives_ten_samples_within_an_hour(
+    calibration: str, strategy: Strategy, prefix: int | None, control: bool
+) -> None:
+    """10 cycles (min_samples) must fit one sliding hour at the default budget (200k allowed 4-5)."""
+    s = CanarySettings()
+    cost = _cycle_cost(calibration, strategy, prefix, control)
+    assert s.budget_tokens_per_hour is not None
+    assert s.min_samples * cost <= s.budget_tokens_per_hour, cost
+    assert minutes_to_verdict(s.min_samples, cost, s.budget_tokens_per_hour, s.interval) <= 60
+
+
+def test_reference_cycle_costs_match_docs() -> None:
+    """The numbers docs/canary.md shows in its budget arithmetic."""
+    got = [_cycle_cost(*r) for r in REFERENCE]
+    assert got == [36_762, 46_196, 51_330, 53_108, 59_010]
+
+
+def test_cycles_per_hour_and_eta() -> None:
+    assert cycles_per_hour(50_000, 600_000, 300.0) == 12.0  # the interval is the limit
+    assert cycles_per_hour(50_000, 200_000, 300.0) == 4.0  # the budget is
+    assert cycles_per_hour(50_000, None, 300.0) == HOUR / 300.0
+    assert cycles_per_hour(50_000, 40_000, 300.0) == 0.0  # never fits
+    assert minutes_to_verdict(10, 50_000, 200_000, 300.0) == 150.0
+    assert minutes_to_verdict(0, 50_000, 200_000, 300.0) == 0.0
+    assert minutes_to_verdict(3, 50_000, 40_000, 300.0) == float("inf")
+
+
+def test_budget_message_is_info_once_then_debug() -> None:
+    n = Notices()
+    assert [n.budget_level() for _ in range(4)] == [logging.INFO] + [logging.DEBUG] * 3
+
+
+def test_verdict_eta_is_said_once_and_again_only_when_it_changes() -> None:
+    n = Notices()
+    first = n.verdict_eta(0.0, 10, 50_000, 200_000, 300.0)
+    assert first is not None and "next verdict in ~150 min" in first and "token budget" in first
+    # A cycle later the forecast merely counted down: nothing new to say.
+    assert n.verdict_eta(900.0, 9, 50_000, 200_000, 300.0) is None
+    assert n.verdict_eta(1800.0, 8, 50_000, 200_000, 300.0) is None
+    # The budget was raised (or a cycle got cheaper): a different forecast is said once.
+    changed = n.verdict_eta(2000.0, 8, 50_000, 600_000, 300.0)
+    assert changed is not None and "~40 min" in changed and "interval" in changed
+    assert n.verdict_eta(2300.0, 7, 50_000, 600_000, 300.0) is None
+    assert n.verdict_eta(2600.0, 0, 50_000, 600_000, 300.0) is None  # enough samples: nothing to forecast
+    never = Notices().verdict_eta(0.0, 10, 50_000, 40_000, 300.0)
+    assert never is not None and "does not fit" in never
+
+
+def test_serve_loop_logs_budget_and_eta_once(caplog: pytest.LogCaptureFixture) -> None:
+    """The engine's "no full cycle" line at INFO once, DEBUG after; the ETA line once (schedule.py)."""
+    import asyncio
+
+    from exporter.canary import schedule
+
+    s = CanarySettings(budget_tokens_per_hour=10, interval=300.0)
+    e = CanaryEngine("http://127.0.0.1:1", s, None, plan.Prompts(b"k" * 32, "n"))  # type: ignore[arg-type]
+    cost = 1000
+    e.prepared = SimpleNamespace(strategy=Strategy.WAIT)  # type: ignore[assignment]
+    e.cycle_cost_of = lambda run: cost  # type: ignore[method-assign]
+    CYCLES_COST = SimpleNamespace(name=Strategy.WAIT, cost=lambda run: cost)
+    e.cycle_of = lambda run: CYCLES_COST  # type: ignore[assignment,method-assign,return-value]
+    slept: list[float] = []
+
+    async def sleep(t: float) -> None:
+        slept.append(t)
+        if len(slept) >= 5:
+            raise asyncio.CancelledError
+
+    e.sleep = sleep
+    caplog.set_level(logging.DEBUG, logger="kvoffload.canary")
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(schedule.run_forever(e))
+    budget = [r for r in caplog.records if "budget allows no full cycle" in r.getMessage()]
+    assert [r.levelno for r in budget] == [logging.INFO] + [logging.DEBUG] * 4
+    eta = [r for r in caplog.records if "verdict" in r.getMessage()]
+    assert len(eta) == 1 and eta[0].levelno == logging.INFO and "does not fit" in eta[0].getMessage()

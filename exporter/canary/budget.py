@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import deque
 from collections.abc import Callable
@@ -76,3 +77,61 @@ class Backoff:
 
     def success(self) -> None:
         self.failures = 0
+
+
+def cycles_per_hour(cycle_cost: int, per_hour: int | None, interval: float) -> float:
+    """Steady-state cycles an hour: the interval's pace, or fewer where the budget is the limit."""
+    pace = HOUR / interval if interval > 0 else float("inf")
+    if per_hour is None or cycle_cost <= 0:
+        return pace
+    if cycle_cost > per_hour:
+        return 0.0  # TokenBudget never lets such a cycle start
+    return min(pace, per_hour / cycle_cost)
+
+
+def minutes_to_verdict(needed: int, cycle_cost: int, per_hour: int | None, interval: float) -> float:
+    """Minutes until `needed` more samples (one per cycle at best); inf when the budget allows no cycle."""
+    if needed <= 0:
+        return 0.0
+    rate = cycles_per_hour(cycle_cost, per_hour, interval)
+    return float("inf") if rate <= 0 else needed / rate * 60.0
+
+
+class Notices:
+    """What the serve loop says about the budget without repeating itself every interval.
+
+    "budget allows no full cycle" is normal steady state with a tight budget: INFO the first time, then
+    DEBUG. The "next verdict in ~N min" forecast is logged once and again only when the forecast changes
+    (by more than 5 min or 20 % against its own countdown), not every time it counts down.
+    """
+
+    def __init__(self) -> None:
+        self._budget_said = False
+        self._eta: tuple[float, float] | None = None  # (said at, minutes said)
+
+    def budget_level(self) -> int:
+        level = logging.DEBUG if self._budget_said else logging.INFO
+        self._budget_said = True
+        return level
+
+    def verdict_eta(
+        self, now: float, needed: int, cycle_cost: int, per_hour: int | None, interval: float
+    ) -> str | None:
+        """The status line to log at INFO now, or None when it would only repeat the last one."""
+        if needed <= 0:
+            return None
+        minutes = minutes_to_verdict(needed, cycle_cost, per_hour, interval)
+        if self._eta is not None:
+            said_at, said = self._eta
+            expected = said - (now - said_at) / 60.0
+            if minutes == said == float("inf") or abs(minutes - expected) <= max(5.0, 0.2 * expected):
+                return None
+        self._eta = (now, minutes)
+        if minutes == float("inf"):
+            return f"no verdict: one cycle ({cycle_cost:,} tokens) does not fit the budget of {per_hour} tokens/h"
+        rate = cycles_per_hour(cycle_cost, per_hour, interval)
+        limit = "interval" if rate >= HOUR / interval else "token budget"
+        return (
+            f"next verdict in ~{minutes:.0f} min ({needed} more offload-hit samples at ~{rate:.1f} cycles/h, "
+            f"limited by the {limit}; one cycle costs up to {cycle_cost:,} tokens)"
+        )

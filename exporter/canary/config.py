@@ -79,7 +79,7 @@ class CanarySettings:
         action="true",
     )
     budget_tokens_per_hour: int | None = setting(
-        200_000,
+        600_000,  # 10 cycles within the hour on the reference shapes (docs/canary.md, the token budget)
         integer(0, optional=True),
         "hard cap on canary prompt + output tokens per hour and target (null or unlimited: no cap)",
         flag="--canary-budget-tokens-per-hour",

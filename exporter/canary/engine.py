@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from exporter.canary import plan as planning
 from exporter.canary import preflight, schedule
-from exporter.canary.budget import Backoff, TokenBudget
+from exporter.canary.budget import Backoff, Notices, TokenBudget
 from exporter.canary.config import CanarySettings
 from exporter.canary.cycle import Cycle
 from exporter.canary.errors import BudgetExhausted, CanaryError, CycleFailed
@@ -93,6 +93,7 @@ class CanaryEngine:
         self.state = CanaryState(label or self.url, settings, max_samples)
         self.budget = TokenBudget(settings.budget_tokens_per_hour, clock)
         self.backoff = Backoff(settings.backoff_initial, settings.backoff_max)
+        self.notices = Notices()  # budget and verdict-ETA lines without repeating them every interval
         self.scrapes = Scrapes(client, self.url_of, clock, 2 * settings.settle + 2.0)
         self.prepared: PreparedRun | None = None
         self.requests: list[RequestRecord] = []
@@ -157,7 +158,12 @@ class CanaryEngine:
         cost = cycle.cost(run)
         if not self.budget.can_spend(cost):
             self.state.budget_remaining = self.budget.remaining()
-            log.info("canary %s: budget allows no full cycle (%d tokens) now", self.state.label, cost)
+            log.log(
+                self.notices.budget_level(),
+                "canary %s: budget allows no full cycle (%d tokens) now",
+                self.state.label,
+                cost,
+            )
             return None
         self._cycle_no += 1
         c = self._cycle_no

@@ -26,6 +26,15 @@ async def _prepare_failed(e: CanaryEngine, err: CanaryError, on_cycle: Callable[
     await e.sleep(e.backoff.failure())
 
 
+def _say_eta(e: CanaryEngine, cost: int) -> None:
+    """ "next verdict in ~N min", logged once and again only when the forecast changes (budget.Notices)."""
+    s = e.settings
+    needed = s.min_samples - len(e.state.samples["offload_hit"])
+    msg = e.notices.verdict_eta(e.clock(), needed, cost, s.budget_tokens_per_hour, s.interval)
+    if msg:
+        log.info("canary %s: %s", e.state.label, msg)
+
+
 async def run_forever(e: CanaryEngine, on_cycle: Callable[[], None] = lambda: None) -> None:
     """Cycles every `interval` seconds until cancelled."""
     s = e.settings
@@ -39,6 +48,7 @@ async def run_forever(e: CanaryEngine, on_cycle: Callable[[], None] = lambda: No
             continue
         e.failing = rec is not None and rec.reason == CycleReason.ERROR
         on_cycle()
+        _say_eta(e, e.cycle_cost_of(run))
         if rec is None:
             wait = min(s.interval, max(1.0, e.budget.seconds_until(e.cycle_cost_of(run))))
             await e.sleep(wait)
