@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from exporter.canary import report
-from exporter.canary.checkrun import CheckResult
+from exporter.canary import report, sweepreport
+from exporter.canary.checkrun import CheckResult, redact
 from exporter.commands.inspect import report as interval_report
 from exporter.exposition import ParseError
 from exporter.normalise import normalise
@@ -13,7 +16,7 @@ from exporter.normalise import normalise
 
 def error_document(why: str) -> dict[str, Any]:
     """The document when not even the procedure could start (bad flags, keys or secret)."""
-    return {"verdict": "error", "exit_code": 3, "why": why}
+    return {"verdict": "error", "exit_code": 3, "why": redact(why)}
 
 
 def _first_event(phases: list[dict[str, Any]]) -> dict[str, list[float]]:
@@ -36,6 +39,64 @@ def _interval(result: CheckResult) -> dict[str, Any] | None:
         return None
 
 
+def _left_out(phases: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Displaced revisits that did not enter the offload statistics, by why."""
+    out = {"ambiguous": 0, "not_displaced": 0, "no_hit": 0}
+    for p in phases:
+        if p["phase"] not in ("offload_revisit", "wait_revisit") or p["counted"]:
+            continue
+        if p["ambiguous"]:
+            out["ambiguous"] += 1
+        elif p["classification"] == "gpu_hit":
+            out["not_displaced"] += 1
+        else:
+            out["no_hit"] += 1
+    return out
+
+
+def _short(doc: dict[str, Any], min_samples: int, rounds: int) -> list[str]:
+    """Too few offload-hit samples: say how many were left out and why, and what to change."""
+    n = (doc["ttft_seconds"].get("offload_hit") or {}).get("n", 0)
+    lost = _left_out(doc["phases"])
+    parts = [f"{v} {k.replace('_', ' ')}" for k, v in lost.items() if v]
+    if parts:
+        doc["why"] += " (revisits left out: " + ", ".join(parts)
+        doc["why"] += "; ambiguous = other traffic could explain the hit)" if lost["ambiguous"] else ")"
+    per_round = n / rounds if rounds and n else 0.0
+    need = math.ceil(rounds * min_samples / n) if per_round else None
+    hints = [f"--rounds {need} (about {per_round:.1f} counted samples per round so far)"] if need else []
+    cond = doc.get("conditions") or {}
+    if cond.get("strategy") == "wait":
+        hints.append("--allow-pressure (staging: fillers displace the prefix, no other traffic needed)")
+    ctl = [p for p in ("recompute", "control_target", "cold") if (doc["ttft_seconds"].get(p) or {}).get("n", 0)]
+    if not cond.get("control") and not ctl:
+        hints.append("--control-target URL (the same model without the connector) for a control path")
+    return hints
+
+
+def _explain(doc: dict[str, Any], result: CheckResult) -> None:
+    """Never an answer without evidence: say why a verdict is missing and what would get one."""
+    reasons = {k: v for k, v in doc["reasons"].items() if k != "error"}
+    s = result.request.settings
+    hints: list[str] = []
+    if doc["verdict"] == "inconclusive" and reasons and set(reasons) == {"not_displaced"}:
+        doc["why"] = (
+            f"nothing displaced the prefix from the GPU in {reasons['not_displaced']} rounds, so the tier was never "
+            "needed: this says nothing about offloading"
+        )
+        hints.append("--allow-pressure (staging) or run while real traffic fills the GPU cache")
+    elif doc["verdict"] == "inconclusive" and "samples <" in doc["why"]:
+        hints += _short(doc, s.min_samples, int(doc["rounds_completed"]))
+    doc["hints"] = hints
+
+
+def _sweep(doc: dict[str, Any], result: CheckResult) -> None:
+    s = result.request.settings
+    entries = [sweepreport.entry(lv, s.min_samples, s.seed, s.bootstrap, s.confidence) for lv in result.sweep]
+    doc["load_sweep"] = entries if result.request.sweep is not None else None
+    doc["load_sweep_summary"] = sweepreport.section(entries) if entries else None
+
+
 def document(result: CheckResult) -> dict[str, Any]:
     """The JSON verdict document (`--json`, `report.json`)."""
     engine, state = result.engine, result.engine.state
@@ -52,7 +113,7 @@ def document(result: CheckResult) -> dict[str, Any]:
         "duration_seconds": round(result.finished - result.started, 3),
         "interval": _interval(result),
     }
-    return report.build(
+    doc = report.build(
         state.verdict,
         state.samples,
         _first_event(phases),
@@ -62,6 +123,11 @@ def document(result: CheckResult) -> dict[str, Any]:
         extra,
         result.error,
     )
+    _sweep(doc, result)
+    _explain(doc, result)
+    if doc.get("conditions"):  # no user:password@ of a URL in any file
+        doc["conditions"] = json.loads(redact(json.dumps(doc["conditions"])))
+    return doc
 
 
 __all__ = ["document", "error_document"]

@@ -8,17 +8,20 @@ evidence.py writes the files. Output goes to the given stream only (progress, ne
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
+from exporter.canary import sweep
 from exporter.canary.config import CanarySettings
 from exporter.canary.engine import CanaryEngine, Sleep, Transport
 from exporter.canary.errors import CanaryError
 from exporter.canary.plan import Prompts
 from exporter.canary.protocol import MetricsError
 from exporter.canary.secrets import ApiKey, SecretError, load_api_key, load_or_create_secret
+from exporter.canary.sweepreport import Level
 from exporter.canary.types import CycleReason
 
 PREFIX = "kvoffload-exporter check"
@@ -32,6 +35,7 @@ class CheckRequest:
     rounds: int
     settings: CanarySettings
     quiet: bool = False
+    sweep: sweep.SweepRequest | None = None  # `--concurrency`: the load sweep after the rounds
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class CheckResult:
     finished: float
     error: str | None = None  # why there is no verdict (preflight failed, every round failed)
     after: dict[str, str] = field(default_factory=dict)  # role → closing /metrics text
+    sweep: list[Level] = field(default_factory=list)
 
     def phases(self) -> list[dict[str, Any]]:
         return [asdict(p) for c in self.engine.cycles for p in c.phases]
@@ -73,14 +78,27 @@ def load_keys(settings: CanarySettings, stderr: TextIO) -> Keys:
     return Keys(api_key, secret)
 
 
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
+
+
+def redact(text: str) -> str:
+    """URLs in messages and documents without `user:password@` (a secret must never be printed)."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def _eta(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
 class Progress:
-    """Live progress: one line per round; on a terminal the current phase is redrawn in place."""
+    """Live progress: one line per round with an ETA; on a terminal the current phase is redrawn in place."""
 
     def __init__(self, stream: TextIO, rounds: int, quiet: bool):
         self.stream, self.rounds, self.quiet = stream, rounds, quiet
         self.tty = hasattr(stream, "isatty") and stream.isatty()
         self.parts: list[str] = []
         self.done = 0
+        self.durations: list[float] = []
 
     def __call__(self, kind: str, obj: Any) -> None:
         if self.quiet:
@@ -96,10 +114,13 @@ class Progress:
         elif kind == "cycle":
             if obj.reason != CycleReason.ERROR:
                 self.done += 1
+            self.durations.append(max(0.0, obj.finished - obj.started))
+            left = max(0, self.rounds - self.done)
+            eta = f", ETA {_eta(left * sum(self.durations) / len(self.durations))}" if left else ""
             prefix = "\r\x1b[K" if self.tty else ""
             self.stream.write(
-                f"{prefix}round {obj.cycle} ({self.done}/{self.rounds} done): {obj.result}, "
-                f"{obj.reason}" + (f" - {obj.detail}" if obj.detail else "") + "\n"
+                f"{prefix}round {obj.cycle} ({self.done}/{self.rounds} done{eta}): {obj.result}, "
+                f"{obj.reason}" + (f" - {redact(obj.detail)}" if obj.detail else "") + "\n"
             )
             self.stream.flush()
 
@@ -154,17 +175,20 @@ async def run(
     try:
         run_ = await engine.prepare()
     except CanaryError as e:
-        result.error = f"preflight failed ({e.reason}): {e.detail}"
+        result.error = redact(f"preflight failed ({e.reason}): {e.detail}")
     else:
         if not req.quiet:
             t, sz = run_.target, run_.sizing
             print(
-                f"target {t.url}: vLLM {t.version or '?'}, model {t.model}, offload metrics {t.generation}; "
+                f"target {redact(t.url)}: vLLM {t.version or '?'}, model {t.model}, offload metrics {t.generation}; "
                 f"strategy {run_.strategy}, prompt {sz.prefix_tokens}+{sz.tail_tokens} tokens; "
                 f"~{engine.cycle_cost():,} tokens per round",
                 file=stderr,
             )
         result.error = await _rounds(engine, req.rounds, stderr, sleep)
+        if result.error is None and req.sweep is not None:
+            result.sweep = await sweep.run(run_, req.sweep, None if req.quiet else stderr)
+        result.error = redact(result.error) if result.error else None
         result.after = await _closing_scrapes(engine, client, stderr)
     result.finished = time.time()
     return result

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -36,6 +38,20 @@ def _retry_after(resp: aiohttp.ClientResponse) -> float | None:
         return float(raw) if raw is not None else None
     except ValueError:
         return None  # HTTP-date form: the back-off decides
+
+
+def _why(e: aiohttp.ClientError) -> str:
+    """A user's sentence for a failed connection: no exception class names, no URL (the caller names it)."""
+    if isinstance(e, aiohttp.ClientConnectorError):
+        err = e.os_error
+        if isinstance(err, socket.gaierror):
+            return "cannot connect (host name not resolved)"
+        return f"cannot connect ({os.strerror(err.errno).lower()})" if err.errno else "cannot connect"
+    if isinstance(e, aiohttp.InvalidURL):
+        return "not a valid URL"
+    if isinstance(e, aiohttp.ClientResponseError):
+        return f"invalid HTTP response ({e.message})"
+    return "connection failed"
 
 
 class CanaryClient:
@@ -77,6 +93,11 @@ class CanaryClient:
         async with self.lock(base_url):
             return await self._complete(base_url, body)
 
+    async def burst(self, base_url: str, bodies: list[dict[str, Any]]) -> list[Completion]:
+        """`check --concurrency`: these completions at once; the target's lock is held for the burst."""
+        async with self.lock(base_url):
+            return list(await asyncio.gather(*(self._complete(base_url, b) for b in bodies)))
+
     async def _complete(self, base_url: str, body: dict[str, Any]) -> Completion:
         out = Completion()
         timeout = aiohttp.ClientTimeout(total=self.request_timeout, connect=5.0, sock_read=self.request_timeout)
@@ -105,7 +126,7 @@ class CanaryClient:
         except aiohttp.ClientPayloadError as e:
             out.error, out.detail = "stream_error", str(e)[:512]
         except aiohttp.ClientError as e:
-            out.error, out.detail = "connect", f"{type(e).__name__}: {e}"[:512]
+            out.error, out.detail = "connect", _why(e)[:512]
         return out
 
     async def get(self, base_url: str, path: str) -> tuple[int | None, object]:
@@ -125,9 +146,9 @@ class CanaryClient:
                     data = None
                 return resp.status, data
         except TimeoutError:
-            return None, "timeout"
+            return None, f"no answer within {self.scrape_timeout:g}s"
         except aiohttp.ClientError as e:
-            return None, f"connect: {type(e).__name__}"
+            return None, _why(e)
 
     async def metrics(self, base_url: str) -> str:
         """`/metrics` text; raises protocol.MetricsError with the source's closed reason."""

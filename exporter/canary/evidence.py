@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.canary import png
-from exporter.canary.checkrun import CheckResult
+from exporter.canary.checkrun import CheckResult, redact
 
 
 @dataclass(frozen=True)
@@ -44,13 +44,14 @@ def _conditions(ev: Evidence) -> str:
         "salt_fingerprint": r.prompts.fingerprint,
         "started": r.started,
     }
-    return json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
+    return redact(json.dumps(doc, indent=2, sort_keys=True, default=str)) + "\n"  # no user:password@
 
 
 def _plot(ev: Evidence) -> bytes:
     state = ev.result.engine.state
     samples = {p: list(state.samples[p]) for p in state.samples}
-    return png.ttft_plot(samples, f"kvoffload check {ev.result.request.target} {ev.doc['verdict']}")
+    title = f"kvoffload check {redact(ev.result.request.target)} {ev.doc['verdict']}"
+    return png.ttft_plot(samples, title, sweep=ev.doc.get("load_sweep") or None)
 
 
 Render = Callable[[Evidence], str | bytes | Mapping[str, str]]

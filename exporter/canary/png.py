@@ -120,11 +120,71 @@ def _nice_step(span: float, ticks: int = 6) -> float:
     return 10 * mag
 
 
-def ttft_plot(samples: Mapping[str, Sequence[float]], title: str = "", width: int = 760) -> bytes:
-    """`samples`: path → TTFT seconds. Paths without samples get an empty, labelled row."""
+SWEEP_H = 230
+
+
+def _line(c: Canvas, x0: int, y0: int, x1: int, y1: int, color: RGB) -> None:
+    steps = max(abs(x1 - x0), abs(y1 - y0), 1)
+    for i in range(steps + 1):
+        x, y = x0 + (x1 - x0) * i // steps, y0 + (y1 - y0) * i // steps
+        c.rect(x, y, x + 1, y + 1, color)
+
+
+def sweep_panel(c: Canvas, y0: int, entries: Sequence[Mapping[str, object]], left: int = 128, right: int = 70) -> None:
+    """Median TTFT vs concurrency (levels evenly spaced), offload red, its control blue, p90 as a tick."""
+    pts = [e for e in entries if e.get("offload_median_seconds") is not None or e.get("control_median_seconds")]
+    c.text(8, y0 + 4, "ttft vs concurrency: median (dot), p90 (tick); red offload, blue control", (90, 90, 90))
+    if not pts:
+        c.text(left, y0 + 40, "no load sweep samples", (150, 150, 150))
+        return
+    top, bottom, plot_w = y0 + 22, y0 + SWEEP_H - 34, c.w - left - right
+    keys = ("offload_median_seconds", "control_median_seconds", "offload_p90_seconds", "control_p90_seconds")
+    vals = [float(v) * 1000 for e in pts for k in keys if isinstance(v := e.get(k), int | float)]
+    hi = max(vals) * 1.1 if vals else 1.0
+
+    def ypos(ms: float) -> int:
+        return bottom - round(ms / hi * (bottom - top))
+
+    c.rect(left, bottom, left + plot_w, bottom, (0, 0, 0))
+    c.rect(left, top, left, bottom, (0, 0, 0))
+    c.text(8, top, f"{hi:.0f} ms")
+    c.text(8, bottom - 7, "0 ms")
+    xs = [left + round((i + 0.5) * plot_w / len(pts)) for i in range(len(pts))]
+    for x, e in zip(xs, pts):
+        label = f"c={e['concurrency']}"
+        c.text(x - 3 * len(label), bottom + 8, label)
+    for med, p90, color in (
+        ("offload_median_seconds", "offload_p90_seconds", _PALETTE["offload_hit"]),
+        ("control_median_seconds", "control_p90_seconds", _PALETTE["recompute"]),
+    ):
+        prev: tuple[int, int] | None = None
+        for x, e in zip(xs, pts):
+            m, q = e.get(med), e.get(p90)
+            if not isinstance(m, int | float):
+                prev = None
+                continue
+            y = ypos(float(m) * 1000)
+            c.rect(x - 2, y - 2, x + 2, y + 2, color)
+            if isinstance(q, int | float):
+                c.rect(x - 5, ypos(float(q) * 1000), x + 5, ypos(float(q) * 1000), color)
+            if prev:
+                _line(c, prev[0], prev[1], x, y, color)
+            prev = (x, y)
+
+
+def ttft_plot(
+    samples: Mapping[str, Sequence[float]],
+    title: str = "",
+    width: int = 760,
+    sweep: Sequence[Mapping[str, object]] | None = None,
+) -> bytes:
+    """`samples`: path → TTFT seconds. Paths without samples get an empty, labelled row. With `sweep`
+    (the `load_sweep` entries) a TTFT-vs-concurrency panel is added below."""
     rows = list(samples)
     row_h, top, bottom, left, right = 44, 34, 40, 128, 70
-    c = Canvas(width, top + row_h * max(1, len(rows)) + bottom)
+    c = Canvas(width, top + row_h * max(1, len(rows)) + bottom + (SWEEP_H if sweep else 0))
+    if sweep:
+        sweep_panel(c, top + row_h * max(1, len(rows)) + bottom, sweep, left, right)
     c.text(8, 8, title[: (width - 16) // 6])
     c.text(8, 20, "client ttft to the first token, ms (box p25-p75, bar median)", (90, 90, 90))
     values = [v * 1000 for xs in samples.values() for v in xs]

@@ -15,11 +15,12 @@ if TYPE_CHECKING:  # typing only: the engine imports this module
     from exporter.canary.engine import CanaryEngine
 
 
-async def server_info(e: CanaryEngine, role: str) -> ServerInfo:
+async def server_info(e: CanaryEngine, role: str, same_as: ServerInfo | None = None) -> ServerInfo:
+    """One server's facts; a control (`same_as` the target) must serve the target's model."""
     url = e.url_of(role)
     status, body = await e.client.get(url, "/health")
     if status != 200:
-        raise CanaryError("health", f"{url}/health answered {status if status is not None else body}")
+        raise CanaryError("health", f"{url}/health " + (f"answered HTTP {status}" if status is not None else str(body)))
     status, body = await e.client.get(url, "/v1/models")
     if status == 401:  # a key was sent: it is wrong, not missing
         problem = "rejected the API key (401): check" if getattr(e.client, "has_api_key", False) else "needs an API key"
@@ -27,7 +28,13 @@ async def server_info(e: CanaryEngine, role: str) -> ServerInfo:
     models = parse_models(body) if status == 200 else None
     if not models or not models.ids:
         raise CanaryError("models", f"{url}/v1/models answered {status} without models")
-    wanted = e.settings.model
+    if same_as is not None and same_as.model not in models.ids:
+        raise CanaryError(
+            "model_mismatch",
+            f"the control target {url} serves {', '.join(map(repr, models.ids))}, the target {same_as.url} serves "
+            f"{same_as.model!r}: a control must serve the same model",
+        )
+    wanted = same_as.model if same_as is not None else e.settings.model
     model = wanted if wanted in models.ids else models.ids[0]
     if wanted and wanted not in models.ids and role == TARGET:
         raise CanaryError("models", f"model {wanted!r} not served by {url} ({models.ids})")
@@ -51,7 +58,7 @@ async def server_info(e: CanaryEngine, role: str) -> ServerInfo:
 async def conditions(e: CanaryEngine) -> Conditions:
     """Both servers' facts and the sizes of this target's prompts."""
     target = await server_info(e, TARGET)
-    control = await server_info(e, CONTROL) if e.control_url else None
+    control = await server_info(e, CONTROL, same_as=target) if e.control_url else None
     snap = e.scrapes.last(TARGET)
     if snap is None:  # server_info(TARGET) always leaves one
         raise CanaryError("metrics", f"{target.url}/metrics: no snapshot")

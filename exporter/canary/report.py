@@ -1,7 +1,7 @@
 """The `check` report: JSON document, verdict table as text, and the exit code; pure.
 
-Exit codes: 0 offload effective (offload_faster), 1 ineffective (offload_slower or no_offload_hit),
-2 inconclusive, 3 error (the procedure could not run).
+Exit codes: 0 offload pays off (offload_faster), 1 it does not (offload_slower or no_offload_hit),
+2 usage error (argparse, every command), 3 could not run, 4 inconclusive.
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from exporter.canary import sweepreport
 from exporter.canary.stats import Summary, Verdict, median, summarize
 from exporter.catalogue import CANARY_PATHS
 
-EXIT_CODES = {"offload_faster": 0, "offload_slower": 1, "no_offload_hit": 1, "inconclusive": 2, "error": 3}
+EXIT_CODES = {"offload_faster": 0, "offload_slower": 1, "no_offload_hit": 1, "inconclusive": 4, "error": 3}
 PHASES = (
     "seed",
     "gpu_revisit",
@@ -232,5 +233,7 @@ def text(doc: Mapping[str, Any]) -> str:
         out.append("cycles: " + ", ".join(f"{k} x{v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])))
     if doc.get("tokens_spent") is not None:
         out.append(f"canary tokens spent: {doc['tokens_spent']:,}")
+    out += sweepreport.text_lines(doc.get("load_sweep") or [], doc.get("load_sweep_summary") or {})
+    out += [f"hint: {h}" for h in doc.get("hints") or []]
     out.append(f"verdict: {doc['verdict']} (exit {doc['exit_code']}) - {doc['why']}")
     return "\n".join(out) + "\n"

@@ -13,6 +13,9 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+MIN_CI_SAMPLES = 3
+"""No bootstrap interval from fewer samples on either side: resampling 2 values gives 3 distinct medians."""
+
 CONTROL_ORDER = ("recompute", "control_target", "cold")
 """Preferred control first: the same prefix with loads disabled is the cleanest comparison, then the
 same request on a server without the connector, then a cold (freshly salted) request."""
@@ -128,7 +131,7 @@ def decide(
     estimates: dict[str, DeltaEstimate] = {}
     for name in CONTROL_ORDER:
         ctl = list(samples.get(name, ()))
-        if hits and ctl:
+        if len(hits) >= MIN_CI_SAMPLES and len(ctl) >= MIN_CI_SAMPLES:  # no interval from 1 or 2 samples
             estimates[name] = bootstrap_delta(hits, ctl, name, seed=seed, n_boot=n_boot, confidence=confidence)
     if not hits:
         if offload_attempts >= 3:

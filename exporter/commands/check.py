@@ -1,8 +1,10 @@
 """`check`: the whole offload verification in one run — preflight, N canary rounds, verdict, evidence.
 
-Exit codes: 0 offload effective (offload_faster), 1 ineffective (offload_slower or no_offload_hit),
-2 inconclusive, 3 error. `--json FILE` holds the machine-readable verdict, `--out DIR` the evidence
-bundle (both /metrics snapshots, every request, the conditions, the report and a TTFT plot).
+Exit codes: 0 offload pays off (offload_faster), 1 it does not (offload_slower, or no_offload_hit),
+2 usage error (argparse, and output paths or target URLs refused before the first request), 3 could not
+run (preflight, a control serving another model, every round failed), 4 inconclusive. `--json FILE`
+holds the machine-readable verdict, `--out DIR` the evidence bundle (both /metrics snapshots, every
+request, the conditions, the report and a TTFT plot); `--concurrency` adds the load sweep.
 
 This module is the flags; the procedure is canary.checkrun, the document canary.checkreport and the
 files canary.evidence.
@@ -12,10 +14,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import urlsplit
 
 from exporter.config import ConfigError
 
@@ -30,8 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "check",
         help="verify end to end whether KV offloading pays off (canary rounds and a verdict)",
         description="Preflight (/health, /v1/models, /version, /metrics), N canary rounds, a second /metrics "
-        "snapshot, then a verdict table and a TTFT plot. Exit 0: offload effective; 1: ineffective "
-        "(slower than the control, or never hit); 2: inconclusive; 3: error.",
+        "snapshot, then a verdict table and a TTFT plot. Exit codes: 0 offload pays off; 1 it does not (slower "
+        "than the control, or the tier never served a hit); 2 usage error (bad flags, output paths, target URL); "
+        "3 could not run (unreachable target, preflight, a control serving another model); 4 inconclusive "
+        "(too few samples, interval includes 0, nothing displaced the prefix).",
     )
     p.add_argument("--target", required=True, metavar="URL", help="vLLM base URL with the offload connector")
     p.add_argument("--rounds", type=int, default=10, metavar="N", help="canary cycles to complete (default 10)")
@@ -44,11 +51,43 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--json", metavar="FILE", help="write the verdict document here")
     p.add_argument("--out", metavar="DIR", help="write the evidence bundle into this directory")
     p.add_argument("--quiet", action="store_true", help="no live progress on stderr")
+    p.add_argument(
+        "--concurrency",
+        type=_levels,
+        metavar="C[,C...]",
+        help="load sweep after the rounds: at each level C concurrent revisits of an offloaded prefix vs the "
+        "same with loads disabled, --min-samples per path (needs --allow-pressure; default: none, the rounds "
+        "are the c=1 measurement); with --prefix-tokens N,M,... it is a length sweep too (the rounds use the "
+        "first length)",
+    )
     from exporter.canary.config import CanarySettings
     from exporter.schema import add_flags
 
     add_flags(p, CanarySettings, "check", defaults=_base().public(), env=False)
     p.set_defaults(func=run)
+
+
+def _levels(raw: str) -> tuple[int, ...]:
+    from exporter.canary.sweep import parse_levels
+
+    try:
+        return parse_levels(raw)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _prefix_lengths(args: argparse.Namespace, errors: list[str]) -> tuple[int, ...]:
+    """`--prefix-tokens N,M,...`: the sweep's lengths; the rounds (and the settings) get the first."""
+    raw = getattr(args, "prefix_tokens", None)
+    if not isinstance(raw, str) or "," not in raw:
+        return ()
+    try:
+        lengths = tuple(int(x) for x in raw.split(",") if x.strip())
+    except ValueError:
+        errors.append(f"--prefix-tokens: not an integer or a comma-separated list of integers: {raw!r}")
+        return ()
+    args.prefix_tokens = str(lengths[0])
+    return lengths
 
 
 def _base() -> CanarySettings:
@@ -65,6 +104,7 @@ def settings_from_args(args: argparse.Namespace) -> CanarySettings:
     from exporter.schema import Where, apply, overrides
 
     errors = [] if args.rounds >= 1 else ["--rounds: must be an integer >= 1"]
+    args.sweep_prefix_tokens = _prefix_lengths(args, errors)
     targets = parse_targets([args.target], errors, Where("--target", dotted=False))
     if targets and targets[0].auth is not None:  # refused: check's outputs would carry the URL
         errors.append("--target: user:password@ is not supported by check (the canary uses --api-key-file)")
@@ -97,14 +137,25 @@ async def run_check(
     from exporter.canary import checkreport, checkrun, evidence, report
     from exporter.canary.client import open_client
     from exporter.canary.secrets import SecretError
+    from exporter.canary.sweep import SweepRequest
 
+    usage = _usage_errors(args)
+    if usage:  # before the first request: nothing is spent on a run whose results cannot be written
+        for msg in usage:
+            print(f"kvoffload-exporter check: {checkrun.redact(msg)}", file=stderr)
+        return 2, {**checkreport.error_document("; ".join(usage)), "exit_code": 2}
     try:
         settings = settings_from_args(args)
         keys = checkrun.load_keys(settings, stderr)
     except (ConfigError, SecretError) as e:
         print(f"kvoffload-exporter check: {e}", file=stderr)
-        return 3, checkreport.error_document(str(e))
-    req = checkrun.CheckRequest(target=args.target, rounds=args.rounds, settings=settings, quiet=args.quiet)
+        code = 2 if isinstance(e, ConfigError) else 3  # a bad flag value is a usage error
+        return code, {**checkreport.error_document(str(e)), "exit_code": code}
+    sweep = None
+    if args.concurrency:
+        lengths = tuple(getattr(args, "sweep_prefix_tokens", ()) or ())
+        sweep = SweepRequest(args.concurrency, lengths, settings.min_samples)
+    req = checkrun.CheckRequest(args.target, args.rounds, settings, quiet=args.quiet, sweep=sweep)
     async with open_client(keys.api_key, settings.request_timeout) as client:
         result = await checkrun.run(req, client, keys, stderr=stderr, sleep=sleep)
     doc = checkreport.document(result)
@@ -112,6 +163,42 @@ async def run_check(
     stdout.write(text)
     evidence.write(evidence.Evidence(result, doc, text, _public_argv(args)), args.json, args.out)
     return int(doc["exit_code"]), doc
+
+
+def _writable(path: Path) -> str | None:
+    """Why `path` cannot be created (None when it can): the nearest existing ancestor must be a writable
+    directory."""
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    return None if os.access(parent, os.W_OK) else f"{parent} is not writable"
+
+
+def _usage_errors(args: argparse.Namespace) -> list[str]:
+    """Target URLs and output paths, checked before the first request (exit 2)."""
+    errors = []
+    for flag, url in (("--target", args.target), ("--control-target", getattr(args, "control_target", None))):
+        if url is not None:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                errors.append(f"{flag}: not an http(s) base URL: {url!r}")
+    if args.json:
+        p = Path(args.json)
+        why = f"{p} is a directory" if p.is_dir() else None if p.exists() else _writable(p)
+        if why or (p.exists() and not os.access(p, os.W_OK)):
+            errors.append(f"--json: cannot write {p}: {why or 'not writable'}")
+    if args.out:
+        p = Path(args.out)
+        why = (None if os.access(p, os.W_OK) else "not writable") if p.is_dir() else _writable(p)
+        if p.exists() and not p.is_dir():
+            why = "it exists and is not a directory"
+        if why:
+            errors.append(f"--out: cannot write the bundle into {p}: {why}")
+    if args.concurrency and not args.allow_pressure:
+        errors.append("--concurrency: the load sweep displaces its prefixes with fillers: add --allow-pressure")
+    return errors
 
 
 def _public_argv(args: argparse.Namespace) -> dict[str, Any]:

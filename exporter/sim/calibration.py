@@ -56,6 +56,10 @@ class Calibration:
     jitter_ms: float = 8.0  # scale of the right-skewed noise added to the engine TTFT
     jitter_sigma: float = 0.6  # log-normal shape of that noise (its median is 0)
     lookup_us: float = 15.0  # one offload lookup call (kv_offload_lookup_sync_delay_seconds)
+    # Load dependence (docs/simulator.md "Concurrent revisits"): a request whose prefix blocks are still
+    # being loaded or computed by a concurrent request.
+    load_convoy: float = 0.0  # 0: it shares the one in-flight load; 1: vllm#44294, loads serialised
+    inflight_recompute: float = 0.5  # share of in-flight *computed* blocks it prefills again
     # Engine setup of the run the calibration comes from (defaults for `simulate`).
     block_size: int = 16
     num_gpu_blocks: int = 640

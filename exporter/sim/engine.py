@@ -13,68 +13,18 @@ import itertools
 import math
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from exporter.sim.cache import CpuTier, GpuPrefixCache, Lease, block_hashes, chunk_hashes
-from exporter.sim.calibration import Calibration
+from exporter.sim.engineconfig import EngineConfig
+from exporter.sim.inflight import InFlight
 from exporter.sim.stats import EngineStats
 from exporter.sim.timing import RequestTiming, TimeModel
 from exporter.sim.versions import Behaviour
 
-PAGE_SIZE = 4096
 SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")
 CACHED_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    model_name: str
-    kv_bytes_per_token: int
-    block_size: int = 16
-    num_gpu_blocks: int = 640
-    max_model_len: int = 8192
-    connector: bool = True
-    offload_block_size: int = 64  # tokens per CPU-tier chunk (the connector's `block_size`)
-    cpu_bytes: int = 8_000_000_000  # `cpu_bytes_to_use`
-    gpu_memory_utilization: float = 0.5
-    store_report_delay_s: float = 1.0  # ≤ 0: stores are reported only by the next engine step
-
-    def __post_init__(self) -> None:
-        if self.block_size <= 0 or self.offload_block_size % self.block_size:
-            raise ValueError(
-                f"offload block size {self.offload_block_size} must be a multiple of the "
-                f"GPU block size {self.block_size}"
-            )
-        if self.num_gpu_blocks <= 0 or self.max_model_len <= 0 or self.kv_bytes_per_token <= 0:
-            raise ValueError("GPU blocks, max_model_len and KV bytes per token must be positive")
-
-    @property
-    def blocks_per_chunk(self) -> int:
-        return self.offload_block_size // self.block_size
-
-    @property
-    def chunk_bytes(self) -> int:
-        return self.offload_block_size * self.kv_bytes_per_token
-
-    @property
-    def num_cpu_chunks(self) -> int:
-        padded = -(-self.chunk_bytes // PAGE_SIZE) * PAGE_SIZE
-        return self.cpu_bytes // padded
-
-    @classmethod
-    def from_calibration(cls, cal: Calibration, **overrides: Any) -> EngineConfig:
-        base = cls(
-            model_name=cal.shape.name,
-            kv_bytes_per_token=cal.shape.kv_bytes_per_token,
-            block_size=cal.block_size,
-            num_gpu_blocks=cal.num_gpu_blocks,
-            max_model_len=cal.max_model_len,
-            offload_block_size=cal.offload_block_size,
-            cpu_bytes=cal.cpu_bytes,
-            gpu_memory_utilization=cal.gpu_memory_utilization,
-        )
-        return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
 
 @dataclass(frozen=True)
@@ -160,6 +110,7 @@ class Engine:
         self.connector = cfg.connector
         self.gpu = GpuPrefixCache(cfg.num_gpu_blocks)
         self.tier = CpuTier(cfg.num_cpu_chunks)
+        self.inflight = InFlight()
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -168,6 +119,7 @@ class Engine:
         self.stepped = False  # CPU-tier gauges and kv_offload_config_info appear after the first step
         self.gpu.clear()
         self.tier.clear()
+        self.inflight.clear()
         self._events: list[tuple[float, int, Callable[[float], None]]] = []
         self._seq = itertools.count()
         self._pending: list[_PendingStore] = []
@@ -218,9 +170,11 @@ class Engine:
             hashes[:hit_blocks], hashes[hit_blocks:], math.ceil((n + req.max_tokens) / cfg.block_size) - len(hashes)
         )
         load_bytes = ext * cfg.kv_bytes_per_token
-        timing = self.timing.request(n - gpu_hit - ext, load_bytes, self.connector)
-        scheduled = max(now + timing.queue_s, self._busy_until)
+        wait = self.inflight.meet(hashes[:hit_blocks], cfg.block_size, now, self.timing.cal)
+        timing = self.timing.request(n - gpu_hit - ext + wait.extra_tokens, load_bytes, self.connector)
+        scheduled = max(now + timing.queue_s, self._busy_until, wait.not_before)
         first = scheduled + timing.engine_ttft_s
+        self.inflight.track(wait, hashes[hit_blocks:], ext // cfg.block_size, scheduled, first, timing.queue_s)
         self._busy_until = first  # prefills are serialised; decode steps are batched for free
         store = self._store_plan(req, n, chunks) if self.connector else []
         plan = Plan(

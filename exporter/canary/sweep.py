@@ -1,0 +1,191 @@
+"""`check --concurrency 1,4,16`: payoff under load, measured in bursts; statistics in sweepreport.
+
+Why: the idle verdict does not carry over to peak load (issue 16). One round of a level: seed prefix A
+(and B for the in-band control), displace both from the GPU with fillers, then a burst of c requests
+A + own tail at once and a burst of c controls (B with `max_load_tokens: 0` where the server honoured
+it in the ordinary rounds, else A on the control target, else A under one fresh salt), their order
+alternating by round, the levels taking turns. A burst is judged from its own usage and the counters
+around it; a burst that was not displaced, or that other traffic could explain, is left out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, TextIO
+
+from exporter.canary.classify import Deltas
+from exporter.canary.errors import BudgetExhausted, CycleFailed
+from exporter.canary.plan import Sizing
+from exporter.canary.prepared import PreparedRun, _request_record
+from exporter.canary.protocol import Completion
+from exporter.canary.records import CONTROL, TARGET
+from exporter.canary.sweepreport import Level
+
+FIRST_CYCLE = 100_000  # sweep request records' `cycle`: apart from the ordinary rounds'
+
+
+class BurstTransport(Protocol):
+    async def burst(self, base_url: str, bodies: list[dict[str, Any]]) -> list[Completion]: ...
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    levels: tuple[int, ...]
+    prefixes: tuple[int, ...]  # empty: the run's planned prefix only
+    min_samples: int
+
+
+def parse_levels(raw: str) -> tuple[int, ...]:
+    """ "1,4,16" → (1, 4, 16); ValueError with the reason (argparse turns it into exit 2)."""
+    try:
+        levels = tuple(sorted({int(x) for x in raw.split(",") if x.strip()}))
+    except ValueError:
+        raise ValueError(f"not a comma-separated list of integers: {raw!r}") from None
+    if not levels or levels[0] < 1:
+        raise ValueError(f"every level must be >= 1: {raw!r}")
+    return levels
+
+
+def control_of(run: PreparedRun) -> str:
+    """The in-band control when the ordinary rounds proved it honoured, else the existing controls."""
+    if run.engine.state.recompute_control == "honoured":
+        return "recompute"
+    return "control_target" if run.engine.control_url else "cold"
+
+
+async def _burst(
+    run: PreparedRun, cycle: int, phase: str, role: str, prompts: list[list[int]], salt: str, kv: dict[str, Any] | None
+) -> tuple[list[Completion], Deltas]:
+    e = run.engine
+    cost = sum(len(p) + 1 for p in prompts)
+    if not e.budget.can_spend(cost):
+        raise BudgetExhausted(e.budget.seconds_until(cost))
+    client: BurstTransport = e.client  # type: ignore[assignment]
+    before = await e.scrapes.before(role)
+    comps = await client.burst(e.url_of(role), [run._body(p, salt, kv, role) for p in prompts])
+    for p, comp in zip(prompts, comps):
+        e.spend(comp.tokens_spent or (len(p) + 1 if comp.status == 200 else 0))
+        e.record_request(_request_record(e.clock(), cycle, phase, "burst", role, p, salt != e.prompts.salt, kv, comp))
+    bad = next((c for c in comps if c.error is not None), None)
+    if bad is not None:
+        raise CycleFailed(f"{phase} burst on {role}: {bad.error} {bad.detail}".strip(), bad.retry_after)
+    await run.flush(cycle, phase, role)
+    after = await e.scrapes.scrape(role)
+    return comps, Deltas.between(before, after, run.conditions.server(role).model)
+
+
+def _full(comps: Sequence[Completion], need: int) -> bool | None:
+    cached = [c.cached_tokens for c in comps]
+    return None if any(x is None for x in cached) else all(int(x or 0) >= need for x in cached)
+
+
+def _judge_offload(run: PreparedRun, sz: Sizing, comps: list[Completion], d: Deltas, lv: Level) -> bool:
+    """Counted when every revisit was a full hit and at least one whole prefix was loaded."""
+    need = sz.prefix_tokens - sz.tolerance
+    bpt = run.engine.state.bytes_per_token
+    loaded = d.load_bytes > 0 and (not bpt or d.load_bytes / bpt >= need)
+    full = _full(comps, need)
+    if not loaded:
+        if full:
+            lv.notes.append("a burst was still on the GPU (not displaced): raise --filler-tokens")
+        else:
+            lv.attempts += 1
+            lv.notes.append("a displaced burst loaded nothing (tier miss)")
+        return False
+    lv.attempts += 1
+    if full is False:
+        lv.notes.append("a revisit of a loaded burst was not a full hit")
+        return False
+    lv.hit_bursts += 1
+    return True
+
+
+def _judge_control(comps: list[Completion], d: Deltas, lv: Level) -> bool:
+    if d.load_bytes > 0:
+        lv.notes.append("a control burst loaded from the tier (max_load_tokens ignored, or other traffic)")
+        return False
+    return True
+
+
+async def _round(run: PreparedRun, lv: Level, cycle: int) -> None:
+    e, sz = run.engine, replace(run.sizing, prefix_tokens=lv.prefix_tokens)
+    a = e.prompts.tokens(sz.prefix_tokens, "sweep", cycle, "A")
+    b = e.prompts.tokens(sz.prefix_tokens, "sweep", cycle, "B") if lv.control == "recompute" else None
+    for prefix in (a, b):
+        if prefix is not None:
+            await run.send(cycle, "sweep_seed", "probe", TARGET, prefix + e.prompts.tail(sz), e.prompts.salt)
+            await run.flush(cycle, "sweep_seed", TARGET)
+    await run.displace(cycle)
+
+    async def offload() -> None:
+        prompts = [a + e.prompts.tail(sz) for _ in range(lv.concurrency)]
+        comps, d = await _burst(run, cycle, "sweep_offload", TARGET, prompts, e.prompts.salt, None)
+        if _judge_offload(run, sz, comps, d, lv):
+            lv.offload += [c.ttft_token for c in comps if c.ttft_token is not None]
+        else:
+            lv.left_out += 1
+
+    async def control() -> None:
+        base = b if b is not None else a
+        prompts = [base + e.prompts.tail(sz) for _ in range(lv.concurrency)]
+        role = CONTROL if lv.control == "control_target" else TARGET
+        salt = e.prompts.fresh_salt("sweep") if lv.control == "cold" else e.prompts.salt
+        kv = {"max_load_tokens": 0} if lv.control == "recompute" else None
+        comps, d = await _burst(run, cycle, "sweep_control", role, prompts, salt, kv)
+        if _judge_control(comps, d, lv):
+            lv.controls += [c.ttft_token for c in comps if c.ttft_token is not None]
+        else:
+            lv.left_out += 1
+
+    first, second = (offload, control) if lv.rounds % 2 == 0 else (control, offload)
+    await first()
+    await second()
+
+
+def _pending(lv: Level, need: int) -> bool:
+    rounds = math.ceil(need / lv.concurrency)
+    if lv.attempts >= 3 and lv.hit_bursts == 0:
+        return False  # the tier never serves these revisits: more rounds say nothing new
+    enough = len(lv.offload) >= need and len(lv.controls) >= need
+    return not enough and lv.rounds + lv.errors < 2 * rounds + 1
+
+
+def _progress(stderr: TextIO | None, lv: Level, need: int) -> None:
+    if stderr is not None:
+        print(
+            f"load sweep c={lv.concurrency} prefix {lv.prefix_tokens}: round {lv.rounds}, samples "
+            f"{len(lv.offload)}/{need} offload, {len(lv.controls)}/{need} {lv.control}",
+            file=stderr,
+            flush=True,
+        )
+
+
+async def run(run_: PreparedRun, req: SweepRequest, stderr: TextIO | None = None) -> list[Level]:
+    """Every level until it has `min_samples` per path (or twice the rounds that needs); levels alternate."""
+    e, control = run_.engine, control_of(run_)
+    prefixes = req.prefixes or (run_.sizing.prefix_tokens,)
+    levels = [Level(c, p, control) for p in prefixes for c in req.levels]
+    cycle = FIRST_CYCLE
+    while True:
+        todo = [lv for lv in levels if _pending(lv, req.min_samples)]
+        if not todo:
+            return levels
+        for lv in todo:
+            cycle += 1
+            try:
+                await _round(run_, lv, cycle)
+                lv.rounds += 1
+                e.backoff.success()
+            except CycleFailed as err:
+                lv.errors += 1
+                lv.notes.append(f"error: {err.detail}")
+                await e.sleep(e.backoff.failure(err.retry_after))
+            except BudgetExhausted:
+                lv.notes.append("token budget exhausted")
+                return levels
+            _progress(stderr, lv, req.min_samples)
+
+
+__all__ = ["FIRST_CYCLE", "SweepRequest", "control_of", "parse_levels", "run"]
