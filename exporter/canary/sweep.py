@@ -23,6 +23,7 @@ from exporter.canary.protocol import Completion
 from exporter.canary.records import CONTROL, TARGET
 from exporter.canary.sweepreport import Level
 
+MIN_ROUNDS = 3  # bursts per level at least: one burst's c samples share one queue, not independent
 FIRST_CYCLE = 100_000  # sweep request records' `cycle`: apart from the ordinary rounds'
 
 
@@ -145,10 +146,10 @@ async def _round(run: PreparedRun, lv: Level, cycle: int) -> None:
 
 
 def _pending(lv: Level, need: int) -> bool:
-    rounds = math.ceil(need / lv.concurrency)
+    rounds = max(MIN_ROUNDS, math.ceil(need / lv.concurrency))
     if lv.attempts >= 3 and lv.hit_bursts == 0:
         return False  # the tier never serves these revisits: more rounds say nothing new
-    enough = len(lv.offload) >= need and len(lv.controls) >= need
+    enough = len(lv.offload) >= need and len(lv.controls) >= need and lv.rounds >= MIN_ROUNDS
     return not enough and lv.rounds + lv.errors < 2 * rounds + 1
 
 

@@ -1,0 +1,160 @@
+"""The load sweep (`check --concurrency`): the crossover text from entries whose sign flips, the
+simulator's load model both ways (one load amortised over concurrent revisits; the vllm#44294 convoy),
+and the sweep end to end against the simulator."""
+
+from __future__ import annotations
+
+import io
+import random
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.canary import sweepreport
+from exporter.canary.sweep import parse_levels
+from exporter.cli import build_parser
+from exporter.commands.check import run_check
+from exporter.sim.engine import SimRequest
+from exporter.sim.server import start
+from exporter.sim.simulator import SimOptions, Simulator
+
+
+def _entry(c: int, delta_ms: float, verdict: str, prefix: int = 5120) -> dict[str, Any]:
+    d = delta_ms / 1000
+    return {
+        "concurrency": c,
+        "prefix_tokens": prefix,
+        "delta_ttft_seconds": d,
+        "verdict": verdict,
+        "ci_low_seconds": d - 0.005,
+        "ci_high_seconds": d + 0.005,
+    }
+
+
+def test_slower_at_idle_faster_under_load_pays_off_from() -> None:
+    cross = sweepreport.crossover(
+        [_entry(1, 24.9, "offload_slower"), _entry(4, 12.6, "offload_slower"), _entry(16, -7.1, "offload_faster")]
+    )
+    # log-interpolated between c=4 (+12.6) and c=16 (-7.1)
+    assert cross["kind"] == "from" and cross["concurrency"] == 10 and not cross["indicative"]
+    assert cross["text"] == "offload pays off from c ≈ 10"
+    assert "fewer than ~10 requests" in sweepreport.recommendation(cross)
+
+
+def test_faster_at_idle_slower_under_load_pays_off_up_to() -> None:
+    cross = sweepreport.crossover(
+        [_entry(32, 80.0, "offload_slower"), _entry(1, -470.0, "offload_faster"), _entry(8, -300.0, "inconclusive")]
+    )
+    assert cross["kind"] == "up_to" and 8 <= cross["concurrency"] <= 32
+    assert cross["text"].startswith(f"offload pays off up to c ≈ {cross['concurrency']} (indicative")
+    assert "selectively above" in sweepreport.recommendation(cross)
+
+
+def test_no_flip_and_many_flips() -> None:
+    assert sweepreport.crossover([_entry(1, -5, "offload_faster"), _entry(4, -9, "offload_faster")])["kind"] == "always"
+    assert sweepreport.crossover([_entry(1, 5, "offload_slower"), _entry(4, 9, "offload_slower")])["kind"] == "never"
+    wobbly = [_entry(1, 5, "inconclusive"), _entry(2, -5, "inconclusive"), _entry(4, 5, "inconclusive")]
+    assert sweepreport.crossover(wobbly)["kind"] == "unclear"
+
+
+def test_entry_has_no_interval_below_three_samples() -> None:
+    lv = sweepreport.Level(4, 5120, "recompute", offload=[0.05, 0.06], controls=[0.04, 0.05])
+    e = sweepreport.entry(lv, min_samples=2)
+    assert e["ci_low_seconds"] is None and e["ci_high_seconds"] is None and e["verdict"] == "inconclusive"
+    lv.offload.append(0.055)
+    lv.controls.append(0.045)
+    assert sweepreport.entry(lv, min_samples=2)["ci_low_seconds"] is not None
+
+
+def test_length_threshold() -> None:
+    entries = [_entry(1, 10, "offload_slower", 1024), _entry(1, -20, "offload_faster", 4096)]
+    assert sweepreport.length_threshold(entries)["min_prefix_tokens"] == 4096  # type: ignore[index]
+
+
+def test_levels_parse() -> None:
+    assert parse_levels("16,1,4,4") == (1, 4, 16)
+    for bad in ("0,4", "a", ""):
+        with pytest.raises(ValueError):
+            parse_levels(bad)
+
+
+def _bursts(calibration: str, timing: dict[str, float], levels: tuple[int, ...]) -> dict[int, float]:
+    """Noise-free engine: seed A and B, displace both, burst c revisits of A vs c of B with loads disabled."""
+    now = [0.0]
+    sim = Simulator(
+        SimOptions(calibration=calibration, version="0.32.0", noise=False, timing=timing), clock=lambda: now[0]
+    )
+    eng, rng = sim.engines[0], random.Random(1)
+
+    def toks(n: int) -> tuple[int, ...]:
+        return tuple(rng.randrange(1000, 30000) for _ in range(n))
+
+    out = {}
+    for c in levels:
+        a, b = toks(5120), toks(5120)
+        for p in (a + toks(8), b + toks(8), toks(5128), toks(5128), toks(5128)):
+            eng.submit(SimRequest(p, max_tokens=1))
+            now[0] += 5
+            eng.advance()
+        med = {}
+        for name, prefix, kv in (("offload", a, None), ("control", b, {"max_load_tokens": 0})):
+            t0 = now[0]
+            plans = [
+                eng.submit(SimRequest(prefix + toks(8), max_tokens=1, kv_transfer_params=kv), t0) for _ in range(c)
+            ]
+            med[name] = statistics.median((p.client_time(0) - t0) * 1000 for p in plans)
+            now[0] += 5
+            eng.advance()
+        out[c] = med["offload"] - med["control"]
+    return out
+
+
+def test_simulator_amortised_load_reproduces_the_h200_sign_flip() -> None:
+    # Issue 16, one H200, 0.6B shape: +24.9 ms at c=1, +12.6 at c=4, -7.1 at c=16.
+    d = _bursts("h200-qwen3-0.6b", {}, (1, 4, 16))
+    assert d[1] > d[4] > 0 > d[16]
+    assert abs(d[1] - 24.9) < 10 and abs(d[4] - 12.6) < 6 and abs(d[16] + 7.1) < 6
+
+
+def test_simulator_convoy_turns_a_win_into_a_loss() -> None:
+    # vllm#44294: concurrent revisits of one prefix being loaded are serialised.
+    d = _bursts("h200-qwen3-32b", {"load_convoy": 1.0, "inflight_recompute": 0.0}, (1, 8, 32))
+    assert d[1] < d[8] < 0 < d[32]
+    amortised = _bursts("h200-qwen3-32b", {"inflight_recompute": 0.0}, (1, 32))
+    assert amortised[32] < 0  # the same shape without the convoy keeps paying off
+
+
+async def _sweep(
+    tmp_path: Path, calibration: str, scale: float, levels: str, timing: dict[str, float]
+) -> dict[str, Any]:
+    runner, url = await start(
+        Simulator(SimOptions(calibration=calibration, version="0.32.0", time_scale=scale, seed=3, timing=timing))
+    )
+    try:
+        args = build_parser().parse_args(
+            ["check", "--target", url, "--rounds", "1", "--allow-pressure", "--settle", "0.01", "--min-samples", "3"]
+            + ["--concurrency", levels, "--secret-file", str(tmp_path / "s"), "--out", str(tmp_path / "ev"), "--quiet"]
+        )
+        out = io.StringIO()
+        _, doc = await run_check(args, stdout=out, stderr=io.StringIO())
+        doc["_text"] = out.getvalue()
+        return doc
+    finally:
+        await runner.cleanup()
+
+
+async def test_check_sweep_states_the_crossover_from_the_simulator(tmp_path: Path) -> None:
+    # An exaggerated 0.6B-like setup (slow load, expensive prefill) so the flip is far above wall-clock noise.
+    timing = {"load_queue_ms": 150.0, "prefill_ms_per_token": 0.02, "jitter_ms": 0.0, "inflight_recompute": 1.0}
+    doc = await _sweep(tmp_path, "h200-qwen3-0.6b", 0.5, "1,8", timing)
+    sweep = doc["load_sweep"]
+    assert [e["concurrency"] for e in sweep] == [1, 8] and all(e["control"] == "recompute" for e in sweep)
+    assert all(e["n_offload"] >= 3 and e["n_control"] >= 3 for e in sweep)
+    assert sweep[0]["delta_ttft_seconds"] > 0 > sweep[1]["delta_ttft_seconds"]
+    cross = doc["load_sweep_summary"]["crossover"][str(sweep[0]["prefix_tokens"])]
+    assert cross["kind"] == "from" and f"pays off from c ≈ {cross['concurrency']}" in doc["_text"]
+    assert "recommendation: loads cost latency at low load" in doc["_text"]
+    png = (tmp_path / "ev" / "ttft.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and int.from_bytes(png[20:24], "big") > 300  # the sweep panel's height

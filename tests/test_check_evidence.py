@@ -1,0 +1,100 @@
+"""`check` never answers without evidence (issue 17): a control serving another model, output paths and
+URLs refused before the first request, clean one-line connection errors, no interval from < 3 samples,
+short samples explained with what to change, an ETA, and the exit codes in `--help`."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from exporter.canary.stats import decide
+from exporter.cli import build_parser
+from exporter.commands.check import run_check
+from exporter.sim.server import start
+from exporter.sim.simulator import SimOptions, Simulator
+
+
+async def _run(
+    tmp_path: Path, *argv: str, target: str | None = None, sims: tuple[dict[str, Any], ...] = ({},)
+) -> tuple[int, dict[str, Any], str, str, list[Simulator]]:
+    runners, urls, made = [], [], []
+    for opts in sims:
+        sim = Simulator(SimOptions(time_scale=0.2, seed=5, **opts))
+        runner, url = await start(sim)
+        runners.append(runner)
+        urls.append(url)
+        made.append(sim)
+    try:
+        argv2 = [a.replace("{control}", urls[-1]) for a in argv]
+        args = build_parser().parse_args(
+            ["check", "--target", target or urls[0], "--settle", "0.01", "--secret-file", str(tmp_path / "s"), *argv2]
+        )
+        out, err = io.StringIO(), io.StringIO()
+        code, doc = await run_check(args, stdout=out, stderr=err)
+        return code, doc, out.getvalue(), err.getvalue(), made
+    finally:
+        for r in runners:
+            await r.cleanup()
+
+
+async def test_a_control_serving_another_model_is_refused(tmp_path: Path) -> None:
+    code, doc, _, err, sims = await _run(
+        tmp_path,
+        "--control-target",
+        "{control}",
+        "--allow-pressure",
+        sims=({}, {"calibration": "h200-qwen3-32b", "connector": False}),
+    )
+    assert code == 3 and doc["verdict"] == "error" and "(model_mismatch)" in doc["why"]
+    assert "'Qwen/Qwen3-32B'" in doc["why"] and "'Qwen/Qwen3-0.6B'" in doc["why"]
+    assert sims[0].engines[0].requests == 0  # refused in preflight, no canary request spent
+
+
+async def test_output_paths_are_checked_before_the_first_request(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("x")
+    code, doc, _, err, sims = await _run(
+        tmp_path, "--rounds", "1", "--allow-pressure", "--out", str(tmp_path / "taken")
+    )
+    assert code == 2 and "--out: cannot write the bundle into" in err and "not a directory" in err
+    assert sims[0].engines[0].requests == 0
+    code, _, _, err, _ = await _run(tmp_path, "--rounds", "1", "--json", str(tmp_path))
+    assert code == 2 and "--json: cannot write" in err and "is a directory" in err
+    code, _, _, err, _ = await _run(tmp_path, "--rounds", "1", "--json", str(tmp_path / "taken" / "x.json"))
+    assert code == 2 and "not a directory" in err
+
+
+async def test_unreachable_and_invalid_targets_are_one_clean_line(tmp_path: Path) -> None:
+    code, doc, text, err, _ = await _run(tmp_path, "--rounds", "1", target="http://alice:hunter2@127.0.0.1:9")
+    assert code == 3 and doc["why"].startswith(
+        "preflight failed (health): http://***@127.0.0.1:9/health cannot connect"
+    )
+    for out in (doc["why"], text, err):
+        assert "hunter2" not in out and "alice" not in out
+        assert "Error" not in out and "Exception" not in out  # no exception class names
+    code, _, _, err, _ = await _run(tmp_path, "--rounds", "1", target="gpu0:8000")
+    assert code == 2 and err.strip() == "kvoffload-exporter check: --target: not an http(s) base URL: 'gpu0:8000'"
+
+
+def test_no_interval_from_fewer_than_three_samples() -> None:
+    v = decide({"offload_hit": [0.05, 0.06], "cold": [0.04, 0.041]}, 2, min_samples=2)
+    assert v.estimates == {} and v.verdict == "inconclusive"
+    v = decide({"offload_hit": [0.05, 0.06, 0.055], "cold": [0.04, 0.041, 0.039]}, 3, min_samples=3)
+    assert "cold" in v.estimates
+
+
+async def test_short_samples_say_why_and_what_to_change(tmp_path: Path) -> None:
+    code, doc, text, err, _ = await _run(tmp_path, "--rounds", "2", "--allow-pressure")
+    assert code == 4 and doc["why"].startswith("2 offload-hit samples < 10")
+    assert doc["hints"][0].startswith("--rounds 10 ") and "hint: --rounds 10" in text
+    assert "(1/2 done, ETA " in err  # the progress line has an ETA
+
+
+def test_help_documents_the_exit_codes(capsys: Any) -> None:
+    try:
+        build_parser().parse_args(["check", "--help"])
+    except SystemExit:
+        pass
+    out = " ".join(capsys.readouterr().out.split())
+    for code in ("0 offload pays off", "1 it does not", "2 usage error", "3 could not run", "4 inconclusive"):
+        assert code in out
