@@ -241,7 +241,7 @@ def test_rehearsal_against_the_simulator(tmp_path: Path, free_port: Callable[[],
     argv = [sys.executable, str(GPU / "supervisor.py"), "--backend", "sim", "--out", str(out), "--rounds", "2"]
     argv += ["--ports", *ports, "--time-scale", "0.05", "--settle", "0.1"]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
-    assert r.returncode in (0, 1, 2), r.stdout + r.stderr  # a verdict, whichever it is with two rounds
+    assert r.returncode in (0, 1, 4), r.stdout + r.stderr  # a verdict (4: inconclusive), whichever it is
     doc = json.loads((out / "check.json").read_text(encoding="utf-8"))
     assert doc["exit_code"] == r.returncode
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from . import client
-from .vllm_server import BLOCK_TOKENS, KV_BYTES_PER_TOKEN, OFFLOAD_KV_BYTES, VllmServer
+from .vllm_server import BLOCK_TOKENS, KV_BYTES_PER_TOKEN, OFFLOAD_KV_BYTES, VllmServer, make_tiny_model, venv_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = 2048
@@ -227,3 +227,39 @@ def test_check_without_connector_finds_no_offload_hit(plain_small: VllmServer, t
         == raw_delta(ev_before, ev_after, GPU_HITS)
         == PLAIN_ROUNDS * PREFIX
     )
+
+
+@pytest.fixture(scope="module")
+def offload_alone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    """An offload server of its own (not the session pair): the load sweep runs with one server on 2 cores."""
+    problem = venv_problem()
+    if problem:
+        pytest.skip(problem)
+    log_dir = tmp_path_factory.mktemp("vllm-sweep")
+    server = VllmServer("offload-sweep", offload=True, log_dir=log_dir, model_dir=make_tiny_model(log_dir / "tiny"))
+    with server:  # starts it and waits until it serves
+        yield server
+
+
+def test_check_load_sweep_on_vllm_0_32(offload_alone: VllmServer, tmp_path: Path) -> None:
+    """`--concurrency 1,2`: bursts of concurrent revisits vs the in-band control (0.32 honours
+    max_load_tokens: 0), every burst judged from the engine's counters. Timings are not asserted."""
+    done, doc, out = run_check(offload_alone.url, tmp_path, "--rounds", "1", "--concurrency", "1,2")
+    why = f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
+    assert doc["verdict"] != "error" and doc["recompute_control"] == "honoured", why
+    sweep = doc["load_sweep"]
+    assert [e["concurrency"] for e in sweep] == [1, 2], why
+    for e in sweep:
+        assert e["control"] == "recompute" and e["prefix_tokens"] == PREFIX, why
+        assert e["n_offload"] >= 2 and e["n_control"] >= 2 and e["rounds"] >= 3, why
+        assert e["delta_ttft_seconds"] is not None and e["verdict"] in (
+            "offload_faster",
+            "offload_slower",
+            "inconclusive",
+        ), why
+    requests = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    offload = [r for r in requests if r["phase"] == "sweep_offload" and r["kind"] == "burst"]
+    control = [r for r in requests if r["phase"] == "sweep_control" and r["kind"] == "burst"]
+    assert offload and all(r["cached_tokens"] == PREFIX for r in offload), why  # every revisit a full hit
+    assert control and all(r["kv_transfer_params"] == {"max_load_tokens": 0} for r in control), why
+    assert "crossover (2,048-token prefix):" in done.stdout and "recommendation:" in done.stdout, why
