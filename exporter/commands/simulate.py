@@ -48,6 +48,8 @@ _TIMING_FLAGS: tuple[tuple[str, str], ...] = (
     ("jitter_ms", "scale of the TTFT noise (0: none)"),
     ("jitter_sigma", "log-normal shape of the TTFT noise"),
     ("lookup_us", "one CPU-tier lookup call, microseconds"),
+    ("load_convoy", "0: concurrent revisits share one in-flight load; 1: serialised loads (vllm#44294)"),
+    ("inflight_recompute", "share of blocks still being computed by another request that is prefilled again"),
 )
 
 
