@@ -153,22 +153,33 @@ def _pending(lv: Level, need: int) -> bool:
     return not enough and lv.rounds + lv.errors < 2 * rounds + 1
 
 
-def _progress(stderr: TextIO | None, lv: Level, need: int) -> None:
+def _progress(stderr: TextIO | None, lv: Level, need: int, eta: float) -> None:
     if stderr is not None:
         print(
             f"load sweep c={lv.concurrency} prefix {lv.prefix_tokens}: round {lv.rounds}, samples "
-            f"{len(lv.offload)}/{need} offload, {len(lv.controls)}/{need} {lv.control}",
+            f"{len(lv.offload)}/{need} offload, {len(lv.controls)}/{need} {lv.control}, ETA ~{eta:.0f} s",
             file=stderr,
             flush=True,
         )
 
 
+def lengths(run: PreparedRun, wanted: Sequence[int]) -> tuple[int, ...]:
+    """Prefix lengths the sweep can use: whole alignment units, prompt within max_model_len."""
+    sz, limit = run.sizing, run.target.max_model_len
+    out = []
+    for n in wanted or (sz.prefix_tokens,):
+        n = n // sz.align * sz.align
+        if n >= sz.align and (limit is None or n + sz.tail_tokens < limit):
+            out.append(n)
+    return tuple(dict.fromkeys(out)) or (sz.prefix_tokens,)
+
+
 async def run(run_: PreparedRun, req: SweepRequest, stderr: TextIO | None = None) -> list[Level]:
     """Every level until it has `min_samples` per path (or twice the rounds that needs); levels alternate."""
     e, control = run_.engine, control_of(run_)
-    prefixes = req.prefixes or (run_.sizing.prefix_tokens,)
-    levels = [Level(c, p, control) for p in prefixes for c in req.levels]
-    cycle = FIRST_CYCLE
+    levels = [Level(c, p, control) for p in lengths(run_, req.prefixes) for c in req.levels]
+    planned = sum(max(MIN_ROUNDS, math.ceil(req.min_samples / lv.concurrency)) for lv in levels)
+    cycle, started, done = FIRST_CYCLE, e.clock(), 0
     while True:
         todo = [lv for lv in levels if _pending(lv, req.min_samples)]
         if not todo:
@@ -178,6 +189,7 @@ async def run(run_: PreparedRun, req: SweepRequest, stderr: TextIO | None = None
             try:
                 await _round(run_, lv, cycle)
                 lv.rounds += 1
+                done += 1
                 e.backoff.success()
             except CycleFailed as err:
                 lv.errors += 1
@@ -186,7 +198,7 @@ async def run(run_: PreparedRun, req: SweepRequest, stderr: TextIO | None = None
             except BudgetExhausted:
                 lv.notes.append("token budget exhausted")
                 return levels
-            _progress(stderr, lv, req.min_samples)
+            _progress(stderr, lv, req.min_samples, (e.clock() - started) / max(done, 1) * max(0, planned - done))
 
 
 __all__ = ["FIRST_CYCLE", "SweepRequest", "control_of", "parse_levels", "run"]
