@@ -5,8 +5,6 @@ and the sweep end to end against the simulator."""
 from __future__ import annotations
 
 import io
-import random
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ from exporter.canary import sweepreport
 from exporter.canary.sweep import parse_levels
 from exporter.cli import build_parser
 from exporter.commands.check import run_check
-from exporter.sim.engine import SimRequest
+from exporter.sim.bursts import bursts
 from exporter.sim.server import start
 from exporter.sim.simulator import SimOptions, Simulator
 
@@ -81,34 +79,8 @@ def test_levels_parse() -> None:
 
 
 def _bursts(calibration: str, timing: dict[str, float], levels: tuple[int, ...]) -> dict[int, float]:
-    """Noise-free engine: seed A and B, displace both, burst c revisits of A vs c of B with loads disabled."""
-    now = [0.0]
-    sim = Simulator(
-        SimOptions(calibration=calibration, version="0.32.0", noise=False, timing=timing), clock=lambda: now[0]
-    )
-    eng, rng = sim.engines[0], random.Random(1)
-
-    def toks(n: int) -> tuple[int, ...]:
-        return tuple(rng.randrange(1000, 30000) for _ in range(n))
-
-    out = {}
-    for c in levels:
-        a, b = toks(5120), toks(5120)
-        for p in (a + toks(8), b + toks(8), toks(5128), toks(5128), toks(5128)):
-            eng.submit(SimRequest(p, max_tokens=1))
-            now[0] += 5
-            eng.advance()
-        med = {}
-        for name, prefix, kv in (("offload", a, None), ("control", b, {"max_load_tokens": 0})):
-            t0 = now[0]
-            plans = [
-                eng.submit(SimRequest(prefix + toks(8), max_tokens=1, kv_transfer_params=kv), t0) for _ in range(c)
-            ]
-            med[name] = statistics.median((p.client_time(0) - t0) * 1000 for p in plans)
-            now[0] += 5
-            eng.advance()
-        out[c] = med["offload"] - med["control"]
-    return out
+    """Noise-free engine: c revisits of one displaced prefix vs c with loads disabled (sim.bursts)."""
+    return {r.concurrency: r.delta_ms for r in bursts(calibration, levels, timing)}
 
 
 def test_simulator_amortised_load_reproduces_the_h200_sign_flip() -> None:
