@@ -98,3 +98,22 @@ def test_help_documents_the_exit_codes(capsys: Any) -> None:
     out = " ".join(capsys.readouterr().out.split())
     for code in ("0 offload pays off", "1 it does not", "2 usage error", "3 could not run", "4 inconclusive"):
         assert code in out
+
+
+def test_short_samples_count_the_ambiguous_revisits() -> None:
+    from exporter.canary.checkreport import _short
+
+    def ph(counted: bool, ambiguous: bool, cls: str) -> dict[str, Any]:
+        return {"phase": "wait_revisit", "counted": counted, "ambiguous": ambiguous, "classification": cls}
+
+    doc: dict[str, Any] = {
+        "why": "6 offload-hit samples < 10",
+        "ttft_seconds": {"offload_hit": {"n": 6}, "cold": {"n": 10}},
+        "phases": [ph(True, False, "offload_hit")] * 6 + [ph(False, True, "offload_hit")] * 4,
+        "conditions": {"strategy": "wait", "control": None},
+    }
+    hints = _short(doc, min_samples=10, rounds=10)
+    assert doc["why"] == (
+        "6 offload-hit samples < 10 (revisits left out: 4 ambiguous; ambiguous = other traffic could explain the hit)"
+    )
+    assert hints[0].startswith("--rounds 17 ") and hints[1].startswith("--allow-pressure")

@@ -85,7 +85,7 @@ def _explain(doc: dict[str, Any], result: CheckResult) -> None:
             "needed: this says nothing about offloading"
         )
         hints.append("--allow-pressure (staging) or run while real traffic fills the GPU cache")
-    elif doc["verdict"] == "inconclusive" and "samples <" in doc["why"]:
+    elif doc["verdict"] == "inconclusive" and ("samples <" in doc["why"] or "no control path" in doc["why"]):
         hints += _short(doc, s.min_samples, int(doc["rounds_completed"]))
     doc["hints"] = hints
 
