@@ -99,7 +99,7 @@ def test_simulator_convoy_turns_a_win_into_a_loss() -> None:
 
 
 async def _sweep(
-    tmp_path: Path, calibration: str, scale: float, levels: str, timing: dict[str, float]
+    tmp_path: Path, calibration: str, scale: float, levels: str, timing: dict[str, float], *extra: str
 ) -> dict[str, Any]:
     runner, url = await start(
         Simulator(SimOptions(calibration=calibration, version="0.32.0", time_scale=scale, seed=3, timing=timing))
@@ -108,6 +108,7 @@ async def _sweep(
         args = build_parser().parse_args(
             ["check", "--target", url, "--rounds", "1", "--allow-pressure", "--settle", "0.01", "--min-samples", "3"]
             + ["--concurrency", levels, "--secret-file", str(tmp_path / "s"), "--out", str(tmp_path / "ev"), "--quiet"]
+            + list(extra)
         )
         out = io.StringIO()
         _, doc = await run_check(args, stdout=out, stderr=io.StringIO())
@@ -130,3 +131,15 @@ async def test_check_sweep_states_the_crossover_from_the_simulator(tmp_path: Pat
     assert "recommendation: loads cost latency at low load" in doc["_text"]
     png = (tmp_path / "ev" / "ttft.png").read_bytes()
     assert png.startswith(b"\x89PNG") and int.from_bytes(png[20:24], "big") > 300  # the sweep panel's height
+
+
+async def test_a_length_sweep_finds_the_shortest_prefix_that_pays(tmp_path: Path) -> None:
+    # A fixed load overhead of 120 ms against 0.04 ms per recomputed token: loads pay off above ~3,000 tokens.
+    timing = {"load_queue_ms": 120.0, "prefill_ms_per_token": 0.04, "jitter_ms": 0.0}
+    doc = await _sweep(tmp_path, "h200-qwen3-0.6b", 0.5, "1", timing, "--prefix-tokens", "1024,6144")
+    sweep = doc["load_sweep"]
+    assert [(e["concurrency"], e["prefix_tokens"]) for e in sweep] == [(1, 1024), (1, 6144)]
+    assert doc["conditions"]["sizing"]["prefix_tokens"] == 1024  # the rounds use the first length
+    assert sweep[0]["verdict"] == "offload_slower" and sweep[1]["verdict"] == "offload_faster", sweep
+    assert doc["load_sweep_summary"]["length_threshold"]["min_prefix_tokens"] == 6144
+    assert "prefix length: at c = 1 loads pay off from prefixes of 6,144 tokens" in doc["_text"]
