@@ -361,3 +361,6 @@ class Engine:
             "pending_store_chunks": sum(p.chunks for p in self._pending),
             "requests": self.requests,
         }
+
+
+__all__ = ["CACHED_SOURCES", "PAGE_SIZE", "SOURCES", "Engine", "EngineConfig", "Plan", "SimRequest"]
