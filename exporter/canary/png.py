@@ -133,7 +133,7 @@ def _line(c: Canvas, x0: int, y0: int, x1: int, y1: int, color: RGB) -> None:
 def sweep_panel(c: Canvas, y0: int, entries: Sequence[Mapping[str, object]], left: int = 128, right: int = 70) -> None:
     """Median TTFT vs concurrency (levels evenly spaced), offload red, its control blue, p90 as a tick."""
     pts = [e for e in entries if e.get("offload_median_seconds") is not None or e.get("control_median_seconds")]
-    c.text(8, y0 + 4, "ttft vs concurrency: median (dot), p90 (tick); red offload, blue control", (90, 90, 90))
+    c.text(8, y0 + 4, "ttft vs concurrency: median (dot), p90 (tick), red offload, blue control", (90, 90, 90))
     if not pts:
         c.text(left, y0 + 40, "no load sweep samples", (150, 150, 150))
         return
