@@ -363,4 +363,4 @@ class Engine:
         }
 
 
-__all__ = ["CACHED_SOURCES", "PAGE_SIZE", "SOURCES", "Engine", "EngineConfig", "Plan", "SimRequest"]
+__all__ = ["CACHED_SOURCES", "SOURCES", "Engine", "EngineConfig", "Plan", "SimRequest"]
