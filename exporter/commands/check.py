@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
-from urllib.parse import urlsplit
 
 from exporter.config import ConfigError
 
@@ -139,17 +138,15 @@ async def run_check(
     from exporter.canary.secrets import SecretError
     from exporter.canary.sweep import SweepRequest
 
-    usage = _usage_errors(args)
-    if usage:  # before the first request: nothing is spent on a run whose results cannot be written
-        for msg in usage:
-            print(f"kvoffload-exporter check: {checkrun.redact(msg)}", file=stderr)
-        return 2, {**checkreport.error_document("; ".join(usage)), "exit_code": 2}
     try:
-        settings = settings_from_args(args)
+        settings = settings_from_args(args)  # URLs included (config.parse_targets)
+        usage = _usage_errors(args)
+        if usage:  # before the first request: nothing is spent on a run whose results cannot be written
+            raise ConfigError(usage)
         keys = checkrun.load_keys(settings, stderr)
     except (ConfigError, SecretError) as e:
-        print(f"kvoffload-exporter check: {e}", file=stderr)
-        code = 2 if isinstance(e, ConfigError) else 3  # a bad flag value is a usage error
+        print(f"kvoffload-exporter check: {checkrun.redact(str(e))}", file=stderr)
+        code = 2 if isinstance(e, ConfigError) else 3  # a bad flag value or output path is a usage error
         return code, {**checkreport.error_document(str(e)), "exit_code": code}
     sweep = None
     if args.concurrency:
@@ -177,13 +174,9 @@ def _writable(path: Path) -> str | None:
 
 
 def _usage_errors(args: argparse.Namespace) -> list[str]:
-    """Target URLs and output paths, checked before the first request (exit 2)."""
+    """Output paths (and the sweep's precondition), checked before the first request (exit 2); the URLs
+    were checked with the settings."""
     errors = []
-    for flag, url in (("--target", args.target), ("--control-target", getattr(args, "control_target", None))):
-        if url is not None:
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                errors.append(f"{flag}: not an http(s) base URL: {url!r}")
     if args.json:
         p = Path(args.json)
         why = f"{p} is a directory" if p.is_dir() else None if p.exists() else _writable(p)
