@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from exporter import __version__
-from exporter.catalogue import COLLECTORS, SCRAPE_ERROR_REASONS, SIGNAL_METRICS, STATES
+from exporter.catalogue import COLLECTORS, RECOMMENDATIONS, SCRAPE_ERROR_REASONS, SIGNAL_METRICS, STATES
 from exporter.derive import EngineDerived
 from exporter.model import EngineKey, EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory, Snapshot
+from exporter.payback import engine_payback
 from exporter.procmem import footprint_ratio, growth_step
 from exporter.render import Exposition, Heads
 
@@ -79,6 +80,11 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     x.add("kvoffload_offload_store_bandwidth_bytes_per_second", d.store_bandwidth, wl)
     x.add("kvoffload_gpu_prefix_hit_ratio", d.gpu_hit_ratio, wl)
     x.add("kvoffload_external_prefix_hit_ratio", d.external_hit_ratio, wl)
+    x.add("kvoffload_prefill_seconds_per_token", d.prefill_seconds_per_token, wl)
+    pb = engine_payback(d, e, tier_bytes(e, t.tier_bytes))
+    if pb is not None:
+        x.add("kvoffload_offload_payback_seconds_per_gib_hour", pb.seconds_per_gib_hour, wl)
+        x.add_states("kvoffload_offload_recommendation", wl, RECOMMENDATIONS, pb.action)
     if d.ttft_quantiles:  # a summary: quantiles over the window and the samples they come from
         x.add_summary("kvoffload_ttft_seconds", wl, d.ttft_quantiles, d.ttft_count)
 

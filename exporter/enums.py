@@ -59,6 +59,8 @@ class Signal(StrEnum):
     EXTERNAL_PREFIX_QUERIES = "external_prefix_queries"
     EXTERNAL_PREFIX_HITS = "external_prefix_hits"
     PROMPT_TOKENS = "prompt_tokens"
+    PREFILL_SECONDS = "prefill_seconds"  # Σ request_prefill_time_seconds (SCHEDULED → first token)
+    PREFILL_COMPUTED_TOKENS = "prefill_computed_tokens"  # Σ request_prefill_kv_computed_tokens
     # Gauges (attributes of EngineSignals of the same name).
     GPU_KV_CACHE_USAGE = "gpu_kv_cache_usage"
     OFFLOAD_INFLIGHT = "offload_inflight"
@@ -139,3 +141,12 @@ class MemorySource(StrEnum):
     SMAPS_ROLLUP = "smaps_rollup"  # Σ Pss_Shmem / Pss / Pss_Anon: shared pages split across their mappers
     CGROUP = "cgroup"  # the vLLM cgroup's memory.stat shmem / anon: each page charged once
     STATUS = "status"  # only /proc/<pid>/status: anon from RssAnon; shmem and PSS unknown
+
+
+class Recommendation(StrEnum):
+    """What to do with the offload tier given its payback over the window (exporter/payback.py rules)."""
+
+    GROW = "grow"
+    KEEP = "keep"
+    SHRINK = "shrink"
+    DISABLE = "disable"

@@ -56,8 +56,13 @@ _TTFT = "vllm:time_to_first_token_seconds"
 _BY_SOURCE = "vllm:prompt_tokens_by_source"
 _CACHE_INFO = "vllm:cache_config_info"
 _OFFLOAD_INFO = "vllm:kv_offload_config_info"
+# Per-request prefill histograms (0.26+): only their `_sum` is kept, as a counter (the payback's cost per token).
+_PREFILL = {
+    "vllm:request_prefill_time_seconds": Signal.PREFILL_SECONDS,
+    "vllm:request_prefill_kv_computed_tokens": Signal.PREFILL_COMPUTED_TOKENS,
+}
 
-HISTOGRAMS = frozenset({_TTFT, _LEGACY_SIZE, *_FLAT_SIZE})
+HISTOGRAMS = frozenset({_TTFT, _LEGACY_SIZE, *_FLAT_SIZE, *_PREFILL})
 FAMILIES = tuple(
     sorted(
         {
@@ -66,6 +71,7 @@ FAMILIES = tuple(
             *_LEGACY,
             _LEGACY_SIZE,
             *_COUNTERS,
+            *_PREFILL,
             *_ALIASES,
             *_GAUGES,
             _TTFT,
@@ -274,7 +280,7 @@ def _freeze(
         # A registered offload family without a child for this engine means nothing moved yet.
         for sig in OFFLOAD_SIGNALS:
             counters.setdefault(sig, 0.0)
-    for fam, sig in _COUNTERS.items():
+    for fam, sig in (*_COUNTERS.items(), *_PREFILL.items()):
         if fam in families and not fam.startswith(_OFFLOAD_FAMILY_PREFIX):
             counters.setdefault(sig, 0.0)
     gauges = e.gauges
@@ -322,6 +328,11 @@ def _on_counter(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: 
     _add(e.counters, _COUNTERS[fam], value)
 
 
+def _on_prefill(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
+    if sfx == "sum":
+        _add(e.counters, _PREFILL[fam], value)
+
+
 def _on_alias(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
     current = _ALIASES[fam]
     if current in _GAUGES:
@@ -367,4 +378,5 @@ _HANDLERS: dict[str, _Handler] = {
     **{f: _on_hist for f in (*_FLAT_SIZE, _TTFT)},
     _LEGACY_SIZE: _on_legacy_size,
     _BY_SOURCE: _on_by_source,
+    **{f: _on_prefill for f in _PREFILL},
 }

@@ -14,6 +14,7 @@ from exporter.catalogue import (
     COLLECTORS,
     MEMORY_SOURCES,
     PROCESS_ROLES,
+    RECOMMENDATIONS,
     SCRAPE_ERROR_REASONS,
     STATES,
     Group,
@@ -38,6 +39,7 @@ _CLOSED_SETS: tuple[tuple[str, Sequence[str]], ...] = (
     ("`reason` (canary cycles)", CANARY_REASONS),
     ("`verdict`", CANARY_VERDICTS),
     ("`tier`", CANARY_TIERS),
+    ("`recommendation`", RECOMMENDATIONS),
 )
 """Label values the exporter writes from a closed set (the enums in exporter/enums.py, canary/types.py)."""
 

@@ -12,6 +12,7 @@ from exporter.canary.checkrun import CheckResult, redact
 from exporter.commands.inspect import report as interval_report
 from exporter.exposition import ParseError
 from exporter.normalise import normalise
+from exporter.payback import check_recommendation
 
 
 def error_document(why: str) -> dict[str, Any]:
@@ -127,6 +128,7 @@ def document(result: CheckResult) -> dict[str, Any]:
     _explain(doc, result)
     if doc.get("conditions"):  # no user:password@ of a URL in any file
         doc["conditions"] = json.loads(redact(json.dumps(doc["conditions"])))
+    doc["recommendation"] = check_recommendation(doc, result.after.get("target"))  # docs/memory.md: payback
     return doc
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from exporter.canary import sweepreport
 from exporter.canary.stats import Summary, Verdict, median, summarize
 from exporter.catalogue import CANARY_PATHS
+from exporter.payback import text_line
 
 EXIT_CODES = {"offload_faster": 0, "offload_slower": 1, "no_offload_hit": 1, "inconclusive": 4, "error": 3}
 PHASES = (
@@ -205,6 +206,7 @@ def text(doc: Mapping[str, Any]) -> str:
             [False, True, True, False],
         )
         out.append("")
+    out += text_line(doc.get("recommendation"))
     rows = []
     for ph in doc.get("phase_summary") or []:
         cls = ", ".join(f"{k} x{v}" for k, v in ph["classifications"].items()) or "-"

@@ -17,6 +17,7 @@ from exporter.enums import (
     MemorySource,
     MetricType,
     ProcessRole,
+    Recommendation,
     ScrapeErrorReason,
     Signal,
     State,
@@ -28,6 +29,9 @@ STATES: tuple[State, ...] = tuple(State)
 
 SCRAPE_ERROR_REASONS: tuple[ScrapeErrorReason, ...] = tuple(ScrapeErrorReason)
 """Closed set of reasons for kvoffload_scrape_errors_total; never free text in labels."""
+
+RECOMMENDATIONS: tuple[Recommendation, ...] = tuple(Recommendation)
+"""`recommendation` of kvoffload_offload_recommendation (exporter/payback.py)."""
 
 COLLECTORS: tuple[CollectorName, ...] = tuple(CollectorName)
 
@@ -67,6 +71,7 @@ __all__ = [
     "MEMORY_SOURCES",
     "PREFIX",
     "PROCESS_ROLES",
+    "RECOMMENDATIONS",
     "SCRAPE_ERROR_REASONS",
     "SIGNAL_METRICS",
     "STATES",

@@ -65,6 +65,32 @@ METRICS: tuple[Metric, ...] = (
         group=Group.DERIVED,
     ),
     Metric(
+        name="kvoffload_prefill_seconds_per_token",
+        type=MetricType.GAUGE,
+        help="Measured prefill cost: prefill seconds / prefilled tokens over the window (a mean: includes each "
+        "request's fixed step time; absent without prefill).",
+        labels=WINDOWED,
+        unit=Unit.SECONDS,
+        source="vllm:request_prefill_time_seconds_sum / vllm:request_prefill_kv_computed_tokens_sum",
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_offload_payback_seconds_per_gib_hour",
+        type=MetricType.GAUGE,
+        help="Is the tier worth its RAM: (loaded tokens × prefill seconds per token − load seconds) / (tier GiB × "
+        "window hours); absent when an input is unknown or the window had no prefill (docs/memory.md).",
+        labels=WINDOWED,
+        source="vllm:external_prefix_cache_hits, kv_offload_load_time, request_prefill_time_seconds, tier size",
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_offload_recommendation",
+        type=MetricType.STATESET,
+        help="What to do with the tier over the window: grow, keep, shrink or disable (rules in docs/memory.md).",
+        labels=WINDOWED + ("recommendation",),
+        group=Group.DERIVED,
+    ),
+    Metric(
         name="kvoffload_window_seconds",
         type=MetricType.GAUGE,
         help="Time actually covered by the window's first and last polls.",

