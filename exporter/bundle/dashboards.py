@@ -272,6 +272,19 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         w=12,
         h=8,
     )
+    L.add(
+        timeseries(
+            "Is the tier worth its RAM?",
+            "Prefill seconds the tier saved per GiB-hour it was held, over the exporter's window: (loaded tokens "
+            "x measured prefill cost per token - load seconds) / (tier GiB x window hours). Below 0 with loads: "
+            "disable; kvoffload_offload_recommendation says grow/keep/shrink/disable (rules in docs/memory.md). "
+            "Absent while the tier size or the prefill cost is unknown.",
+            [(q("kvoffload_offload_payback_seconds_per_gib_hour"), f"payback {eng}")],
+            "s",
+        ),
+        w=24,
+        h=8,
+    )
 
     return dashboard(
         "KV offload overview",

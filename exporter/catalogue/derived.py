@@ -68,7 +68,7 @@ METRICS: tuple[Metric, ...] = (
         name="kvoffload_prefill_seconds_per_token",
         type=MetricType.GAUGE,
         help="Measured prefill cost: prefill seconds / prefilled tokens over the window (a mean: includes each "
-        "request's fixed step time; absent without prefill).",
+        "request's fixed step time; absent under 1,024 prefilled tokens).",
         labels=WINDOWED,
         unit=Unit.SECONDS,
         source="vllm:request_prefill_time_seconds_sum / vllm:request_prefill_kv_computed_tokens_sum",
@@ -77,7 +77,7 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_offload_payback_seconds_per_gib_hour",
         type=MetricType.GAUGE,
-        help="Is the tier worth its RAM: (loaded tokens × prefill seconds per token − load seconds) / (tier GiB × "
+        help="Is the tier worth its RAM: (loaded tokens x prefill seconds per token - load seconds) / (tier GiB x "
         "window hours); absent when an input is unknown or the window had no prefill (docs/memory.md).",
         labels=WINDOWED,
         source="vllm:external_prefix_cache_hits, kv_offload_load_time, request_prefill_time_seconds, tier size",

@@ -144,7 +144,7 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_prefill_seconds_total",
         type=MetricType.COUNTER,
-        help="Σ per-request prefill time (scheduled → first token; excludes queueing and async KV loads).",
+        help="Sum of per-request prefill time (scheduled to first token; excludes queueing and async KV loads).",
         labels=ENGINE,
         unit=Unit.SECONDS,
         source="vllm:request_prefill_time_seconds_sum",
@@ -154,7 +154,7 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_prefill_computed_tokens_total",
         type=MetricType.COUNTER,
-        help="Σ per-request prompt tokens actually computed in prefill (prompt − cached), with the prefill time above.",
+        help="Sum of per-request prompt tokens computed in prefill (prompt - cached), observed with the prefill time.",
         labels=ENGINE,
         unit=Unit.TOKENS,
         source="vllm:request_prefill_kv_computed_tokens_sum",
