@@ -78,7 +78,7 @@ METRICS: tuple[Metric, ...] = (
         name="kvoffload_offload_payback_seconds_per_gib_hour",
         type=MetricType.GAUGE,
         help="Is the tier worth its RAM: (loaded tokens x prefill seconds per token - load seconds) / (tier GiB x "
-        "window hours); absent when an input is unknown or the window had no prefill (docs/memory.md).",
+        "window hours); absent when an input is unknown or the window had too little prefill (docs/memory.md).",
         labels=WINDOWED,
         source="vllm:external_prefix_cache_hits, kv_offload_load_time, request_prefill_time_seconds, tier size",
         group=Group.DERIVED,
