@@ -16,10 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.derive import EngineDerived
+from exporter.derive import EngineDerived, interval, prefill_cost
 from exporter.enums import Recommendation, Signal
 from exporter.exposition import ParseError
-from exporter.model import EngineSignals
+from exporter.model import EngineKey, EngineSignals, Snapshot
 from exporter.normalise import normalise
 
 GIB = float(2**30)
@@ -134,50 +134,62 @@ def _control_cost(doc: Mapping[str, Any]) -> float | None:
     return max(0.0, rec - gpu) / tokens
 
 
-def _interval_sums(doc: Mapping[str, Any]) -> tuple[float, float] | None:
-    """(loaded tokens, load seconds) over the check's run, summed over the target's engines."""
-    engines = (doc.get("interval") or {}).get("engines") or []
-    hits = [e.get("external_prefix_hits") for e in engines]
-    secs = [e.get("offload_load_seconds") for e in engines]
-    if not engines or None in hits or None in secs:
-        return None
-    return float(sum(hits)), float(sum(secs))
-
-
-def _scraped_tier(after: str | None) -> float | None:
-    """Σ tier bytes of the target's engines from the closing scrape; None when unknown (0.26 hides it)."""
-    from exporter.collector import tier_bytes  # the collector imports this module: import on use
-
-    if after is None:
+def _scrapes(before: str | None, after: str | None) -> tuple[Snapshot, Snapshot] | None:
+    if before is None or after is None:
         return None
     try:
-        snap = normalise(after)
+        return normalise(before), normalise(after)
     except ParseError:
         return None
+
+
+def _tier(snap: Snapshot) -> float | None:
+    """Σ tier bytes of the target's engines; None when unknown (vLLM 0.26 exports no native tier size)."""
+    from exporter.collector import tier_bytes  # the collector imports this module: import on use
+
     known = [b for b in (tier_bytes(e, None) for e in snap.engines) if b is not None]
     return sum(known) if known and snap.offload_configured else None
 
 
-def check_recommendation(doc: Mapping[str, Any], after: str | None) -> dict[str, Any] | None:
-    """`check`'s `recommendation` key over the check's own run (its canary traffic): the prefill cost
-    from the control path, the tier from the closing scrape `after`. The action needs only the sign
-    of the saving; grow and shrink need the workload's reuse, so only the gauge gives them. None
-    when the run measured no cost or no loads counter; the figure is None when the tier is unknown."""
-    cost, sums, window = _control_cost(doc), _interval_sums(doc), float(doc.get("duration_seconds") or 0.0)
-    if cost is None or sums is None:
+def _summed(derived: Mapping[EngineKey, EngineDerived]) -> tuple[dict[Signal, float], dict[str, float]]:
+    deltas: dict[Signal, float] = {}
+    by_source: dict[str, float] = {}
+    for d in derived.values():
+        for k, v in d.deltas.items():
+            deltas[k] = deltas.get(k, 0.0) + v
+        for src, v in d.by_source.items():
+            by_source[src] = by_source.get(src, 0.0) + v
+    return deltas, by_source
+
+
+def check_recommendation(doc: Mapping[str, Any], before: str | None, after: str | None) -> dict[str, Any] | None:
+    """`check`'s `recommendation` key over the check's own run (its canary traffic, between the scrapes
+    `before` and `after`): the prefill cost from the control path, else from the engine's counters.
+    The action needs only the sign of the saving; grow and shrink by reuse need the workload, so only
+    the gauge gives them. None without a measured cost or a loads counter; the figure is None when the
+    tier size is unknown."""
+    scrapes = _scrapes(before, after)
+    if scrapes is None:
         return None
-    loaded, load_s = sums
+    deltas, by_source = _summed(interval(*scrapes))
+    loaded, load_s = deltas.get(Signal.EXTERNAL_PREFIX_HITS), deltas.get(Signal.OFFLOAD_LOAD_SECONDS)
+    cost, source = _control_cost(doc), "control"
+    if cost is None:
+        cost, source = prefill_cost(deltas, by_source), "engine_counters"
+    if cost is None or loaded is None or load_s is None:
+        return None
     saved = loaded * cost - load_s
-    pb = payback_seconds_per_gib_hour(loaded, cost, load_s, _scraped_tier(after), window)
+    pb = payback_seconds_per_gib_hour(loaded, cost, load_s, _tier(scrapes[1]), float(doc.get("duration_seconds") or 0))
     if loaded <= 0:
         action, why = Recommendation.SHRINK, "the run loaded nothing from the tier"
     elif saved < 0:
-        action, why = Recommendation.DISABLE, f"each load cost {-saved / loaded * 1e6:.3g} us/token more than prefill"
+        action, why = Recommendation.DISABLE, f"loads cost {-saved / loaded * 1e6:.3g} us/token more than prefill"
     else:
-        action, why = Recommendation.KEEP, f"each load saved {saved / loaded * 1e6:.3g} us/token of prefill"
+        action, why = Recommendation.KEEP, f"loads saved {saved / loaded * 1e6:.3g} us/token of prefill"
     return {
         "payback_seconds_per_gib_hour": None if pb is None else round(pb, 6),
         "prefill_seconds_per_token": round(cost, 9),
+        "prefill_cost_from": source,
         "saved_seconds": round(saved, 6),
         "action": str(action),
         "why": why,

@@ -116,37 +116,56 @@ def _ttft(median: float) -> dict[str, float]:
     return {"n": 1, "median": median, "p25": median, "p75": median}
 
 
-def _check_doc(recompute: float, gpu_hit: float, tokens: float, load_s: float) -> dict[str, object]:
+def _check_doc(recompute: float | None, gpu_hit: float, tokens: float) -> dict[str, object]:
+    ttft = {"gpu_hit": _ttft(gpu_hit)} | ({"recompute": _ttft(recompute)} if recompute is not None else {})
     return {
-        "ttft_seconds": {"recompute": _ttft(recompute), "gpu_hit": _ttft(gpu_hit)},
+        "ttft_seconds": ttft,
         "phase_summary": [{"phase": "offload_hit", "external_hit_tokens": tokens}],
-        "interval": {"engines": [{"external_prefix_hits": tokens, "offload_load_seconds": load_s}]},
         "duration_seconds": 60.0,
     }
 
 
 def test_check_recommends_disable_for_the_h200_0_6b() -> None:
-    """docs/memory.md: (34.2 − 25.9) ms / 5,952 = 1.39 µs per token; 5,952 × that − 17.9 ms = −9.6 ms."""
-    doc = _check_doc(0.0342, 0.0259, 5952.0, 0.0179)
-    rec = check_recommendation(doc, _read("h200-0.6b/A_05_after_cpu_tier_hit.prom"))
-    assert rec is not None and rec["action"] == "disable"
-    assert rec["saved_seconds"] == pytest.approx(-0.0096, abs=1e-6)
-    assert rec["payback_seconds_per_gib_hour"] is None  # 0.26 hides the tier size
+    """Control path (docs/memory.md): (34.2 − 25.9) ms / 5,952 = 1.3945 µs per token. Between A_04 and
+    A_05 the engine loaded 5,952 tokens in 0.040064798 − 0.018057247 = 22.0076 ms: 8.3 ms of prefill
+    saved − 22.0 ms of load = −13.71 ms → disable. vLLM 0.26 hides the tier: no figure."""
+    doc = _check_doc(0.0342, 0.0259, 5952.0)
+    rec = check_recommendation(
+        doc, _read("h200-0.6b/A_04_after_pressure.prom"), _read("h200-0.6b/A_05_after_cpu_tier_hit.prom")
+    )
+    assert rec is not None and rec["action"] == "disable" and rec["prefill_cost_from"] == "control"
+    assert rec["saved_seconds"] == pytest.approx(0.0083 - 0.0220075512, abs=1e-6)
+    assert rec["payback_seconds_per_gib_hour"] is None
     assert "-> disable" in report.text({"recommendation": rec, "verdict": "no_benefit", "why": "x", "exit_code": 1})
 
 
-def test_check_recommends_keep_for_the_h200_32b_with_a_known_tier() -> None:
-    """628 ms saved prefill (recompute − GPU hit) − 33.0 ms load = +595 ms over a 60 s run; tier from a
-    0.33 scrape: 2 engines × 17,179,344,896 B = 32.0 GiB → 0.595 / (32.0 × 1/60) = +1.1156 s per GiB-hour."""
+def test_check_without_a_control_path_uses_the_engine_counters() -> None:
+    """32B A_01 → A_05 without a recompute path: 2.798268819 s / 24,080 tokens = 116.207 µs per token;
+    5,952 × that − 32.949 ms = +658.7 ms → keep."""
     rec = check_recommendation(
-        _check_doc(0.6533, 0.0253, 5952.0, 0.0330), _read("reconstructed/native-0.33-dp2/after-mixed.prom")
+        _check_doc(None, 0.0253, 5952.0),
+        _read("h200-32b/A_01_before_cold.prom"),
+        _read("h200-32b/A_05_after_cpu_tier_hit.prom"),
+    )
+    assert rec is not None and rec["action"] == "keep" and rec["prefill_cost_from"] == "engine_counters"
+    assert rec["saved_seconds"] == pytest.approx(5952 * 2.798268819 / 24080 - 0.0329494705, abs=1e-6)
+
+
+def test_check_states_the_figure_when_the_scrape_gives_the_tier() -> None:
+    """0.33 DP=2 capture (kv_offload_config_info: 2 × 17,179,344,896 B = 31.999 GiB); 130,560 tokens
+    loaded in 0.623903 s; control 628 ms / 5,952 = 105.51 µs per token → saved 13.7755 − 0.6239 =
+    +13.1516 s over a 60 s run → 13.1516 / (31.999 GiB × 1/60 h) = +24.66 s per GiB-hour."""
+    d = FIXTURES / "reconstructed/native-0.33-dp2"
+    rec = check_recommendation(
+        _check_doc(0.6533, 0.0253, 5952.0), (d / "after-cold.prom").read_text(), (d / "after-mixed.prom").read_text()
     )
     assert rec is not None and rec["action"] == "keep"
-    tier_gib = 2 * 17179344896 / GIB
-    assert rec["payback_seconds_per_gib_hour"] == pytest.approx(0.595 / (tier_gib / 60), rel=1e-6)
+    saved = 130560 * 0.628 / 5952 - 0.623903
+    assert rec["payback_seconds_per_gib_hour"] == pytest.approx(saved / (2 * 17179344896 / GIB / 60), rel=1e-6)
 
 
-def test_check_without_a_control_path_states_nothing() -> None:
-    doc = _check_doc(0.0342, 0.0259, 5952.0, 0.0179)
-    doc["ttft_seconds"] = {"gpu_hit": _ttft(0.0259)}
-    assert check_recommendation(doc, None) is None
+def test_check_without_scrapes_or_any_prefill_cost_states_nothing() -> None:
+    assert check_recommendation(_check_doc(0.0342, 0.0259, 5952.0), None, None) is None
+    # Two full hits prefilled 52 tokens: no counter cost, and no control path either.
+    before, after = _read("h200-0.6b/A_04_after_pressure.prom"), _read("h200-0.6b/A_05_after_cpu_tier_hit.prom")
+    assert check_recommendation(_check_doc(None, 0.0259, 5952.0), before, after) is None

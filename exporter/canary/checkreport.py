@@ -128,7 +128,8 @@ def document(result: CheckResult) -> dict[str, Any]:
     _explain(doc, result)
     if doc.get("conditions"):  # no user:password@ of a URL in any file
         doc["conditions"] = json.loads(redact(json.dumps(doc["conditions"])))
-    doc["recommendation"] = check_recommendation(doc, result.after.get("target"))  # docs/memory.md: payback
+    before, after = result.engine.first_snapshot.get("target"), result.after.get("target")
+    doc["recommendation"] = check_recommendation(doc, before, after)  # docs/memory.md: payback
     return doc
 
 
