@@ -9,6 +9,7 @@ counters and histograms, max for advisory gauges. Unknown families are ignored.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Callable
 from functools import lru_cache
@@ -114,7 +115,7 @@ def _bound(v: str) -> float:
     if v in ("+Inf", "Inf", "inf", "+inf"):
         return _INF
     b = parse_float(v, "histogram bound le")
-    if not 0.0 <= b:  # NaN and -Inf included
+    if not b >= 0.0:  # NaN and -Inf included
         raise ParseError(f"impossible histogram bound le={v!r} for a size or duration")
     return b
 
@@ -159,8 +160,8 @@ class _Hist:
     def freeze(self) -> Histogram:
         bounds = sorted(self.buckets)
         finite = tuple(b for b in bounds if b != float("inf"))
-        counts = tuple(self.buckets[b] for b in finite) + (self.buckets.get(float("inf"), self.count),)
-        if any(a > b for a, b in zip(counts, counts[1:])):
+        counts = (*(self.buckets[b] for b in finite), self.buckets.get(float("inf"), self.count))
+        if any(a > b for a, b in itertools.pairwise(counts)):
             raise ParseError("histogram buckets are not cumulative (a count decreases as le grows)")
         return Histogram(finite, counts, self.sum, self.count)
 
@@ -230,7 +231,7 @@ def normalise(text: str, limits: Limits | None = None) -> Snapshot:
     for fam, sfx, (key, rest, pid, le), value in samples:
         families.add(fam)
         multiprocess |= pid
-        if fam == _CACHE_INFO or fam == _OFFLOAD_INFO:
+        if fam in (_CACHE_INFO, _OFFLOAD_INFO):
             info = dict(rest)
             if fam == _CACHE_INFO and not key[0]:
                 engine_only[key[1]] = info

@@ -69,7 +69,7 @@ async def test_redirect_to_another_origin_is_not_followed(pair) -> None:  # type
 
 
 async def test_redirect_followed_only_within_the_origin_scheme_included(pair) -> None:  # type: ignore[no-untyped-def]
-    target, other, (url, _) = pair
+    target, _other, (url, _) = pair
     target.routes["/metrics"] = "/real/metrics"
     async with aiohttp.ClientSession() as s:
         assert "vllm:" in await fetch_metrics(s, url, 2.0, 1 << 24)
