@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from typing import Any
+from typing import TYPE_CHECKING
 
 import aiohttp
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
@@ -34,6 +34,9 @@ from exporter.render import Exposition, Fragment, Heads, merge
 from exporter.selfmon import SelfStats
 from exporter.sources import host as host_source
 from exporter.sources.vllm_http import ScrapeError, fetch_metrics, fetch_version
+
+if TYPE_CHECKING:
+    from exporter.sources.gpu import Nvml
 
 log = logging.getLogger("kvoffload.poller")
 
@@ -184,7 +187,7 @@ class Exporter:
         self._slots = asyncio.Semaphore(config.max_concurrent_polls)  # bounds polls in flight
         self._tasks: list[asyncio.Task[None]] = []
         self._loops: dict[TargetConfig, asyncio.Task[None]] = {}  # per configured target, for reload
-        self._nvml: Any = None  # sources.gpu.Nvml once started (imported lazily)
+        self._nvml: Nvml | None = None  # once started (imported lazily: pynvml only where --collector.gpu)
         self._smaps = host_source.SmapsCache()
 
     def render(self) -> None:
