@@ -11,6 +11,7 @@ from conftest import fixture_text
 
 from exporter.app import EXPORTER, make_app
 from exporter.config import Config, ConfigError, TargetConfig, from_mapping
+from exporter.limits import Limits
 
 
 def test_limits_global_and_per_target_from_the_config_file() -> None:
@@ -96,3 +97,18 @@ def test_redact_url_drops_userinfo_and_masks_query_values(url: str, out: str) ->
 
     assert redact_url(url) == out
     assert "s3cr3t" not in redact_text("cannot reach http://me:s3cr3t@h:1", "http://me:s3cr3t@h:1")
+
+
+def test_top_level_limits_come_from_flags_and_environment_like_every_setting(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from exporter.cli import build_parser
+    from exporter.commands.serve import config_from_args
+
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("limits: {sample_limit: 500, engine_limit: 4}\ntargets: [http://a:1]\n")
+    args = build_parser().parse_args(["serve", "--config", str(cfg_file), "--limits.sample-limit", "700"])
+    cfg = config_from_args(args, environ={"KVOFFLOAD_LIMITS_LABEL_VALUE_LENGTH_LIMIT": "64"})
+    assert cfg.limits == Limits(sample_limit=700, label_value_length_limit=64, engine_limit=4)
+    bad = build_parser().parse_args(["serve", "--target", "http://a:1", "--limits.engine-limit", "0"])
+    with pytest.raises(ConfigError) as err:
+        config_from_args(bad, environ={})
+    assert err.value.errors == ["--limits.engine-limit: must be a positive integer"]
