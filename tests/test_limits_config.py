@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from conftest import fixture_text
+from support.polls import metrics_after_polls
 
-from exporter.app import EXPORTER, make_app
+from exporter.app import make_app
 from exporter.config import Config, ConfigError, TargetConfig, from_mapping
 from exporter.limits import Limits
 
@@ -66,12 +65,7 @@ async def test_per_target_sample_limit_reaches_the_poll_and_is_counted() -> None
     )
     try:
         async with TestClient(TestServer(make_app(config))) as client:
-            exp = client.server.app[EXPORTER]
-            for _ in range(200):
-                if min(t.polls for t in exp.targets) >= 2:
-                    break
-                await asyncio.sleep(0.02)
-            text = await (await client.get("/metrics")).text()
+            text = await metrics_after_polls(client)
     finally:
         await upstream.close()
     assert 'kvoffload_up{target="a"} 0.0' in text and 'kvoffload_up{target="b"} 1.0' in text

@@ -44,6 +44,20 @@ class AlertRule:
     def runbook_url(self, base: str) -> str:
         return f"{base}#{self.anchor}"
 
+    def prometheus_rule(self, runbook_base: str) -> dict[str, object]:
+        """The rule as a Prometheus rule file lists it (also what promtool tests the Grafana copy with)."""
+        return {
+            "alert": self.alert,
+            "expr": self.expr,
+            "for": self.for_,
+            "labels": {"severity": self.severity},
+            "annotations": {
+                "summary": self.summary,
+                "description": self.description,
+                "runbook_url": self.runbook_url(runbook_base),
+            },
+        }
+
 
 class _Rules:
     """Builds both rule kinds. `inline=True` expands recorded series (Grafana has no recording rules)."""
@@ -299,20 +313,7 @@ def prometheus_rules(s: Settings = DEFAULT, selectors: Sequence[Matcher] = ()) -
     groups.append(
         {
             "name": "kvoffload.alerts",
-            "rules": [
-                {
-                    "alert": a.alert,
-                    "expr": a.expr,
-                    "for": a.for_,
-                    "labels": {"severity": a.severity},
-                    "annotations": {
-                        "summary": a.summary,
-                        "description": a.description,
-                        "runbook_url": a.runbook_url(s.runbook_url),
-                    },
-                }
-                for a in alerts
-            ],
+            "rules": [a.prometheus_rule(s.runbook_url) for a in alerts],
         }
     )
     return {"groups": groups}
