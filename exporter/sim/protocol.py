@@ -10,7 +10,7 @@ import uuid
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from exporter.sim.versions import Behaviour
 
@@ -70,11 +70,11 @@ class Completion:
     created: int
 
 
-def _int_list(v: Any) -> bool:
+def _int_list(v: object) -> TypeGuard[list[int]]:
     return isinstance(v, list) and all(type(x) is int for x in v)
 
 
-def _prompt(raw: Any, b: Behaviour) -> tuple[int, ...]:
+def _prompt(raw: object, b: Behaviour) -> tuple[int, ...]:
     if isinstance(raw, list) and len(raw) == 1 and (isinstance(raw[0], str) or _int_list(raw[0])):
         raw = raw[0]  # a batch of one
     if isinstance(raw, str):
@@ -94,7 +94,7 @@ def _prompt(raw: Any, b: Behaviour) -> tuple[int, ...]:
     return ids
 
 
-def _salt(raw: Any, b: Behaviour) -> str | None:
+def _salt(raw: object, b: Behaviour) -> str | None:
     if raw is None:
         return None
     if not isinstance(raw, str) or not raw:
@@ -151,7 +151,7 @@ def _stream_options(body: Mapping[str, Any], stream: bool) -> Mapping[str, Any]:
     return options or {}
 
 
-def parse_completion(body: Any, b: Behaviour, served_model: str, max_model_len: int, created: int) -> Completion:
+def parse_completion(body: object, b: Behaviour, served_model: str, max_model_len: int, created: int) -> Completion:
     """Validate a `/v1/completions` body like vLLM's OpenAI server does (the parts the simulator uses).
 
     `created`: the response's Unix time, from the simulator's wall clock."""
