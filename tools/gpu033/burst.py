@@ -24,7 +24,6 @@ G033_SWEEP (1), G033_CHECK (1), MOCK=1 (the project's simulator instead of vLLM,
 
 import contextlib
 import gzip
-import hashlib
 import http.client
 import json
 import os
@@ -40,6 +39,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from chunks import sha256  # the MANIFEST checksums: the same function that wrote them (same folder)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.getcwd()  # device.sh runs from the repository root (the product runs from there)
@@ -91,14 +92,6 @@ def sh(cmd, timeout=60):
         return (p.stdout + p.stderr).strip()
     except Exception as e:
         return repr(e)
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 22), b""):
-            h.update(b)
-    return h.hexdigest()
 
 
 # ------------------------------------------------------------------------------------------ bundle
