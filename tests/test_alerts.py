@@ -17,12 +17,8 @@ pytest.importorskip("grafanalib")
 from exporter.bundle import render_bundle
 from exporter.bundle.grafana_alerts import EXEC_ERR_STATES, NO_DATA_STATES
 from exporter.bundle.promql import names_in, parse_selectors
-from exporter.bundle.rules import (
-    build,
-    dump_yaml,
-    prometheus_rules,
-    prometheus_rules_yaml,
-)
+from exporter.bundle.rulefile import dump_yaml, prometheus_rules, prometheus_rules_yaml
+from exporter.bundle.rules import build
 from exporter.bundle.settings import DEFAULT, FIELDS, PRESETS, Kind, kind_of
 from exporter.catalogue import CATALOGUE
 from exporter.cli import main
