@@ -8,7 +8,7 @@ lint:
 	ruff format --check .
 
 type:
-	mypy exporter
+	mypy
 
 test:
 	$(PYTHON) -m pytest --ignore=tests/e2e

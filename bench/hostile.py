@@ -72,7 +72,7 @@ def free_port() -> int:
 def timed_get(url: str, timeout: float = 30.0) -> tuple[float, bytes]:
     t0 = time.perf_counter()
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (local bench servers)
+        with urllib.request.urlopen(url, timeout=timeout) as r:
             data = r.read()
     except OSError:
         return float("inf"), b""

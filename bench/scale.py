@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import re
@@ -178,7 +179,7 @@ def _lags(arrivals: dict[str, list[float]], interval: float) -> tuple[list[float
     lags: list[float] = []
     missed = 0
     for ts in arrivals.values():
-        for a, b in zip(ts, ts[1:]):
+        for a, b in itertools.pairwise(ts):
             gap = b - a
             lags.append(max(0.0, gap - interval))
             missed += max(0, int(gap / interval + 0.5) - 1)

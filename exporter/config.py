@@ -213,7 +213,7 @@ def positive_duration(v: object) -> float:
 
 def format_duration(seconds: float) -> str:
     """Prometheus-style label for a window: 300 → "5m", 90 → "90s"."""
-    s = int(round(seconds))
+    s = round(seconds)
     if s and s % 3600 == 0:
         return f"{s // 3600}h"
     if s and s % 60 == 0:

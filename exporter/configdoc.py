@@ -10,6 +10,7 @@ from typing import Any
 
 from exporter.canary.config import CanarySettings
 from exporter.config import Config, TargetConfig
+from exporter.limits import Limits
 from exporter.logs import LogSettings
 from exporter.schema import Duration, Spec, env_name, seconds_text, specs, yaml_key
 
@@ -17,6 +18,13 @@ _SECTIONS: tuple[tuple[str, type, str, str], ...] = (
     ("Exporter", Config, "", "top level of the file"),
     ("Targets", TargetConfig, "", "each entry of `targets:` (a bare URL is shorthand for `{url: URL}`)"),
     ("Canary", CanarySettings, "canary", "`canary:` (`canary: true` is shorthand for `{enabled: true}`)"),
+    (
+        "Limits",
+        Limits,
+        "limits",
+        "`limits:` at the top level and in each target (a target's keys on top of the top-level ones); "
+        "flags and environment set the top-level ones. Why they exist: [security.md](security.md)",
+    ),
     ("Logging", LogSettings, "log", "flags and environment only"),
 )
 
@@ -55,8 +63,6 @@ def render() -> str:
         "Flags marked `--no-…` turn the setting off; their variable takes `true`/`false`. Environment",
         "variables apply to `serve` and `demo`; `check` reads only its flags and has its own defaults",
         "(no token budget, retries of 1s to 30s).",
-        "Caps on what one target may cost (`limits:` at the top level and per target: `sample_limit`,",
-        "`label_value_length_limit`, `engine_limit`) are described in [security.md](security.md).",
     ]
     for title, cls, section, where in _SECTIONS:
         lines += [

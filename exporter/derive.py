@@ -205,7 +205,7 @@ def stored_before(anchor: Point | None, end: Point, key: EngineKey) -> bool:
     return a is not None and a.counters.get(_STORE, 0.0) > end.totals[key].store_base
 
 
-def compare(start: Point | None, end: Point, key: EngineKey, anchor: Point | None | bool = True) -> EngineDerived:
+def compare(start: Point | None, end: Point, key: EngineKey, anchor: Point | bool | None = True) -> EngineDerived:
     """Derived values for one engine between two points (start None: since the engine started).
 
     `anchor`: the point whose stores count as older than the window (True: `start`)."""

@@ -3,47 +3,65 @@
 A hostile or broken target must not be able to pin a core or grow memory without bound, so every
 poll is bounded in series kept, engines and label value length, like Prometheus's `sample_limit`
 and `label_value_length_limit`. Over a cap the poll fails with a closed reason, never silently.
+Declared like every other setting (exporter.schema): `limits:` at the top level and per target,
+`--limits.*` flags and `KVOFFLOAD_LIMITS_*` variables for the top-level ones.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
+
+from exporter.schema import Where, apply, integer, parse_section, setting
 
 DEFAULT_SAMPLE_LIMIT = 20_000
 DEFAULT_LABEL_VALUE_LENGTH_LIMIT = 1024
 DEFAULT_ENGINE_LIMIT = 64
 
+_integer = integer(lo=1)
+
+
+def _positive(v: object, text: bool) -> object:
+    """A cap of 0 or less would fail every poll: one message for every way of getting it wrong."""
+    try:
+        return _integer(v, text)
+    except ValueError:
+        raise ValueError("must be a positive integer") from None
+
 
 @dataclass(frozen=True)
 class Limits:
-    """Caps per target. `sample_limit`: samples of the selected vLLM families kept per poll;
-    `label_value_length_limit`: characters of any label value of those samples (and a line of those
-    families may be at most 32 times that, checked before it is parsed); `engine_limit`: distinct
-    (model_name, engine) pairs."""
+    """Caps per target. A line of the selected families may be at most 32 times
+    `label_value_length_limit`, checked before it is parsed."""
 
-    sample_limit: int = DEFAULT_SAMPLE_LIMIT
-    label_value_length_limit: int = DEFAULT_LABEL_VALUE_LENGTH_LIMIT
-    engine_limit: int = DEFAULT_ENGINE_LIMIT
+    sample_limit: int = setting(
+        DEFAULT_SAMPLE_LIMIT,
+        _positive,
+        "samples of the selected vLLM families kept per poll (over it the poll fails: sample_limit)",
+        flag="--limits.sample-limit",
+        metavar="N",
+    )
+    label_value_length_limit: int = setting(
+        DEFAULT_LABEL_VALUE_LENGTH_LIMIT,
+        _positive,
+        "characters of any label value of those samples",
+        flag="--limits.label-value-length-limit",
+        metavar="N",
+    )
+    engine_limit: int = setting(
+        DEFAULT_ENGINE_LIMIT,
+        _positive,
+        "distinct (model_name, engine) pairs per target",
+        flag="--limits.engine-limit",
+        metavar="N",
+    )
 
 
-_KEYS = ("sample_limit", "label_value_length_limit", "engine_limit")
-
-
-def limits_from_mapping(raw: Any, base: Limits, where: str, errors: list[str]) -> Limits:
+def limits_from_mapping(raw: object, base: Limits, where: str, errors: list[str]) -> Limits:
     """`limits:` (top level or per target) → Limits on top of `base`; problems go to `errors`."""
     if raw is None:
         return base
     if not isinstance(raw, Mapping):
         errors.append(f"{where}: must be a mapping")
         return base
-    changes: dict[str, int] = {}
-    for k, v in raw.items():
-        if k not in _KEYS:
-            errors.append(f"{where}: unknown key {k!r}")
-        elif isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            errors.append(f"{where}.{k}: must be a positive integer")
-        else:
-            changes[str(k)] = v
-    return replace(base, **changes)
+    return apply(base, parse_section(Limits, raw, Where(where), errors))

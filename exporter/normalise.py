@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from functools import lru_cache
 
-from exporter.exposition import Labels, LimitError, ParseError, parse_float, parse_labels, read, selector
+from exporter.exposition import Labels, LimitError, read, selector
 from exporter.limits import Limits
-from exporter.model import OFFLOAD_SIGNALS, EngineSignals, Generation, Histogram, Signal, Snapshot
+from exporter.model import OFFLOAD_SIGNALS, EngineSignals, Generation, Signal, Snapshot
+from exporter.samples import Hist as _Hist
+from exporter.samples import finite as _finite
+from exporter.samples import labels_reader as _labels_reader
 
 # Canonical family -> counter signal. Order matters only for the alias families below.
 _FLAT = {
@@ -89,86 +91,11 @@ _GEN_FLAT = frozenset({*_FLAT, *_FLAT_SIZE})
 _GEN_LEGACY = frozenset({*_LEGACY, _LEGACY_SIZE})
 
 
-@lru_cache(maxsize=4096)
-def _split(text: str) -> tuple[tuple[str, str], Labels, bool, float | None]:
-    """Label text → ((model_name, engine), remaining labels without pid, had_pid, `le` as a float).
-
-    Cached by the label text itself: a target repeats the same label sets every poll."""
-    model = engine = ""
-    rest = []
-    pid = False
-    le = None
-    for k, v in parse_labels(text):
-        if k == "model_name":
-            model = v
-        elif k == "engine":
-            engine = v
-        elif k == "pid":
-            pid = True
-        else:
-            if k == "le":
-                le = _bound(v)
-            rest.append((k, v))
-    return (model, engine), tuple(rest), pid, le
-
-
-_INF = float("inf")
-
-
-def _bound(v: str) -> float:
-    """A bucket bound of a size or duration histogram: +Inf or a finite number >= 0."""
-    if v in ("+Inf", "Inf", "inf", "+inf"):
-        return _INF
-    b = parse_float(v, "histogram bound le")
-    if not 0.0 <= b:  # NaN and -Inf included
-        raise ParseError(f"impossible histogram bound le={v!r} for a size or duration")
-    return b
-
-
-def _finite(v: float, what: str) -> float:
-    """A cumulative value must be finite and >= 0: read() already refuses NaN/Inf in the body, so
-    this catches a negative counter and a sum of children that overflowed (two pid children of
-    1e308 are +Inf), either of which would poison the reset-adjusted totals for the exporter's
-    lifetime. The poll fails with reason `parse` instead."""
-    if not 0.0 <= v < _INF:
-        raise ParseError(f"{'negative' if -_INF < v < 0 else 'non-finite'} cumulative value {v} in {what}")
-    return v
-
-
 def _gauge(prev: float | None, value: float) -> float | None:
     """max of pid children; a NaN/±Inf gauge is dropped (absent, never exported), not a failed poll."""
     if value - value != 0.0:
         return prev
     return value if prev is None else max(prev, value)
-
-
-class _Hist:
-    __slots__ = ("buckets", "count", "sum")
-
-    def __init__(self) -> None:
-        self.buckets: dict[float, float] = {}
-        self.sum = 0.0
-        self.count = 0.0
-
-    def add(self, sfx: str, value: float, le: float | None) -> None:
-        if sfx == "bucket":
-            if le is None:
-                return
-            self.buckets[le] = _finite(self.buckets.get(le, 0.0) + _finite(value, "histogram bucket"), "bucket sum")
-        elif sfx == "sum":
-            self.sum += value
-            if self.sum - self.sum != 0.0:
-                raise ParseError(f"non-finite histogram sum {self.sum}")
-        elif sfx == "count":
-            self.count = _finite(self.count + _finite(value, "histogram count"), "histogram count")
-
-    def freeze(self) -> Histogram:
-        bounds = sorted(self.buckets)
-        finite = tuple(b for b in bounds if b != float("inf"))
-        counts = tuple(self.buckets[b] for b in finite) + (self.buckets.get(float("inf"), self.count),)
-        if any(a > b for a, b in zip(counts, counts[1:])):
-            raise ParseError("histogram buckets are not cumulative (a count decreases as le grows)")
-        return Histogram(finite, counts, self.sum, self.count)
 
 
 class _Engine:
@@ -199,25 +126,6 @@ def _transfer_direction(rest: Labels) -> int | None:
     return None
 
 
-_CACHED_TEXT = 1024
-"""Label texts up to this length are cached by `_split`; longer ones are split each time."""
-
-
-def _labels_reader(max_len: int) -> Callable[[str], tuple[tuple[str, str], Labels, bool, float | None]]:
-    """`_split`, refusing any label value longer than `max_len` (a 3.5 MB `model_name` would be
-    copied into every derived series). Only label texts longer than the cap need the check."""
-
-    def labels_of(text: str) -> tuple[tuple[str, str], Labels, bool, float | None]:
-        if len(text) > max_len:  # only then can a value be over the cap
-            for k, v in parse_labels(text):
-                if len(v) > max_len:
-                    raise LimitError("label_limit", f"label {k} is {len(v)} characters long (limit {max_len})")
-        # Long label texts are not cached: 4096 of them could otherwise pin ~130 MiB.
-        return _split(text) if len(text) <= _CACHED_TEXT else _split.__wrapped__(text)
-
-    return labels_of
-
-
 _LINE_FACTOR = 32
 """A selected line may be this many label-value limits long (cache_config_info carries ~20 labels)."""
 
@@ -236,7 +144,7 @@ def normalise(text: str, limits: Limits | None = None) -> Snapshot:
     for fam, sfx, (key, rest, pid, le), value in samples:
         families.add(fam)
         multiprocess |= pid
-        if fam == _CACHE_INFO or fam == _OFFLOAD_INFO:
+        if fam in (_CACHE_INFO, _OFFLOAD_INFO):
             info = dict(rest)
             if fam == _CACHE_INFO and not key[0]:
                 engine_only[key[1]] = info

@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from exporter.config import TargetConfig
-from exporter.poller import Exporter, TargetPoller
+from exporter.poller import Exporter
+from exporter.targetpoller import TargetPoller
 
 
 class Forbidden(Exception):

@@ -27,7 +27,6 @@ import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -80,7 +79,7 @@ def load(path: str) -> WebConfig:
     return from_mapping(raw, os.path.dirname(os.path.abspath(path)), path)
 
 
-def from_mapping(raw: Any, base_dir: str, where: str = "web config") -> WebConfig:
+def from_mapping(raw: object, base_dir: str, where: str = "web config") -> WebConfig:
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
@@ -93,7 +92,7 @@ def from_mapping(raw: Any, base_dir: str, where: str = "web config") -> WebConfi
     return WebConfig(ssl_context=ctx, users=_users(raw.get("basic_auth_users"), where))
 
 
-def _path(tls: Mapping[str, Any], key: str, base_dir: str, where: str) -> str:
+def _path(tls: Mapping[str, object], key: str, base_dir: str, where: str) -> str:
     v = tls.get(key)
     if not isinstance(v, str) or not v:
         raise WebConfigError(f"{where}: tls_server_config.{key} is required")
@@ -103,7 +102,7 @@ def _path(tls: Mapping[str, Any], key: str, base_dir: str, where: str) -> str:
     return p
 
 
-def _ssl_context(tls: Any, base_dir: str, where: str) -> ssl.SSLContext:
+def _ssl_context(tls: object, base_dir: str, where: str) -> ssl.SSLContext:
     if not isinstance(tls, Mapping):
         raise WebConfigError(f"{where}: tls_server_config must be a mapping")
     unknown = sorted(set(map(str, tls)) - _TLS_KEYS)
@@ -134,16 +133,16 @@ def _ssl_context(tls: Any, base_dir: str, where: str) -> ssl.SSLContext:
     return ctx
 
 
-def _version(tls: Mapping[str, Any], key: str, default: ssl.TLSVersion, where: str) -> ssl.TLSVersion:
+def _version(tls: Mapping[str, object], key: str, default: ssl.TLSVersion, where: str) -> ssl.TLSVersion:
     v = tls.get(key)
     if v is None:
         return default
-    if v not in _VERSIONS:
+    if not isinstance(v, str) or v not in _VERSIONS:
         raise WebConfigError(f"{where}: tls_server_config.{key}: must be one of {', '.join(_VERSIONS)}")
     return _VERSIONS[v]
 
 
-def _users(raw: Any, where: str) -> dict[str, bytes]:
+def _users(raw: object, where: str) -> dict[str, bytes]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):

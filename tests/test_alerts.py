@@ -17,12 +17,8 @@ pytest.importorskip("grafanalib")
 from exporter.bundle import render_bundle
 from exporter.bundle.grafana_alerts import EXEC_ERR_STATES, NO_DATA_STATES
 from exporter.bundle.promql import names_in, parse_selectors
-from exporter.bundle.rules import (
-    build,
-    dump_yaml,
-    prometheus_rules,
-    prometheus_rules_yaml,
-)
+from exporter.bundle.rulefile import dump_yaml, prometheus_rules, prometheus_rules_yaml
+from exporter.bundle.rules import build
 from exporter.bundle.settings import DEFAULT, FIELDS, PRESETS, Kind, kind_of
 from exporter.catalogue import CATALOGUE
 from exporter.cli import main
@@ -169,27 +165,7 @@ def test_promtool_tests_catch_a_broken_rule(tmp_path):
 def test_grafana_inlined_expressions_behave_like_the_prometheus_rules(tmp_path):
     """The Grafana copy inlines the recording rules: run the same promtool cases against it."""
     _, alerts = build(inline=True)
-    doc = {
-        "groups": [
-            {
-                "name": "inlined",
-                "rules": [
-                    {
-                        "alert": a.alert,
-                        "expr": a.expr,
-                        "for": a.for_,
-                        "labels": {"severity": a.severity},
-                        "annotations": {
-                            "summary": a.summary,
-                            "description": a.description,
-                            "runbook_url": a.runbook_url(DEFAULT.runbook_url),
-                        },
-                    }
-                    for a in alerts
-                ],
-            }
-        ]
-    }
+    doc = {"groups": [{"name": "inlined", "rules": [a.prometheus_rule(DEFAULT.runbook_url) for a in alerts]}]}
     res = _run_tests_against(tmp_path, dump_yaml(doc))
     assert res.returncode == 0, res.stdout + res.stderr
 

@@ -201,7 +201,7 @@ async def test_exposition_passes_promtool() -> None:
 
 
 async def test_unexpected_error_marks_target_down_and_polling_continues(monkeypatch: pytest.MonkeyPatch) -> None:
-    import exporter.poller as poller
+    import exporter.targetpoller as poller
 
     real = poller.normalise
     broken = {"on": False}

@@ -63,18 +63,18 @@ def test_an_injected_rng_is_reproducible() -> None:
 
 # --- the default budget reaches a verdict within an hour; the budget lines are not repeated ---------------
 
-import logging  # noqa: E402
-from types import SimpleNamespace  # noqa: E402
+import logging
+from types import SimpleNamespace
 
-import pytest  # noqa: E402
+import pytest
 
-from exporter.canary import plan  # noqa: E402
-from exporter.canary.budget import HOUR, Notices, cycles_per_hour, minutes_to_verdict  # noqa: E402
-from exporter.canary.config import CanarySettings  # noqa: E402
-from exporter.canary.engine import CYCLES, CanaryEngine  # noqa: E402
-from exporter.canary.prepared import PreparedRun  # noqa: E402
-from exporter.canary.types import Strategy  # noqa: E402
-from exporter.sim.calibration import CALIBRATIONS  # noqa: E402
+from exporter.canary import plan
+from exporter.canary.budget import HOUR, Notices, cycles_per_hour, minutes_to_verdict
+from exporter.canary.config import CanarySettings
+from exporter.canary.engine import CYCLES, CanaryEngine
+from exporter.canary.prepared import PreparedRun
+from exporter.canary.types import Strategy
+from exporter.sim.calibration import CALIBRATIONS
 
 
 def _cycle_cost(calibration: str, strategy: Strategy, prefix: int | None, control: bool) -> int:

@@ -180,7 +180,7 @@ async def test_requests_to_one_target_are_serialised(fake) -> None:  # type: ign
 
 
 async def test_a_64_mib_line_fails_fast_with_the_cap_error(fake) -> None:  # type: ignore[no-untyped-def]
-    server, app = fake
+    server, _app = fake
     async with aiohttp.ClientSession() as session:
         c = await CanaryClient(session).complete(str(server.make_url("")).rstrip("/"), {"prompt": [64]})
     assert c.error == "too_large" and "line over the 8388608-byte cap" in c.detail

@@ -106,9 +106,11 @@ async def _sweep(
     )
     try:
         args = build_parser().parse_args(
-            ["check", "--target", url, "--rounds", "1", "--allow-pressure", "--settle", "0.01", "--min-samples", "3"]
-            + ["--concurrency", levels, "--secret-file", str(tmp_path / "s"), "--out", str(tmp_path / "ev"), "--quiet"]
-            + list(extra)
+            [
+                *["check", "--target", url, "--rounds", "1", "--allow-pressure", "--settle", "0.01"],
+                *["--min-samples", "3", "--concurrency", levels, "--secret-file", str(tmp_path / "s")],
+                *["--out", str(tmp_path / "ev"), "--quiet", *extra],
+            ]
         )
         out = io.StringIO()
         _, doc = await run_check(args, stdout=out, stderr=io.StringIO())

@@ -60,7 +60,7 @@ def _engine(model: str, engine: str, hits: float) -> EngineSignals:
 
 
 def test_engine_lookup_by_key_first_wins_and_missing_is_none() -> None:
-    engines = tuple(_engine(f"m{i % 7}", str(i), float(i)) for i in range(50)) + (_engine("m0", "0", -1.0),)
+    engines = (*(_engine(f"m{i % 7}", str(i), float(i)) for i in range(50)), _engine("m0", "0", -1.0))
     snap = Snapshot(generation=Generation.NONE, engines=engines)
     for e in engines[:-1]:
         assert snap.engine(e.key) is e  # the duplicate key at the end does not shadow the first

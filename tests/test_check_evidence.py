@@ -4,6 +4,7 @@ short samples explained with what to change, an ETA, and the exit codes in `--he
 
 from __future__ import annotations
 
+import contextlib
 import io
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ async def _run(
 
 
 async def test_a_control_serving_another_model_is_refused(tmp_path: Path) -> None:
-    code, doc, _, err, sims = await _run(
+    code, doc, _, _err, sims = await _run(
         tmp_path,
         "--control-target",
         "{control}",
@@ -53,7 +54,7 @@ async def test_a_control_serving_another_model_is_refused(tmp_path: Path) -> Non
 
 async def test_output_paths_are_checked_before_the_first_request(tmp_path: Path) -> None:
     (tmp_path / "taken").write_text("x")
-    code, doc, _, err, sims = await _run(
+    code, _doc, _, err, sims = await _run(
         tmp_path, "--rounds", "1", "--allow-pressure", "--out", str(tmp_path / "taken")
     )
     assert code == 2 and "--out: cannot write the bundle into" in err and "not a directory" in err
@@ -99,10 +100,8 @@ async def test_short_samples_say_why_and_what_to_change(tmp_path: Path) -> None:
 
 
 def test_help_documents_the_exit_codes(capsys: Any) -> None:
-    try:
+    with contextlib.suppress(SystemExit):
         build_parser().parse_args(["check", "--help"])
-    except SystemExit:
-        pass
     out = " ".join(capsys.readouterr().out.split())
     for code in ("0 offload pays off", "1 it does not", "2 usage error", "3 could not run", "4 inconclusive"):
         assert code in out

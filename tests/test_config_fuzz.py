@@ -8,10 +8,10 @@ import math
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from exporter.config import Config, ConfigError, from_mapping  # noqa: E402
+from exporter.config import Config, ConfigError, from_mapping
 
 KEYS = ["targets", "listen", "poll_interval", "window", "timeout", "max_body_bytes", "host", "gpu", "canary"]
 SUB = ["url", "name", "pid", "port", "tier_bytes", "enabled", "cgroup", "interval", "strategy", "id_range"]
@@ -44,7 +44,7 @@ def test_any_document_is_a_config_or_a_config_error(doc: object) -> None:
     assert isinstance(cfg, Config)
     for v in (cfg.poll_interval, cfg.window, cfg.timeout, cfg.canary.interval):
         assert math.isfinite(v) and v > 0
-    host, port = cfg.listen_host_port
+    _host, port = cfg.listen_host_port
     assert 0 <= port < 65536
     assert cfg.history_len <= 100_003
     for t in cfg.targets:

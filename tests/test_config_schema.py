@@ -15,6 +15,7 @@ from exporter.canary.config import CanarySettings
 from exporter.cli import build_parser
 from exporter.commands.serve import config_from_args
 from exporter.config import BasicAuth, BearerToken, Config, ConfigError, TargetConfig, from_mapping, redact_url
+from exporter.limits import Limits
 from exporter.logs import JsonFormatter, LogfmtFormatter, LogSettings
 from exporter.schema import env_name, specs
 
@@ -23,7 +24,7 @@ def _serve(*argv: str) -> argparse.Namespace:
     return build_parser().parse_args(["serve", *argv])
 
 
-@pytest.mark.parametrize("cls", [Config, TargetConfig, CanarySettings, LogSettings])
+@pytest.mark.parametrize("cls", [Config, TargetConfig, CanarySettings, LogSettings, Limits])
 def test_every_setting_is_declared_once_with_help(cls: type) -> None:
     declared = {f.name for f, _ in specs(cls)}
     undeclared = {f.name for f in fields(cls)} - declared - {"targets", "canary", "auth", "limits"}
@@ -34,7 +35,7 @@ def test_every_setting_is_declared_once_with_help(cls: type) -> None:
 def test_flags_and_environment_variables_are_unique_and_prefixed() -> None:
     flags: list[str] = []
     envs: list[str] = []
-    for cls, section in ((Config, ""), (CanarySettings, "canary"), (LogSettings, "log")):
+    for cls, section in ((Config, ""), (CanarySettings, "canary"), (LogSettings, "log"), (Limits, "limits")):
         for f, s in specs(cls):
             flags += list(s.flags.get("serve", ()))
             if s.env:

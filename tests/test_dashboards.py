@@ -286,7 +286,8 @@ def test_foundation_sdk_check_has_teeth(what):
     assert expected in found, sorted(found)
 
 
-def test_foundation_sdk_rejects_raw_grafanalib_output():
+def _raw_grafanalib_dashboard() -> dict[str, object]:
+    """One gauge panel as grafanalib writes it, without the bundle's modernising pass."""
     import grafanalib.core as G
     from grafanalib._gen import DashboardEncoder
 
@@ -303,7 +304,12 @@ def test_foundation_sdk_rejects_raw_grafanalib_output():
             )
         ],
     ).to_json_data()
-    raw = json.loads(json.dumps(raw, cls=DashboardEncoder))
+    out: dict[str, object] = json.loads(json.dumps(raw, cls=DashboardEncoder))
+    return out
+
+
+def test_foundation_sdk_rejects_raw_grafanalib_output():
+    raw = _raw_grafanalib_dashboard()
     bad = [v for v in _fsdk_violations(raw) if not any(_allowed(v, e) for e in FOUNDATION_SDK_ALLOWED)]
     messages = " ".join(v[3] for v in bad)
     for legacy in ("sharedCrosshair", "rows", "__inputs"):
@@ -314,23 +320,7 @@ def test_foundation_sdk_rejects_raw_grafanalib_output():
 def test_schema_rejects_raw_grafanalib_output():
     """The schema has teeth: grafanalib's own output (schemaVersion 12, "null" threshold strings,
     gauge reducer under fieldConfig, legacy keys) is rejected."""
-    import grafanalib.core as G
-    from grafanalib._gen import DashboardEncoder
-
-    raw = G.Dashboard(
-        title="t",
-        uid="u",
-        panels=[
-            G.GaugePanel(
-                title="g",
-                description="d",
-                targets=[G.Target(expr="kvoffload_up", refId="A")],
-                gridPos=G.GridPos(h=4, w=4, x=0, y=0),
-                id=1,
-            )
-        ],
-    ).to_json_data()
-    raw = json.loads(json.dumps(raw, cls=DashboardEncoder))
+    raw = _raw_grafanalib_dashboard()
     messages = " ".join(e.message for e in jsonschema.Draft202012Validator(SCHEMA).iter_errors(raw))
     assert "12 is less than the minimum of 39" in messages
     assert "'null' is not of type 'null'" in messages

@@ -363,7 +363,7 @@ def test_runtime_dependencies_suffice_for_the_entrypoint(tmp_path):
         text=True,
         check=True,
     ).stdout
-    paths = json.loads(stdlib) + [str(site), str(ROOT)]
+    paths = [*json.loads(stdlib), str(site), str(ROOT)]
     code = f"""
 import json, sys
 sys.path[:] = {paths!r}

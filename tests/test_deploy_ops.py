@@ -92,7 +92,7 @@ def test_sidecar_component_shares_the_process_namespace():
 
 @needs_kubectl
 def test_rendered_example_pod_has_no_exporter_readiness_and_a_shared_pid_namespace():
-    labels, pod = pod_of(kustomize(K8S / "example"))
+    _labels, pod = pod_of(kustomize(K8S / "example"))
     assert pod["shareProcessNamespace"] is True
     side = sidecar(pod)
     assert "readinessProbe" not in side and "livenessProbe" in side

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import itertools
 import json
 from pathlib import Path
 from types import ModuleType
@@ -66,7 +67,7 @@ def test_revisit_after_displacement_loads_the_prefix_back_from_the_cpu_tier(shap
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_control_server_without_connector_is_not_configured_on_every_step(shape: str) -> None:
-    for a, b in zip(STEPS, STEPS[1:]):
+    for a, b in itertools.pairwise(STEPS):
         e = _interval(shape, "B", a, b)
         assert e["state"] == "not_configured", (a, b)
         assert not e["offload_load_bytes"] and e["external_prefix_hits"] == 0

@@ -40,7 +40,7 @@ def _free_port() -> int:
 
 
 def _get(url: str, timeout: float = 5.0) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 (local test server)
+    with urllib.request.urlopen(url, timeout=timeout) as r:
         return str(r.read().decode())
 
 

@@ -3,7 +3,6 @@ credentials go only to the target, and URL userinfo never reaches a label, page 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import aiohttp
@@ -11,8 +10,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from conftest import fixture_text
+from support.polls import metrics_after_polls
 
-from exporter.app import EXPORTER, make_app
+from exporter.app import make_app
 from exporter.config import Config, TargetConfig
 from exporter.sources.vllm_http import ScrapeError, fetch_metrics, fetch_version
 
@@ -69,7 +69,7 @@ async def test_redirect_to_another_origin_is_not_followed(pair) -> None:  # type
 
 
 async def test_redirect_followed_only_within_the_origin_scheme_included(pair) -> None:  # type: ignore[no-untyped-def]
-    target, other, (url, _) = pair
+    target, _other, (url, _) = pair
     target.routes["/metrics"] = "/real/metrics"
     async with aiohttp.ClientSession() as s:
         assert "vllm:" in await fetch_metrics(s, url, 2.0, 1 << 24)
@@ -113,12 +113,7 @@ async def test_redirect_is_a_closed_scrape_error_reason(pair) -> None:  # type: 
         targets=(TargetConfig(url=url, name="a"),), poll_interval=0.05, timeout=0.5, gpu_enabled=False, window=10.0
     )
     async with TestClient(TestServer(make_app(config))) as client:
-        exp = client.server.app[EXPORTER]
-        for _ in range(200):
-            if exp.targets[0].polls >= 2:
-                break
-            await asyncio.sleep(0.02)
-        text = await (await client.get("/metrics")).text()
+        text = await metrics_after_polls(client)
     line = next(
         x for x in text.splitlines() if x.startswith('kvoffload_scrape_errors_total{target="a",reason="redirect"}')
     )
@@ -132,12 +127,7 @@ async def test_url_userinfo_never_in_labels_page_or_logs(caplog) -> None:  # typ
     url = "http://scraper:topsecret@127.0.0.1:9"  # nothing listens: the poll fails and is logged
     config = Config(targets=(TargetConfig(url=url),), poll_interval=0.05, timeout=0.5, gpu_enabled=False, window=10.0)
     async with TestClient(TestServer(make_app(config))) as client:
-        exp = client.server.app[EXPORTER]
-        for _ in range(200):
-            if exp.targets[0].polls >= 2:
-                break
-            await asyncio.sleep(0.02)
-        metrics = await (await client.get("/metrics")).text()
+        metrics = await metrics_after_polls(client)
         page = await (await client.get("/")).text()
     assert 'kvoffload_up{target="127.0.0.1:9"} 0.0' in metrics
     for text in (metrics, page, caplog.text):

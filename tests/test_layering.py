@@ -19,6 +19,7 @@ CORE_PURE = [
     "exposition",
     "model",
     "normalise",
+    "samples",
     "derive",
     "render",
     "collector",

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from conftest import fixture_text
+from support.polls import metrics_after_polls
 
-from exporter.app import EXPORTER, make_app
+from exporter.app import make_app
 from exporter.config import Config, ConfigError, TargetConfig, from_mapping
+from exporter.limits import Limits
 
 
 def test_limits_global_and_per_target_from_the_config_file() -> None:
@@ -65,12 +65,7 @@ async def test_per_target_sample_limit_reaches_the_poll_and_is_counted() -> None
     )
     try:
         async with TestClient(TestServer(make_app(config))) as client:
-            exp = client.server.app[EXPORTER]
-            for _ in range(200):
-                if min(t.polls for t in exp.targets) >= 2:
-                    break
-                await asyncio.sleep(0.02)
-            text = await (await client.get("/metrics")).text()
+            text = await metrics_after_polls(client)
     finally:
         await upstream.close()
     assert 'kvoffload_up{target="a"} 0.0' in text and 'kvoffload_up{target="b"} 1.0' in text
@@ -96,3 +91,18 @@ def test_redact_url_drops_userinfo_and_masks_query_values(url: str, out: str) ->
 
     assert redact_url(url) == out
     assert "s3cr3t" not in redact_text("cannot reach http://me:s3cr3t@h:1", "http://me:s3cr3t@h:1")
+
+
+def test_top_level_limits_come_from_flags_and_environment_like_every_setting(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from exporter.cli import build_parser
+    from exporter.commands.serve import config_from_args
+
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("limits: {sample_limit: 500, engine_limit: 4}\ntargets: [http://a:1]\n")
+    args = build_parser().parse_args(["serve", "--config", str(cfg_file), "--limits.sample-limit", "700"])
+    cfg = config_from_args(args, environ={"KVOFFLOAD_LIMITS_LABEL_VALUE_LENGTH_LIMIT": "64"})
+    assert cfg.limits == Limits(sample_limit=700, label_value_length_limit=64, engine_limit=4)
+    bad = build_parser().parse_args(["serve", "--target", "http://a:1", "--limits.engine-limit", "0"])
+    with pytest.raises(ConfigError) as err:
+        config_from_args(bad, environ={})
+    assert err.value.errors == ["--limits.engine-limit: must be a positive integer"]

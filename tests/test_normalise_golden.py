@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def _files(chain: str, phase: str) -> list[Path]:
 
 def _pairs(chain: str, phase: str) -> list[tuple[Path, Path]]:
     fs = _files(chain, phase)
-    return list(zip(fs, fs[1:]))
+    return list(itertools.pairwise(fs))
 
 
 @pytest.mark.parametrize("chain", CHAINS)

@@ -336,32 +336,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
         s.stop()
 
 
-@pytest.fixture(scope="module")
-def observed(stack: Stack) -> dict[str, Any]:
-    """Poll until every scenario has shown up (or the deadline passes); record what returned data."""
-    records, alerts = build(REHEARSAL)
-    # key → (PromQL, labels a returned series must carry)
-    pending: dict[str, tuple[str, dict[str, str]]] = {}
-    legends: dict[str, str] = {}
-    for name, title, expr, legend in _dashboard_queries():
-        if any(n in title for n in NEEDS_NVML) or any(m in expr for m in NOT_SIMULATED):
-            stack.query(expr)  # valid PromQL, even without data
-            continue
-        pending[f"dashboard {name}: {title}: {expr}"] = (expr, {})
-        if not title.startswith("variable "):
-            legends[f"dashboard {name}: {title}: {expr}"] = legend
-    for r in records:
-        pending[f"record {r.record}"] = (r.record, {"job": HEALTHY})
-    for a in alerts:
-        if a.alert in ALERTS_NOT_SIMULATED:
-            stack.query(a.expr)  # valid PromQL, even without data
-            continue
-        job, target = ALERT_SCENARIOS[a.alert]
-        pending[f"alert {a.alert}"] = (a.expr, {"job": job, **({"target": target} if target else {})})
-    pending["StoreWithoutLoad firing"] = (
-        'ALERTS{alertname="KVOffloadStoreWithoutLoad",alertstate="firing"}',
-        {"job": FAULTS, "target": "store-without-load"},
-    )
+def _poll(
+    stack: Stack, pending: dict[str, tuple[str, dict[str, str]]]
+) -> tuple[dict[str, float], dict[str, list[dict[str, str]]], bool]:
+    """Query every pending key once a second, dropping those that returned data, until all have (and the
+    healthy job stayed up long enough) or the deadline passes; upgrade and restart the stack on the way."""
     seen: dict[str, float] = {}
     series: dict[str, list[dict[str, str]]] = {}  # label sets of the first data a dashboard query returned
     upgraded = restarted = False
@@ -390,6 +369,36 @@ def observed(stack: Stack) -> dict[str, Any]:
                 series[key] = [r["metric"] for r in result]
                 del pending[key]
         time.sleep(1.0)
+    return seen, series, restarted
+
+
+@pytest.fixture(scope="module")
+def observed(stack: Stack) -> dict[str, Any]:
+    """Poll until every scenario has shown up (or the deadline passes); record what returned data."""
+    records, alerts = build(REHEARSAL)
+    # key → (PromQL, labels a returned series must carry)
+    pending: dict[str, tuple[str, dict[str, str]]] = {}
+    legends: dict[str, str] = {}
+    for name, title, expr, legend in _dashboard_queries():
+        if any(n in title for n in NEEDS_NVML) or any(m in expr for m in NOT_SIMULATED):
+            stack.query(expr)  # valid PromQL, even without data
+            continue
+        pending[f"dashboard {name}: {title}: {expr}"] = (expr, {})
+        if not title.startswith("variable "):
+            legends[f"dashboard {name}: {title}: {expr}"] = legend
+    for r in records:
+        pending[f"record {r.record}"] = (r.record, {"job": HEALTHY})
+    for a in alerts:
+        if a.alert in ALERTS_NOT_SIMULATED:
+            stack.query(a.expr)  # valid PromQL, even without data
+            continue
+        job, target = ALERT_SCENARIOS[a.alert]
+        pending[f"alert {a.alert}"] = (a.expr, {"job": job, **({"target": target} if target else {})})
+    pending["StoreWithoutLoad firing"] = (
+        'ALERTS{alertname="KVOffloadStoreWithoutLoad",alertstate="firing"}',
+        {"job": FAULTS, "target": "store-without-load"},
+    )
+    seen, series, restarted = _poll(stack, pending)
     healthy_alerts = stack.query(f'count_over_time(ALERTS{{job="{HEALTHY}"}}[10m])')
     print("seconds until each scenario showed up:", json.dumps(seen, indent=1))
     return {

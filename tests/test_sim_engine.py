@@ -72,7 +72,7 @@ def test_salt_goes_into_the_first_block_and_the_chain_makes_every_block_differ()
     assert len(plain) == 375 and not set(plain) & set(salted)
     assert block_hashes(P, 16, "s1") == salted and block_hashes(P, 16, "s2") != salted
     # the salt changes nothing but the chain: a different first block also changes every later hash
-    other_head = block_hashes((7,) + P[1:], 16)
+    other_head = block_hashes((7, *P[1:]), 16)
     assert not set(other_head) & set(plain)
     # same prefix → same leading hashes, whatever follows
     assert block_hashes(P[:4096] + ids(9, 100), 16)[:256] == plain[:256]

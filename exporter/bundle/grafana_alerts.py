@@ -18,7 +18,8 @@ import grafanalib.core as G
 from grafanalib._gen import DashboardEncoder
 
 from exporter.bundle.promql import Matcher
-from exporter.bundle.rules import AlertRule, build, dump_yaml
+from exporter.bundle.rulefile import dump_yaml
+from exporter.bundle.rules import AlertRule, build
 from exporter.bundle.settings import DEFAULT, Settings
 
 EXPR_UID = "__expr__"

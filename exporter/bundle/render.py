@@ -20,12 +20,12 @@ def render_bundle(
     """Render the bundle. `selectors`: `["job=vllm-sidecar", ...]` or `{"job": "vllm-sidecar"}`.
 
     Raises ImportError when grafanalib (the `bundle` extra) is missing, ValueError on a bad selector."""
-    from exporter.bundle import alerts_doc, dashboards, grafana_alerts, metrics_doc, mixin, rules, runbook
+    from exporter.bundle import alerts_doc, dashboards, grafana_alerts, metrics_doc, mixin, rulefile, runbook
     from exporter.bundle.deploy import render_deploy
 
     matchers = parse_selectors(selectors)
     files: dict[str, str] = {
-        RULES_PATH: rules.prometheus_rules_yaml(settings, matchers),
+        RULES_PATH: rulefile.prometheus_rules_yaml(settings, matchers),
         METRICS_DOC_PATH: metrics_doc.render(),
         runbook.PATH: runbook.render(settings),
         alerts_doc.PATH: alerts_doc.render(settings),

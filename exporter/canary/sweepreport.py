@@ -238,7 +238,7 @@ def text_lines(entries: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
     out.append(f"recommendation: {summary.get('recommendation')}")
     if summary.get("length_threshold"):
         out.append(f"prefix length: {summary['length_threshold']['text']}")
-    return out + [""]
+    return [*out, ""]
 
 
 __all__ = [

@@ -11,7 +11,7 @@ METRICS: tuple[Metric, ...] = (
         type=MetricType.STATESET,
         help="Offload evidence state per engine over the window: not_configured, idle, storing, "
         "store_without_load (stores, no loads, while reuse is visible) or hit.",
-        labels=ENGINE + ("state",),
+        labels=(*ENGINE, "state"),
         group=Group.DERIVED,
     ),
     Metric(
@@ -59,7 +59,7 @@ METRICS: tuple[Metric, ...] = (
         name="kvoffload_ttft_seconds",
         type=MetricType.SUMMARY,
         help="Server-side time to first token quantiles over the window, interpolated from the vLLM histogram.",
-        labels=WINDOWED + ("quantile",),
+        labels=(*WINDOWED, "quantile"),
         unit=Unit.SECONDS,
         source="vllm:time_to_first_token_seconds",
         group=Group.DERIVED,

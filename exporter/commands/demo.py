@@ -9,7 +9,6 @@ import signal
 import sys
 import time
 from dataclasses import replace
-from typing import Any
 
 from exporter import logs
 from exporter.commands.serve import add_exporter_arguments, config_from_args
@@ -21,6 +20,7 @@ from exporter.commands.simulate import (
     traffic_from_args,
 )
 from exporter.config import ConfigError, TargetConfig, split_listen
+from exporter.poller import Exporter
 from exporter.sim.simulator import Simulator
 
 ORDER = 5  # the README's first command
@@ -74,7 +74,7 @@ def _pct(v: float | None) -> str:
     return "  n/a" if v is None else f"{v:5.0%}"
 
 
-def status_lines(exporter: Any, sim: Simulator, elapsed: float) -> list[str]:
+def status_lines(exporter: Exporter, sim: Simulator, elapsed: float) -> list[str]:
     """One line per engine: the exporter's verdict plus the simulator's own tier fill."""
     lines = []
     views = {str(e["engine"]): e for e in sim.state()["engines"]}

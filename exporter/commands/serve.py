@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from exporter import logs
 from exporter.config import Config, ConfigError, TargetConfig, check, load_file, parse_targets
+from exporter.limits import Limits
 from exporter.schema import Where, add_flags, apply, overrides
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="exporter-toolkit web config (TLS, basic auth) protecting every endpoint",
     )
     add_flags(p, Config, "serve")
+    add_flags(p, Limits, "serve", section="limits")
     logs.add_arguments(p)
     from exporter.canary.plugin import add_arguments as add_canary_arguments
 
@@ -79,6 +81,9 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         except ConfigError as e:  # listed together with the flags' errors
             errors += e.errors
     changes = overrides(Config, args, "serve", errors, environ=env)
+    limits = overrides(Limits, args, "serve", errors, section="limits", environ=env)
+    if limits:  # the top-level caps; a target's own `limits:` in the file still wins
+        changes["limits"] = apply(cfg.limits, limits)
     if getattr(args, "target", None):
         changes["targets"] = parse_targets(list(args.target), errors, Where("--target", dotted=False))
     canary = apply_flags(args, cfg.canary, errors, env)

@@ -9,7 +9,6 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from exporter.config import split_listen
 from exporter.sim.calibration import CALIBRATIONS, DEFAULT_CALIBRATION
@@ -20,7 +19,7 @@ from exporter.sim.versions import DEFAULT_VERSION, PROFILE_VERSIONS
 
 ORDER = 40
 
-_ENGINE_FLAGS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
+_ENGINE_FLAGS: tuple[tuple[str, Callable[[str], float], str], ...] = (
     ("block_size", int, "GPU KV block size in tokens"),
     ("num_gpu_blocks", int, "GPU KV cache blocks per engine (--num-gpu-blocks-override)"),
     ("max_model_len", int, "maximum prompt + output tokens"),

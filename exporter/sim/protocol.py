@@ -10,7 +10,7 @@ import uuid
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from exporter.sim.versions import Behaviour
 
@@ -70,11 +70,11 @@ class Completion:
     created: int
 
 
-def _int_list(v: Any) -> bool:
+def _int_list(v: object) -> TypeGuard[list[int]]:
     return isinstance(v, list) and all(type(x) is int for x in v)
 
 
-def _prompt(raw: Any, b: Behaviour) -> tuple[int, ...]:
+def _prompt(raw: object, b: Behaviour) -> tuple[int, ...]:
     if isinstance(raw, list) and len(raw) == 1 and (isinstance(raw[0], str) or _int_list(raw[0])):
         raw = raw[0]  # a batch of one
     if isinstance(raw, str):
@@ -94,7 +94,7 @@ def _prompt(raw: Any, b: Behaviour) -> tuple[int, ...]:
     return ids
 
 
-def _salt(raw: Any, b: Behaviour) -> str | None:
+def _salt(raw: object, b: Behaviour) -> str | None:
     if raw is None:
         return None
     if not isinstance(raw, str) or not raw:
@@ -117,7 +117,41 @@ def _bool(body: Mapping[str, Any], key: str, default: bool = False) -> bool:
     return v
 
 
-def parse_completion(body: Any, b: Behaviour, served_model: str, max_model_len: int, created: int) -> Completion:
+def _max_tokens(body: Mapping[str, Any], prompt_len: int, max_model_len: int) -> int:
+    """max_tokens as vLLM checks it: at least 1, and prompt plus completion within the context."""
+    max_tokens = body.get("max_tokens")
+    if max_tokens is None:
+        max_tokens = DEFAULT_MAX_TOKENS
+    if type(max_tokens) is not int or max_tokens < 1:
+        raise ApiError(400, f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
+    if prompt_len > max_model_len:
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"request has {prompt_len} input tokens. Please reduce the length of the input.",
+        )
+    if prompt_len + max_tokens > max_model_len:
+        raise ApiError(
+            400,
+            f"'max_tokens' is too large: {max_tokens}. This model's maximum context length is "
+            f"{max_model_len} tokens and your request has {prompt_len} input tokens "
+            f"({max_tokens} > {max_model_len} - {prompt_len}).",
+            "max_tokens",
+        )
+    return max_tokens
+
+
+def _stream_options(body: Mapping[str, Any], stream: bool) -> Mapping[str, Any]:
+    """stream_options: only with stream=True, and an object; {} when absent."""
+    options = body.get("stream_options")
+    if options is not None and not stream:
+        raise ApiError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise ApiError(400, "stream_options must be an object.", "stream_options")
+    return options or {}
+
+
+def parse_completion(body: object, b: Behaviour, served_model: str, max_model_len: int, created: int) -> Completion:
     """Validate a `/v1/completions` body like vLLM's OpenAI server does (the parts the simulator uses).
 
     `created`: the response's Unix time, from the simulator's wall clock."""
@@ -129,35 +163,12 @@ def parse_completion(body: Any, b: Behaviour, served_model: str, max_model_len: 
     if "prompt" not in body:
         raise ApiError(400, "Field required: prompt", "prompt")
     ids = _prompt(body["prompt"], b)
-    max_tokens = body.get("max_tokens")
-    if max_tokens is None:
-        max_tokens = DEFAULT_MAX_TOKENS
-    if type(max_tokens) is not int or max_tokens < 1:
-        raise ApiError(400, f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
-    if len(ids) > max_model_len:
-        raise ApiError(
-            400,
-            f"This model's maximum context length is {max_model_len} tokens. However, your "
-            f"request has {len(ids)} input tokens. Please reduce the length of the input.",
-        )
-    if len(ids) + max_tokens > max_model_len:
-        raise ApiError(
-            400,
-            f"'max_tokens' is too large: {max_tokens}. This model's maximum context length is "
-            f"{max_model_len} tokens and your request has {len(ids)} input tokens "
-            f"({max_tokens} > {max_model_len} - {len(ids)}).",
-            "max_tokens",
-        )
+    max_tokens = _max_tokens(body, len(ids), max_model_len)
     n = body.get("n", 1)
     if n != 1:
         raise ApiError(400, "The simulator supports n=1 only.", "n")
     stream = _bool(body, "stream")
-    options = body.get("stream_options")
-    if options is not None and not stream:
-        raise ApiError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
-    if options is not None and not isinstance(options, dict):
-        raise ApiError(400, "stream_options must be an object.", "stream_options")
-    options = options or {}
+    options = _stream_options(body, stream)
     include = options.get("include_usage")
     if include is None:
         include = b.include_usage_default and "stream_options" in body

@@ -46,7 +46,7 @@ def parse_version(text: str) -> Version:
 def full_version(text: str) -> str:
     """What GET /version answers: the given text, padded to three parts."""
     parts = text.strip().lstrip("v").split("+")[0].split(".")
-    return ".".join((parts + ["0", "0"])[:3])
+    return ".".join(([*parts, "0", "0"])[:3])
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pynvml
 
 from exporter.model import GpuMemory
@@ -26,10 +28,8 @@ class Nvml:
 
     def stop(self) -> None:
         if self._ok:
-            try:
+            with contextlib.suppress(pynvml.NVMLError):
                 pynvml.nvmlShutdown()
-            except pynvml.NVMLError:
-                pass
             self._ok = False
 
     def read(self) -> tuple[GpuMemory, ...]:

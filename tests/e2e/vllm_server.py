@@ -11,6 +11,7 @@ process group, so stop() takes its EngineCore and Worker children down with it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -50,10 +51,8 @@ _PR_SET_PDEATHSIG = 1
 def _die_with_parent() -> None:
     """preexec_fn: if the test process itself is killed outright (a cancelled CI job), the kernel sends the
     API server SIGTERM and it shuts its EngineCore and Worker down: its own session escapes group kills."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: stop() is then the only clean-up
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):  # not Linux: stop() is then the only clean-up
-        pass
 
 
 def venv_problem() -> str | None:
@@ -244,7 +243,5 @@ def _group_alive(pgid: int) -> bool:
 if __name__ == "__main__":  # manual use: python tests/e2e/vllm_server.py [offload]; Ctrl-C stops it
     with VllmServer("manual", offload="offload" in sys.argv[1:], log_dir=Path("/tmp")) as srv:
         print(srv.url, srv.log_path, flush=True)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             signal.pause()
-        except KeyboardInterrupt:
-            pass

@@ -1,1 +1,1 @@
-"""Test support: the simulated canary chain, the one Prometheus text reader for tests, a port picker."""
+"""Test support: the simulated canary chain, the one Prometheus text reader for tests, a port picker, poll waits."""

@@ -24,7 +24,6 @@ G033_SWEEP (1), G033_CHECK (1), MOCK=1 (the project's simulator instead of vLLM,
 
 import contextlib
 import gzip
-import hashlib
 import http.client
 import json
 import os
@@ -39,6 +38,9 @@ import tarfile
 import tempfile
 import threading
 import time
+from pathlib import Path
+
+from chunks import sha256  # the MANIFEST checksums: the same function that wrote them (same folder)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.getcwd()  # device.sh runs from the repository root (the product runs from there)
@@ -88,22 +90,16 @@ def sh(cmd, timeout=60):
     try:
         p = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=timeout, check=False)
         return (p.stdout + p.stderr).strip()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return repr(e)
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 22), b""):
-            h.update(b)
-    return h.hexdigest()
 
 
 # ------------------------------------------------------------------------------------------ bundle
 def read_manifest(path):
     chunks, parts, build = {}, [], None
-    for line in open(path):
+    with open(path) as fh:
+        lines = fh.read().splitlines()
+    for line in lines:
         w = line.split()
         if not w or w[0].startswith("#"):
             continue
@@ -116,13 +112,8 @@ def read_manifest(path):
     return build, chunks, parts
 
 
-def cmd_bundle(carried):
-    """Store carried chunks under STORE/chunks; rebuild + unpack each part whose bytes are all there."""
-    man_src = os.path.join(carried, "MANIFEST")
-    if not os.path.exists(man_src):
-        log("no MANIFEST carried in", carried)
-        return 2
-    build, chunks, parts = read_manifest(man_src)
+def _wipe_other_build(build):
+    """A store holding another build's chunks would mix two bundles: start it over."""
     man = os.path.join(STORE, "MANIFEST")
     if os.path.exists(man) and read_manifest(man)[0] != build:
         log("store holds another build: wiping chunks and site")
@@ -131,9 +122,10 @@ def cmd_bundle(carried):
         for f in ("done_parts", "marker"):
             with contextlib.suppress(OSError):
                 os.remove(os.path.join(STORE, f))
-    shutil.copy(man_src, man)
-    cdir = os.path.join(STORE, "chunks")
-    os.makedirs(cdir, exist_ok=True)
+
+
+def _store_chunks(carried, cdir, chunks):
+    """Copy the carried chunks into the store; False on the first checksum mismatch."""
     for name in sorted(os.listdir(carried)):
         m = re.fullmatch(r"chunk\.(\d+)", name)
         if not m:
@@ -144,33 +136,56 @@ def cmd_bundle(carried):
         ok = sha256(dst) == chunks[i][2]
         log(f"chunk {i}: {os.path.getsize(dst)} B sha256 {'OK' if ok else 'MISMATCH'}")
         if not ok:
-            return 2
+            return False
+    return True
+
+
+def _unpack_part(cdir, chunks, span, part):
+    """Rebuild one part from its chunks and untar it into the store; False when it fails."""
+    pname, poff, psize, psha = part
+    tmp = os.path.join(STORE, pname)
+    with open(tmp, "wb") as out:
+        for i in sorted(span):
+            off, sz, _s = chunks[i]
+            with open(os.path.join(cdir, f"chunk.{i}"), "rb") as f:
+                lo, hi = max(poff, off), min(poff + psize, off + sz)
+                f.seek(lo - off)
+                out.write(f.read(hi - lo))
+    if sha256(tmp) != psha:
+        log(f"part {pname}: sha256 MISMATCH")
+        return False
+    t = time.time()
+    rc = subprocess.run(["tar", "-xJf", tmp, "-C", STORE], check=False).returncode
+    os.remove(tmp)
+    log(f"part {pname}: unpacked rc={rc} in {time.time() - t:.1f}s")
+    return not rc
+
+
+def cmd_bundle(carried):
+    """Store carried chunks under STORE/chunks; rebuild + unpack each part whose bytes are all there."""
+    man_src = os.path.join(carried, "MANIFEST")
+    if not os.path.exists(man_src):
+        log("no MANIFEST carried in", carried)
+        return 2
+    build, chunks, parts = read_manifest(man_src)
+    _wipe_other_build(build)
+    shutil.copy(man_src, os.path.join(STORE, "MANIFEST"))
+    cdir = os.path.join(STORE, "chunks")
+    os.makedirs(cdir, exist_ok=True)
+    if not _store_chunks(carried, cdir, chunks):
+        return 2
     have = {i for i in chunks if os.path.exists(os.path.join(cdir, f"chunk.{i}"))}
     done_f = os.path.join(STORE, "done_parts")
-    done = set(open(done_f).read().split()) if os.path.exists(done_f) else set()
-    for pname, poff, psize, psha in parts:
+    done = set(Path(done_f).read_text().split()) if os.path.exists(done_f) else set()
+    for part in parts:
+        pname, poff, psize, _psha = part
         if pname in done:
             continue
         span = [i for i, (off, sz, _s) in chunks.items() if off < poff + psize and off + sz > poff]
         if not set(span) <= have:
             log(f"part {pname}: waiting for chunks {sorted(set(span) - have)}")
             continue
-        tmp = os.path.join(STORE, pname)
-        with open(tmp, "wb") as out:
-            for i in sorted(span):
-                off, sz, _s = chunks[i]
-                with open(os.path.join(cdir, f"chunk.{i}"), "rb") as f:
-                    lo, hi = max(poff, off), min(poff + psize, off + sz)
-                    f.seek(lo - off)
-                    out.write(f.read(hi - lo))
-        if sha256(tmp) != psha:
-            log(f"part {pname}: sha256 MISMATCH")
-            return 2
-        t = time.time()
-        rc = subprocess.run(["tar", "-xJf", tmp, "-C", STORE], check=False).returncode
-        os.remove(tmp)
-        log(f"part {pname}: unpacked rc={rc} in {time.time() - t:.1f}s")
-        if rc:
+        if not _unpack_part(cdir, chunks, span, part):
             return 2
         done.add(pname)
         with open(done_f, "w") as f:
@@ -216,7 +231,7 @@ def http_get(port, path, timeout=10):
         c.request("GET", path)
         r = c.getresponse()
         return r.status, r.read().decode("utf-8", "replace")
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return None, repr(e)
     finally:
         c.close()
@@ -268,7 +283,7 @@ def complete(port, served, tokens, kv=None, timeout=300):
         res["ttft_ms"] = None if ttft is None else round(ttft * 1e3, 3)
         res["ok"] = ttft is not None and "error" not in res
         return res
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         res.update(ok=False, error=repr(e))
         return res
     finally:
@@ -306,7 +321,7 @@ def stop_proc(proc, name):
 
 def cmd_stop():
     if os.path.exists(PGIDS):
-        for line in open(PGIDS).read().split():
+        for line in Path(PGIDS).read_text().split():
             if kill_group(int(line), signal.SIGKILL):
                 log("killed stale process group", line)
         os.remove(PGIDS)
@@ -625,7 +640,7 @@ def run_check(a, b, work):
     s = tmpl
     for k, v in kw.items():
         s = s.replace("{" + k + "}", v)
-    argv = [PY, "-m", "exporter"] + shlex.split(s)
+    argv = [PY, "-m", "exporter", *shlex.split(s)]
     cap = min(float(os.environ.get("G033_CHECK_TIMEOUT", "240")), max(30.0, left() - 60))
     log(f"check (cap {cap:.0f}s): {shlex.join(argv[1:])}")
     env = dict(os.environ, PYTHONPATH=REPO, PYTHONUNBUFFERED="1")
@@ -657,7 +672,7 @@ def pack(name, src, files=None):
 
 def trim(path, limit=1_200_000):
     with contextlib.suppress(OSError):
-        data = open(path, "rb").read()
+        data = Path(path).read_bytes()
         if len(data) > limit:
             with open(path, "wb") as f:
                 f.write(data[: limit // 3] + b"\n...[trimmed]...\n" + data[-(2 * limit) // 3 :])
@@ -674,51 +689,61 @@ def cmd_run(preset, mode):
         os.makedirs(d, exist_ok=True)
     SUMMARY.update(preset=preset, mode=mode, levels=os.environ.get("G033_LEVELS", "1,8,32"))
     a, b = Server("A", PORT_A, preset, work), Server("B", PORT_B, preset, work)
-    rc = 0
     try:
-        a.start()
-        if not a.wait_healthy(min(300, left() - 60)):
-            return 10
-        b.start()  # after A is healthy: vLLM's memory profiling must not see another process free memory
-        if not b.wait_healthy(min(240, left() - 60)):
-            return 11
-        for s in (a, b):
-            r = complete(s.port, s.served, toks(64))
-            log(f"smoke {s.tag}: ok={r.get('ok')} ttft={r.get('ttft_ms')} err={str(r.get('error'))[:200]}")
-            SUMMARY["servers"][s.tag]["version"] = http_get(s.port, "/version")[1][:200]
-        SUMMARY["gpu_after_start"] = sh("nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader")
-        SUMMARY["host_after_start"] = sh("free -m | head -2")
-        if mode == "run":
-            SUMMARY["chain"] = chain((a, b), cdir)
-        if os.environ.get("G033_CHECK", "1") == "1":
-            crc = run_check(a, b, work)
-            rc = 0 if crc in (0, 1, 2) else 12
-        if mode == "run" and os.environ.get("G033_SWEEP", "1") == "1":
-            sweep(a, b, sdir)
-        for s in (a, b):
-            s.metrics(os.path.join(cdir, f"{s.tag}_99_final.prom"))
+        return _run_servers(a, b, mode, work, cdir, sdir)
     finally:
         a.stop()
         b.stop()
-        SUMMARY["wall_s"] = round(time.time() - T0, 1)
-        with open(os.path.join(work, "summary.json"), "w") as f:
-            json.dump(SUMMARY, f, indent=1)
-        for s in (a, b):
-            trim(s.log_path)
-        p = f"{preset.replace('.', '')}_"
-        pack(p + "chain.tgz", cdir)
-        if os.path.exists(os.path.join(sdir, "sweep.jsonl")):
-            with (
-                open(os.path.join(sdir, "sweep.jsonl"), "rb") as fi,
-                gzip.open(OUT + f"/{p}sweep.jsonl.gz", "wb") as fo,
-            ):
-                shutil.copyfileobj(fi, fo)
-        if os.path.exists(os.path.join(work, "check.json")):
-            shutil.copy(os.path.join(work, "check.json"), os.path.join(OUT, p + "check.json"))
-        if os.path.isdir(os.path.join(work, "evidence")):
-            pack(p + "evidence.tgz", os.path.join(work, "evidence"))
-        pack(p + "logs.tgz", work, ["summary.json", "check.log", f"server_{a.tag}.log", f"server_{b.tag}.log"])
+        _collect(a, b, preset, work, cdir, sdir)
+
+
+def _run_servers(a, b, mode, work, cdir, sdir):
+    """Start both servers, smoke them, then the chain, the check and the sweep the mode asks for."""
+    rc = 0
+    a.start()
+    if not a.wait_healthy(min(300, left() - 60)):
+        return 10
+    b.start()  # after A is healthy: vLLM's memory profiling must not see another process free memory
+    if not b.wait_healthy(min(240, left() - 60)):
+        return 11
+    for s in (a, b):
+        r = complete(s.port, s.served, toks(64))
+        log(f"smoke {s.tag}: ok={r.get('ok')} ttft={r.get('ttft_ms')} err={str(r.get('error'))[:200]}")
+        SUMMARY["servers"][s.tag]["version"] = http_get(s.port, "/version")[1][:200]
+    SUMMARY["gpu_after_start"] = sh("nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader")
+    SUMMARY["host_after_start"] = sh("free -m | head -2")
+    if mode == "run":
+        SUMMARY["chain"] = chain((a, b), cdir)
+    if os.environ.get("G033_CHECK", "1") == "1":
+        crc = run_check(a, b, work)
+        rc = 0 if crc in (0, 1, 2) else 12
+    if mode == "run" and os.environ.get("G033_SWEEP", "1") == "1":
+        sweep(a, b, sdir)
+    for s in (a, b):
+        s.metrics(os.path.join(cdir, f"{s.tag}_99_final.prom"))
     return rc
+
+
+def _collect(a, b, preset, work, cdir, sdir):
+    """Summary, trimmed logs and the packed results into OUT, whatever happened before."""
+    SUMMARY["wall_s"] = round(time.time() - T0, 1)
+    with open(os.path.join(work, "summary.json"), "w") as f:
+        json.dump(SUMMARY, f, indent=1)
+    for s in (a, b):
+        trim(s.log_path)
+    p = f"{preset.replace('.', '')}_"
+    pack(p + "chain.tgz", cdir)
+    if os.path.exists(os.path.join(sdir, "sweep.jsonl")):
+        with (
+            open(os.path.join(sdir, "sweep.jsonl"), "rb") as fi,
+            gzip.open(OUT + f"/{p}sweep.jsonl.gz", "wb") as fo,
+        ):
+            shutil.copyfileobj(fi, fo)
+    if os.path.exists(os.path.join(work, "check.json")):
+        shutil.copy(os.path.join(work, "check.json"), os.path.join(OUT, p + "check.json"))
+    if os.path.isdir(os.path.join(work, "evidence")):
+        pack(p + "evidence.tgz", os.path.join(work, "evidence"))
+    pack(p + "logs.tgz", work, ["summary.json", "check.log", f"server_{a.tag}.log", f"server_{b.tag}.log"])
 
 
 def main():

@@ -12,6 +12,7 @@ import hashlib
 import os
 import sys
 import time
+from pathlib import Path
 
 
 def sha256(path):
@@ -33,7 +34,7 @@ def main(outroot, n, parts):
         sz = os.path.getsize(p)
         plines.append(f"part {os.path.basename(p)} {off} {sz} {sha256(p)}")
         off += sz
-    blob = b"".join(open(p, "rb").read() for p in parts)
+    blob = b"".join(Path(p).read_bytes() for p in parts)
     for i in range(n):
         d = os.path.join(outroot, f"c{i + 1}")
         os.makedirs(d, exist_ok=True)
