@@ -87,7 +87,7 @@ METRICS: tuple[Metric, ...] = (
         name="kvoffload_offload_recommendation",
         type=MetricType.STATESET,
         help="What to do with the tier over the window: grow, keep, shrink or disable (rules in docs/memory.md).",
-        labels=WINDOWED + ("recommendation",),
+        labels=(*WINDOWED, "recommendation"),
         group=Group.DERIVED,
     ),
     Metric(
