@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from exporter import __version__
-from exporter.catalogue import COLLECTORS, SCRAPE_ERROR_REASONS, SIGNAL_METRICS, STATES
+from exporter.catalogue import COLLECTORS, SCRAPE_ERROR_REASONS, SIGNAL_METRICS, STATE_REASONS, STATES
 from exporter.derive import EngineDerived
 from exporter.model import EngineKey, EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory, Snapshot
 from exporter.procmem import footprint_ratio, growth_step
+from exporter.reasons import CanaryFacts, explain
 from exporter.render import Exposition, Heads
 
 
@@ -33,6 +34,7 @@ class TargetView:
     derived: Mapping[EngineKey, EngineDerived] = field(default_factory=dict)
     tier_bytes: float | None = None  # from the exporter config
     last_error: str | None = None
+    canary: CanaryFacts | None = None  # what the canary learnt about this target, refines the reasons
 
 
 def _label_number(raw: str | None) -> float | None:
@@ -73,6 +75,8 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
         return
     x.add_states("kvoffload_state", lb, STATES, d.state)
     wl = {**lb, "window": window}
+    families = t.snapshot.families if t.snapshot else frozenset()
+    x.add_states("kvoffload_state_reason", wl, STATE_REASONS, explain(d, e, families, t.canary))
     x.add("kvoffload_window_seconds", d.window_seconds, wl)
     x.add("kvoffload_load_store_ratio", d.load_store_ratio, wl)
     x.add("kvoffload_offload_load_bandwidth_bytes_per_second", d.load_bandwidth, wl)

@@ -20,6 +20,7 @@ CORE_PURE = [
     "model",
     "normalise",
     "derive",
+    "reasons",
     "render",
     "collector",
     "config",

@@ -20,11 +20,15 @@ from exporter.enums import (
     ScrapeErrorReason,
     Signal,
     State,
+    StateReason,
     Unit,
 )
 
 STATES: tuple[State, ...] = tuple(State)
 """Evidence states, in the order they are documented (see derive.evidence_state)."""
+
+STATE_REASONS: tuple[StateReason, ...] = tuple(StateReason)
+"""Why an engine stores without loading (or a hit is degraded), in rule order (see exporter/reasons.py)."""
 
 SCRAPE_ERROR_REASONS: tuple[ScrapeErrorReason, ...] = tuple(ScrapeErrorReason)
 """Closed set of reasons for kvoffload_scrape_errors_total; never free text in labels."""
@@ -70,6 +74,7 @@ __all__ = [
     "SCRAPE_ERROR_REASONS",
     "SIGNAL_METRICS",
     "STATES",
+    "STATE_REASONS",
     "WINDOWED",
     "Group",
     "Metric",

@@ -15,6 +15,14 @@ METRICS: tuple[Metric, ...] = (
         group=Group.DERIVED,
     ),
     Metric(
+        name="kvoffload_state_reason",
+        type=MetricType.STATESET,
+        help="Why the engine is in store_without_load, or why a hit is degraded (closed set, one rule each: "
+        "exporter/reasons.py); every series 0 when nothing needs explaining.",
+        labels=WINDOWED + ("reason",),
+        group=Group.DERIVED,
+    ),
+    Metric(
         name="kvoffload_load_store_ratio",
         type=MetricType.GAUGE,
         help="Offload load bytes / store bytes over the window (absent when nothing was stored).",
