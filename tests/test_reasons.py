@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.bundle import reasons_runbook
 from exporter.collector import TargetView, collect
 from exporter.commands.inspect import report
 from exporter.derive import advance, derive, interval
@@ -77,3 +78,10 @@ def test_exposition_has_one_hot_state_reason(reason: StateReason) -> None:
     hot = [s.labels["reason"] for s in samples if s.value == 1.0]
     assert hot == [reason]
     assert all(s.labels["window"] == "5m" and s.labels["engine"] == "0" for s in samples)
+
+
+def test_runbook_has_a_section_per_reason() -> None:
+    runbook = (Path(__file__).parent.parent / "alerts" / "runbook.md").read_text()
+    assert reasons_runbook.render() in runbook
+    for reason in StateReason:
+        assert f"### Reason {reason}\n" in runbook

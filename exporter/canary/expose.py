@@ -68,5 +68,6 @@ def render(x: SampleSink, states: Iterable[CanaryState]) -> None:
         x.add("kvoffload_canary_last_success_timestamp_seconds", st.last_success, t)
         for tier in CANARY_TIERS:
             x.add("kvoffload_canary_residency_seconds", st.residency.get(tier), {**t, "tier": tier})
+        x.add("kvoffload_tier_retention_seconds", st.retention_seconds(), t)
         current = verdict.verdict if verdict else "inconclusive"
         x.add_states("kvoffload_canary_verdict", t, CANARY_VERDICTS, current)

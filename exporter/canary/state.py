@@ -6,8 +6,9 @@ from collections import Counter, deque
 
 from exporter.canary.config import CanarySettings
 from exporter.canary.stats import Verdict, decide, median
-from exporter.canary.types import Tier
+from exporter.canary.types import CycleReason, Tier
 from exporter.catalogue import CANARY_PATHS
+from exporter.reasons import CanaryFacts
 
 
 class CanaryState:
@@ -25,6 +26,9 @@ class CanaryState:
         self.last_success: float | None = None
         self.verdict: Verdict | None = None
         self.residency: dict[Tier, float] = {}  # longest idle seconds still a hit (wait strategy)
+        # (idle seconds, loaded from the tier) of the last displaced wait-ladder revisits: the horizon
+        # follows the workload (a lifetime maximum, like residency, never comes down again).
+        self.tier_revisits: deque[tuple[float, bool]] = deque(maxlen=maxlen)
         self.recompute_control = "unknown"  # unknown | honoured | ignored | no_connector | off
         self.bytes_per_token: float | None = None
         self._bpt_candidates: list[float] = []
@@ -37,6 +41,19 @@ class CanaryState:
         prefix; whether the hit was full at all comes from the request's own cached_tokens)."""
         self._bpt_candidates.append(store_bytes / (own_tokens + other_tokens))
         self.bytes_per_token = median(self._bpt_candidates[-25:])  # robust to one late-reported store
+
+    def retention_seconds(self) -> float | None:
+        """The largest idle time after which a displaced canary prefix still loaded from the tier, over
+        the recent wait-ladder revisits; None until one did (a tier that only misses has no horizon)."""
+        return max((idle for idle, loaded in self.tier_revisits if loaded), default=None)
+
+    def reason_facts(self) -> CanaryFacts:
+        """What the state reasons (exporter/reasons.py) may use from this canary."""
+        return CanaryFacts(
+            no_load_cycles=self.cycles[CycleReason.NO_LOAD],
+            evicted_from_tier_cycles=self.cycles[CycleReason.EVICTED_FROM_TIER],
+            retention_seconds=self.retention_seconds(),
+        )
 
     def uses_recompute(self) -> bool:
         """The recompute control runs while it is configured and not proven ignored by the server."""

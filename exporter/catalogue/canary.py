@@ -77,6 +77,15 @@ METRICS: tuple[Metric, ...] = (
         group=Group.CANARY,
     ),
     Metric(
+        name="kvoffload_tier_retention_seconds",
+        type=MetricType.GAUGE,
+        help="Retention horizon: the largest idle time after which a displaced canary prefix still loaded "
+        "from the offload tier, over the recent wait-ladder revisits (absent until one did).",
+        labels=("target",),
+        unit=Unit.SECONDS,
+        group=Group.CANARY,
+    ),
+    Metric(
         name="kvoffload_canary_verdict",
         type=MetricType.STATESET,
         help="Canary verdict: offload_faster, offload_slower, no_offload_hit or inconclusive.",
