@@ -13,6 +13,7 @@ from typing import Protocol
 
 from exporter import __version__
 from exporter.catalogue import COLLECTORS, SCRAPE_ERROR_REASONS, SIGNAL_METRICS, STATE_REASONS, STATES
+from exporter.convoy import ConvoyView
 from exporter.derive import EngineDerived
 from exporter.model import EngineKey, EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory, Snapshot
 from exporter.procmem import footprint_ratio, growth_step
@@ -35,6 +36,7 @@ class TargetView:
     tier_bytes: float | None = None  # from the exporter config
     last_error: str | None = None
     canary: CanaryFacts | None = None  # what the canary learnt about this target, refines the reasons
+    convoy: Mapping[EngineKey, ConvoyView] = field(default_factory=dict)  # exporter/convoy.py, windowed
 
 
 def _label_number(raw: str | None) -> float | None:
@@ -71,8 +73,11 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     )
     x.add("kvoffload_gpu_kv_cache_blocks", _label_number(e.cache_config.get("num_gpu_blocks")), lb)
     x.add("kvoffload_gpu_kv_block_size_tokens", _label_number(e.cache_config.get("block_size")), lb)
+    for stage, n in sorted(e.kv_fetch_by_stage.items()):
+        x.add("kvoffload_requests_kv_fetch", n, {**lb, "stage": stage})
     if d is None:
         return
+    _convoy(x, t.convoy.get(e.key), {**lb, "window": window})
     x.add_states("kvoffload_state", lb, STATES, d.state)
     wl = {**lb, "window": window}
     families = t.snapshot.families if t.snapshot else frozenset()
@@ -85,6 +90,14 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     x.add("kvoffload_external_prefix_hit_ratio", d.external_hit_ratio, wl)
     if d.ttft_quantiles:  # a summary: quantiles over the window and the samples they come from
         x.add_summary("kvoffload_ttft_seconds", wl, d.ttft_quantiles, d.ttft_count)
+
+
+def _convoy(x: Exposition, c: ConvoyView | None, wl: Mapping[str, str]) -> None:
+    if c is None:
+        return
+    x.add("kvoffload_offload_lookup_async_delay_seconds", c.lookup_delay_p99, {**wl, "quantile": "0.99"})
+    for q, v in c.queue_time.items():
+        x.add("kvoffload_request_queue_time_seconds", v, {**wl, "quantile": str(q)})
 
 
 def _target(x: Exposition, t: TargetView, window: str) -> None:

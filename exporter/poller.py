@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-from exporter import derive
+from exporter import convoy, derive
 from exporter.collector import Collector, TargetView, shared_fragment, target_fragment, target_tier_bytes
 from exporter.config import Config, TargetConfig
 from exporter.enums import CollectorName
@@ -120,6 +120,7 @@ class TargetPoller:
                 snapshot=snapshot,
                 derived=derived,
                 tier_bytes=self.cfg.tier_bytes,
+                convoy=convoy.derive(self.history, now, self.config.window),
             )
         )
         return self.timer() - started

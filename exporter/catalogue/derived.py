@@ -73,6 +73,25 @@ METRICS: tuple[Metric, ...] = (
         group=Group.DERIVED,
     ),
     Metric(
+        name="kvoffload_offload_lookup_async_delay_seconds",
+        type=MetricType.GAUGE,
+        help="p99 over the window of the time a request's offload lookup stayed deferred (loads queueing "
+        "behind loads: the convoy view), interpolated from the vLLM histogram.",
+        labels=WINDOWED + ("quantile",),
+        unit=Unit.SECONDS,
+        source="vllm:kv_offload_lookup_async_delay_seconds",
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_request_queue_time_seconds",
+        type=MetricType.GAUGE,
+        help="Request queue-time quantiles over the window, interpolated from the vLLM histogram.",
+        labels=WINDOWED + ("quantile",),
+        unit=Unit.SECONDS,
+        source="vllm:request_queue_time_seconds",
+        group=Group.DERIVED,
+    ),
+    Metric(
         name="kvoffload_window_seconds",
         type=MetricType.GAUGE,
         help="Time actually covered by the window's first and last polls.",
