@@ -96,6 +96,7 @@ class _Rules:
         configured = f"({q('kvoffload_state', _m('state', '=', 'not_configured'))} == 0)"
         control = f"({q('kvoffload_state', _m('state', '=', 'not_configured'))} == 1)"
         engine = "{{ $labels.target }} {{ $labels.model_name }} engine {{ $labels.engine }}"
+        busy = _m("load_band", "!=", "idle")  # idle is KVOffloadSlowerThanRecompute's
         canary_ok = (
             "sum without (result) (increase("
             f"{q('kvoffload_canary_probes_total', _m('result', '!=', 'error'))}[{s.canary_window}])) > 0"
@@ -146,6 +147,22 @@ class _Rules:
                 "token {{ $value | humanizeDuration }} later than the {{ $labels.control }} control, and "
                 "the canary verdict is offload_slower: the tier costs more than recomputing the prefix "
                 "(small model or short prefix). Consider disabling offload for this model.",
+            ),
+            AlertRule(
+                "KVOffloadSlowerUnderLoad",
+                f"{q('kvoffload_canary_band_delta_ttft_seconds', _m('control', '=~', s.slower_controls), busy)}"
+                f" > {_num(s.slower_min_delta_seconds)}\n"
+                f"and ignoring (bound) "
+                f"{q('kvoffload_canary_band_delta_ttft_ci_seconds', _m('bound', '=', 'lower'), busy)} > 0\n"
+                f"and on (job, instance, target, load_band) {q('kvoffload_canary_load_band', busy)} == 1",
+                s.slower_for,
+                "warning",
+                "Under the load the target runs now, canary requests served from the offload tier are slower.",
+                "On {{ $labels.target }}, in the {{ $labels.load_band }} load band the target is in now, a "
+                "canary prompt loaded from the offload tier reached its first token "
+                "{{ $value | humanizeDuration }} later than the {{ $labels.control }} control (confidence "
+                "interval above 0): loads are convoying behind concurrent requests (vllm#44294). Consider "
+                "selective loading under load (max_load_tokens) rather than disabling offload everywhere.",
             ),
             AlertRule(
                 "KVOffloadTTFTRegression",
