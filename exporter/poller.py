@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -29,6 +30,7 @@ from exporter.enums import CollectorName
 from exporter.exposition import ParseError
 from exporter.model import EngineKey, GpuMemory, HostMemory, Snapshot
 from exporter.normalise import normalise
+from exporter.reasons import CanaryFacts
 from exporter.redact import redact_url
 from exporter.render import Exposition, Fragment, Heads, merge
 from exporter.selfmon import SelfStats
@@ -63,6 +65,7 @@ class TargetPoller:
         self.fragment: Fragment = target_fragment(self.view, config.window_label, self._heads)
         self._version_checked = 0.0
         self._last_error_logged: str | None = None
+        self.canary: CanaryFacts | None = None  # from a plugin (Exporter.report_facts): refines the reasons
 
     def _parse(self, text: str, now: float) -> Parsed:
         """CPU-bound part of a poll; runs in a worker thread."""
@@ -121,6 +124,7 @@ class TargetPoller:
                 derived=derived,
                 tier_bytes=self.cfg.tier_bytes,
                 convoy=convoy.derive(self.history, now, self.config.window),
+                canary=self.canary,
             )
         )
         return self.timer() - started
@@ -384,6 +388,14 @@ class Exporter:
 
     def spawn(self, task: Awaitable[None]) -> None:
         self.add_task(task)
+
+    def report_facts(self, target: str, facts: CanaryFacts) -> None:
+        for t in self.targets:
+            if t.cfg.label == target:
+                t.canary = facts
+                if t.view.up:  # re-explain now, not at the next poll
+                    t._set_view(replace(t.view, canary=facts))
+        self.render()
 
     async def stop(self) -> None:
         for task in self._tasks:

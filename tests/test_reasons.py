@@ -15,7 +15,7 @@ from exporter.derive import advance, derive, interval
 from exporter.enums import State, StateReason
 from exporter.normalise import normalise
 from exporter.reasons import HINTS, RULES, CanaryFacts, explain
-from tests.support.prom import samples as parse_prom
+from tests.support.prom import samples
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REASONS = FIXTURES / "reasons"
@@ -73,11 +73,11 @@ def test_exposition_has_one_hot_state_reason(reason: StateReason) -> None:
     p0 = advance(None, before, 0.0)
     p1 = advance(p0, after, 60.0)
     view = TargetView("gpu0", "http://x", up=True, snapshot=after, derived=derive([p0, p1], 60.0, 300.0))
-    samples = [s for s in parse_prom(collect([view], "5m")) if s.name == "kvoffload_state_reason"]
-    assert len(samples) == len(StateReason)
-    hot = [s.labels["reason"] for s in samples if s.value == 1.0]
+    got = [s for s in samples(collect([view], "5m")) if s.name == "kvoffload_state_reason"]
+    assert len(got) == len(StateReason)
+    hot = [s.labels["reason"] for s in got if s.value == 1.0]
     assert hot == [reason]
-    assert all(s.labels["window"] == "5m" and s.labels["engine"] == "0" for s in samples)
+    assert all(s.labels["window"] == "5m" and s.labels["engine"] == "0" for s in got)
 
 
 def test_runbook_has_a_section_per_reason() -> None:
@@ -85,3 +85,29 @@ def test_runbook_has_a_section_per_reason() -> None:
     assert reasons_runbook.render() in runbook
     for reason in StateReason:
         assert f"### Reason {reason}\n" in runbook
+
+
+def test_serve_canary_facts_reach_the_exported_reason() -> None:
+    """The canary plugin reports its facts through the host; the next render explains with them."""
+    from exporter.config import Config, TargetConfig
+    from exporter.poller import Exporter
+
+    before, after, canary = _chain("evicted_before_reuse")
+    assert canary is not None
+    exp = Exporter(
+        Config(targets=(TargetConfig("http://127.0.0.1:9", name="a"),), host_enabled=False, gpu_enabled=False)
+    )
+    p0 = advance(None, before, 0.0)
+    p1 = advance(p0, after, 60.0)
+    exp.targets[0].view = TargetView(
+        "a", "http://127.0.0.1:9", up=True, snapshot=after, derived=derive([p0, p1], 60.0, 300.0)
+    )
+
+    def hot() -> list[str]:
+        exp.render()
+        got = samples(exp.body.decode())
+        return [s.labels["reason"] for s in got if s.name == "kvoffload_state_reason" and s.value == 1.0]
+
+    assert hot() == ["lookup_always_misses"]
+    exp.report_facts("a", canary)
+    assert hot() == ["evicted_before_reuse"]
