@@ -95,9 +95,12 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
 def _convoy(x: Exposition, c: ConvoyView | None, wl: Mapping[str, str]) -> None:
     if c is None:
         return
-    x.add("kvoffload_offload_lookup_async_delay_seconds", c.lookup_delay_p99, {**wl, "quantile": "0.99"})
-    for q, v in c.queue_time.items():
-        x.add("kvoffload_request_queue_time_seconds", v, {**wl, "quantile": str(q)})
+    if c.lookup_delay_p99 is not None:  # summaries, like kvoffload_ttft_seconds
+        x.add_summary(
+            "kvoffload_offload_lookup_async_delay_seconds", wl, {0.99: c.lookup_delay_p99}, c.lookup_delay_count
+        )
+    if c.queue_time:
+        x.add_summary("kvoffload_request_queue_time_seconds", wl, c.queue_time, c.queue_time_count)
 
 
 def _target(x: Exposition, t: TargetView, window: str) -> None:

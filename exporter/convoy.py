@@ -23,7 +23,9 @@ DELAY_QUANTILE = 0.99
 @dataclass(frozen=True)
 class ConvoyView:
     lookup_delay_p99: float | None = None
+    lookup_delay_count: float = 0.0  # deferred lookups in the window
     queue_time: Mapping[float, float] = field(default_factory=dict)  # quantile → seconds
+    queue_time_count: float = 0.0  # queued requests in the window
     fetch_by_stage: Mapping[str, float] = field(default_factory=dict)  # last value per stage
 
 
@@ -33,21 +35,18 @@ def _counts(start: Histogram | None, end: Histogram) -> tuple[float, ...]:
     return tuple(max(0.0, a - b) for a, b in zip(end.counts, start.counts))
 
 
-def _quantile(q: float, start: Histogram | None, end: Histogram | None) -> float | None:
-    if end is None:
-        return None
-    return histogram_quantile(q, end.bounds, _counts(start, end))
+def _window(start: Histogram | None, end: Histogram | None) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(bounds, the window's cumulative counts); empty without the family."""
+    return ((), ()) if end is None else (end.bounds, _counts(start, end))
 
 
 def engine_view(start: EngineSignals | None, end: EngineSignals) -> ConvoyView:
     """The convoy view of one engine between two scrapes (start None: since the engine started)."""
-    queue: dict[float, float] = {}
-    for q in QUEUE_QUANTILES:
-        v = _quantile(q, start.queue_time if start else None, end.queue_time)
-        if v is not None:
-            queue[q] = v
-    delay = _quantile(DELAY_QUANTILE, start.lookup_async_delay if start else None, end.lookup_async_delay)
-    return ConvoyView(delay, queue, dict(end.kv_fetch_by_stage))
+    qb, qc = _window(start.queue_time if start else None, end.queue_time)
+    queue = {q: v for q in QUEUE_QUANTILES if (v := histogram_quantile(q, qb, qc)) is not None}
+    db, dc = _window(start.lookup_async_delay if start else None, end.lookup_async_delay)
+    delay = histogram_quantile(DELAY_QUANTILE, db, dc)
+    return ConvoyView(delay, dc[-1] if dc else 0.0, queue, qc[-1] if qc else 0.0, dict(end.kv_fetch_by_stage))
 
 
 def derive(history: Sequence[Point], now: float, window: float) -> dict[EngineKey, ConvoyView]:

@@ -1,15 +1,16 @@
 """The runbook's "Reason" sections: how to read each `kvoffload_state_reason` and what to do about it.
 
 Pure text, one section per `StateReason` (the rule itself lives in exporter/reasons.py); appended to
-alerts/runbook.md, which KVOffloadStoreWithoutLoad's description points to when the alert carries a
-`reason` label. tests/test_reasons.py checks the runbook holds every section.
+alerts/runbook.md by exporter/bundle/runbook.py (below the alert sections, one heading level down, so the
+"one `##` section per alert" check holds); KVOffloadStoreWithoutLoad's description points here when the
+alert carries a `reason` label. tests/test_reasons.py checks the runbook holds every section.
 """
 
 from __future__ import annotations
 
 from exporter.enums import StateReason
 
-_HEAD = """## State reasons
+_HEAD = """### State reasons
 
 `kvoffload_state_reason{target,model_name,engine,window,reason}` is one-hot: 1 on the reason whose rule
 holds for an engine in `store_without_load` (or `stores_dropped` for a degraded `hit`), all 0 when nothing
@@ -93,7 +94,7 @@ def render() -> str:
     """The Markdown appended to alerts/runbook.md."""
     parts = [_HEAD]
     for reason, (meaning, check, act) in SECTIONS.items():
-        parts.append(f"### Reason {reason}\n\n**Meaning.** {meaning}\n\n**Check.** {check}\n\n**Act.** {act}\n")
+        parts.append(f"#### Reason {reason}\n\n**Meaning.** {meaning}\n\n**Check.** {check}\n\n**Act.** {act}\n")
     return "\n".join(parts)
 
 

@@ -74,7 +74,7 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         name="kvoffload_offload_lookup_async_delay_seconds",
-        type=MetricType.GAUGE,
+        type=MetricType.SUMMARY,
         help="p99 over the window of the time a request's offload lookup stayed deferred (loads queueing "
         "behind loads: the convoy view), interpolated from the vLLM histogram.",
         labels=WINDOWED + ("quantile",),
@@ -84,7 +84,7 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         name="kvoffload_request_queue_time_seconds",
-        type=MetricType.GAUGE,
+        type=MetricType.SUMMARY,
         help="Request queue-time quantiles over the window, interpolated from the vLLM histogram.",
         labels=WINDOWED + ("quantile",),
         unit=Unit.SECONDS,
