@@ -69,7 +69,7 @@ async def test_serve_cycles_are_filed_by_load_band(session: aiohttp.ClientSessio
         client = Loaded(CanaryClient(session))
         e = CanaryEngine(
             sim.url,
-            settings(min_samples=3, interval=0.0, recompute_control=False),
+            settings(min_samples=3, interval=0.01, recompute_control=False),
             client,  # type: ignore[arg-type]
             Prompts(b"s" * 32, "bands"),
         )
