@@ -12,11 +12,20 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from exporter import __version__
-from exporter.catalogue import COLLECTORS, RECOMMENDATIONS, SCRAPE_ERROR_REASONS, SIGNAL_METRICS, STATES
+from exporter.catalogue import (
+    COLLECTORS,
+    RECOMMENDATIONS,
+    SCRAPE_ERROR_REASONS,
+    SIGNAL_METRICS,
+    STATE_REASONS,
+    STATES,
+)
+from exporter.convoy import ConvoyView
 from exporter.derive import EngineDerived
 from exporter.model import EngineKey, EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory, Snapshot
 from exporter.payback import engine_payback
 from exporter.procmem import footprint_ratio, growth_step
+from exporter.reasons import CanaryFacts, explain
 from exporter.render import Exposition, Heads
 
 
@@ -34,6 +43,8 @@ class TargetView:
     derived: Mapping[EngineKey, EngineDerived] = field(default_factory=dict)
     tier_bytes: float | None = None  # from the exporter config
     last_error: str | None = None
+    canary: CanaryFacts | None = None  # what the canary learnt about this target, refines the reasons
+    convoy: Mapping[EngineKey, ConvoyView] = field(default_factory=dict)  # exporter/convoy.py, windowed
 
 
 def _label_number(raw: str | None) -> float | None:
@@ -70,10 +81,15 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     )
     x.add("kvoffload_gpu_kv_cache_blocks", _label_number(e.cache_config.get("num_gpu_blocks")), lb)
     x.add("kvoffload_gpu_kv_block_size_tokens", _label_number(e.cache_config.get("block_size")), lb)
+    for stage, n in sorted(e.kv_fetch_by_stage.items()):
+        x.add("kvoffload_requests_kv_fetch", n, {**lb, "stage": stage})
     if d is None:
         return
+    _convoy(x, t.convoy.get(e.key), {**lb, "window": window})
     x.add_states("kvoffload_state", lb, STATES, d.state)
     wl = {**lb, "window": window}
+    families = t.snapshot.families if t.snapshot else frozenset()
+    x.add_states("kvoffload_state_reason", wl, STATE_REASONS, explain(d, e, families, t.canary))
     x.add("kvoffload_window_seconds", d.window_seconds, wl)
     x.add("kvoffload_load_store_ratio", d.load_store_ratio, wl)
     x.add("kvoffload_offload_load_bandwidth_bytes_per_second", d.load_bandwidth, wl)
@@ -87,6 +103,17 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
         x.add_states("kvoffload_offload_recommendation", wl, RECOMMENDATIONS, pb.action)
     if d.ttft_quantiles:  # a summary: quantiles over the window and the samples they come from
         x.add_summary("kvoffload_ttft_seconds", wl, d.ttft_quantiles, d.ttft_count)
+
+
+def _convoy(x: Exposition, c: ConvoyView | None, wl: Mapping[str, str]) -> None:
+    if c is None:
+        return
+    if c.lookup_delay_p99 is not None:  # summaries, like kvoffload_ttft_seconds
+        x.add_summary(
+            "kvoffload_offload_lookup_async_delay_seconds", wl, {0.99: c.lookup_delay_p99}, c.lookup_delay_count
+        )
+    if c.queue_time:
+        x.add_summary("kvoffload_request_queue_time_seconds", wl, c.queue_time, c.queue_time_count)
 
 
 def _target(x: Exposition, t: TargetView, window: str) -> None:

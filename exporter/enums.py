@@ -150,3 +150,18 @@ class Recommendation(StrEnum):
     KEEP = "keep"
     SHRINK = "shrink"
     DISABLE = "disable"
+
+
+class StateReason(StrEnum):
+    """Why an engine is in `store_without_load`, or why a `hit` is degraded (exporter/reasons.py: one rule
+    each, checked in this order; docs/metrics.md and alerts/runbook.md explain how to read each)."""
+
+    METRIC_MISSING = "metric_missing"
+    WARMING_UP = "warming_up"
+    STORES_DROPPED = "stores_dropped"
+    TIER_SMALLER_THAN_GPU_POOL = "tier_smaller_than_gpu_pool"
+    PREFIX_SHORTER_THAN_BLOCK = "prefix_shorter_than_block"
+    LOADS_SKIPPED_BY_REQUEST = "loads_skipped_by_request"
+    EVICTED_BEFORE_REUSE = "evicted_before_reuse"
+    NO_REUSE_IN_WORKLOAD = "no_reuse_in_workload"
+    LOOKUP_ALWAYS_MISSES = "lookup_always_misses"

@@ -67,6 +67,10 @@ class EngineSignals:
     offload_store_size: Histogram | None = None
     cache_config: Mapping[str, str] = field(default_factory=dict)
     offload_config: Mapping[str, str] = field(default_factory=dict)
+    # The passive convoy view (loads serialising concurrent requests, vllm#44294), cumulative.
+    lookup_async_delay: Histogram | None = None  # vllm:kv_offload_lookup_async_delay_seconds
+    queue_time: Histogram | None = None  # vllm:request_queue_time_seconds
+    kv_fetch_by_stage: Mapping[str, float] = field(default_factory=dict)  # vllm:num_requests_kv_fetch_by_stage
 
     @property
     def key(self) -> EngineKey:

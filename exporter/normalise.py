@@ -64,7 +64,11 @@ _PREFILL = {
     "vllm:request_prefill_kv_computed_tokens": Signal.PREFILL_COMPUTED_TOKENS,
 }
 
-HISTOGRAMS = frozenset({_TTFT, _LEGACY_SIZE, *_FLAT_SIZE, *_PREFILL})
+_LOOKUP_DELAY = "vllm:kv_offload_lookup_async_delay_seconds"
+_QUEUE_TIME = "vllm:request_queue_time_seconds"
+_FETCH_STAGE = "vllm:num_requests_kv_fetch_by_stage"
+
+HISTOGRAMS = frozenset({_TTFT, _LEGACY_SIZE, *_FLAT_SIZE, _LOOKUP_DELAY, _QUEUE_TIME, *_PREFILL})
 FAMILIES = tuple(
     sorted(
         {
@@ -80,6 +84,9 @@ FAMILIES = tuple(
             _BY_SOURCE,
             _CACHE_INFO,
             _OFFLOAD_INFO,
+            _LOOKUP_DELAY,
+            _QUEUE_TIME,
+            _FETCH_STAGE,
         }
     )
 )
@@ -111,6 +118,7 @@ class _Engine:
         self.hists: dict[str, _Hist] = defaultdict(_Hist)
         self.cache_config: dict[str, str] = {}
         self.offload_config: dict[str, str] = {}
+        self.fetch_stage: dict[str, float] = {}
 
 
 def _transfer_direction(rest: Labels) -> int | None:
@@ -215,6 +223,9 @@ def _freeze(
         offload_store_size=store_size.freeze() if store_size else None,
         cache_config={**engine_info, **e.cache_config},
         offload_config=dict(e.offload_config),
+        lookup_async_delay=size[_LOOKUP_DELAY].freeze() if _LOOKUP_DELAY in size else None,
+        queue_time=size[_QUEUE_TIME].freeze() if _QUEUE_TIME in size else None,
+        kv_fetch_by_stage=dict(e.fetch_stage),
     )
 
 
@@ -276,6 +287,13 @@ def _on_by_source(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le
             e.by_source[v] = _finite(e.by_source[v] + _finite(value, fam), fam)
 
 
+def _on_fetch_stage(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
+    for k, v in rest:
+        if k == "stage":
+            prev = e.fetch_stage.get(v)
+            e.fetch_stage[v] = value if prev is None else max(prev, value)  # a gauge: max over pids
+
+
 _Handler = Callable[[_Engine, str, str, float, Labels, float | None], None]
 _HANDLERS: dict[str, _Handler] = {
     **{f: _on_flat for f in _FLAT},
@@ -283,7 +301,8 @@ _HANDLERS: dict[str, _Handler] = {
     **{f: _on_counter for f in _COUNTERS},
     **{f: _on_alias for f in _ALIASES},
     **{f: _on_gauge for f in _GAUGES if f not in _ALIASES},
-    **{f: _on_hist for f in (*_FLAT_SIZE, _TTFT)},
+    **{f: _on_hist for f in (*_FLAT_SIZE, _TTFT, _LOOKUP_DELAY, _QUEUE_TIME)},
+    _FETCH_STAGE: _on_fetch_stage,
     _LEGACY_SIZE: _on_legacy_size,
     _BY_SOURCE: _on_by_source,
     **{f: _on_prefill for f in _PREFILL},

@@ -16,6 +16,7 @@ import aiohttp
 from exporter.collector import Collector
 from exporter.config import Config
 from exporter.enums import CollectorName
+from exporter.reasons import CanaryFacts
 
 Session: TypeAlias = aiohttp.ClientSession
 """The shared client session handed to plugins (one connection pool for polls and canaries)."""
@@ -41,7 +42,11 @@ class PluginHost(Protocol):
         """Run `task` until the exporter stops (cancelled on shutdown)."""
         ...
 
+    def report_facts(self, target: str, facts: CanaryFacts) -> None:
+        """What the plugin learnt about a target (by label) that refines the state reasons; re-renders."""
+        ...
+
 
 Plugin = Callable[[PluginHost, Session], None]
 
-__all__ = ["Collector", "Plugin", "PluginHost", "Session"]
+__all__ = ["CanaryFacts", "Collector", "Plugin", "PluginHost", "Session"]

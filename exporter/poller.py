@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -26,6 +27,7 @@ from exporter.collector import Collector, shared_fragment, target_tier_bytes
 from exporter.config import Config, TargetConfig
 from exporter.enums import CollectorName
 from exporter.model import GpuMemory, HostMemory
+from exporter.reasons import CanaryFacts
 from exporter.render import Exposition, merge
 from exporter.selfmon import SelfStats
 from exporter.sources import host as host_source
@@ -270,6 +272,14 @@ class Exporter:
 
     def spawn(self, task: Awaitable[None]) -> None:
         self.add_task(task)
+
+    def report_facts(self, target: str, facts: CanaryFacts) -> None:
+        for t in self.targets:
+            if t.cfg.label == target:
+                t.canary = facts
+                if t.view.up:  # re-explain now, not at the next poll
+                    t._set_view(replace(t.view, canary=facts))
+        self.render()
 
     async def stop(self) -> None:
         for task in self._tasks:

@@ -13,12 +13,13 @@ from collections.abc import Callable
 
 import aiohttp
 
-from exporter import derive
+from exporter import convoy, derive
 from exporter.collector import TargetView, target_fragment
 from exporter.config import Config, TargetConfig
 from exporter.exposition import ParseError
 from exporter.model import EngineKey, Snapshot
 from exporter.normalise import normalise
+from exporter.reasons import CanaryFacts
 from exporter.redact import redact_url
 from exporter.render import Fragment, Heads
 from exporter.sources.vllm_http import ScrapeError, fetch_metrics, fetch_version
@@ -51,6 +52,7 @@ class TargetPoller:
         self.fragment: Fragment = target_fragment(self.view, config.window_label, self._heads)
         self._version_checked = 0.0
         self._last_error_logged: str | None = None
+        self.canary: CanaryFacts | None = None  # from a plugin (Exporter.report_facts): refines the reasons
 
     def _parse(self, text: str, now: float) -> Parsed:
         """CPU-bound part of a poll; runs in a worker thread."""
@@ -108,6 +110,8 @@ class TargetPoller:
                 snapshot=snapshot,
                 derived=derived,
                 tier_bytes=self.cfg.tier_bytes,
+                convoy=convoy.derive(self.history, now, self.config.window),
+                canary=self.canary,
             )
         )
         return self.timer() - started

@@ -143,6 +143,7 @@ def test_check_interval_replays_from_the_recorded_snapshots(shape: str) -> None:
     now = interval_report(snap("before"), snap("after"))
     # Keys added to the report after the run was recorded (e.g. ttft_count) are not in the recording.
     for e, rec in zip(now["engines"], doc["interval"]["engines"]):
+        assert e["state_reason"] is None  # a hit needs no explaining
         for k in set(e) - set(rec):
             del e[k]
     assert now == doc["interval"]

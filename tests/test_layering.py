@@ -21,6 +21,7 @@ CORE_PURE = [
     "normalise",
     "samples",
     "derive",
+    "reasons",
     "render",
     "collector",
     "config",

@@ -17,6 +17,7 @@ from exporter.config import Config, TargetConfig
 from exporter.enums import CollectorName
 from exporter.plugins import PluginHost
 from exporter.poller import Exporter
+from exporter.reasons import CanaryFacts
 from exporter.render import Exposition
 
 
@@ -28,6 +29,7 @@ class FakeHost:
         self.collectors: list[Collector] = []
         self.health: list[tuple[CollectorName, bool, float]] = []
         self.tasks: list[Awaitable[None]] = []
+        self.facts: dict[str, CanaryFacts] = {}
 
     @property
     def config(self) -> Config:
@@ -38,6 +40,9 @@ class FakeHost:
 
     def report_collector(self, name: CollectorName, ok: bool, duration: float) -> None:
         self.health.append((name, ok, duration))
+
+    def report_facts(self, target: str, facts: CanaryFacts) -> None:
+        self.facts[target] = facts
 
     def spawn(self, task: Awaitable[None]) -> None:
         self.tasks.append(task)

@@ -86,12 +86,16 @@ ALERT_SCENARIOS = {
 ALERTS_NOT_SIMULATED = {
     "KVOffloadTierOvercommitted": "needs pinned shared memory in the vLLM process tree; a simulator has none",
     "KVOffloadOOMRisk": "needs a memory limit on the vLLM container's cgroup",
+    "KVOffloadEngineImbalance": "needs two DP engines of one target, one of them never loading",
+    "KVOffloadSlowerUnderLoad": "needs canary cycles under users' concurrent traffic, slower in that band",
 }
 # Dashboard panels that need hardware this machine may not have.
 NEEDS_NVML = ("VRAM",)
 # Series no simulated scenario produces, with the reason (the query still has to be valid PromQL).
 NOT_SIMULATED = {
     "kvoffload_offload_stores_skipped_total": "needs a vLLM with store_threshold >= 2; the simulator has none",
+    "kvoffload_offload_lookup_async_delay_seconds": "the simulator registers the family but never defers a lookup",
+    "kvoffload_tier_retention_seconds": "needs the wait strategy's ladder outliving the GPU; this canary uses pressure",
 }
 
 

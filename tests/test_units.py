@@ -234,7 +234,13 @@ def test_catalogue_conventions() -> None:
         assert name.endswith("_total") == (m.type == "counter"), name
         assert (m.help and m.help[-1] == ".") or m.help.endswith(")"), name
         if m.type == "stateset":
-            assert m.labels[-1] in ("state", "verdict", "recommendation")
+            assert m.labels[-1] in (
+                "state",
+                "verdict",
+                "recommendation",
+                "reason",
+                "load_band",
+            )  # the one-hot label, last
 
 
 def test_render_rejects_wrong_labels_and_skips_none() -> None:

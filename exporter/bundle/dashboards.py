@@ -286,6 +286,10 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         h=8,
     )
 
+    from exporter.bundle import reason_panels  # imports panels.py only; kept out of this module's length
+
+    reason_panels.add(L, q, eng)
+
     return dashboard(
         "KV offload overview",
         OVERVIEW_UID,

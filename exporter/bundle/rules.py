@@ -108,6 +108,7 @@ class _Rules:
         configured = f"({q('kvoffload_state', _m('state', '=', 'not_configured'))} == 0)"
         control = f"({q('kvoffload_state', _m('state', '=', 'not_configured'))} == 1)"
         engine = "{{ $labels.target }} {{ $labels.model_name }} engine {{ $labels.engine }}"
+        busy = _m("load_band", "!=", "idle")  # idle is KVOffloadSlowerThanRecompute's
         canary_ok = (
             "sum without (result) (increase("
             f"{q('kvoffload_canary_probes_total', _m('result', '!=', 'error'))}[{s.canary_window}])) > 0"
@@ -119,14 +120,31 @@ class _Rules:
         return [
             AlertRule(
                 "KVOffloadStoreWithoutLoad",
-                f"{store} > {_num(s.store_without_load_min_bytes)}\nunless {load} > 0\nand {reuse} > 0",
+                _with_reason(
+                    f"{store} > {_num(s.store_without_load_min_bytes)}\nunless {load} > 0\nand {reuse} > 0",
+                    q("kvoffload_state_reason"),
+                ),
                 s.store_without_load_for,
                 "warning",
                 "KV offload stores blocks but never loads them back while prefixes are reused.",
                 f"{engine} stored {{{{ $value | humanize1024 }}}}B into the offload tier in the last "
                 f"{w} and loaded nothing back, although prompts were served from prefix caches. "
                 "Either the tier never gets a hit (GPU cache big enough, no revisits after eviction: "
-                "consider store_threshold) or the load path is broken (vllm-project/vllm#47890).",
+                "consider store_threshold) or the load path is broken (vllm-project/vllm#47890)." + _REASON_NOTE,
+            ),
+            AlertRule(
+                "KVOffloadEngineImbalance",
+                f"{store} > {_num(s.store_without_load_min_bytes)}\nunless {load} > 0\n"
+                f"and on (job, instance, target, model_name)\n"
+                f"(max by (job, instance, target, model_name) ({load}) > 0)",
+                s.store_without_load_for,
+                "warning",
+                "One engine (DP rank) stores into the offload tier and never loads while its siblings load.",
+                f"{engine} stored {{{{ $value | humanize1024 }}}}B into the offload tier in the last {w} and "
+                "loaded nothing back, while another engine serving the same model on this target did load: "
+                "the workload reuses prefixes, but this rank's tier never serves them (routing that sends "
+                "revisits elsewhere, a rank-local tier that is full or misconfigured, or a rank-specific bug). "
+                "Compare the engines on the overview's per-engine load/store panel.",
             ),
             AlertRule(
                 "KVOffloadSlowerThanRecompute",
@@ -141,6 +159,22 @@ class _Rules:
                 "token {{ $value | humanizeDuration }} later than the {{ $labels.control }} control, and "
                 "the canary verdict is offload_slower: the tier costs more than recomputing the prefix "
                 "(small model or short prefix). Consider disabling offload for this model.",
+            ),
+            AlertRule(
+                "KVOffloadSlowerUnderLoad",
+                f"{q('kvoffload_canary_band_delta_ttft_seconds', _m('control', '=~', s.slower_controls), busy)}"
+                f" > {_num(s.slower_min_delta_seconds)}\n"
+                f"and ignoring (bound) "
+                f"{q('kvoffload_canary_band_delta_ttft_ci_seconds', _m('bound', '=', 'lower'), busy)} > 0\n"
+                f"and on (job, instance, target, load_band) {q('kvoffload_canary_load_band', busy)} == 1",
+                s.slower_for,
+                "warning",
+                "Under the load the target runs now, canary requests served from the offload tier are slower.",
+                "On {{ $labels.target }}, in the {{ $labels.load_band }} load band the target is in now, a "
+                "canary prompt loaded from the offload tier reached its first token "
+                "{{ $value | humanizeDuration }} later than the {{ $labels.control }} control (confidence "
+                "interval above 0): loads are convoying behind concurrent requests (vllm#44294). Consider "
+                "selective loading under load (max_load_tokens) rather than disabling offload everywhere.",
             ),
             AlertRule(
                 "KVOffloadTTFTRegression",
@@ -263,6 +297,20 @@ class _Rules:
                 "hits. Check that the tier is large enough to keep the prefix and that loads work.",
             ),
         ]
+
+
+_REASON_NOTE = (
+    "{{ with $labels.reason }} The exporter's rules name the likely reason: {{ . }} (runbook: "
+    'section "Reason {{ . }}").{{ end }}'
+)
+
+
+def _with_reason(expr: str, reason: str) -> str:
+    """Attach the exporter's `kvoffload_state_reason` (the one reason that holds) as a `reason` label
+    when it exists; the alert still fires unchanged without it (older exporter, nothing explained)."""
+    one = f"topk without (window, reason) (1, {reason} == 1)"
+    on = "on (job, instance, target, model_name, engine)"
+    return f"(\n{expr}\n)\n* {on} group_left (reason)\n{one}\nor {on}\n(\n{expr}\n)"
 
 
 def _m(label: str, op: str, value: str) -> str:

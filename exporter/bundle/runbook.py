@@ -7,6 +7,7 @@ Pure: no grafanalib.
 
 from __future__ import annotations
 
+from exporter.bundle import reasons_runbook
 from exporter.bundle.rules import build
 from exporter.bundle.settings import DEFAULT, FIELDS, Settings
 
@@ -42,11 +43,29 @@ external hits).
 3. If the canary runs: its verdict `no_offload_hit` means a prefix evicted from the GPU was **not**
    loaded back on revisit → the load path is broken (connector config, version bug, tier too small so
    the prefix was evicted from it too).
+4. The alert's `reason` label (when present) is the exporter's `kvoffload_state_reason`: read its section
+   under *State reasons* below; *Why this engine stores without loading* on the overview shows it over time.
 
 **Act.** No reuse after eviction: set `store_threshold` ≥ 2 in `kv_connector_extra_config` (only reused
 blocks are stored; watch `kvoffload_offload_stores_skipped_total`) or disable offloading for this model.
 Broken loads: compare vLLM version with known issues, check `kv_connector_extra_config`, restart with a
 larger `cpu_bytes_to_use`.
+
+## KVOffloadEngineImbalance
+
+**Meaning.** Over the last {reuse_window} one engine (a data-parallel rank) stored more than
+{store_without_load_min_bytes} into the offload tier and loaded nothing back, while another engine serving
+the same model behind the same target did load, for {store_without_load_for}. The workload does reuse
+prefixes, but this rank's tier never serves them.
+
+**Check.** Overview → *Per-engine offload loads vs stores (last hour)*: one engine's load line flat at 0
+while its siblings' grow. `kvoffload_state_reason` of that engine names the likely reason (tier smaller
+than the GPU pool on that rank, stores dropped, lookups that always miss). Does the router send revisits
+to the rank that stored the prefix (prefix-aware routing vs round robin)?
+
+**Act.** Route revisits to the rank that holds the prefix, or give every rank the same tier size and
+connector configuration; a rank-specific bug needs the vLLM version and both ranks' dumps
+(`inspect BEFORE AFTER` prints every engine).
 
 ## KVOffloadSlowerThanRecompute
 
@@ -63,6 +82,25 @@ points at PCIe contention or unpinned memory.
 **Act.** For small models / short prefixes disable offloading (or raise the minimum prefix length that
 is offloaded); otherwise investigate the bandwidth. Silence for a known, accepted cost by raising
 `slower_min_delta_seconds` (now {slower_min_delta_seconds} s; the alert waits {slower_for}).
+
+## KVOffloadSlowerUnderLoad
+
+**Meaning.** `serve --canary` files every cycle under the load band the target was in (users' running
+and waiting requests in the cycle's closing scrape: `idle` none, `low` fewer than 8 running and none
+waiting, `high` otherwise). In the band the target is in **now** (not idle), the canary's offload hits
+are slower than the control, with a confidence interval above 0, for {slower_for}. The idle verdict does
+not carry over: on an H200 the Qwen3-0.6B shape was +24.9 ms slower at c=1 but −7.1 ms faster at c=16
+(one load amortised over concurrent revisits); elsewhere concurrent requests sharing a prefix being
+loaded are serialised (vllm#44294: TTFT 5.95 s → 11.46 s on Qwen3-8B / 2×L40S).
+
+**Check.** Overview → *Payoff under load*: *Canary ΔTTFT by load band* (which bands are above 0),
+*Offload lookup delay p99* (deferred lookups waiting for loads), *Requests waiting on KV fetch by stage*
+(`waiting_to_start` / `in_progress` growing = a convoy) and *Queue time quantiles*.
+
+**Act.** Load selectively under load: per-request `kv_transfer_params.max_load_tokens: 0` above a
+concurrency threshold (vLLM ≥ 0.31; llm-d-router#2833 does it as a routing policy), or limit the
+concurrency on the offloading replica. Do not disable offload on the idle verdict alone: check the
+`high` band first.
 
 ## KVOffloadTTFTRegression
 
@@ -223,7 +261,7 @@ def _changed(s: Settings) -> str:
 
 def render(s: Settings = DEFAULT) -> str:
     """The runbook for settings `s`; ValueError if an alert has no section (or a section no alert)."""
-    text = _HEAD + _changed(s) + "\n" + _BODY.format(**_values(s))
+    text = _HEAD + _changed(s) + "\n" + _BODY.format(**_values(s)) + "\n" + reasons_runbook.render()
     sections = {line[3:] for line in text.splitlines() if line.startswith("## ")}
     alerts = {a.alert for a in build(s)[1]}
     if sections != alerts:

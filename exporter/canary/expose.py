@@ -17,6 +17,7 @@ from typing import Protocol
 from exporter.canary.state import CanaryState
 from exporter.canary.stats import quantile
 from exporter.catalogue import (
+    CANARY_LOAD_BANDS,
     CANARY_PATHS,
     CANARY_REASONS,
     CANARY_RESULTS,
@@ -45,6 +46,20 @@ class CanaryCollector:
         render(x, [e.state for e in self._engines])
 
 
+def _bands(x: SampleSink, st: CanaryState, t: dict[str, str]) -> None:
+    """Per-load-band ΔTTFT (serve --canary): absent until a band has a verdict with estimates."""
+    for band in CANARY_LOAD_BANDS:
+        x.add("kvoffload_canary_band_cycles_total", float(st.band_cycles.get(band, 0)), {**t, "load_band": band})
+        v = st.band_verdicts.get(band)
+        for name, est in sorted(v.estimates.items() if v else ()):
+            lb = {**t, "control": name, "load_band": band}
+            x.add("kvoffload_canary_band_delta_ttft_seconds", est.delta, lb)
+            x.add("kvoffload_canary_band_delta_ttft_ci_seconds", est.lower, {**lb, "bound": "lower"})
+            x.add("kvoffload_canary_band_delta_ttft_ci_seconds", est.upper, {**lb, "bound": "upper"})
+    if st.load_band is not None:
+        x.add_states("kvoffload_canary_load_band", t, CANARY_LOAD_BANDS, st.load_band)
+
+
 def render(x: SampleSink, states: Iterable[CanaryState]) -> None:
     for st in states:
         t = {"target": st.label}
@@ -68,5 +83,7 @@ def render(x: SampleSink, states: Iterable[CanaryState]) -> None:
         x.add("kvoffload_canary_last_success_timestamp_seconds", st.last_success, t)
         for tier in CANARY_TIERS:
             x.add("kvoffload_canary_residency_seconds", st.residency.get(tier), {**t, "tier": tier})
+        x.add("kvoffload_tier_retention_seconds", st.retention_seconds(), t)
+        _bands(x, st, t)
         current = verdict.verdict if verdict else "inconclusive"
         x.add_states("kvoffload_canary_verdict", t, CANARY_VERDICTS, current)

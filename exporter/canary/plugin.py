@@ -82,6 +82,8 @@ def make_plugin(settings: CanarySettings) -> Plugin:
         host.add_collector(CanaryCollector(engines))
 
         def on_cycle() -> None:
+            for e in engines:  # wait-ladder evictions and never-loaded revisits refine the state reasons
+                host.report_facts(e.state.label, e.state.reason_facts())
             last = [e.cycles[-1] for e in engines if e.cycles]
             ok = not any(e.failing for e in engines)
             host.report_collector(CollectorName.CANARY, ok, max((c.finished - c.started for c in last), default=0.0))

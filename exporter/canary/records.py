@@ -10,9 +10,35 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from exporter.canary import plan as planning
-from exporter.canary.types import CycleReason, ProbeResult, Strategy
+from exporter.canary.types import CycleReason, LoadBand, ProbeResult, Strategy
 
 TARGET, CONTROL = "target", "control"
+
+HIGH_RUNNING = 8
+"""Running requests from which a cycle counts as `high` load. On the H200 (vLLM 0.26, Qwen3-0.6B shape) the
+tier's ΔTTFT went +24.9 ms at c=1, +12.6 ms at c=4, -7.1 ms at c=16: the sign flips between 4 and 16."""
+
+
+def load_band(running: float, waiting: float) -> LoadBand:
+    """idle: nothing else running or waiting; low: fewer than HIGH_RUNNING running and no queue; high:
+    HIGH_RUNNING or more running, or any request waiting (a queue is where loads convoy, vllm#44294)."""
+    if running <= 0 and waiting <= 0:
+        return LoadBand.IDLE
+    if waiting <= 0 and running < HIGH_RUNNING:
+        return LoadBand.LOW
+    return LoadBand.HIGH
+
+
+@dataclass(frozen=True)
+class CycleLoad:
+    """Users' requests on the canary's model in the cycle's closing scrape (the canary's own are done)."""
+
+    running: float
+    waiting: float
+
+    @property
+    def band(self) -> LoadBand:
+        return load_band(self.running, self.waiting)
 
 
 @dataclass
@@ -99,3 +125,4 @@ class CycleRecord:
     reason: CycleReason
     detail: str
     phases: list[PhaseRecord] = field(default_factory=list)
+    load: CycleLoad | None = None  # serve --canary only (schedule.py); None when the scrape had no gauges

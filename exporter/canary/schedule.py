@@ -8,12 +8,32 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from exporter.canary.errors import CanaryError
+from exporter.canary.records import TARGET, CycleLoad, CycleRecord
 from exporter.canary.types import CycleReason
+from exporter.model import Snapshot
 
 if TYPE_CHECKING:  # typing only: the engine imports this module
     from exporter.canary.engine import CanaryEngine
 
 log = logging.getLogger("kvoffload.canary")
+
+
+def cycle_load(snap: Snapshot | None, model: str) -> CycleLoad | None:
+    """Users' running and waiting requests on `model` in the cycle's closing scrape (summed over its
+    engines); None when the scrape carried neither gauge."""
+    if snap is None:
+        return None
+    engines = [e for e in snap.engines if e.model_name == model]
+    running = [e.requests_running for e in engines if e.requests_running is not None]
+    waiting = [e.requests_waiting for e in engines if e.requests_waiting is not None]
+    if not running and not waiting:
+        return None
+    return CycleLoad(sum(running), sum(waiting))
+
+
+def _record_load(e: CanaryEngine, rec: CycleRecord, model: str) -> None:
+    rec.load = cycle_load(e.scrapes.last(TARGET), model)
+    e.state.record_load(rec)
 
 
 async def _prepare_failed(e: CanaryEngine, err: CanaryError, on_cycle: Callable[[], None]) -> None:
@@ -47,6 +67,8 @@ async def run_forever(e: CanaryEngine, on_cycle: Callable[[], None] = lambda: No
             await _prepare_failed(e, err, on_cycle)
             continue
         e.failing = rec is not None and rec.reason == CycleReason.ERROR
+        if rec is not None:
+            _record_load(e, rec, run.conditions.target.model)
         on_cycle()
         _say_eta(e, e.cycle_cost_of(run))
         if rec is None:

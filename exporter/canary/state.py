@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections import Counter, deque
 
 from exporter.canary.config import CanarySettings
+from exporter.canary.records import CycleRecord
 from exporter.canary.stats import Verdict, decide, median
-from exporter.canary.types import Tier
+from exporter.canary.types import CycleReason, LoadBand, Tier
 from exporter.catalogue import CANARY_PATHS
+from exporter.reasons import CanaryFacts
 
 
 class CanaryState:
@@ -25,6 +27,16 @@ class CanaryState:
         self.last_success: float | None = None
         self.verdict: Verdict | None = None
         self.residency: dict[Tier, float] = {}  # longest idle seconds still a hit (wait strategy)
+        # (idle seconds, loaded from the tier) of the last displaced wait-ladder revisits: the horizon
+        # follows the workload (a lifetime maximum, like residency, never comes down again).
+        self.tier_revisits: deque[tuple[float, bool]] = deque(maxlen=maxlen)
+        # serve --canary: TTFT samples, cycles and the verdict per load band (schedule.py records the load).
+        self.band_samples: dict[LoadBand, dict[str, deque[float]]] = {
+            b: {p: deque(maxlen=maxlen) for p in CANARY_PATHS} for b in LoadBand
+        }
+        self.band_cycles: Counter[str] = Counter()
+        self.band_verdicts: dict[LoadBand, Verdict] = {}
+        self.load_band: LoadBand | None = None  # the band of the last cycle with a known load
         self.recompute_control = "unknown"  # unknown | honoured | ignored | no_connector | off
         self.bytes_per_token: float | None = None
         self._bpt_candidates: list[float] = []
@@ -37,6 +49,39 @@ class CanaryState:
         prefix; whether the hit was full at all comes from the request's own cached_tokens)."""
         self._bpt_candidates.append(store_bytes / (own_tokens + other_tokens))
         self.bytes_per_token = median(self._bpt_candidates[-25:])  # robust to one late-reported store
+
+    def retention_seconds(self) -> float | None:
+        """The largest idle time after which a displaced canary prefix still loaded from the tier, over
+        the recent wait-ladder revisits; None until one did (a tier that only misses has no horizon)."""
+        return max((idle for idle, loaded in self.tier_revisits if loaded), default=None)
+
+    def reason_facts(self) -> CanaryFacts:
+        """What the state reasons (exporter/reasons.py) may use from this canary."""
+        return CanaryFacts(
+            no_load_cycles=self.cycles[CycleReason.NO_LOAD],
+            evicted_from_tier_cycles=self.cycles[CycleReason.EVICTED_FROM_TIER],
+            retention_seconds=self.retention_seconds(),
+        )
+
+    def record_load(self, rec: CycleRecord) -> None:
+        """File a finished cycle's counted TTFTs under its load band and re-decide that band's verdict."""
+        if rec.load is None or rec.reason == CycleReason.ERROR:
+            return
+        band = rec.load.band
+        self.load_band = band
+        self.band_cycles[band] += 1
+        for ph in rec.phases:
+            if ph.counted and ph.ttft_seconds is not None and ph.path in self.band_samples[band]:
+                self.band_samples[band][ph.path].append(ph.ttft_seconds)
+        s = self.settings
+        self.band_verdicts[band] = decide(
+            {k: list(v) for k, v in self.band_samples[band].items()},
+            self.band_cycles[band],
+            min_samples=s.min_samples,
+            seed=s.seed,
+            n_boot=s.bootstrap,
+            confidence=s.confidence,
+        )
 
     def uses_recompute(self) -> bool:
         """The recompute control runs while it is configured and not proven ignored by the server."""

@@ -59,3 +59,11 @@ class Strategy(StrEnum):
 
     PRESSURE = "pressure"
     WAIT = "wait"
+
+
+class LoadBand(StrEnum):
+    """The target's load around a canary cycle (label `load_band`; thresholds: records.load_band)."""
+
+    IDLE = "idle"
+    LOW = "low"
+    HIGH = "high"

@@ -49,5 +49,7 @@ class WaitCycle:
         steps.revisit_done(run, rev, cls)
         if cls.result == "offload_hit":
             e.state.residency[Tier.OFFLOAD] = max(e.state.residency.get(Tier.OFFLOAD, 0.0), idle)
+        if cls.result in ("offload_hit", "miss", "partial"):  # left the GPU: did the tier still have it?
+            e.state.tier_revisits.append((idle, cls.result == "offload_hit"))
         got = await steps.controls(run, c, rec, seeded, idle)
         steps.judge(run, rec, rev, cls, seeded.stored, got)

@@ -8,7 +8,7 @@ base units, `_total` only on counters, no colons. Rows live in one module per do
 
 from __future__ import annotations
 
-from exporter.canary.types import CanaryPath, CycleReason, ProbeResult, Tier, VerdictKind
+from exporter.canary.types import CanaryPath, CycleReason, LoadBand, ProbeResult, Tier, VerdictKind
 from exporter.catalogue import canary, derived, engine, health, memory
 from exporter.catalogue.metric import ENGINE, PREFIX, WINDOWED, Metric
 from exporter.enums import (
@@ -21,11 +21,15 @@ from exporter.enums import (
     ScrapeErrorReason,
     Signal,
     State,
+    StateReason,
     Unit,
 )
 
 STATES: tuple[State, ...] = tuple(State)
 """Evidence states, in the order they are documented (see derive.evidence_state)."""
+
+STATE_REASONS: tuple[StateReason, ...] = tuple(StateReason)
+"""Why an engine stores without loading (or a hit is degraded), in rule order (see exporter/reasons.py)."""
 
 SCRAPE_ERROR_REASONS: tuple[ScrapeErrorReason, ...] = tuple(ScrapeErrorReason)
 """Closed set of reasons for kvoffload_scrape_errors_total; never free text in labels."""
@@ -45,6 +49,8 @@ CANARY_VERDICTS: tuple[VerdictKind, ...] = tuple(VerdictKind)
 CANARY_REASONS: tuple[CycleReason, ...] = tuple(CycleReason)
 """Why a canary cycle ended as it did (closed set; see docs/canary.md)."""
 CANARY_TIERS: tuple[Tier, ...] = tuple(Tier)
+CANARY_LOAD_BANDS: tuple[LoadBand, ...] = tuple(LoadBand)
+"""Load bands of serve --canary cycles (thresholds: exporter/canary/records.load_band)."""
 
 CATALOGUE: dict[str, Metric] = {m.name: m for part in (health, engine, derived, memory, canary) for m in part.METRICS}
 
@@ -60,6 +66,7 @@ def metric(name: str) -> Metric:
 
 
 __all__ = [
+    "CANARY_LOAD_BANDS",
     "CANARY_PATHS",
     "CANARY_REASONS",
     "CANARY_RESULTS",
@@ -75,6 +82,7 @@ __all__ = [
     "SCRAPE_ERROR_REASONS",
     "SIGNAL_METRICS",
     "STATES",
+    "STATE_REASONS",
     "WINDOWED",
     "Group",
     "Metric",

@@ -77,6 +77,46 @@ METRICS: tuple[Metric, ...] = (
         group=Group.CANARY,
     ),
     Metric(
+        name="kvoffload_canary_band_delta_ttft_seconds",
+        type=MetricType.GAUGE,
+        help="Canary delta TTFT (offload hit - control medians) over the cycles run under one load band "
+        "(idle: no other request; low: < 8 running, none waiting; high: otherwise); serve --canary only.",
+        labels=("target", "control", "load_band"),
+        unit=Unit.SECONDS,
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_canary_band_delta_ttft_ci_seconds",
+        type=MetricType.GAUGE,
+        help="Bootstrap confidence-interval bound of the per-load-band canary delta TTFT.",
+        labels=("target", "control", "load_band", "bound"),
+        unit=Unit.SECONDS,
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_canary_band_cycles_total",
+        type=MetricType.COUNTER,
+        help="Canary cycles (without error) by the load band they ran under.",
+        labels=("target", "load_band"),
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_canary_load_band",
+        type=MetricType.STATESET,
+        help="Load band of the last canary cycle: users' running and waiting requests in its closing scrape.",
+        labels=("target", "load_band"),
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_tier_retention_seconds",
+        type=MetricType.GAUGE,
+        help="Retention horizon: the largest idle time after which a displaced canary prefix still loaded "
+        "from the offload tier, over the recent wait-ladder revisits (absent until one did).",
+        labels=("target",),
+        unit=Unit.SECONDS,
+        group=Group.CANARY,
+    ),
+    Metric(
         name="kvoffload_canary_verdict",
         type=MetricType.STATESET,
         help="Canary verdict: offload_faster, offload_slower, no_offload_hit or inconclusive.",

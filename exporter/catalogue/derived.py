@@ -15,6 +15,14 @@ METRICS: tuple[Metric, ...] = (
         group=Group.DERIVED,
     ),
     Metric(
+        name="kvoffload_state_reason",
+        type=MetricType.STATESET,
+        help="Why the engine is in store_without_load, or why a hit is degraded (closed set, one rule each: "
+        "exporter/reasons.py); every series 0 when nothing needs explaining.",
+        labels=(*WINDOWED, "reason"),
+        group=Group.DERIVED,
+    ),
+    Metric(
         name="kvoffload_load_store_ratio",
         type=MetricType.GAUGE,
         help="Offload load bytes / store bytes over the window (absent when nothing was stored).",
@@ -88,6 +96,25 @@ METRICS: tuple[Metric, ...] = (
         type=MetricType.STATESET,
         help="What to do with the tier over the window: grow, keep, shrink or disable (rules in docs/memory.md).",
         labels=(*WINDOWED, "recommendation"),
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_offload_lookup_async_delay_seconds",
+        type=MetricType.SUMMARY,
+        help="p99 over the window of the time a request's offload lookup stayed deferred (loads queueing "
+        "behind loads: the convoy view), interpolated from the vLLM histogram.",
+        labels=(*WINDOWED, "quantile"),
+        unit=Unit.SECONDS,
+        source="vllm:kv_offload_lookup_async_delay_seconds",
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_request_queue_time_seconds",
+        type=MetricType.SUMMARY,
+        help="Request queue-time quantiles over the window, interpolated from the vLLM histogram.",
+        labels=(*WINDOWED, "quantile"),
+        unit=Unit.SECONDS,
+        source="vllm:request_queue_time_seconds",
         group=Group.DERIVED,
     ),
     Metric(

@@ -13,6 +13,7 @@ from exporter.exposition import ParseError
 from exporter.limits import Limits
 from exporter.model import Signal, Snapshot
 from exporter.normalise import normalise
+from exporter.reasons import HINTS, explain
 
 ORDER = 20
 
@@ -106,6 +107,7 @@ def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
             row[k] = _finite(d.deltas.get(k))
         row["prompt_tokens_by_source"] = {k: _finite(v) for k, v in d.by_source.items()}
         row["state"] = d.state
+        row["state_reason"] = explain(d, e, after.families)  # None: nothing needs explaining
         row["load_store_ratio"] = _r(d.load_store_ratio)
         row["load_bandwidth_bytes_per_second"] = _r(d.load_bandwidth)
         row["store_bandwidth_bytes_per_second"] = _r(d.store_bandwidth)
@@ -195,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         "model_name",
         "engine",
         "state",
+        "state_reason",
         "offload_load_bytes",
         "offload_store_bytes",
         "load_store_ratio",
@@ -207,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
         "model",
         "engine",
         "state",
+        "reason",
         "load bytes",
         "store bytes",
         "load/store",
@@ -220,6 +224,9 @@ def run(args: argparse.Namespace) -> int:
     print("  ".join(h.ljust(w) for h, w in zip(heads, widths)))
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    for e in doc["engines"]:
+        if e["state_reason"]:
+            print(f"why {e['model_name']}/{e['engine']} {e['state']}: {e['state_reason']} - {HINTS[e['state_reason']]}")
     for e in doc["engines"]:
         if e["ttft_seconds"]:
             print(_ttft_line(e))

@@ -1,0 +1,112 @@
+"""Every state reason has a fixture chain and a rule; each chain is explained by exactly its reason,
+through the pure rules, `inspect --json` and the exposition (kvoffload_state_reason, one-hot)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from exporter.bundle import reasons_runbook
+from exporter.collector import TargetView, collect
+from exporter.commands.inspect import report
+from exporter.derive import advance, derive, interval
+from exporter.enums import State, StateReason
+from exporter.normalise import normalise
+from exporter.reasons import HINTS, RULES, CanaryFacts, explain
+from tests.support.prom import samples
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REASONS = FIXTURES / "reasons"
+DP2 = FIXTURES / "reconstructed" / "native-0.33-dp2"
+
+
+def _chain(reason: str, after: str = "after.prom"):  # type: ignore[no-untyped-def]
+    d = REASONS / reason
+    before, snap = normalise((d / "before.prom").read_text()), normalise((d / after).read_text())
+    facts = d / "canary.json"
+    canary = CanaryFacts(**json.loads(facts.read_text())) if facts.exists() else None
+    return before, snap, canary
+
+
+def test_every_reason_has_one_rule_a_hint_and_a_fixture_chain() -> None:
+    assert [r for r, _ in RULES] == list(StateReason)
+    assert set(HINTS) == set(StateReason)
+    assert {p.name for p in REASONS.iterdir() if p.is_dir()} == {r.value for r in StateReason}
+
+
+@pytest.mark.parametrize("reason", list(StateReason))
+def test_fixture_chain_is_explained_by_its_reason(reason: StateReason) -> None:
+    before, after, canary = _chain(reason)
+    [(key, d)] = interval(before, after).items()
+    assert d.state == State.STORE_WITHOUT_LOAD
+    assert explain(d, after.engine(key), after.families, canary) == reason  # type: ignore[arg-type]
+
+
+def test_degraded_hit_is_stores_dropped_and_a_clean_hit_needs_no_reason() -> None:
+    before, after, _ = _chain("stores_dropped", "after-hit.prom")
+    [(key, d)] = interval(before, after).items()
+    assert d.state == State.HIT
+    assert explain(d, after.engine(key), after.families) == StateReason.STORES_DROPPED  # type: ignore[arg-type]
+    base = FIXTURES / "reconstructed" / "native-0.33"
+    doc = report(normalise((base / "before.prom").read_text()), normalise((base / "after-hit.prom").read_text()))
+    assert [e["state_reason"] for e in doc["engines"]] == [None]
+
+
+def test_canary_facts_refine_the_counters_alone() -> None:
+    """Without the canary the evicted-before-reuse chain reads as lookups that always miss."""
+    before, after, canary = _chain("evicted_before_reuse")
+    assert canary is not None and canary.evicted_from_tier_cycles > 0
+    [(key, d)] = interval(before, after).items()
+    assert explain(d, after.engine(key), after.families) == StateReason.LOOKUP_ALWAYS_MISSES  # type: ignore[arg-type]
+
+
+def test_inspect_json_has_state_reason_per_engine_dp2() -> None:
+    doc = report(normalise((DP2 / "after-cold.prom").read_text()), normalise((DP2 / "after-mixed.prom").read_text()))
+    assert {e["engine"]: e["state_reason"] for e in doc["engines"]} == {"0": None, "1": "lookup_always_misses"}
+
+
+@pytest.mark.parametrize("reason", [StateReason.TIER_SMALLER_THAN_GPU_POOL, StateReason.WARMING_UP])
+def test_exposition_has_one_hot_state_reason(reason: StateReason) -> None:
+    before, after, _ = _chain(reason)
+    p0 = advance(None, before, 0.0)
+    p1 = advance(p0, after, 60.0)
+    view = TargetView("gpu0", "http://x", up=True, snapshot=after, derived=derive([p0, p1], 60.0, 60.0))
+    got = [s for s in samples(collect([view], "5m")) if s.name == "kvoffload_state_reason"]
+    assert len(got) == len(StateReason)
+    hot = [s.labels["reason"] for s in got if s.value == 1.0]
+    assert hot == [reason]
+    assert all(s.labels["window"] == "5m" and s.labels["engine"] == "0" for s in got)
+
+
+def test_runbook_has_a_section_per_reason() -> None:
+    runbook = (Path(__file__).parent.parent / "alerts" / "runbook.md").read_text()
+    assert reasons_runbook.render() in runbook
+    for reason in StateReason:
+        assert f"#### Reason {reason}\n" in runbook
+
+
+def test_serve_canary_facts_reach_the_exported_reason() -> None:
+    """The canary plugin reports its facts through the host; the next render explains with them."""
+    from exporter.config import Config, TargetConfig
+    from exporter.poller import Exporter
+
+    before, after, canary = _chain("evicted_before_reuse")
+    assert canary is not None
+    ticks = iter(range(0, 10**6, 10))  # every timer read 10 s later: each render merges anew
+    config = Config(targets=(TargetConfig("http://127.0.0.1:9", name="a"),), host_enabled=False, gpu_enabled=False)
+    exp = Exporter(config, timer=lambda: float(next(ticks)), runtime_metrics=False)
+    p0 = advance(None, before, 0.0)
+    p1 = advance(p0, after, 60.0)
+    view = TargetView("a", "http://127.0.0.1:9", up=True, snapshot=after, derived=derive([p0, p1], 60.0, 60.0))
+    exp.targets[0]._set_view(view)  # as a poll would
+
+    def hot() -> list[str]:
+        exp.render()
+        got = samples(exp.body.decode())
+        return [s.labels["reason"] for s in got if s.name == "kvoffload_state_reason" and s.value == 1.0]
+
+    assert hot() == ["lookup_always_misses"]
+    exp.report_facts("a", canary)
+    assert hot() == ["evicted_before_reuse"]
