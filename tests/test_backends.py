@@ -1,0 +1,162 @@
+"""Every backend's reconstructed fixture chains, read through `inspect --json`, give the expected state
+per engine and carry each upstream store/load/drop series once, with the number expected.json holds.
+
+Why: SimpleCPU (blocks), LMCache (tokens), KVBM (blocks, second endpoint), tiering (per tier) and
+MultiConnector (suffixed) say "stored / loaded" in their own families and units; before the resolver
+the exporter read them as `not_configured` or `idle`. A row that adds an alternative twice, or reads a
+cascade as a second store, changes a number here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter import backends
+from exporter.backends.resolve import _key
+from exporter.cli import main
+from exporter.commands.inspect import _load
+
+ROOT = Path(__file__).resolve().parents[1]
+RECON = ROOT / "tests" / "fixtures" / "reconstructed"
+DIRS = sorted(p for p in RECON.iterdir() if (p / "expected.json").is_file())
+CHAINS = [(d, c) for d in DIRS for c in json.loads((d / "expected.json").read_text())["chains"]]
+COUNTED = ("stored", "loaded", "dropped")
+
+
+def _expected(d: Path) -> dict[str, Any]:
+    return json.loads((d / "expected.json").read_text())
+
+
+def _arg(d: Path, name: str) -> str:
+    """All endpoints of the deployment at one state, joined with `+` (inspect reads them as one scrape)."""
+    prefixes = [k.removesuffix("<state>.prom") for k in _expected(d)["endpoints"]]
+    return "+".join(str(d / (p + name)) for p in prefixes)
+
+
+def _inspect(capsys: pytest.CaptureFixture[str], *files: str) -> dict[str, Any]:
+    assert main(["inspect", *files, "--json"]) == 0
+    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return doc
+
+
+def _delta(engine: dict[str, Any], key: backends.EvidenceKey) -> float | None:
+    for e in engine["evidence"]:
+        if (e["signal"], e["unit"], e["tier"], e["connector"], e["reason"], e["detail"]) == tuple(key):
+            return float(e.get("delta", e.get("value")))
+    return None
+
+
+def _row_for(rows: tuple[backends.Source, ...], entry: dict[str, Any]) -> tuple[backends.Source, dict[str, str]] | None:
+    """The resolver row that reads the series expected.json names (same name and selected labels)."""
+    want = dict(entry.get("labels", {}))
+    for r in rows:
+        if r.name != entry["resolved_name"] or r.label_value != entry.get("label_value", ""):
+            continue
+        labels = dict(r.match)
+        if r.tier_label and r.tier_label in want:
+            labels[r.tier_label] = want[r.tier_label]
+        if labels == want:
+            return r, want
+    return None
+
+
+def test_every_backend_has_chains() -> None:
+    assert len(DIRS) >= 11 and len(CHAINS) >= 45
+
+
+@pytest.mark.parametrize(("d", "chain"), CHAINS, ids=lambda x: x.name if isinstance(x, Path) else x["name"])
+def test_inspect_gives_the_expected_state_per_engine(
+    d: Path, chain: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = _inspect(capsys, _arg(d, chain["from"]), _arg(d, chain["to"]))
+    got = {e["engine"]: e["state"] for e in doc["engines"]}
+    assert got == {k: v["state"] for k, v in chain["engines"].items()}
+
+
+@pytest.mark.parametrize("d", DIRS, ids=lambda p: p.name)
+def test_before_alone_is_idle_when_configured(d: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`before.prom`: the backend is configured (its families or cache_config_info say so), nothing moved."""
+    doc = _inspect(capsys, _arg(d, "before.prom"))
+    want = _expected(d)["snapshots"]["before.prom"]["engines"]
+    assert {e["engine"]: e["state"] for e in doc["engines"]} == {k: v["state"] for k, v in want.items()}
+
+
+@pytest.mark.parametrize(("d", "chain"), CHAINS, ids=lambda x: x.name if isinstance(x, Path) else x["name"])
+def test_each_store_load_drop_series_is_read_once_with_its_value(
+    d: Path, chain: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    exp = _expected(d)
+    if not exp["fits_schema"]:
+        pytest.skip("HiSparse does not fit the schema (docs/backends.md)")
+    snap = _load(_arg(d, chain["to"]))
+    rows = backends.rows_for(snap.backends, snap.families)
+    doc = _inspect(capsys, _arg(d, chain["from"]), _arg(d, chain["to"]))
+    by_engine = {e["engine"]: e for e in doc["engines"]}
+    for engine, want in chain["engines"].items():
+        for signal in COUNTED:
+            for entry, value in zip(exp["signals"][signal], want["values"][signal]):
+                found = _row_for(rows, entry)
+                assert found is not None, f"{signal}: {entry['resolved_name']} {entry.get('labels')} is not read"
+                if value is None:
+                    continue
+                got = _delta(by_engine[engine], _key(*found)) or 0.0  # a per-tier series absent = not yet
+                assert got == pytest.approx(value), f"{chain['name']} engine {engine} {signal} {entry}"
+
+
+@pytest.mark.parametrize(("d", "chain"), CHAINS, ids=lambda x: x.name if isinstance(x, Path) else x["name"])
+def test_hits_and_lookups_read_one_alternative_per_group(
+    d: Path, chain: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """cached_by_source, the external-prefix counters and a backend's own hit counter say the same thing:
+    exactly one of them is read, with its value."""
+    exp = _expected(d)
+    if not exp["fits_schema"]:
+        pytest.skip("HiSparse does not fit the schema")
+    snap = _load(_arg(d, chain["to"]))
+    rows = backends.rows_for(snap.backends, snap.families)
+    groups = [r.group for r in rows if r.group]
+    assert len(groups) == len(set(groups))
+    doc = _inspect(capsys, _arg(d, chain["from"]), _arg(d, chain["to"]))
+    by_engine = {e["engine"]: e for e in doc["engines"]}
+    for engine, want in chain["engines"].items():
+        for signal in ("hits", "lookups"):
+            for entry, value in zip(exp["signals"][signal], want["values"][signal]):
+                found = _row_for(rows, entry)
+                if found is None or value is None:
+                    continue
+                assert (_delta(by_engine[engine], _key(*found)) or 0.0) == pytest.approx(value), (signal, entry)
+
+
+def test_cache_config_size_alone_is_configured() -> None:
+    """cache_config_info carries --kv-offloading-size even where the backend has no family yet."""
+    body = (
+        '# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{engine="0",kv_offloading_backend="native",'
+        'kv_offloading_size="16.0"} 1.0\n# TYPE vllm:prompt_tokens_total counter\n'
+        'vllm:prompt_tokens_total{engine="0",model_name="m"} 0.0\n'
+    )
+    from exporter.normalise import normalise
+
+    assert normalise(body).offload_configured
+    assert not normalise(body.replace('"16.0"', '"None"')).offload_configured
+
+
+def test_ratios_never_mix_units(capsys: pytest.CaptureFixture[str]) -> None:
+    d = RECON / "simplecpu-0.33"
+    doc = _inspect(capsys, _arg(d, "before.prom"), _arg(d, "after-hit.prom"))
+    (e,) = doc["engines"]
+    assert e["load_store_ratio_unit"] == "blocks"
+    assert e["load_store_ratio"] == pytest.approx(8160 / 8192)
+    assert e["offload_load_bytes"] is None  # SimpleCPU exposes no bytes: none invented
+
+
+def test_sources_name_every_family_read(capsys: pytest.CaptureFixture[str]) -> None:
+    d = RECON / "kvbm-1.6.1"
+    doc = _inspect(capsys, _arg(d, "before.prom"), _arg(d, "after-hit.prom"))
+    names = {(s["signal"], s["resolved_name"], s["unit"]) for s in doc["sources"]}
+    assert ("loaded", "kvbm_onboard_blocks_h2d", "blocks") in names
+    assert ("cascaded", "kvbm_offload_blocks_h2d", "blocks") in names
+    assert doc["backends"] == ["kvbm"]
