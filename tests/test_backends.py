@@ -160,3 +160,41 @@ def test_sources_name_every_family_read(capsys: pytest.CaptureFixture[str]) -> N
     assert ("loaded", "kvbm_onboard_blocks_h2d", "blocks") in names
     assert ("cascaded", "kvbm_offload_blocks_h2d", "blocks") in names
     assert doc["backends"] == ["kvbm"]
+
+
+def _exposition(d: Path, before: str, after: str) -> str:
+    from exporter.collector import TargetView, collect
+    from exporter.derive import interval
+
+    b, a = _load(_arg(d, before)), _load(_arg(d, after))
+    return collect([TargetView(label="t", url="u", up=True, snapshot=a, derived=interval(b, a))], "5m")
+
+
+def test_exposition_names_the_source_and_unit_of_every_number() -> None:
+    text = _exposition(RECON / "simplecpu-0.33", "before.prom", "after-hit.prom")
+    assert (
+        'kvoffload_source_metric_info{target="t",signal="loaded",resolved_name="vllm:simple_kv_offload_load_blocks_total",'
+        'unit="blocks"} 1.0' in text
+    )
+    assert (
+        'kvoffload_offload_loaded_total{target="t",model_name="Qwen/Qwen3-0.6B",engine="0",unit="blocks",tier="",'
+        'connector=""} 8160.0' in text
+    )
+    assert 'kvoffload_offload_backend_info{target="t",backend="simplecpu"} 1.0' in text
+    assert 'kvoffload_state{target="t",model_name="Qwen/Qwen3-0.6B",engine="0",state="hit"} 1.0' in text
+    # bytes per block only from the exposition's own factor: 16 GiB / 9362 capacity blocks
+    assert f'unit="blocks",basis="kv_offloading_size/capacity_blocks"}} {16 * 2**30 / 9362!r}' in text
+    assert "kvoffload_offload_load_bytes_total" not in text  # no bytes invented for a blocks backend
+
+
+def test_tiering_exposes_per_tier_drops_promotions_and_the_serving_tier() -> None:
+    text = _exposition(RECON / "tiering-0.33", "before.prom", "after-hit.prom")
+    lb = 'target="t",model_name="Qwen/Qwen3-0.6B",engine="0"'
+    assert (
+        f'kvoffload_offload_dropped_total{{{lb},unit="blocks",tier="1:fs",connector="",reason="backpressure"}} 1024.0'
+        in text
+    )
+    assert f'kvoffload_tier_promotions_total{{{lb},tier="1:fs",result="success"}} 10.0' in text
+    assert f'kvoffload_prompt_tokens_cached_by_source_total{{{lb},source="disk"}} 40800.0' in text
+    assert f'kvoffload_offload_promoted_total{{{lb},unit="bytes",tier="1:fs",connector=""}}' in text
+    assert f"kvoffload_offload_tier_bytes{{{lb}}} 8589672448.0" in text  # the 1:fs info series has empty sizes
