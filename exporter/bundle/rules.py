@@ -75,8 +75,7 @@ class _Rules:
                 f"{self.q('kvoffload_offload_stored_total', _m('unit', '!=', 'bytes'))}[{w}]{off}))"
             ),
             f"engine:kvoffload_offload_loaded_units:increase{w}": lambda off: (
-                "max without (unit, tier, connector) (increase("
-                f"{self.q('kvoffload_offload_loaded_total')}[{w}]{off}))"
+                f"max without (unit, tier, connector) (increase({self.q('kvoffload_offload_loaded_total')}[{w}]{off}))"
             ),
             f"engine:kvoffload_ttft_seconds:avg{s.ttft_smoothing}": lambda off: (
                 f"avg_over_time({self.q('kvoffload_ttft_seconds', _m('quantile', '=', s.ttft_quantile))}"
