@@ -120,7 +120,11 @@ class Snapshot:
         vLLM reports even where the backend registers no family yet): never `not_configured` then."""
         if self.generation != Generation.NONE or self.backends:
             return True
-        return any(_configured_size(e.cache_config.get("kv_offloading_size")) for e in self.engines)
+        return any(
+            _configured_size(e.cache_config.get("kv_offloading_size"))
+            or e.cache_config.get("kv_offloading_backend", "native") not in ("", "None", "native")
+            for e in self.engines
+        )
 
     def engine(self, key: EngineKey) -> EngineSignals | None:
         """O(1): the engine with this (model_name, engine) key, or None."""

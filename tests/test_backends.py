@@ -198,3 +198,23 @@ def test_tiering_exposes_per_tier_drops_promotions_and_the_serving_tier() -> Non
     assert f'kvoffload_prompt_tokens_cached_by_source_total{{{lb},source="disk"}} 40800.0' in text
     assert f'kvoffload_offload_promoted_total{{{lb},unit="bytes",tier="1:fs",connector=""}}' in text
     assert f"kvoffload_offload_tier_bytes{{{lb}}} 8589672448.0" in text  # the 1:fs info series has empty sizes
+
+
+def test_cache_config_backend_label_alone_is_configured() -> None:
+    """`--kv-offloading-backend lmcache` without a size (and before any LMCache family) is still offload."""
+    from exporter.normalise import normalise
+
+    body = (
+        '# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{engine="0",kv_offloading_backend="lmcache",'
+        'kv_offloading_size="None"} 1.0\n# TYPE vllm:prompt_tokens_total counter\n'
+        'vllm:prompt_tokens_total{engine="0",model_name="m"} 0.0\n'
+    )
+    assert normalise(body).offload_configured
+    assert not normalise(body.replace('"lmcache"', '"native"')).offload_configured
+
+
+def test_text_output_names_the_native_units(capsys: pytest.CaptureFixture[str]) -> None:
+    d = RECON / "simplecpu-0.33"
+    assert main(["inspect", _arg(d, "before.prom"), _arg(d, "after-hit.prom")]) == 0
+    out = capsys.readouterr().out
+    assert "evidence Qwen/Qwen3-0.6B/0 (simplecpu): loaded 8,160 blocks; stored 8,192 blocks" in out

@@ -251,6 +251,13 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
     for e in doc["engines"]:
+        moved = [
+            f"{x['signal']} {_fmt(x['delta'])} {x['unit']}" + (f" ({x['tier']})" if x["tier"] else "")
+            for x in e["evidence"]
+            if x["signal"] in ("stored", "loaded", "dropped") and x.get("delta")
+        ]
+        if moved:
+            print(f"evidence {e['model_name']}/{e['engine']} ({', '.join(doc['backends'])}): {'; '.join(moved)}")
         if e["ttft_seconds"]:
             print(_ttft_line(e))
     return 0
