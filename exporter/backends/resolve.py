@@ -7,6 +7,7 @@ first load is a delta, not a new series; alternatives in a group never add up.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
@@ -21,6 +22,7 @@ from exporter.backends.schema import (
     NativeUnit,
     Source,
 )
+from exporter.exposition import ParseError
 
 Labels = tuple[tuple[str, str], ...]
 RawSample = tuple[str, str, Labels, float]
@@ -91,9 +93,10 @@ def _number(raw: str | None) -> float | None:
     if raw is None or raw in ("", "None"):
         return None
     try:
-        return float(raw)
+        v = float(raw)
     except ValueError:
         return None
+    return v if math.isfinite(v) and v >= 0 else None  # a size or count: never NaN, Inf or < 0
 
 
 @lru_cache(maxsize=64)
@@ -118,7 +121,10 @@ def resolve(
                 continue
             key = _key(row, labels)
             if row.kind == Kind.COUNTER:
-                counters[key] = counters.get(key, 0.0) + value  # pid splits of a counter add up
+                total = counters.get(key, 0.0) + value  # pid splits of a counter add up
+                if not 0.0 <= total < math.inf:  # would poison the reset-adjusted totals: the poll fails
+                    raise ParseError(f"negative or non-finite cumulative value {value} in {row.name}")
+                counters[key] = total
                 continue
             v = _number(labels.get(row.label_value)) if row.kind == Kind.INFO else value
             if v is None:
