@@ -18,7 +18,7 @@ def _bytes() -> str:
 def backend_rows(L: Layout, q: Query, eng: str) -> None:
     """Add the "Per-tier offload" row to the overview layout `L` (imported lazily by dashboards.overview)."""
     r = "[$__rate_interval]"
-    by = "sum by (target, model_name, engine, unit, tier, connector)"
+    by = "sum by (job, instance, target, model_name, engine, unit, tier, connector)"
     L.row("Per-tier offload (every backend, native units)")
     L.add(
         timeseries(
