@@ -15,6 +15,11 @@ def _bytes() -> str:
     return str(Matcher("unit", "=", "bytes"))
 
 
+def _tiered(expr: str) -> str:
+    """Single-tier backends export `tier=""`, which Prometheus drops: name it so every legend label exists."""
+    return f'label_replace({expr}, "tier", "single", "tier", "")'
+
+
 def backend_rows(L: Layout, q: Query, eng: str) -> None:
     """Add the "Per-tier offload" row to the overview layout `L` (imported lazily by dashboards.overview)."""
     r = "[$__rate_interval]"
@@ -27,8 +32,14 @@ def backend_rows(L: Layout, q: Query, eng: str) -> None:
             "tiering, blocks for SimpleCPU and KVBM, tokens for LMCache, chunks for the LMCache MP server). "
             "kvoffload_source_metric_info names the upstream series. Never add across units.",
             [
-                (f"{by} (rate({q('kvoffload_offload_stored_total')}{r}))", f"stored {{{{unit}}}} {{{{tier}}}} {eng}"),
-                (f"{by} (rate({q('kvoffload_offload_loaded_total')}{r}))", f"loaded {{{{unit}}}} {{{{tier}}}} {eng}"),
+                (
+                    _tiered(f"{by} (rate({q('kvoffload_offload_stored_total')}{r}))"),
+                    f"stored {{{{unit}}}} {{{{tier}}}} {eng}",
+                ),
+                (
+                    _tiered(f"{by} (rate({q('kvoffload_offload_loaded_total')}{r}))"),
+                    f"loaded {{{{unit}}}} {{{{tier}}}} {eng}",
+                ),
             ],
             "cps",
         ),
@@ -77,7 +88,7 @@ def backend_rows(L: Layout, q: Query, eng: str) -> None:
             "outcomes, allocation_failure = tier full of in-flight chunks. Alert: KVOffloadTierDroppingWrites.",
             [
                 (
-                    f"rate({q('kvoffload_offload_dropped_total')}{r})",
+                    _tiered(f"rate({q('kvoffload_offload_dropped_total')}{r})"),
                     f"{{{{reason}}}} {{{{tier}}}} {{{{unit}}}} {eng}",
                 )
             ],
