@@ -7,7 +7,7 @@ rates are shown per `unit` and never summed across units.
 
 from __future__ import annotations
 
-from exporter.bundle.dashboards import Layout, timeseries
+from exporter.bundle.panels import Layout, timeseries
 from exporter.bundle.promql import Matcher, Query
 
 
