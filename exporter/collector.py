@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from exporter import __version__
+from exporter.backends.resolve import unit_bytes
+from exporter.backends.schema import Evidence, EvidenceKey
 from exporter.catalogue import (
     COLLECTORS,
+    EVIDENCE_METRICS,
     RECOMMENDATIONS,
     SCRAPE_ERROR_REASONS,
     SIGNAL_METRICS,
@@ -61,6 +64,9 @@ def _label_number(raw: str | None) -> float | None:
 
 def tier_bytes(e: EngineSignals, configured: float | None) -> float | None:
     """CPU-tier capacity: kv_offload_config_info (0.33), cache_config kv_offloading_size (GiB), config."""
+    primary = [v for k, v in e.evidence_gauges.items() if k.signal == Evidence.CAPACITY and k.unit == "bytes"]
+    if primary:  # per tier (tiering: only 0:primary declares a size), never overwritten by an empty tier
+        return sum(primary)
     exact = _label_number(e.offload_config.get("cpu_kv_cache_size_bytes"))
     if exact is not None:
         return exact
@@ -81,8 +87,7 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     )
     x.add("kvoffload_gpu_kv_cache_blocks", _label_number(e.cache_config.get("num_gpu_blocks")), lb)
     x.add("kvoffload_gpu_kv_block_size_tokens", _label_number(e.cache_config.get("block_size")), lb)
-    for stage, n in sorted(e.kv_fetch_by_stage.items()):
-        x.add("kvoffload_requests_kv_fetch", n, {**lb, "stage": stage})
+    _evidence(x, lb, e)
     if d is None:
         return
     _convoy(x, t.convoy.get(e.key), {**lb, "window": window})
@@ -116,6 +121,29 @@ def _convoy(x: Exposition, c: ConvoyView | None, wl: Mapping[str, str]) -> None:
         x.add_summary("kvoffload_request_queue_time_seconds", wl, c.queue_time, c.queue_time_count)
 
 
+def _evidence_labels(lb: Mapping[str, str], k: EvidenceKey) -> dict[str, str]:
+    """Each evidence row's catalogue labels: detail is the result, source or stage of its signal."""
+    if k.signal in (Evidence.PROMOTION_SECONDS, Evidence.PROMOTIONS):
+        return {**lb, "tier": k.tier, "result": k.detail}
+    if k.signal == Evidence.SERVED_BY:
+        return {**lb, "source": k.detail}
+    if k.signal == Evidence.KV_FETCH:
+        return {**lb, "stage": k.detail}
+    out = {**lb, "unit": str(k.unit), "tier": k.tier, "connector": k.connector}
+    if k.signal == Evidence.DROPPED:
+        out["reason"] = k.reason
+    return out
+
+
+def _evidence(x: Exposition, lb: Mapping[str, str], e: EngineSignals) -> None:
+    """The one evidence schema (exporter.backends), raw cumulative values like every engine counter."""
+    for series in (e.evidence, e.evidence_gauges):
+        for k, v in sorted(series.items()):
+            x.add(EVIDENCE_METRICS[k.signal], v, _evidence_labels(lb, k))
+    for (unit, basis), v in sorted(unit_bytes(e.evidence_gauges, e.cache_config).items()):
+        x.add("kvoffload_offload_unit_bytes", v, {**lb, "unit": str(unit), "basis": basis})
+
+
 def _target(x: Exposition, t: TargetView, window: str) -> None:
     x.add("kvoffload_up", 1.0 if t.up else 0.0, {"target": t.label})
     for reason in SCRAPE_ERROR_REASONS:  # pre-created so rate() works from the first error
@@ -130,6 +158,14 @@ def _target(x: Exposition, t: TargetView, window: str) -> None:
         1.0,
         {"target": t.label, "vllm_version": t.version or "unknown", "generation": t.snapshot.generation},
     )
+    for backend in t.snapshot.backends:
+        x.add("kvoffload_offload_backend_info", 1.0, {"target": t.label, "backend": str(backend)})
+    for signal, name, unit in t.snapshot.sources:
+        x.add(
+            "kvoffload_source_metric_info",
+            1.0,
+            {"target": t.label, "signal": signal, "resolved_name": name, "unit": unit},
+        )
     for e in t.snapshot.engines:
         _engine(x, t, e, t.derived.get(e.key), window)
 

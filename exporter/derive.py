@@ -14,14 +14,15 @@ is filling and the state is `storing`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from exporter.backends.schema import Evidence, EvidenceKey, NativeUnit
 from exporter.enums import State
 from exporter.model import EngineKey, EngineSignals, Histogram, Signal, Snapshot
 
-K = TypeVar("K", bound=str)
+K = TypeVar("K", bound=Hashable)
 
 QUANTILES = (0.5, 0.9, 0.99)
 _STORE = Signal.OFFLOAD_STORE_BYTES
@@ -39,6 +40,10 @@ class Totals:
     raw: Mapping[Signal, float] = field(default_factory=dict)  # last raw counter values seen, kept across gaps
     raw_by_source: Mapping[str, float] = field(default_factory=dict)
     store_base: float = 0.0  # total offload_store_bytes at the engine's last restart
+    # The one evidence schema (exporter.backends): totals, last raw values, stores at the last restart.
+    evidence: Mapping[EvidenceKey, float] = field(default_factory=dict)
+    raw_evidence: Mapping[EvidenceKey, float] = field(default_factory=dict)
+    evidence_store_base: Mapping[EvidenceKey, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,9 @@ class EngineDerived:
     external_hit_ratio: float | None = None
     ttft_quantiles: Mapping[float, float] = field(default_factory=dict)
     ttft_count: float = 0.0
+    evidence: Mapping[EvidenceKey, float] = field(default_factory=dict)  # deltas of cumulative series
+    evidence_gauges: Mapping[EvidenceKey, float] = field(default_factory=dict)  # last values
+    ratio_unit: NativeUnit | None = None  # the one unit load_store_ratio was computed in
     prefill_seconds_per_token: float | None = None
 
 
@@ -89,6 +97,8 @@ def _went_down(last: Mapping[K, float], cur: Mapping[K, float]) -> bool:
 def _reset(tot: Totals, prev: EngineSignals | None, cur: EngineSignals) -> bool:
     """A counter below its last seen value (even one seen before a gap): the engine restarted."""
     if _went_down(tot.raw, cur.counters) or _went_down(tot.raw_by_source, cur.prompt_tokens_by_source):
+        return True
+    if _went_down(tot.raw_evidence, cur.evidence):
         return True
     return bool(prev and prev.ttft and cur.ttft and cur.ttft.count < prev.ttft.count)
 
@@ -130,6 +140,8 @@ def advance(prev: Point | None, snapshot: Snapshot, t: float) -> Point:
                 *(_ttft_totals(None, None, e.ttft, False)),
                 raw=dict(e.counters),
                 raw_by_source=dict(e.prompt_tokens_by_source),
+                evidence=dict(e.evidence),
+                raw_evidence=dict(e.evidence),
             )
             continue
         p_sig = prev.snapshot.engine(e.key) if prev else None
@@ -142,6 +154,9 @@ def advance(prev: Point | None, snapshot: Snapshot, t: float) -> Point:
             raw={**p_tot.raw, **e.counters},
             raw_by_source={**p_tot.raw_by_source, **e.prompt_tokens_by_source},
             store_base=p_tot.counters.get(_STORE, 0.0) if reset else p_tot.store_base,
+            evidence=_accumulate(p_tot.evidence, p_tot.raw_evidence, e.evidence, reset),
+            raw_evidence={**p_tot.raw_evidence, **e.evidence},
+            evidence_store_base=_stores(p_tot.evidence) if reset else p_tot.evidence_store_base,
         )
     return Point(t, snapshot, totals)
 
@@ -172,17 +187,32 @@ def histogram_quantile(q: float, bounds: Sequence[float], counts: Sequence[float
     return bounds[-1] if bounds else None
 
 
+def _moved(evidence: Mapping[EvidenceKey, float], signal: Evidence) -> bool:
+    """Any positive delta of `signal` in any unit: a state asks only "did it happen", never adds units."""
+    return any(v > 0 for k, v in evidence.items() if k.signal == signal)
+
+
+def _stores(evidence: Mapping[EvidenceKey, float]) -> dict[EvidenceKey, float]:
+    return {k: v for k, v in evidence.items() if k.signal == Evidence.STORED}
+
+
 def evidence_state(
-    configured: bool, deltas: Mapping[Signal, float], by_source: Mapping[str, float], stored_before: bool = True
+    configured: bool,
+    deltas: Mapping[Signal, float],
+    by_source: Mapping[str, float],
+    stored_before: bool = True,
+    evidence: Mapping[EvidenceKey, float] | None = None,
 ) -> State:
     """not_configured → hit (loads) → idle (nothing moved) → store_without_load (stores while the
     workload shows reuse: GPU prefix hits or cache-hit tokens, and the tier already held stores
-    before the window: `stored_before`) → storing (also the warm-up state)."""
+    before the window: `stored_before`) → storing (also the warm-up state). Loads and stores are the
+    backend's own in any unit (bytes, blocks, chunks, tokens: exporter.backends) or the offload bytes."""
     if not configured:
         return State.NOT_CONFIGURED
-    if deltas.get(Signal.OFFLOAD_LOAD_BYTES, 0.0) > 0:
+    ev = evidence or {}
+    if deltas.get(Signal.OFFLOAD_LOAD_BYTES, 0.0) > 0 or _moved(ev, Evidence.LOADED):
         return State.HIT
-    if deltas.get(Signal.OFFLOAD_STORE_BYTES, 0.0) <= 0:
+    if deltas.get(Signal.OFFLOAD_STORE_BYTES, 0.0) <= 0 and not _moved(ev, Evidence.STORED):
         return State.IDLE
     reuse = (
         deltas.get(Signal.GPU_PREFIX_HITS, 0.0) > 0
@@ -190,6 +220,27 @@ def evidence_state(
         or any(by_source.get(s, 0.0) > 0 for s in REUSE_SOURCES)
     )
     return State.STORE_WITHOUT_LOAD if reuse and stored_before else State.STORING
+
+
+_RATIO_UNITS = (NativeUnit.BYTES, NativeUnit.BLOCKS, NativeUnit.CHUNKS, NativeUnit.TOKENS)
+
+
+def unit_ratio(evidence: Mapping[EvidenceKey, float]) -> tuple[float | None, NativeUnit | None]:
+    """Loaded / stored in the first unit both are counted in (summed over tiers and connectors, which
+    are disjoint); never across units. (None, None) when no unit has stores."""
+    for unit in _RATIO_UNITS:
+        stored = [v for k, v in evidence.items() if k.signal == Evidence.STORED and k.unit == unit]
+        loaded = [v for k, v in evidence.items() if k.signal == Evidence.LOADED and k.unit == unit]
+        if stored and loaded:
+            return _ratio(sum(loaded), sum(stored)), unit
+    return None, None
+
+
+def _ev_diff(a: Mapping[EvidenceKey, float], b: Mapping[EvidenceKey, float] | None) -> dict[EvidenceKey, float]:
+    """Deltas of series present at both ends; a series first seen at the end counts from 0."""
+    if b is None:
+        return dict(a)
+    return {k: max(0.0, v - b.get(k, 0.0)) for k, v in a.items()}
 
 
 def _diff(a: Mapping[K, float], b: Mapping[K, float] | None) -> dict[K, float]:
@@ -202,7 +253,12 @@ def stored_before(anchor: Point | None, end: Point, key: EngineKey) -> bool:
     """Did the tier hold stores at `anchor` (a point at or before the window start) since the
     engine's last restart? Without that, stores with reuse but no load are the tier filling up."""
     a = anchor.totals.get(key) if anchor else None
-    return a is not None and a.counters.get(_STORE, 0.0) > end.totals[key].store_base
+    if a is None:
+        return False
+    base = end.totals[key].evidence_store_base
+    if any(v > base.get(k, 0.0) for k, v in _stores(a.evidence).items()):
+        return True  # a backend counting blocks, chunks or tokens (exporter.backends)
+    return a.counters.get(_STORE, 0.0) > end.totals[key].store_base
 
 
 def compare(start: Point | None, end: Point, key: EngineKey, anchor: Point | bool | None = True) -> EngineDerived:
@@ -226,6 +282,12 @@ def compare(start: Point | None, end: Point, key: EngineKey, anchor: Point | boo
             if v is not None:
                 ttft[q] = v
     configured = end.snapshot.offload_configured
+    ev = _ev_diff(tot.evidence, s_tot.evidence if s_tot else None)
+    ratio, ratio_unit = unit_ratio(ev)
+    if d.get(Signal.OFFLOAD_STORE_BYTES):
+        ratio = _ratio(d.get(Signal.OFFLOAD_LOAD_BYTES), d.get(Signal.OFFLOAD_STORE_BYTES))
+        ratio_unit = NativeUnit.BYTES
+    cur = end.snapshot.engine(key)
     return EngineDerived(
         key=key,
         configured=configured,
@@ -233,9 +295,9 @@ def compare(start: Point | None, end: Point, key: EngineKey, anchor: Point | boo
         deltas=d,
         by_source=by_source,
         state=evidence_state(
-            configured, d, by_source, stored_before(start if anchor is True else anchor or None, end, key)
+            configured, d, by_source, stored_before(start if anchor is True else anchor or None, end, key), ev
         ),
-        load_store_ratio=_ratio(d.get(Signal.OFFLOAD_LOAD_BYTES), d.get(Signal.OFFLOAD_STORE_BYTES)),
+        load_store_ratio=ratio,
         load_bandwidth=_ratio(d.get(Signal.OFFLOAD_LOAD_BYTES), d.get(Signal.OFFLOAD_LOAD_SECONDS)),
         store_bandwidth=_ratio(d.get(Signal.OFFLOAD_STORE_BYTES), d.get(Signal.OFFLOAD_STORE_SECONDS)),
         gpu_hit_ratio=_ratio(d.get(Signal.GPU_PREFIX_HITS), d.get(Signal.GPU_PREFIX_QUERIES)),
@@ -243,6 +305,9 @@ def compare(start: Point | None, end: Point, key: EngineKey, anchor: Point | boo
         ttft_quantiles=ttft,
         ttft_count=ttft_count,
         prefill_seconds_per_token=prefill_cost(d, by_source),
+        evidence=ev,
+        evidence_gauges=dict(cur.evidence_gauges) if cur else {},
+        ratio_unit=ratio_unit if ratio is not None else None,
     )
 
 

@@ -100,19 +100,24 @@ class Selector(NamedTuple):
     names: dict[str, tuple[str, str]]  # raw sample name -> (canonical family, suffix)
 
 
+def _spellings(fam: str) -> tuple[str, ...]:
+    """`vllm:` families are also read OpenMetrics-escaped (`vllm_`); other prefixes (lmcache:, kvbm_) as is."""
+    return (fam, "vllm_" + fam[5:]) if fam.startswith("vllm:") else (fam,)
+
+
 def selector(families: tuple[str, ...], histograms: frozenset[str]) -> Selector:
     """Accept each family as `vllm:` or `vllm_`, with or without `_total`, histograms by suffix."""
     assert all(len(f) >= 5 + KEY for f in families), "family name shorter than the filter key"
     names: dict[str, tuple[str, str]] = {}
     for fam in families:
-        for base in (fam, "vllm_" + fam[5:]):
+        for base in _spellings(fam):
             if fam in histograms:
                 for sfx in _HIST_SUFFIXES:
                     names[f"{base}_{sfx}"] = (fam, sfx)
             else:
                 names[base] = names[base + "_total"] = (fam, "")
     # TYPE lines of the same families share the per-line key: "# TYPE vllm:prefix_cache_..."[5:17].
-    type_keys = {f"E {pre}{f[5:]}"[:KEY] for f in families for pre in ("vllm:", "vllm_")}
+    type_keys = {f"E {base}"[:KEY] for f in families for base in _spellings(f)}
     return Selector(frozenset(f[5 : 5 + KEY] for f in families) | type_keys, names)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from exporter.backends.resolve import SourceRef
+from exporter.backends.schema import Backend, EvidenceKey
 from exporter.enums import (
     COUNTER_SIGNALS,
     GAUGE_SIGNALS,
@@ -71,6 +73,9 @@ class EngineSignals:
     lookup_async_delay: Histogram | None = None  # vllm:kv_offload_lookup_async_delay_seconds
     queue_time: Histogram | None = None  # vllm:request_queue_time_seconds
     kv_fetch_by_stage: Mapping[str, float] = field(default_factory=dict)  # vllm:num_requests_kv_fetch_by_stage
+    # One evidence schema across backends (exporter.backends): cumulative series and last values.
+    evidence: Mapping[EvidenceKey, float] = field(default_factory=dict)
+    evidence_gauges: Mapping[EvidenceKey, float] = field(default_factory=dict)
 
     @property
     def key(self) -> EngineKey:
@@ -90,6 +95,13 @@ class EngineSignals:
         return self.counters.get(signal)
 
 
+def _configured_size(raw: str | None) -> bool:
+    try:
+        return raw is not None and float(raw) > 0
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """One scrape, normalised. `generation` records which offload metric generation was used."""
@@ -98,6 +110,8 @@ class Snapshot:
     engines: tuple[EngineSignals, ...]
     families: frozenset[str] = frozenset()  # vLLM families seen (TYPE lines or samples), canonical names
     multiprocess: bool = False  # pid labels seen
+    backends: tuple[Backend, ...] = ()  # offload backends whose families the scrape declares
+    sources: tuple[SourceRef, ...] = ()  # (signal, resolved_name, unit) the evidence was read from
     _by_key: Mapping[EngineKey, EngineSignals] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -106,7 +120,15 @@ class Snapshot:
 
     @property
     def offload_configured(self) -> bool:
-        return self.generation != Generation.NONE
+        """An offload family, a known backend, or cache_config_info's configured offload size (which
+        vLLM reports even where the backend registers no family yet): never `not_configured` then."""
+        if self.generation != Generation.NONE or self.backends:
+            return True
+        return any(
+            _configured_size(e.cache_config.get("kv_offloading_size"))
+            or e.cache_config.get("kv_offloading_backend", "native") not in ("", "None", "native")
+            for e in self.engines
+        )
 
     def engine(self, key: EngineKey) -> EngineSignals | None:
         """O(1): the engine with this (model_name, engine) key, or None."""

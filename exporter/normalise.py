@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
+from exporter import backends
 from exporter.exposition import Labels, LimitError, read, selector
 from exporter.limits import Limits
 from exporter.model import OFFLOAD_SIGNALS, EngineSignals, Generation, Signal, Snapshot
@@ -91,7 +92,9 @@ FAMILIES = tuple(
     )
 )
 _FAMILY_SET = frozenset(FAMILIES)
-_SELECTOR = selector(FAMILIES, HISTOGRAMS)
+# Backend families (SimpleCPU, tiering, LMCache, KVBM, ...) go to exporter.backends, which owns their meaning.
+_BACKEND_SET = backends.FAMILIES
+_SELECTOR = selector(tuple(sorted(_FAMILY_SET | _BACKEND_SET)), HISTOGRAMS | backends.HISTOGRAMS)
 _OFFLOAD_FAMILY_PREFIX = "vllm:kv_offload_"
 
 _GEN_FLAT = frozenset({*_FLAT, *_FLAT_SIZE})
@@ -144,14 +147,19 @@ def normalise(text: str, limits: Limits | None = None) -> Snapshot:
     lim = limits or Limits()
     max_len = lim.label_value_length_limit
     samples, typed = read(text, _SELECTOR, _labels_reader(max_len), lim.sample_limit, _LINE_FACTOR * max_len + 1024)
-    families: set[str] = {f for f in typed if f in _FAMILY_SET}
+    families: set[str] = {f for f in typed if f in _FAMILY_SET or f in _BACKEND_SET}
     engines: dict[tuple[str, str], _Engine] = defaultdict(_Engine)
+    raw: dict[tuple[str, str], list[backends.RawSample]] = defaultdict(list)
     engine_only: dict[str, dict[str, str]] = {}  # cache_config_info has `engine` but no model_name
     multiprocess = False
 
     for fam, sfx, (key, rest, pid, le), value in samples:
         families.add(fam)
         multiprocess |= pid
+        if fam in _BACKEND_SET:
+            raw[key].append((fam, sfx, rest, value))
+            if fam not in _FAMILY_SET:
+                continue
         if fam in (_CACHE_INFO, _OFFLOAD_INFO):
             info = dict(rest)
             if fam == _CACHE_INFO and not key[0]:
@@ -174,16 +182,45 @@ def normalise(text: str, limits: Limits | None = None) -> Snapshot:
         if families & _GEN_LEGACY
         else Generation.NONE
     )
+    found = frozenset(families)
+    present = backends.detect(found)
+    rows = backends.rows_for(present, found)
+    _attribute(raw, engines)
     out = []
     for (model, engine), e in sorted(engines.items()):
         if not model and not engine:
             continue
-        out.append(_freeze(model, engine, e, generation, families, engine_only.get(engine, {})))
-    return Snapshot(generation=generation, engines=tuple(out), families=frozenset(families), multiprocess=multiprocess)
+        ev = backends.resolve(rows, raw.get((model, engine), ())) if rows else ({}, {})
+        out.append(_freeze(model, engine, e, generation, families, engine_only.get(engine, {}), ev))
+    return Snapshot(
+        generation=generation,
+        engines=tuple(out),
+        families=found,
+        multiprocess=multiprocess,
+        backends=present,
+        sources=backends.sources(rows),
+    )
+
+
+def _attribute(raw: dict[tuple[str, str], list[backends.RawSample]], engines: dict[tuple[str, str], _Engine]) -> None:
+    """Backend series without `engine` (lmcache:* has model_name only, kvbm_* no labels) belong to the one
+    engine of that model; with several candidates they stay apart (never copied: no double count)."""
+    for key in [k for k in raw if not k[1]]:
+        cands = [k for k in engines if k[1] and (not key[0] or k[0] == key[0])]
+        if len(cands) == 1:
+            raw[cands[0]].extend(raw.pop(key))
+        elif key[0]:
+            engines.setdefault(key, _Engine())
 
 
 def _freeze(
-    model: str, engine: str, e: _Engine, generation: Generation, families: set[str], engine_info: dict[str, str]
+    model: str,
+    engine: str,
+    e: _Engine,
+    generation: Generation,
+    families: set[str],
+    engine_info: dict[str, str],
+    evidence: tuple[dict[backends.EvidenceKey, float], dict[backends.EvidenceKey, float]],
 ) -> EngineSignals:
     counters = dict(e.counters)
     if generation == Generation.TRANSFER_TYPE:
@@ -226,6 +263,8 @@ def _freeze(
         lookup_async_delay=size[_LOOKUP_DELAY].freeze() if _LOOKUP_DELAY in size else None,
         queue_time=size[_QUEUE_TIME].freeze() if _QUEUE_TIME in size else None,
         kv_fetch_by_stage=dict(e.fetch_stage),
+        evidence=evidence[0],
+        evidence_gauges=evidence[1],
     )
 
 

@@ -81,6 +81,7 @@ ALERT_SCENARIOS = {
     "KVOffloadAllocationFailures": (FAULTS, "upgrade"),  # a one-chunk tier before the upgrade
     "KVOffloadCanaryFailing": (FAULTS, "down"),  # canary never succeeded
     "KVOffloadCanaryNoOffloadHit": (FAULTS, "store-without-load"),
+    "KVOffloadTierDroppingWrites": (FAULTS, "tiering"),  # the simulated fs tier sheds cascade writes
 }
 # Alerts no simulated scenario can trigger, with the reason (their expressions are still checked as PromQL).
 ALERTS_NOT_SIMULATED = {
@@ -96,6 +97,8 @@ NOT_SIMULATED = {
     "kvoffload_offload_stores_skipped_total": "needs a vLLM with store_threshold >= 2; the simulator has none",
     "kvoffload_offload_lookup_async_delay_seconds": "the simulator registers the family but never defers a lookup",
     "kvoffload_tier_retention_seconds": "needs the wait strategy's ladder outliving the GPU; this canary uses pressure",
+    "kvoffload_offload_promoted_total": "the simulated tiering backend sheds writes but models no promotions",
+    "kvoffload_tier_promotion_seconds_total": "the simulated tiering backend models no promotions",
 }
 
 
@@ -316,10 +319,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
         healthy = s.simulator(
             "healthy", "--calibration", "h200-qwen3-32b", "--vllm-version", "0.33", "--cpu-bytes", "16e9", "--seed", "1"
         )
-        swl = s.simulator("store-without-load", "--fault", "store-without-load", "--seed", "2")
+        # SimpleCPU (blocks, no byte families): the alert must fire on a backend's native unit too.
+        swl = s.simulator(
+            "store-without-load", "--fault", "store-without-load", "--backend", "simplecpu", "--seed", "2"
+        )
         slow = s.simulator("slow", "--fault", "slow-load=40", "--seed", "3")
         control = s.simulator("control", "--no-connector", "--seed", "4")
         upgrade = s.simulator("upgrade", "--cpu-bytes", "7340032", "--seed", "5")
+        tiering = s.simulator("tiering", "--backend", "tiering", "--vllm-version", "0.33", "--seed", "6")
         e_ok = s.exporter("healthy", [{"url": healthy, "name": "healthy"}])
         e_bad = s.exporter(
             "faults",
@@ -328,6 +335,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
                 {"url": slow, "name": "slow", "tier_bytes": 1e15},
                 {"url": control, "name": "control"},
                 {"url": upgrade, "name": "upgrade"},
+                {"url": tiering, "name": "tiering"},
                 {"url": f"http://127.0.0.1:{free_port()}", "name": "down"},
             ],
         )
@@ -391,7 +399,8 @@ def observed(stack: Stack) -> dict[str, Any]:
         if not title.startswith("variable "):
             legends[f"dashboard {name}: {title}: {expr}"] = legend
     for r in records:
-        pending[f"record {r.record}"] = (r.record, {"job": HEALTHY})
+        # Stores in blocks/tokens come only from the SimpleCPU target (faults job); the rest from healthy.
+        pending[f"record {r.record}"] = (r.record, {"job": FAULTS if "stored_units" in r.record else HEALTHY})
     for a in alerts:
         if a.alert in ALERTS_NOT_SIMULATED:
             stack.query(a.expr)  # valid PromQL, even without data

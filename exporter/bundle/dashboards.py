@@ -246,6 +246,10 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         h=8,
     )
 
+    from exporter.bundle.backend_panels import backend_rows  # one focused hook; the row lives there
+
+    backend_rows(L, q, eng)
+
     L.row("Offload tier pressure")
     L.add(
         timeseries(

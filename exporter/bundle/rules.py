@@ -80,6 +80,15 @@ class _Rules:
                 f" or increase({self.q('kvoffload_gpu_prefix_hits_tokens_total')}[{w}]{off})"
                 f" or increase({self.q('kvoffload_external_prefix_hits_tokens_total')}[{w}]{off})"
             ),
+            # Backends that count no bytes (SimpleCPU/KVBM blocks, LMCache tokens, chunks): the increase
+            # per unit, never summed across units (exporter.backends); loads in any unit.
+            f"engine:kvoffload_offload_stored_units:increase{w}": lambda off: (
+                "max without (tier, connector) (increase("
+                f"{self.q('kvoffload_offload_stored_total', _m('unit', '!=', 'bytes'))}[{w}]{off}))"
+            ),
+            f"engine:kvoffload_offload_loaded_units:increase{w}": lambda off: (
+                f"max without (unit, tier, connector) (increase({self.q('kvoffload_offload_loaded_total')}[{w}]{off}))"
+            ),
             f"engine:kvoffload_ttft_seconds:avg{s.ttft_smoothing}": lambda off: (
                 f"avg_over_time({self.q('kvoffload_ttft_seconds', _m('quantile', '=', s.ttft_quantile))}"
                 f"[{s.ttft_smoothing}]{off})"
@@ -102,6 +111,8 @@ class _Rules:
         store = self.rec(f"engine:kvoffload_offload_store_bytes:increase{w}")
         load = self.rec(f"engine:kvoffload_offload_load_bytes:increase{w}")
         reuse = self.rec(f"engine:kvoffload_prefix_hits_tokens:increase{w}")
+        stored_units = self.rec(f"engine:kvoffload_offload_stored_units:increase{w}")
+        loaded_units = self.rec(f"engine:kvoffload_offload_loaded_units:increase{w}")
         ttft_name = f"engine:kvoffload_ttft_seconds:avg{s.ttft_smoothing}"
         ttft, ttft_base = self.rec(ttft_name), self.rec(ttft_name, s.ttft_baseline_offset)
         ign = f"ignoring ({', '.join(ENGINE_EXTRA)})"
@@ -121,13 +132,16 @@ class _Rules:
             AlertRule(
                 "KVOffloadStoreWithoutLoad",
                 _with_reason(
-                    f"{store} > {_num(s.store_without_load_min_bytes)}\nunless {load} > 0\nand {reuse} > 0",
+                    f"({store} > {_num(s.store_without_load_min_bytes)} or {stored_units} > 0)\n"
+                    f"unless ignoring (unit) ({load} > 0 or {loaded_units} > 0)\n"
+                    f"and ignoring (unit) {reuse} > 0",
                     q("kvoffload_state_reason"),
                 ),
                 s.store_without_load_for,
                 "warning",
                 "KV offload stores blocks but never loads them back while prefixes are reused.",
-                f"{engine} stored {{{{ $value | humanize1024 }}}}B into the offload tier in the last "
+                f"{engine} stored {{{{ if $labels.unit }}}}{{{{ $value | humanize }}}} {{{{ $labels.unit }}}}"
+                f"{{{{ else }}}}{{{{ $value | humanize1024 }}}}B{{{{ end }}}} into the offload tier in the last "
                 f"{w} and loaded nothing back, although prompts were served from prefix caches. "
                 "Either the tier never gets a hit (GPU cache big enough, no revisits after eviction: "
                 "consider store_threshold) or the load path is broken (vllm-project/vllm#47890)." + _REASON_NOTE,
@@ -267,6 +281,18 @@ class _Rules:
                 f"{engine} had {{{{ $value | humanize }}}} offload store allocation failures in the last "
                 f"{s.allocation_window}: the tier is full of in-flight chunks, so blocks are dropped "
                 "instead of offloaded. Enlarge the tier or lower the store rate.",
+            ),
+            AlertRule(
+                "KVOffloadTierDroppingWrites",
+                f"increase({q('kvoffload_offload_dropped_total', _m('reason', '=~', 'backpressure|cpu_full'))}"
+                f"[{s.allocation_window}]) > 0",
+                s.allocation_for,
+                "warning",
+                "An offload tier keeps silently shedding writes.",
+                f"{engine} dropped {{{{ $value | humanize }}}} {{{{ $labels.unit }}}} of offload writes to tier "
+                f"'{{{{ $labels.tier }}}}' ({{{{ $labels.reason }}}}) in the last {s.allocation_window}: a slow "
+                "secondary tier sheds its cascade writes under backpressure (tiering) or the CPU pool is full "
+                "(SimpleCPU), so prefixes never reach it and later revisits recompute.",
             ),
             AlertRule(
                 "KVOffloadCanaryFailing",

@@ -207,6 +207,21 @@ transfers*.
 
 **Act.** Enlarge the tier, or reduce the store rate (`store_threshold` ≥ 2).
 
+## KVOffloadTierDroppingWrites
+
+**Meaning.** For {allocation_for} an offload tier has kept dropping writes (counted over {allocation_window}):
+tiering's slow secondary tier (`fs`, `obj`, ...) sheds cascade writes under backpressure
+(`kv_offload_tiering_backpressure_{{blocks,stores}}_dropped`, vLLM 0.31+), or SimpleCPU's pool is full
+(`save_outcomes{{outcome="dropped_cpu_full"}}`). Nothing errors: the prefixes never reach the tier and
+revisits recompute. The value is in the backend's unit (`unit` label: blocks or store jobs).
+
+**Check.** Overview → *Per-tier offload* row: *Drops by tier and reason*, *Cascaded and promoted bytes by
+tier* and *Promotion latency*; `kvoffload_source_metric_info` names the upstream series.
+
+**Act.** A tier slower than the store rate: move the secondary tier to faster storage, enlarge the primary
+so fewer cascades are needed, or lower the store rate (`store_threshold` ≥ 2). SimpleCPU `cpu_full`:
+enlarge `--kv-offloading-size`.
+
 ## KVOffloadCanaryFailing
 
 **Meaning.** The canary has not completed a cycle for {canary_stale_seconds} s (or never did), or every

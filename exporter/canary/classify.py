@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.backends.schema import Evidence, NativeUnit
 from exporter.canary.types import CycleReason
-from exporter.derive import interval
+from exporter.derive import EngineDerived, interval
 from exporter.model import Signal, Snapshot
 
 
@@ -27,6 +28,16 @@ class Deltas:
     gpu_hits: float = 0.0
     ext_hits: float = 0.0
     prompt_tokens: float | None = None  # None: vllm:prompt_tokens not exported
+    # Loads of backends that count no bytes (SimpleCPU blocks, LMCache tokens, KVBM blocks), in tokens
+    # where the exposition gives the factor (block_size); `other_loads` is any such load at all.
+    loaded_tokens: float | None = None
+    other_loads: float = 0.0
+    other_stores: float = 0.0
+
+    @property
+    def loaded(self) -> bool:
+        """Anything at all came back from the offload tier, in whatever unit the backend counts."""
+        return self.load_bytes > 0 or self.other_loads > 0
 
     @classmethod
     def between(cls, before: Snapshot | None, after: Snapshot, model: str | None = None) -> Deltas:
@@ -38,11 +49,20 @@ class Deltas:
             Signal.EXTERNAL_PREFIX_HITS: 0.0,
         }
         prompt: float | None = None
+        tokens: float | None = None
+        other = stores = 0.0
         for (m, _engine), d in derived.items():
             if model and m and m != model:
                 continue
             for k in sums:
                 sums[k] += d.deltas.get(k, 0.0)
+            t, o = _unit_loads(d, after)
+            other += o
+            stores += sum(
+                v for k, v in d.evidence.items() if k.signal == Evidence.STORED and k.unit != NativeUnit.BYTES
+            )
+            if t is not None:
+                tokens = (tokens or 0.0) + t
             if Signal.PROMPT_TOKENS in d.deltas:
                 prompt = (prompt or 0.0) + d.deltas[Signal.PROMPT_TOKENS]
         return cls(
@@ -52,6 +72,9 @@ class Deltas:
             gpu_hits=sums[Signal.GPU_PREFIX_HITS],
             ext_hits=sums[Signal.EXTERNAL_PREFIX_HITS],
             prompt_tokens=prompt,
+            loaded_tokens=tokens,
+            other_loads=other,
+            other_stores=stores,
         )
 
     def others(self, own_tokens: int) -> float:
@@ -59,6 +82,27 @@ class Deltas:
         if self.prompt_tokens is None:
             return 0.0
         return max(0.0, self.prompt_tokens - own_tokens)
+
+
+def _unit_loads(d: EngineDerived, after: Snapshot) -> tuple[float | None, float]:
+    """(loads in tokens, any non-byte load) of one engine: tokens as is, blocks x block_size; chunks
+    and other units only say *that* something loaded (their size is not in the exposition)."""
+    e = after.engine(d.key)
+    try:
+        block = float(e.cache_config.get("block_size", "")) if e else None
+    except ValueError:
+        block = None
+    tokens: float | None = None
+    other = 0.0
+    for k, v in d.evidence.items():
+        if k.signal != Evidence.LOADED or k.unit == NativeUnit.BYTES:
+            continue
+        other += v
+        if k.unit == NativeUnit.TOKENS:
+            tokens = (tokens or 0.0) + v
+        elif k.unit == NativeUnit.BLOCKS and block:
+            tokens = (tokens or 0.0) + v * block
+    return tokens, other
 
 
 @dataclass(frozen=True)
@@ -69,6 +113,24 @@ class Classification:
     others_tokens: float
     ambiguous: bool = False
     note: str = ""
+
+
+def _loaded_tokens(d: Deltas, bytes_per_token: float | None) -> float | None:
+    """Tokens the window loaded: from bytes when the bytes per token are known, else the backend's own
+    token/block count; 0 when bytes are known and nobody else loaded."""
+    loaded = d.load_bytes / bytes_per_token if bytes_per_token and d.load_bytes else d.loaded_tokens
+    if loaded is None and bytes_per_token and not d.other_loads:
+        return 0.0
+    return loaded
+
+
+def _partial_note(d: Deltas) -> str:
+    note = "some prefix tokens recomputed"
+    if d.configured and d.load_bytes > 0:
+        return note + f"; {d.load_bytes:.0f} B loaded"
+    if d.configured and d.loaded:
+        return note + "; loads seen (non-byte units)"
+    return note
 
 
 def classify(
@@ -85,7 +147,7 @@ def classify(
     `expect`: what the phase was designed to produce (used only to label an ambiguous window)."""
     full = max(1, expected - tolerance)
     others = d.others(own_tokens)
-    loaded = d.load_bytes / bytes_per_token if bytes_per_token else None
+    loaded = _loaded_tokens(d, bytes_per_token)
     if cached is not None:
         hit = float(cached)
     else:  # no usage details: the counters' upper bound, exact while nobody else sends requests
@@ -95,14 +157,11 @@ def classify(
     if loaded is not None:
         load_covers = d.configured and loaded >= full
     else:  # bytes per token not learned yet (no store seen): loads plus external hits must be there
-        load_covers = d.configured and d.load_bytes > 0 and d.ext_hits >= full
+        load_covers = d.configured and d.loaded and d.ext_hits >= full
     ext_covers = d.ext_hits >= full
     gpu_covers = d.gpu_hits >= full
     if hit < full:
-        note = "some prefix tokens recomputed"
-        if d.configured and d.load_bytes > 0:
-            note += f"; {d.load_bytes:.0f} B loaded"
-        return Classification("partial", hit, loaded, others, note=note)
+        return Classification("partial", hit, loaded, others, note=_partial_note(d))
     if load_covers and ext_covers:
         if gpu_covers and d.gpu_hits - others >= full:
             return Classification("gpu_hit", hit, loaded, others, note="loads in the window were other traffic's")
@@ -121,7 +180,7 @@ def classify(
         return Classification("gpu_hit", hit, loaded, others)
     if not d.configured and cached is not None:
         return Classification("gpu_hit", hit, loaded, others, note="no connector: any hit is a GPU hit")
-    if d.configured and d.load_bytes > 0:
+    if d.configured and d.loaded:
         return Classification(
             "partial", hit, loaded, others, note="hit split between GPU and offload tier, or the load did not cover it"
         )

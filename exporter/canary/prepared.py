@@ -152,6 +152,8 @@ class PreparedRun:
             gpu_hit_tokens=d.gpu_hits,
             external_hit_tokens=d.ext_hits,
             other_traffic_tokens=cls.others_tokens,
+            loaded_units=d.other_loads,
+            stored_units=d.other_stores,
             ambiguous=cls.ambiguous,
             idle_seconds=p.idle,
             note=cls.note,
@@ -187,6 +189,8 @@ class PreparedRun:
             gpu_hit_tokens=d.gpu_hits,
             external_hit_tokens=d.ext_hits,
             other_traffic_tokens=d.others(own),
+            loaded_units=d.other_loads,
+            stored_units=d.other_stores,
         )
         e.progress("phase", rec)
         return rec

@@ -113,6 +113,17 @@ class PhaseRecord:
     ambiguous: bool = False
     idle_seconds: float | None = None
     note: str = ""
+    # Loads/stores of backends that count no bytes (blocks, chunks, tokens): whether they happened.
+    loaded_units: float = 0.0
+    stored_units: float = 0.0
+
+    @property
+    def loaded(self) -> bool:
+        return self.load_bytes > 0 or self.loaded_units > 0
+
+    @property
+    def stored(self) -> bool:
+        return self.store_bytes > 0 or self.stored_units > 0
 
 
 @dataclass

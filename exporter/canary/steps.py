@@ -66,7 +66,7 @@ async def seed_and_revisit(run: PreparedRun, c: int, rec: CycleRecord) -> Seeded
     seed_b = await _seed(run, c, rec, b, "seed_b") if b is not None else None
     seeded = [seed, ph] + ([seed_b] if seed_b else [])
     _learn(run, seeded, 2 if seed_b else 1)
-    return Seeded(a, b, sum(p.store_bytes for p in seeded) > 0)
+    return Seeded(a, b, any(p.stored for p in seeded))
 
 
 def revisit_done(run: PreparedRun, rev: PhaseRecord, cls: Classification) -> None:
@@ -83,11 +83,11 @@ def revisit_done(run: PreparedRun, rev: PhaseRecord, cls: Classification) -> Non
 def _recompute_seen(run: PreparedRun, ph: PhaseRecord, cls: Classification) -> None:
     """Never trust the request: the counters say whether the server honoured max_load_tokens 0."""
     state = run.engine.state
-    if cls.result == "offload_hit" or (cls.result == "partial" and ph.load_bytes > 0):
+    if cls.result == "offload_hit" or (cls.result == "partial" and ph.loaded):
         state.recompute_control = "ignored"
         ph.note = (ph.note + "; " if ph.note else "") + "max_load_tokens ignored by the server (loaded anyway)"
         state.offload_hits_seen += 1
-    elif cls.result == "miss" and ph.load_bytes == 0:
+    elif cls.result == "miss" and not ph.loaded:
         # Without offload families no load was possible: that proves nothing about the key.
         state.recompute_control = "honoured" if run.target.generation != "none" else "no_connector"
         count(run, ph, cls, "miss")
@@ -137,8 +137,8 @@ def judge(
         if ctl is not None and ttft is not None:
             rec.detail = f"offload {ttft * 1000:.1f} ms vs control {ctl * 1000:.1f} ms"
         return
-    gpu_part = cls.result == "partial" and rev.gpu_hit_tokens > 0 and rev.load_bytes == 0
-    seen = run.engine.state.offload_hits_seen > 0 or rev.load_bytes > 0
+    gpu_part = cls.result == "partial" and rev.gpu_hit_tokens > 0 and not rev.loaded
+    seen = run.engine.state.offload_hits_seen > 0 or rev.loaded
     rec.reason = revisit_reason(cls.result, stored, seen, gpu_part)
     rec.detail = cls.note
 

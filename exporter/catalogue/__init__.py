@@ -3,13 +3,13 @@
 It is the single source of names for the collector, the dashboards, the alert rules and the docs
 (`docs/metrics.md` is generated from it). Names follow Prometheus conventions: `kvoffload_` prefix,
 base units, `_total` only on counters, no colons. Rows live in one module per docs section
-(health, engine, derived, memory, canary); their order here is the exposition order.
+(health, engine, backends, derived, memory, canary); their order here is the exposition order.
 """
 
 from __future__ import annotations
 
 from exporter.canary.types import CanaryPath, CycleReason, LoadBand, ProbeResult, Tier, VerdictKind
-from exporter.catalogue import canary, derived, engine, health, memory
+from exporter.catalogue import backends, canary, derived, engine, health, memory
 from exporter.catalogue.metric import ENGINE, PREFIX, WINDOWED, Metric
 from exporter.enums import (
     CollectorName,
@@ -52,7 +52,11 @@ CANARY_TIERS: tuple[Tier, ...] = tuple(Tier)
 CANARY_LOAD_BANDS: tuple[LoadBand, ...] = tuple(LoadBand)
 """Load bands of serve --canary cycles (thresholds: exporter/canary/records.load_band)."""
 
-CATALOGUE: dict[str, Metric] = {m.name: m for part in (health, engine, derived, memory, canary) for m in part.METRICS}
+EVIDENCE_METRICS = backends.EVIDENCE_METRICS
+
+CATALOGUE: dict[str, Metric] = {
+    m.name: m for part in (health, engine, backends, derived, memory, canary) for m in part.METRICS
+}
 
 SIGNAL_METRICS: tuple[tuple[Signal, Metric], ...] = tuple(
     (m.signal, m) for m in CATALOGUE.values() if m.signal is not None
@@ -75,6 +79,7 @@ __all__ = [
     "CATALOGUE",
     "COLLECTORS",
     "ENGINE",
+    "EVIDENCE_METRICS",
     "MEMORY_SOURCES",
     "PREFIX",
     "PROCESS_ROLES",

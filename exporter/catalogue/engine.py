@@ -201,15 +201,6 @@ METRICS: tuple[Metric, ...] = (
         signal=Signal.REQUESTS_WAITING,
     ),
     Metric(
-        name="kvoffload_requests_kv_fetch",
-        type=MetricType.GAUGE,
-        help="Waiting requests by async KV-load stage (waiting_to_start, in_progress, completed_waiting): "
-        "requests queued behind offload loads (the convoy of vllm#44294).",
-        labels=(*ENGINE, "stage"),
-        source="vllm:num_requests_kv_fetch_by_stage",
-        group=Group.ENGINE,
-    ),
-    Metric(
         name="kvoffload_offload_tier_bytes",
         type=MetricType.GAUGE,
         help="Configured offload-tier capacity (from kv_offload_config_info, cache_config_info or the exporter "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -67,9 +68,17 @@ def _read(path: str) -> bytes:
         raise SystemExit(f"kvoffload-exporter inspect: cannot read {path}: {e.strerror}") from None
 
 
+def _read_all(path: str) -> bytes:
+    """One dump, or several joined with `+` (vLLM /metrics plus a backend's own endpoint such as KVBM's
+    or the LMCache MP server's, scraped at the same moment): read as one exposition, under one cap."""
+    if "+" not in path or path == "-" or os.path.exists(path):
+        return _read(path)
+    return b"\n".join(_read(p) for p in path.split("+"))
+
+
 def _load(path: str) -> Snapshot:
-    """Read one dump under the exporter's caps (file size, exporter.limits defaults)."""
-    raw = _read(path)
+    """Read one dump (or `a+b`) under the exporter's caps (file size, exporter.limits defaults)."""
+    raw = _read_all(path)
     path = "standard input" if path == "-" else path
     if len(raw) > MAX_FILE_BYTES:
         raise SystemExit(f"kvoffload-exporter inspect: {path} is larger than {MAX_FILE_BYTES} bytes")
@@ -116,13 +125,34 @@ def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
         row["ttft_seconds"] = {str(q): _r(v) for q, v in d.ttft_quantiles.items()}
         row["ttft_count"] = _finite(d.ttft_count)  # the requests the quantiles come from
         row["cache_config"] = {k: v for k, v in e.cache_config.items() if k in _CACHE_KEYS}
+        row["load_store_ratio_unit"] = d.ratio_unit
+        row["evidence"] = _evidence(d)
         engines.append(row)
     return {
         "mode": "interval" if before is not None else "cumulative",
+        "backends": list(after.backends),
+        "sources": [{"signal": s, "resolved_name": n, "unit": u} for s, n, u in after.sources],
         "generation": after.generation,
         "multiprocess": after.multiprocess,
         "engines": engines,
     }
+
+
+def _evidence(d: EngineDerived) -> list[dict[str, Any]]:
+    """Evidence series in the one schema: deltas for cumulative signals, last values for the others."""
+    rows = [(k, v, True) for k, v in d.evidence.items()] + [(k, v, False) for k, v in d.evidence_gauges.items()]
+    return [
+        {
+            "signal": k.signal,
+            "unit": k.unit,
+            "tier": k.tier,
+            "connector": k.connector,
+            "reason": k.reason,
+            "detail": k.detail,
+            "delta" if delta else "value": _finite(v),
+        }
+        for k, v, delta in sorted(rows, key=lambda r: tuple(r[0]))
+    ]
 
 
 def _fmt(v: Any) -> str:
@@ -228,6 +258,13 @@ def run(args: argparse.Namespace) -> int:
         if e["state_reason"]:
             print(f"why {e['model_name']}/{e['engine']} {e['state']}: {e['state_reason']} - {HINTS[e['state_reason']]}")
     for e in doc["engines"]:
+        moved = [
+            f"{x['signal']} {_fmt(x['delta'])} {x['unit']}" + (f" ({x['tier']})" if x["tier"] else "")
+            for x in e["evidence"]
+            if x["signal"] in ("stored", "loaded", "dropped") and x.get("delta")
+        ]
+        if moved:
+            print(f"evidence {e['model_name']}/{e['engine']} ({', '.join(doc['backends'])}): {'; '.join(moved)}")
         if e["ttft_seconds"]:
             print(_ttft_line(e))
     return 0

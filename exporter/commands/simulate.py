@@ -11,6 +11,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from exporter.config import split_listen
+from exporter.sim.backends import BACKENDS
 from exporter.sim.calibration import CALIBRATIONS, DEFAULT_CALIBRATION
 from exporter.sim.faults import FAULTS
 from exporter.sim.simulator import SimOptions, Simulator
@@ -71,6 +72,13 @@ def add_simulator_arguments(p: argparse.ArgumentParser) -> None:
         help=f"vLLM version to imitate, 0.10–0.33 (profiles: {', '.join(PROFILE_VERSIONS)}; default {DEFAULT_VERSION})",
     )
     p.add_argument("--engines", type=int, default=1, metavar="N", help="data-parallel engines (default 1)")
+    p.add_argument(
+        "--backend",
+        default="native",
+        choices=BACKENDS,
+        help="offload backend whose metrics are exposed: native OffloadingConnector (default), simplecpu "
+        "(blocks), tiering (CPU + a slow fs tier that sheds writes) or lmcache (lmcache:* tokens)",
+    )
     p.add_argument("--model", metavar="NAME", help="served model name (default: the calibration's)")
     p.add_argument(
         "--calibration",
@@ -159,6 +167,7 @@ def options_from_args(args: argparse.Namespace) -> SimOptions:
         prompt_tokens_details=args.enable_prompt_tokens_details,
         per_request_metrics=args.enable_per_request_metrics,
         show_hidden_metrics=args.show_hidden_metrics,
+        backend=args.backend,
         engine=engine,
         timing=timing,
     )

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from exporter.sim.backends import BACKENDS, reshape
 from exporter.sim.calibration import CALIBRATIONS, DEFAULT_CALIBRATION, Calibration
 from exporter.sim.engine import Engine, EngineConfig
 from exporter.sim.faults import ONE_SHOT, Fault, FaultError, FaultSet, parse_fault
@@ -48,6 +49,7 @@ class SimOptions:
     prompt_tokens_details: bool = True  # --enable-prompt-tokens-details, as in the H200 runs
     per_request_metrics: bool = True  # --enable-per-request-metrics (0.25+), as in the H200 runs
     show_hidden_metrics: bool = False  # --show-hidden-metrics-for-version=<previous minor>
+    backend: str = "native"  # how offload is reported: native | simplecpu | tiering | lmcache (sim.backends)
     engine: Mapping[str, Any] = field(default_factory=dict)  # EngineConfig overrides (ENGINE_FIELDS)
     timing: Mapping[str, float] = field(default_factory=dict)  # Calibration overrides (TIMING_FIELDS)
 
@@ -57,6 +59,8 @@ class SimOptions:
             errors.append(f"unknown calibration {self.calibration!r}; known: {', '.join(CALIBRATIONS)}")
         if self.engines < 1:
             errors.append("engines must be >= 1")
+        if self.backend not in BACKENDS:
+            errors.append(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
         if self.time_scale <= 0:
             errors.append("time scale must be > 0")
         try:
@@ -173,12 +177,13 @@ class Simulator:
     def metrics_text(self) -> str:
         self.advance()
         rename = self.faults.get("rename")
-        return render(
+        text = render(
             self.opts.version,
             self.engines,
             variant=rename.value if rename else None,
             show_hidden=self.opts.show_hidden_metrics,
         )
+        return reshape(text, self.opts.backend, self.engines)
 
     def state(self) -> dict[str, Any]:
         """The simulator's own view (GET /_sim/state): what vLLM itself does not export."""

@@ -1,0 +1,240 @@
+"""Every backend's reconstructed fixture chains, read through `inspect --json`, give the expected state
+per engine and carry each upstream store/load/drop series once, with the number expected.json holds.
+
+Why: SimpleCPU (blocks), LMCache (tokens), KVBM (blocks, second endpoint), tiering (per tier) and
+MultiConnector (suffixed) say "stored / loaded" in their own families and units; before the resolver
+the exporter read them as `not_configured` or `idle`. A row that adds an alternative twice, or reads a
+cascade as a second store, changes a number here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter import backends
+from exporter.backends.resolve import _key
+from exporter.cli import main
+from exporter.commands.inspect import _load
+
+ROOT = Path(__file__).resolve().parents[1]
+RECON = ROOT / "tests" / "fixtures" / "reconstructed"
+DIRS = sorted(p for p in RECON.iterdir() if (p / "expected.json").is_file())
+CHAINS = [(d, c) for d in DIRS for c in json.loads((d / "expected.json").read_text())["chains"]]
+COUNTED = ("stored", "loaded", "dropped")
+
+
+def _expected(d: Path) -> dict[str, Any]:
+    return json.loads((d / "expected.json").read_text())
+
+
+def _arg(d: Path, name: str) -> str:
+    """All endpoints of the deployment at one state, joined with `+` (inspect reads them as one scrape)."""
+    prefixes = [k.removesuffix("<state>.prom") for k in _expected(d)["endpoints"]]
+    return "+".join(str(d / (p + name)) for p in prefixes)
+
+
+def _inspect(capsys: pytest.CaptureFixture[str], *files: str) -> dict[str, Any]:
+    assert main(["inspect", *files, "--json"]) == 0
+    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return doc
+
+
+def _delta(engine: dict[str, Any], key: backends.EvidenceKey) -> float | None:
+    for e in engine["evidence"]:
+        if (e["signal"], e["unit"], e["tier"], e["connector"], e["reason"], e["detail"]) == tuple(key):
+            return float(e.get("delta", e.get("value")))
+    return None
+
+
+def _row_for(rows: tuple[backends.Source, ...], entry: dict[str, Any]) -> tuple[backends.Source, dict[str, str]] | None:
+    """The resolver row that reads the series expected.json names (same name and selected labels)."""
+    want = dict(entry.get("labels", {}))
+    for r in rows:
+        if r.name != entry["resolved_name"] or r.label_value != entry.get("label_value", ""):
+            continue
+        labels = dict(r.match)
+        if r.tier_label and r.tier_label in want:
+            labels[r.tier_label] = want[r.tier_label]
+        if labels == want:
+            return r, want
+    return None
+
+
+def test_every_backend_has_chains() -> None:
+    assert len(DIRS) >= 11 and len(CHAINS) >= 45
+
+
+@pytest.mark.parametrize(("d", "chain"), CHAINS, ids=lambda x: x.name if isinstance(x, Path) else x["name"])
+def test_inspect_gives_the_expected_state_per_engine(
+    d: Path, chain: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = _inspect(capsys, _arg(d, chain["from"]), _arg(d, chain["to"]))
+    got = {e["engine"]: e["state"] for e in doc["engines"]}
+    assert got == {k: _state(chain, v["state"]) for k, v in chain["engines"].items()}
+
+
+def _state(chain: dict[str, Any], want: str) -> str:
+    """expected.json predates the warm-up rule (derive.stored_before): stores without loads from an
+    empty tier (`before.prom`) are the tier filling up, `storing`; from `after-cold` they stay the failure."""
+    return "storing" if want == "store_without_load" and chain["from"] == "before.prom" else want
+
+
+@pytest.mark.parametrize("d", DIRS, ids=lambda p: p.name)
+def test_before_alone_is_idle_when_configured(d: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`before.prom`: the backend is configured (its families or cache_config_info say so), nothing moved."""
+    doc = _inspect(capsys, _arg(d, "before.prom"))
+    want = _expected(d)["snapshots"]["before.prom"]["engines"]
+    assert {e["engine"]: e["state"] for e in doc["engines"]} == {k: v["state"] for k, v in want.items()}
+
+
+@pytest.mark.parametrize(("d", "chain"), CHAINS, ids=lambda x: x.name if isinstance(x, Path) else x["name"])
+def test_each_store_load_drop_series_is_read_once_with_its_value(
+    d: Path, chain: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    exp = _expected(d)
+    if not exp["fits_schema"]:
+        pytest.skip("HiSparse does not fit the schema (docs/backends.md)")
+    snap = _load(_arg(d, chain["to"]))
+    rows = backends.rows_for(snap.backends, snap.families)
+    doc = _inspect(capsys, _arg(d, chain["from"]), _arg(d, chain["to"]))
+    by_engine = {e["engine"]: e for e in doc["engines"]}
+    for engine, want in chain["engines"].items():
+        for signal in COUNTED:
+            for entry, value in zip(exp["signals"][signal], want["values"][signal]):
+                found = _row_for(rows, entry)
+                assert found is not None, f"{signal}: {entry['resolved_name']} {entry.get('labels')} is not read"
+                if value is None:
+                    continue
+                got = _delta(by_engine[engine], _key(*found)) or 0.0  # a per-tier series absent = not yet
+                assert got == pytest.approx(value), f"{chain['name']} engine {engine} {signal} {entry}"
+
+
+@pytest.mark.parametrize(("d", "chain"), CHAINS, ids=lambda x: x.name if isinstance(x, Path) else x["name"])
+def test_hits_and_lookups_read_one_alternative_per_group(
+    d: Path, chain: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """cached_by_source, the external-prefix counters and a backend's own hit counter say the same thing:
+    exactly one of them is read, with its value."""
+    exp = _expected(d)
+    if not exp["fits_schema"]:
+        pytest.skip("HiSparse does not fit the schema")
+    snap = _load(_arg(d, chain["to"]))
+    rows = backends.rows_for(snap.backends, snap.families)
+    groups = [r.group for r in rows if r.group]
+    assert len(groups) == len(set(groups))
+    doc = _inspect(capsys, _arg(d, chain["from"]), _arg(d, chain["to"]))
+    by_engine = {e["engine"]: e for e in doc["engines"]}
+    for engine, want in chain["engines"].items():
+        for signal in ("hits", "lookups"):
+            for entry, value in zip(exp["signals"][signal], want["values"][signal]):
+                found = _row_for(rows, entry)
+                if found is None or value is None:
+                    continue
+                assert (_delta(by_engine[engine], _key(*found)) or 0.0) == pytest.approx(value), (signal, entry)
+
+
+def test_cache_config_size_alone_is_configured() -> None:
+    """cache_config_info carries --kv-offloading-size even where the backend has no family yet."""
+    body = (
+        '# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{engine="0",kv_offloading_backend="native",'
+        'kv_offloading_size="16.0"} 1.0\n# TYPE vllm:prompt_tokens_total counter\n'
+        'vllm:prompt_tokens_total{engine="0",model_name="m"} 0.0\n'
+    )
+    from exporter.normalise import normalise
+
+    assert normalise(body).offload_configured
+    assert not normalise(body.replace('"16.0"', '"None"')).offload_configured
+
+
+def test_ratios_never_mix_units(capsys: pytest.CaptureFixture[str]) -> None:
+    d = RECON / "simplecpu-0.33"
+    doc = _inspect(capsys, _arg(d, "before.prom"), _arg(d, "after-hit.prom"))
+    (e,) = doc["engines"]
+    assert e["load_store_ratio_unit"] == "blocks"
+    assert e["load_store_ratio"] == pytest.approx(8160 / 8192)
+    assert e["offload_load_bytes"] is None  # SimpleCPU exposes no bytes: none invented
+
+
+def test_sources_name_every_family_read(capsys: pytest.CaptureFixture[str]) -> None:
+    d = RECON / "kvbm-1.6.1"
+    doc = _inspect(capsys, _arg(d, "before.prom"), _arg(d, "after-hit.prom"))
+    names = {(s["signal"], s["resolved_name"], s["unit"]) for s in doc["sources"]}
+    assert ("loaded", "kvbm_onboard_blocks_h2d", "blocks") in names
+    assert ("cascaded", "kvbm_offload_blocks_h2d", "blocks") in names
+    assert doc["backends"] == ["kvbm"]
+
+
+def _exposition(d: Path, before: str, after: str) -> str:
+    from exporter.collector import TargetView, collect
+    from exporter.derive import interval
+
+    b, a = _load(_arg(d, before)), _load(_arg(d, after))
+    return collect([TargetView(label="t", url="u", up=True, snapshot=a, derived=interval(b, a))], "5m")
+
+
+def test_exposition_names_the_source_and_unit_of_every_number() -> None:
+    text = _exposition(RECON / "simplecpu-0.33", "before.prom", "after-hit.prom")
+    assert (
+        'kvoffload_source_metric_info{target="t",signal="loaded",resolved_name="vllm:simple_kv_offload_load_blocks_total",'
+        'unit="blocks"} 1.0' in text
+    )
+    assert (
+        'kvoffload_offload_loaded_total{target="t",model_name="Qwen/Qwen3-0.6B",engine="0",unit="blocks",tier="",'
+        'connector=""} 8160.0' in text
+    )
+    assert 'kvoffload_offload_backend_info{target="t",backend="simplecpu"} 1.0' in text
+    assert 'kvoffload_state{target="t",model_name="Qwen/Qwen3-0.6B",engine="0",state="hit"} 1.0' in text
+    # bytes per block only from the exposition's own factor: 16 GiB / 9362 capacity blocks
+    assert f'unit="blocks",basis="kv_offloading_size/capacity_blocks"}} {16 * 2**30 / 9362!r}' in text
+    assert "kvoffload_offload_load_bytes_total" not in text  # no bytes invented for a blocks backend
+
+
+def test_tiering_exposes_per_tier_drops_promotions_and_the_serving_tier() -> None:
+    text = _exposition(RECON / "tiering-0.33", "before.prom", "after-hit.prom")
+    lb = 'target="t",model_name="Qwen/Qwen3-0.6B",engine="0"'
+    assert (
+        f'kvoffload_offload_dropped_total{{{lb},unit="blocks",tier="1:fs",connector="",reason="backpressure"}} 1024.0'
+        in text
+    )
+    assert f'kvoffload_tier_promotions_total{{{lb},tier="1:fs",result="success"}} 10.0' in text
+    assert f'kvoffload_prompt_tokens_cached_by_source_total{{{lb},source="disk"}} 40800.0' in text
+    assert f'kvoffload_offload_promoted_total{{{lb},unit="bytes",tier="1:fs",connector=""}}' in text
+    assert f"kvoffload_offload_tier_bytes{{{lb}}} 8589672448.0" in text  # the 1:fs info series has empty sizes
+
+
+def test_cache_config_backend_label_alone_is_configured() -> None:
+    """`--kv-offloading-backend lmcache` without a size (and before any LMCache family) is still offload."""
+    from exporter.normalise import normalise
+
+    body = (
+        '# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{engine="0",kv_offloading_backend="lmcache",'
+        'kv_offloading_size="None"} 1.0\n# TYPE vllm:prompt_tokens_total counter\n'
+        'vllm:prompt_tokens_total{engine="0",model_name="m"} 0.0\n'
+    )
+    assert normalise(body).offload_configured
+    assert not normalise(body.replace('"lmcache"', '"native"')).offload_configured
+
+
+def test_text_output_names_the_native_units(capsys: pytest.CaptureFixture[str]) -> None:
+    d = RECON / "simplecpu-0.33"
+    assert main(["inspect", _arg(d, "before.prom"), _arg(d, "after-hit.prom")]) == 0
+    out = capsys.readouterr().out
+    assert "evidence Qwen/Qwen3-0.6B/0 (simplecpu): loaded 8,160 blocks; stored 8,192 blocks" in out
+
+
+def test_negative_backend_counter_fails_the_poll_instead_of_poisoning_totals() -> None:
+    from exporter.exposition import ParseError
+    from exporter.normalise import normalise
+
+    body = (RECON / "simplecpu-0.33" / "after-hit.prom").read_text()
+    bad = body.replace(
+        'vllm:simple_kv_offload_load_blocks_total{engine="0",model_name="Qwen/Qwen3-0.6B"} 8160.0',
+        'vllm:simple_kv_offload_load_blocks_total{engine="0",model_name="Qwen/Qwen3-0.6B"} -1.0',
+    )
+    assert bad != body
+    with pytest.raises(ParseError):
+        normalise(bad)
