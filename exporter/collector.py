@@ -25,6 +25,7 @@ from exporter.catalogue import (
 )
 from exporter.convoy import ConvoyView
 from exporter.derive import EngineDerived
+from exporter.exposition import info_number
 from exporter.model import EngineKey, EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory, Snapshot
 from exporter.payback import engine_payback
 from exporter.procmem import footprint_ratio, growth_step
@@ -50,27 +51,15 @@ class TargetView:
     convoy: Mapping[EngineKey, ConvoyView] = field(default_factory=dict)  # exporter/convoy.py, windowed
 
 
-def _label_number(raw: str | None) -> float | None:
-    """A number carried in an info label; None when absent, empty, "None", not a number or not a
-    finite count/size (never NaN, Inf or < 0 in the output)."""
-    if raw is None or raw in ("", "None"):
-        return None
-    try:
-        v = float(raw)
-    except ValueError:
-        return None
-    return v if 0.0 <= v < float("inf") else None
-
-
 def tier_bytes(e: EngineSignals, configured: float | None) -> float | None:
     """CPU-tier capacity: kv_offload_config_info (0.33), cache_config kv_offloading_size (GiB), config."""
     primary = [v for k, v in e.evidence_gauges.items() if k.signal == Evidence.CAPACITY and k.unit == "bytes"]
     if primary:  # per tier (tiering: only 0:primary declares a size), never overwritten by an empty tier
         return sum(primary)
-    exact = _label_number(e.offload_config.get("cpu_kv_cache_size_bytes"))
+    exact = info_number(e.offload_config.get("cpu_kv_cache_size_bytes"))
     if exact is not None:
         return exact
-    gib = _label_number(e.cache_config.get("kv_offloading_size"))
+    gib = info_number(e.cache_config.get("kv_offloading_size"))
     return gib * 2**30 if gib is not None else configured
 
 
@@ -85,8 +74,8 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
         tier_bytes(e, t.tier_bytes) if t.snapshot and t.snapshot.offload_configured else None,
         lb,
     )
-    x.add("kvoffload_gpu_kv_cache_blocks", _label_number(e.cache_config.get("num_gpu_blocks")), lb)
-    x.add("kvoffload_gpu_kv_block_size_tokens", _label_number(e.cache_config.get("block_size")), lb)
+    x.add("kvoffload_gpu_kv_cache_blocks", info_number(e.cache_config.get("num_gpu_blocks")), lb)
+    x.add("kvoffload_gpu_kv_block_size_tokens", info_number(e.cache_config.get("block_size")), lb)
     _evidence(x, lb, e)
     if d is None:
         return

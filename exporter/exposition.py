@@ -190,3 +190,15 @@ def _split_line(
     if target is None:
         return None, "", None, ""
     return target, raw_name, labels_of(""), rest
+
+
+def info_number(raw: str | None) -> float | None:
+    """A count or size carried in an info label (cache_config_info, kv_offload_config_info, backend info);
+    None when absent, empty, "None", not a number or not finite and >= 0 (never NaN, Inf or < 0 out)."""
+    if raw is None or raw in ("", "None"):
+        return None
+    try:
+        v = float(raw)
+    except ValueError:
+        return None
+    return v if 0.0 <= v < float("inf") else None

@@ -18,7 +18,7 @@ from typing import Any
 
 from exporter.derive import EngineDerived, interval, prefill_cost
 from exporter.enums import Recommendation, Signal
-from exporter.exposition import ParseError
+from exporter.exposition import ParseError, info_number
 from exporter.model import EngineKey, EngineSignals, Snapshot
 from exporter.normalise import normalise
 
@@ -76,24 +76,13 @@ def recommend(payback: float, use: TierUse) -> tuple[Recommendation, str]:
     return Recommendation.KEEP, "loads save more prefill time than they cost"
 
 
-def _number(raw: str | None) -> float | None:
-    """A count in an info label; None when absent, "None" or not a finite number >= 0."""
-    if raw is None or raw in ("", "None"):
-        return None
-    try:
-        v = float(raw)
-    except ValueError:
-        return None
-    return v if 0.0 <= v < float("inf") else None
-
-
 def _tier_use(d: EngineDerived, e: EngineSignals, tier: float) -> TierUse:
     loaded = d.deltas.get(Signal.EXTERNAL_PREFIX_HITS, 0.0)
     load_bytes = d.deltas.get(Signal.OFFLOAD_LOAD_BYTES)
-    tier_tokens = _number(e.offload_config.get("cpu_kv_cache_size_tokens"))
+    tier_tokens = info_number(e.offload_config.get("cpu_kv_cache_size_tokens"))
     if tier_tokens is None and load_bytes and loaded > 0:
         tier_tokens = tier / (load_bytes / loaded)  # bytes per token from the loads themselves
-    blocks, block = _number(e.cache_config.get("num_gpu_blocks")), _number(e.cache_config.get("block_size"))
+    blocks, block = info_number(e.cache_config.get("num_gpu_blocks")), info_number(e.cache_config.get("block_size"))
     pool = blocks * block if blocks is not None and block is not None else None
     return TierUse(loaded, load_bytes, tier, tier_tokens, pool)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from exporter.derive import EngineDerived
 from exporter.enums import Signal, State, StateReason
+from exporter.exposition import info_number
 from exporter.model import EngineSignals
 
 NO_REUSE_HIT_RATIO = 0.05
@@ -49,33 +50,24 @@ class Inputs:
         return self.d.deltas.get(s, 0.0)
 
 
-def _number(raw: str | None) -> float | None:
-    if raw is None or raw in ("", "None"):
-        return None
-    try:
-        return float(raw)
-    except ValueError:
-        return None
-
-
 def gpu_pool_tokens(e: EngineSignals) -> float | None:
     """num_gpu_blocks × block_size from cache_config_info (None when vLLM does not export it)."""
-    blocks, size = _number(e.cache_config.get("num_gpu_blocks")), _number(e.cache_config.get("block_size"))
+    blocks, size = info_number(e.cache_config.get("num_gpu_blocks")), info_number(e.cache_config.get("block_size"))
     return blocks * size if blocks is not None and size is not None else None
 
 
 def tier_tokens(e: EngineSignals) -> float | None:
     """Tokens the offload tier holds: kv_offload_config_info (0.33), else the tier bytes over the GPU
     cache's bytes per token (cache_config_info kv_cache_memory_bytes / kv_cache_size_tokens)."""
-    exact = _number(e.offload_config.get("cpu_kv_cache_size_tokens"))
+    exact = info_number(e.offload_config.get("cpu_kv_cache_size_tokens"))
     if exact is not None:
         return exact
-    tier = _number(e.offload_config.get("cpu_kv_cache_size_bytes"))
+    tier = info_number(e.offload_config.get("cpu_kv_cache_size_bytes"))
     if tier is None:
-        gib = _number(e.cache_config.get("kv_offloading_size"))
+        gib = info_number(e.cache_config.get("kv_offloading_size"))
         tier = gib * 2**30 if gib is not None else None
-    mem = _number(e.cache_config.get("kv_cache_memory_bytes"))
-    toks = _number(e.cache_config.get("kv_cache_size_tokens"))
+    mem = info_number(e.cache_config.get("kv_cache_memory_bytes"))
+    toks = info_number(e.cache_config.get("kv_cache_size_tokens"))
     if tier is None or not mem or not toks:
         return None
     return tier / (mem / toks)
@@ -83,7 +75,7 @@ def tier_tokens(e: EngineSignals) -> float | None:
 
 def chunk_tokens(e: EngineSignals) -> float | None:
     """The tier's matching unit: cpu_blocks_per_chunk × block_size (0.33); vLLM < 0.33 does not say."""
-    per, size = _number(e.offload_config.get("cpu_blocks_per_chunk")), _number(e.cache_config.get("block_size"))
+    per, size = info_number(e.offload_config.get("cpu_blocks_per_chunk")), info_number(e.cache_config.get("block_size"))
     return per * size if per is not None and size is not None else None
 
 
@@ -118,7 +110,7 @@ def _prefix_short(i: Inputs) -> bool:
     """The reused prefix per request is shorter than one tier chunk: the GPU matches 16-token blocks, the
     tier only whole chunks (vllm#54607)."""
     chunk, n = chunk_tokens(i.e), i.d.ttft_count
-    if chunk is None or n <= 0 or chunk <= (_number(i.e.cache_config.get("block_size")) or 0.0):
+    if chunk is None or n <= 0 or chunk <= (info_number(i.e.cache_config.get("block_size")) or 0.0):
         return False
     return i.delta(Signal.GPU_PREFIX_HITS) / n < chunk
 

@@ -22,7 +22,7 @@ from exporter.backends.schema import (
     NativeUnit,
     Source,
 )
-from exporter.exposition import ParseError
+from exporter.exposition import ParseError, info_number
 
 Labels = tuple[tuple[str, str], ...]
 RawSample = tuple[str, str, Labels, float]
@@ -89,16 +89,6 @@ def _key(row: Source, labels: Mapping[str, str]) -> EvidenceKey:
     )
 
 
-def _number(raw: str | None) -> float | None:
-    if raw is None or raw in ("", "None"):
-        return None
-    try:
-        v = float(raw)
-    except ValueError:
-        return None
-    return v if math.isfinite(v) and v >= 0 else None  # a size or count: never NaN, Inf or < 0
-
-
 @lru_cache(maxsize=64)
 def _index(rows: tuple[Source, ...]) -> dict[tuple[str, str], tuple[Source, ...]]:
     out: dict[tuple[str, str], list[Source]] = {}
@@ -126,7 +116,7 @@ def resolve(
                     raise ParseError(f"negative or non-finite cumulative value {value} in {row.name}")
                 counters[key] = total
                 continue
-            v = _number(labels.get(row.label_value)) if row.kind == Kind.INFO else value
+            v = info_number(labels.get(row.label_value)) if row.kind == Kind.INFO else value
             if v is None:
                 continue
             series = (key, row, () if row.kind == Kind.INFO else rest)
@@ -158,7 +148,7 @@ def unit_bytes(
     (kv_offload_config_info). No other unit is ever converted."""
     out: dict[tuple[NativeUnit, str], float] = {}
     cap = {(k.unit, k.tier, k.connector): v for k, v in gauges.items() if k.signal == Evidence.CAPACITY}
-    size_gib = _number(cache_config.get("kv_offloading_size"))
+    size_gib = info_number(cache_config.get("kv_offloading_size"))
     blocks = cap.get((NativeUnit.BLOCKS, "", ""))
     if size_gib and blocks:
         out[(NativeUnit.BLOCKS, "kv_offloading_size/capacity_blocks")] = size_gib * BYTES_PER_GIB / blocks
