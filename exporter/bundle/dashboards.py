@@ -17,16 +17,15 @@ from exporter.bundle.grafana_json import dumps
 from exporter.bundle.health_dashboard import HEALTH_UID, exporter_health
 from exporter.bundle.panels import (
     RATIO_UNIT,
-    UNIT_NONE,
     UNITS,
     Ctx,
     Layout,
     dashboard,
     mt,
     stat,
+    state_timeline,
     targets,
     timeseries,
-    value_mappings,
     variables,
 )
 from exporter.bundle.promql import Matcher
@@ -59,19 +58,14 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         + ")"
     )
     L.add(
-        G.StateTimeline(
-            title="Offload evidence state per engine",
-            description="Exporter's verdict per engine over its window: hit = loads from the tier happened; "
+        state_timeline(
+            "Offload evidence state per engine",
+            "Exporter's verdict per engine over its window: hit = loads from the tier happened; "
             "store_without_load = stores but no loads while prefixes were reused (the failure "
             "mode of vllm-project/vllm#47890); storing = stores, no reuse visible; idle = nothing "
             "moved; not configured = no offload metrics.",
-            targets=targets([(state_expr, eng)]),
-            mappings=value_mappings({i: (s.replace("_", " "), STATE_COLORS[s]) for i, s in enumerate(STATES)}),
-            colorMode="fixed",
-            rowHeight=0.8,
-            showValue="auto",
-            mergeValues=True,
-            extraJson=UNIT_NONE,
+            targets([(state_expr, eng)]),
+            {i: (s.replace("_", " "), STATE_COLORS[s]) for i, s in enumerate(STATES)},
         ),
         w=24,
         h=6,

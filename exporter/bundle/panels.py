@@ -169,6 +169,23 @@ def stat(
     )
 
 
+def state_timeline(
+    title: str, description: str, tgts: list[G.Target], mappings: dict[int, tuple[str, str]]
+) -> G.StateTimeline:
+    """One engine-state row per series (the evidence state, the state reason): merged runs, fixed colours."""
+    return G.StateTimeline(
+        title=title,
+        description=description,
+        targets=tgts,
+        mappings=value_mappings(mappings),
+        colorMode="fixed",
+        rowHeight=0.8,
+        showValue="auto",
+        mergeValues=True,
+        extraJson=UNIT_NONE,
+    )
+
+
 def value_mappings(values: dict[int, tuple[str, str]]) -> list[dict[str, Any]]:
     """Grafana ≥ 8 value mappings: {value: (text, color)} → one `value` mapping."""
     return [

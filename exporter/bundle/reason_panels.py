@@ -7,9 +7,7 @@ Kept apart from the rest of the overview so the rows can move as a block; `dashb
 
 from __future__ import annotations
 
-import grafanalib.core as G
-
-from exporter.bundle.panels import UNIT_NONE, Layout, mt, targets, timeseries, value_mappings
+from exporter.bundle.panels import Layout, mt, state_timeline, targets, timeseries
 from exporter.bundle.promql import Query
 from exporter.catalogue import STATE_REASONS
 
@@ -28,17 +26,12 @@ def _why_no_loads(L: Layout, q: Query, eng: str) -> None:
     mappings = {0: ("nothing to explain", "green")}
     mappings.update({i: (r.replace("_", " "), _REASON_COLORS[i - 1]) for i, r in enumerate(STATE_REASONS, 1)})
     L.add(
-        G.StateTimeline(
-            title="Why this engine stores without loading",
-            description="kvoffload_state_reason: the rule that explains a store_without_load state (or a hit "
+        state_timeline(
+            "Why this engine stores without loading",
+            "kvoffload_state_reason: the rule that explains a store_without_load state (or a hit "
             "that loses stores); one section per reason in alerts/runbook.md (State reasons).",
-            targets=targets([(reason_expr, eng)]),
-            mappings=value_mappings(mappings),
-            colorMode="fixed",
-            rowHeight=0.8,
-            showValue="auto",
-            mergeValues=True,
-            extraJson=UNIT_NONE,
+            targets([(reason_expr, eng)]),
+            mappings,
         ),
         w=24,
         h=6,
