@@ -62,7 +62,8 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
             "Offload evidence state per engine",
             "Exporter's verdict per engine over its window: hit = loads from the tier happened; "
             "store_without_load = stores but no loads while prefixes were reused (the failure "
-            "mode of vllm-project/vllm#47890); storing = stores, no reuse visible; idle = nothing "
+            "mode of vllm-project/vllm#47890); storing = stores, no reuse visible (also the warm-up "
+            "state: no stores older than the window yet); idle = nothing "
             "moved; not configured = no offload metrics.",
             targets([(state_expr, eng)]),
             {i: (s.replace("_", " "), STATE_COLORS[s]) for i, s in enumerate(STATES)},

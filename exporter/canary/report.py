@@ -13,7 +13,9 @@ from typing import Any
 from exporter.canary import sweepreport
 from exporter.canary.stats import Summary, Verdict, median, summarize
 from exporter.catalogue import CANARY_PATHS
+from exporter.enums import StateReason
 from exporter.payback import text_line
+from exporter.reasons import HINTS
 
 EXIT_CODES = {"offload_faster": 0, "offload_slower": 1, "no_offload_hit": 1, "inconclusive": 4, "error": 3}
 PHASES = (
@@ -131,6 +133,19 @@ def _table(heads: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[
     return [line(heads), line(["-" * w for w in widths])] + [line(r) for r in rows]
 
 
+def _state_lines(interval: Mapping[str, Any]) -> list[str]:
+    """The exporter's evidence state per engine over the run, and why (exporter.reasons) when the state needs
+    explaining, as `inspect BEFORE AFTER` prints it."""
+    out = []
+    for e in interval.get("engines") or ():
+        line = f"engine {e.get('model_name')}/{e.get('engine')} over the run: {e.get('state')}"
+        reason = e.get("state_reason")
+        if reason:
+            line += f", why: {reason} - {HINTS.get(StateReason(reason), '')}"
+        out.append(line)
+    return out
+
+
 def text(doc: Mapping[str, Any]) -> str:
     """The human verdict table printed by `check`."""
     out: list[str] = []
@@ -236,6 +251,7 @@ def text(doc: Mapping[str, Any]) -> str:
     if doc.get("tokens_spent") is not None:
         out.append(f"canary tokens spent: {doc['tokens_spent']:,}")
     out += sweepreport.text_lines(doc.get("load_sweep") or [], doc.get("load_sweep_summary") or {})
+    out += _state_lines(doc.get("interval") or {})
     out += [f"hint: {h}" for h in doc.get("hints") or []]
     out.append(f"verdict: {doc['verdict']} (exit {doc['exit_code']}) - {doc['why']}")
     return "\n".join(out) + "\n"

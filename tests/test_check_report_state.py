@@ -1,0 +1,35 @@
+"""`check`'s text report states the exporter's evidence state per engine over the run and, when the state
+needs explaining, the reason and its hint (issue 16: the reason in the text of `inspect` and `check`)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from conftest import FIXTURES
+
+from exporter.canary import report
+
+REAL = FIXTURES / "vllm-0.26.0-h200-native" / "check_concurrency_0.6b.json"
+
+
+def _doc() -> dict[str, object]:
+    return json.loads(REAL.read_text(encoding="utf-8"))
+
+
+def test_a_real_runs_hit_engine_is_named_without_a_reason() -> None:
+    out = report.text(_doc())
+    assert "engine Qwen/Qwen3-0.6B/0 over the run: hit" in out
+    assert "why:" not in out
+
+
+def test_a_store_without_load_engine_gets_its_reason_and_hint() -> None:
+    doc = _doc()
+    interval = copy.deepcopy(doc["interval"])
+    assert isinstance(interval, dict)
+    interval["engines"][0]["state"] = "store_without_load"
+    interval["engines"][0]["state_reason"] = "lookup_always_misses"
+    doc["interval"] = interval
+    out = report.text(doc)
+    line = next(x for x in out.splitlines() if x.startswith("engine Qwen/Qwen3-0.6B/0"))
+    assert "store_without_load, why: lookup_always_misses - the tier is asked and never hits" in line
