@@ -4,7 +4,6 @@ lost it. Assertions are on classifications and idle steps, never on timings."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import aiohttp
@@ -15,7 +14,7 @@ from exporter.canary.expose import render
 from exporter.canary.plan import Prompts
 from exporter.render import Exposition
 from tests.support.prom import samples
-from tests.test_canary_sim import Sim, session, settings
+from tests.test_canary_sim import Sim, evicting_sleep, session, settings
 
 __all__ = ["session"]  # the fixture, re-used
 
@@ -27,22 +26,7 @@ async def _wait_cycle(session: aiohttp.ClientSession, **engine: Any) -> CanaryEn
     once it has idled 0.4 simulated seconds."""
     async with Sim(calibration="h200-qwen3-0.6b", engine=engine) as sim:
         users = CanaryClient(session)
-        sent = 0
-
-        async def sleep(seconds: float) -> None:
-            nonlocal sent
-            await asyncio.sleep(0)
-            if seconds >= 0.4:
-                for _ in range(3):
-                    sent += 1
-                    body = {
-                        "prompt": list(range(2000 + sent * 10, 2000 + sent * 10 + 5000)),
-                        "max_tokens": 1,
-                        "stream": True,
-                        "stream_options": {"include_usage": True},
-                        "cache_salt": f"user{sent}",
-                    }
-                    assert (await users.complete(sim.url, body)).ok
+        sleep = evicting_sleep(users, sim.url)
 
         e = CanaryEngine(
             sim.url,

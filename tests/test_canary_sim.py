@@ -7,7 +7,7 @@ Assertions are on classifications, reasons and counters, never on timings.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -298,26 +298,34 @@ async def test_metrics_failure_mid_cycle(session: aiohttp.ClientSession) -> None
     assert e.state.cycles["error"] == 1 and e.state.last_success == good.finished
 
 
+def evicting_sleep(users: CanaryClient, url: str) -> Callable[[float], Awaitable[None]]:
+    """A canary `sleep` hook standing in for users' traffic: an idle gap of 0.4 simulated seconds or more is
+    filled with three salted 5,000-token requests, enough to evict the canary's prefix from the GPU."""
+    sent = 0
+
+    async def sleep(seconds: float) -> None:
+        nonlocal sent
+        await asyncio.sleep(0)
+        if seconds >= 0.4:
+            for _ in range(3):
+                sent += 1
+                body = {
+                    "prompt": list(range(2000 + sent * 10, 2000 + sent * 10 + 5000)),
+                    "max_tokens": 1,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                    "cache_salt": f"user{sent}",
+                }
+                assert (await users.complete(url, body)).ok
+
+    return sleep
+
+
 async def test_wait_strategy_measures_residency(session: aiohttp.ClientSession) -> None:
     """Users' traffic (sent from the sleep hook) evicts the prefix once it has idled long enough."""
     async with Sim(calibration="h200-qwen3-0.6b") as sim:
         users = CanaryClient(session)
-        sent = 0
-
-        async def sleep(seconds: float) -> None:
-            nonlocal sent
-            await asyncio.sleep(0)
-            if seconds >= 0.4:  # an idle gap of 0.4 "s" is long enough for traffic to evict the prefix
-                for _ in range(3):
-                    sent += 1
-                    body = {
-                        "prompt": list(range(2000 + sent * 10, 2000 + sent * 10 + 5000)),
-                        "max_tokens": 1,
-                        "stream": True,
-                        "stream_options": {"include_usage": True},
-                        "cache_salt": f"user{sent}",
-                    }
-                    assert (await users.complete(sim.url, body)).ok
+        sleep = evicting_sleep(users, sim.url)
 
         e = CanaryEngine(
             sim.url,
