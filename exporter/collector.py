@@ -47,6 +47,7 @@ class TargetView:
     derived: Mapping[EngineKey, EngineDerived] = field(default_factory=dict)
     tier_bytes: float | None = None  # from the exporter config
     last_error: str | None = None
+    extra_errors: Mapping[str, int] | None = None  # failed extra_metrics_urls fetches; None: none configured
     canary: CanaryFacts | None = None  # what the canary learnt about this target, refines the reasons
     convoy: Mapping[EngineKey, ConvoyView] = field(default_factory=dict)  # exporter/convoy.py, windowed
 
@@ -137,6 +138,10 @@ def _target(x: Exposition, t: TargetView, window: str) -> None:
     x.add("kvoffload_up", 1.0 if t.up else 0.0, {"target": t.label})
     for reason in SCRAPE_ERROR_REASONS:  # pre-created so rate() works from the first error
         x.add("kvoffload_scrape_errors_total", float(t.errors.get(reason, 0)), {"target": t.label, "reason": reason})
+    if t.extra_errors is not None:  # only targets with extra_metrics_urls: no new series elsewhere
+        for reason in SCRAPE_ERROR_REASONS:
+            v = float(t.extra_errors.get(reason, 0))
+            x.add("kvoffload_extra_endpoint_errors_total", v, {"target": t.label, "reason": reason})
     x.add("kvoffload_scrape_duration_seconds", t.duration, {"target": t.label})
     x.add("kvoffload_scrape_body_bytes", t.body_bytes, {"target": t.label})
     x.add("kvoffload_last_success_timestamp_seconds", t.last_success, {"target": t.label})

@@ -82,6 +82,20 @@ def _url_list(v: object, text: bool) -> object:
     return tuple(str(u).rstrip("/") for u in v)
 
 
+def _extra_urls(v: object, text: bool) -> object:
+    """Full URLs, used exactly as given (no /metrics is added): a path is required so none is guessed."""
+    if not isinstance(v, list):
+        raise ValueError("must be a list of URLs, e.g. [http://127.0.0.1:6880/metrics]")
+    for i, u in enumerate(v):
+        try:
+            _url(u, text)
+        except ValueError as e:
+            raise ValueError(f"[{i}] {str(e).replace('a base URL', 'a URL')}") from None
+        if urlsplit(u).path in ("", "/"):
+            raise ValueError(f"[{i}] must name the endpoint's path, e.g. http://127.0.0.1:6880/metrics")
+    return tuple(v)
+
+
 def _regex(v: object, text: bool) -> object:
     if not isinstance(v, str):
         raise ValueError("must be a regular expression")
@@ -118,7 +132,14 @@ class TargetConfig:
     username: str | None = setting(None, string(), "basic auth user (with password_file)", env=False)
     password_file: str | None = setting(None, _path, "file holding the basic auth password", env=False)
     bearer_token_file: str | None = setting(None, _path, "file holding a bearer token", env=False)
+    extra_metrics_urls: tuple[str, ...] = setting(
+        (),
+        _extra_urls,
+        "the same backend's other /metrics endpoints (full URLs), read with vLLM's: KVBM, LMCache MP server",
+        env=False,
+    )
     auth: Auth | None = field(default=None, repr=False)  # from userinfo or the *_file keys; never shown
+    extra_auth: tuple[tuple[str, str] | None, ...] = field(default=(), repr=False)  # extra URLs' userinfo
     limits: Limits | None = None  # `limits:` of this target (exporter.limits); None: Config.limits
 
     @property
@@ -230,8 +251,14 @@ def _finish_target(t: TargetConfig, where: str, errors: list[str]) -> TargetConf
     if path.endswith("/metrics"):
         url = url[: -len("/metrics")]
         log.warning("target %s: the URL ends in /metrics; using %s as the base URL", redact_url(t.url), url)
+    auth = target_auth(userinfo, t.username, t.password_file, t.bearer_token_file, where, errors)
+    extras = [urlsplit(u) for u in t.extra_metrics_urls]  # userinfo leaves each URL, as for the target's
     return replace(
-        t, url=url, auth=target_auth(userinfo, t.username, t.password_file, t.bearer_token_file, where, errors)
+        t,
+        url=url,
+        auth=auth,
+        extra_metrics_urls=tuple(e._replace(netloc=e.netloc.rpartition("@")[2]).geturl() for e in extras),
+        extra_auth=tuple((e.username, e.password or "") if e.username is not None else None for e in extras),
     )
 
 

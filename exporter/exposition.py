@@ -10,7 +10,7 @@ are reported by canonical name: `vllm_` (OpenMetrics-escaped) becomes `vllm:`, a
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 Labels = tuple[tuple[str, str], ...]
@@ -202,3 +202,10 @@ def info_number(raw: str | None) -> float | None:
     except ValueError:
         return None
     return v if 0.0 <= v < float("inf") else None
+
+
+def join_bodies(bodies: Sequence[str]) -> str:
+    """Expositions scraped at one moment (vLLM's /metrics plus a backend's own endpoint such as KVBM's
+    or the LMCache MP server's) read as one: `inspect a+b` and `serve`'s extra_metrics_urls join them
+    alike, so a dump pair and a live target resolve the same backends."""
+    return "\n".join(bodies)

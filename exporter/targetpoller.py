@@ -16,13 +16,13 @@ import aiohttp
 from exporter import convoy, derive
 from exporter.collector import TargetView, target_fragment
 from exporter.config import Config, TargetConfig
-from exporter.exposition import ParseError
+from exporter.exposition import ParseError, join_bodies
 from exporter.model import EngineKey, Snapshot
 from exporter.normalise import normalise
 from exporter.reasons import CanaryFacts
-from exporter.redact import redact_url
+from exporter.redact import origin, redact_url
 from exporter.render import Fragment, Heads
-from exporter.sources.vllm_http import ScrapeError, fetch_metrics, fetch_version
+from exporter.sources.vllm_http import Auth, ScrapeError, fetch_metrics, fetch_url, fetch_version
 
 log = logging.getLogger("kvoffload.poller")
 
@@ -52,6 +52,8 @@ class TargetPoller:
         self.fragment: Fragment = target_fragment(self.view, config.window_label, self._heads)
         self._version_checked = 0.0
         self._last_error_logged: str | None = None
+        self.extra_errors: dict[str, int] | None = {} if cfg.extra_metrics_urls else None
+        self._extra_logged: dict[str, str] = {}  # extra URL -> the failure reason last logged for it
         self.canary: CanaryFacts | None = None  # from a plugin (Exporter.report_facts): refines the reasons
 
     def _parse(self, text: str, now: float) -> Parsed:
@@ -66,14 +68,67 @@ class TargetPoller:
         point = derive.advance(prev, snapshot, now)
         return snapshot, point, derive.derive([*self.history, point], now, self.config.window)
 
-    async def _fetch(self, session: aiohttp.ClientSession, now: float, version: str | None) -> tuple[str, str | None]:
+    def _parse_all(self, text: str, extras: list[str], now: float) -> tuple[Parsed, ScrapeError | None]:
+        """vLLM's body joined with the extra ones (as `inspect a+b`); if only the join fails to parse,
+        vLLM's body alone, with the extra endpoints' error: their bad body never takes the target down."""
+        if extras:
+            try:
+                return self._parse(join_bodies([text, *extras]), now), None
+            except ScrapeError as e:
+                return self._parse(text, now), e
+        return self._parse(text, now), None
+
+    async def _fetch(
+        self, session: aiohttp.ClientSession, now: float, version: str | None
+    ) -> tuple[str, list[str], str | None]:
         if version is None or now - self._version_checked > 300:  # /version can change on upgrade
             version = await fetch_version(session, self.cfg.url, self.config.timeout, self.cfg.source_auth()) or version
             self._version_checked = now
         auth = self.cfg.source_auth()
-        return await fetch_metrics(
-            session, self.cfg.url, self.config.timeout, self.config.max_body_bytes, auth
-        ), version
+        main = fetch_metrics(session, self.cfg.url, self.config.timeout, self.config.max_body_bytes, auth)
+        if not self.cfg.extra_metrics_urls:
+            return await main, [], version
+        urls = self.cfg.extra_metrics_urls
+        extras = [asyncio.ensure_future(self._fetch_extra(session, i, u)) for i, u in enumerate(urls)]
+        try:  # concurrent with vLLM's; a failed vLLM fetch (the target is down) cancels them
+            text = await main
+        except BaseException:
+            for t in extras:
+                t.cancel()
+            raise
+        bodies = await asyncio.gather(*extras)  # never raise: a failure is counted and gives None
+        return text, [b for b in bodies if b is not None], version
+
+    def _extra_auth(self, i: int, url: str) -> Auth:
+        """The URL's own userinfo, else the target's credentials only where the origin is the target's."""
+        own = self.cfg.extra_auth[i] if i < len(self.cfg.extra_auth) else None
+        if own is not None:
+            return own
+        return self.cfg.source_auth() if origin(url) == origin(self.cfg.url) else None
+
+    async def _fetch_extra(self, session: aiohttp.ClientSession, i: int, url: str) -> str | None:
+        """One extra endpoint's body, or None: its failure is counted and logged, never the target's."""
+        try:
+            text = await fetch_url(
+                session, url, self.config.timeout, self.config.max_body_bytes, self._extra_auth(i, url)
+            )
+        except ScrapeError as e:
+            self._extra_failed(url, e)
+            return None
+        except Exception as e:  # a bug: counted like the target's own, never stops the poll
+            log.exception("target %s: unexpected error while fetching an extra endpoint", self.cfg.label)
+            self._extra_failed(url, ScrapeError("internal", f"{type(e).__name__}: {e}"))
+            return None
+        self._extra_logged.pop(url, None)
+        return text
+
+    def _extra_failed(self, url: str, e: ScrapeError, shown: str | None = None) -> None:
+        if self.extra_errors is None:  # the config changed under a running poller: nothing to count into
+            return
+        self.extra_errors[e.reason] = self.extra_errors.get(e.reason, 0) + 1
+        if self._extra_logged.get(url) != e.reason:  # once per failure kind, not every poll
+            log.warning("target %s extra endpoint %s: %s", self.cfg.label, shown or redact_url(url), e)
+            self._extra_logged[url] = e.reason
 
     async def poll_once(self, session: aiohttp.ClientSession) -> float:
         """Poll and rebuild this target's fragment; returns the poll's duration in seconds."""
@@ -82,8 +137,8 @@ class TargetPoller:
         version = self.view.version
         try:
             try:
-                text, version = await self._fetch(session, now, version)
-                snapshot, point, derived = await asyncio.to_thread(self._parse, text, now)
+                text, extras, version = await self._fetch(session, now, version)
+                (snapshot, point, derived), join_error = await asyncio.to_thread(self._parse_all, text, extras, now)
             except ScrapeError:
                 raise
             except Exception as e:  # a bug must never stop polling or leave `up` stale
@@ -96,6 +151,8 @@ class TargetPoller:
             self.polls += 1
             self.last_poll = self.timer()
         self._last_error_logged = None
+        if join_error is not None:
+            self._extra_failed("", join_error, "bodies (read with vLLM's)")
         self.history.append(point)
         self._set_view(
             TargetView(
@@ -112,9 +169,13 @@ class TargetPoller:
                 tier_bytes=self.cfg.tier_bytes,
                 convoy=convoy.derive(self.history, now, self.config.window),
                 canary=self.canary,
+                extra_errors=self._extra_errors(),
             )
         )
         return self.timer() - started
+
+    def _extra_errors(self) -> dict[str, int] | None:
+        return None if self.extra_errors is None else dict(self.extra_errors)
 
     def _failed(self, e: ScrapeError, version: str | None, started: float) -> None:
         self.errors[e.reason] = self.errors.get(e.reason, 0) + 1
@@ -132,6 +193,7 @@ class TargetPoller:
                 version=version,
                 tier_bytes=self.cfg.tier_bytes,
                 last_error=e.reason,
+                extra_errors=self._extra_errors(),
             )
         )
 

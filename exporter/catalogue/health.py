@@ -31,6 +31,15 @@ METRICS: tuple[Metric, ...] = (
         group=Group.HEALTH,
     ),
     Metric(
+        name="kvoffload_extra_endpoint_errors_total",
+        type=MetricType.COUNTER,
+        help="Failed fetches of a target's extra_metrics_urls (KVBM, LMCache MP server) by reason (closed "
+        "set); the target stays up on vLLM's data. Only on targets that configure extra endpoints.",
+        labels=("target", "reason"),
+        source="GET extra_metrics_urls",
+        group=Group.HEALTH,
+    ),
+    Metric(
         name="kvoffload_scrape_duration_seconds",
         type=MetricType.GAUGE,
         help="Duration of the last poll of the target.",

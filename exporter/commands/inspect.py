@@ -10,7 +10,7 @@ from typing import Any
 
 from exporter.config import Config
 from exporter.derive import EngineDerived, interval
-from exporter.exposition import ParseError
+from exporter.exposition import ParseError, join_bodies
 from exporter.limits import Limits
 from exporter.model import Signal, Snapshot
 from exporter.normalise import normalise
@@ -68,22 +68,22 @@ def _read(path: str) -> bytes:
         raise SystemExit(f"kvoffload-exporter inspect: cannot read {path}: {e.strerror}") from None
 
 
-def _read_all(path: str) -> bytes:
+def _read_all(path: str) -> list[bytes]:
     """One dump, or several joined with `+` (vLLM /metrics plus a backend's own endpoint such as KVBM's
     or the LMCache MP server's, scraped at the same moment): read as one exposition, under one cap."""
     if "+" not in path or path == "-" or os.path.exists(path):
-        return _read(path)
-    return b"\n".join(_read(p) for p in path.split("+"))
+        return [_read(path)]
+    return [_read(p) for p in path.split("+")]
 
 
 def _load(path: str) -> Snapshot:
     """Read one dump (or `a+b`) under the exporter's caps (file size, exporter.limits defaults)."""
-    raw = _read_all(path)
+    parts = _read_all(path)
     path = "standard input" if path == "-" else path
-    if len(raw) > MAX_FILE_BYTES:
+    if sum(map(len, parts)) + len(parts) - 1 > MAX_FILE_BYTES:
         raise SystemExit(f"kvoffload-exporter inspect: {path} is larger than {MAX_FILE_BYTES} bytes")
     try:
-        text = raw.decode("utf-8")
+        text = join_bodies([p.decode("utf-8") for p in parts])
     except UnicodeDecodeError:
         raise SystemExit(f"kvoffload-exporter inspect: {path} is not UTF-8 text") from None
     try:

@@ -116,10 +116,16 @@ async def fetch_metrics(
     session: aiohttp.ClientSession, base_url: str, timeout: float, max_bytes: int, auth: Auth = None
 ) -> str:
     """Body of exactly `/metrics` (never `/metrics/`, which negotiates OpenMetrics and renames `vllm:`)."""
+    return await fetch_url(session, base_url + "/metrics", timeout, max_bytes, auth)
+
+
+async def fetch_url(session: aiohttp.ClientSession, url: str, timeout: float, max_bytes: int, auth: Auth = None) -> str:
+    """Text exposition at exactly `url` (a target's `extra_metrics_urls` entry, or its `/metrics`), under
+    the same timeout, size cap, same-origin redirect rule and closed error reasons as every poll."""
     try:
         async with same_origin_get(
             session,
-            base_url + "/metrics",
+            url,
             auth,
             client_timeout(timeout),
             {"Accept": "text/plain; version=0.0.4"},
