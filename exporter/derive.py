@@ -236,16 +236,13 @@ def unit_ratio(evidence: Mapping[EvidenceKey, float]) -> tuple[float | None, Nat
     return None, None
 
 
-def _ev_diff(a: Mapping[EvidenceKey, float], b: Mapping[EvidenceKey, float] | None) -> dict[EvidenceKey, float]:
-    """Deltas of series present at both ends; a series first seen at the end counts from 0."""
+def _diff(a: Mapping[K, float], b: Mapping[K, float] | None, new_from_zero: bool = False) -> dict[K, float]:
+    """Deltas of the series at both ends (b None: since start); `new_from_zero`: a series first seen at the
+    end counts from 0 (evidence series appear at their first event), else it is left out."""
     if b is None:
         return dict(a)
-    return {k: max(0.0, v - b.get(k, 0.0)) for k, v in a.items()}
-
-
-def _diff(a: Mapping[K, float], b: Mapping[K, float] | None) -> dict[K, float]:
-    if b is None:
-        return dict(a)
+    if new_from_zero:
+        return {k: max(0.0, v - b.get(k, 0.0)) for k, v in a.items()}
     return {k: max(0.0, v - b[k]) for k, v in a.items() if k in b}
 
 
@@ -282,7 +279,7 @@ def compare(start: Point | None, end: Point, key: EngineKey, anchor: Point | boo
             if v is not None:
                 ttft[q] = v
     configured = end.snapshot.offload_configured
-    ev = _ev_diff(tot.evidence, s_tot.evidence if s_tot else None)
+    ev = _diff(tot.evidence, s_tot.evidence if s_tot else None, new_from_zero=True)
     ratio, ratio_unit = unit_ratio(ev)
     if d.get(Signal.OFFLOAD_STORE_BYTES):
         ratio = _ratio(d.get(Signal.OFFLOAD_LOAD_BYTES), d.get(Signal.OFFLOAD_STORE_BYTES))

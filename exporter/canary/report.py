@@ -12,6 +12,7 @@ from typing import Any
 
 from exporter.canary import sweepreport
 from exporter.canary.stats import Summary, Verdict, median, summarize
+from exporter.canary.texttable import ms, table
 from exporter.catalogue import CANARY_PATHS
 from exporter.enums import StateReason
 from exporter.payback import text_line
@@ -112,25 +113,12 @@ def build(
     return doc
 
 
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v * 1000:.1f}"
-
-
 def _mb(v: float | None) -> str:
     return "-" if v is None else f"{v / 1e6:,.1f}"
 
 
 def _tok(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f}"
-
-
-def _table(heads: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)).rstrip()
-
-    return [line(heads), line(["-" * w for w in widths])] + [line(r) for r in rows]
 
 
 def _state_lines(interval: Mapping[str, Any]) -> list[str]:
@@ -190,13 +178,13 @@ def text(doc: Mapping[str, Any]) -> str:
             [
                 p,
                 str(s["n"]) if s else "0",
-                _ms(s and s["median"]),
-                _ms(s and s["p25"]),
-                _ms(s and s["p75"]),
-                _ms(f and f["median"]),
+                ms(s and s["median"]),
+                ms(s and s["p25"]),
+                ms(s and s["p75"]),
+                ms(f and f["median"]),
             ]
         )
-    out += _table(
+    out += table(
         ["TTFT path", "n", "median ms", "p25 ms", "p75 ms", "1st event ms"], rows, [False, True, True, True, True, True]
     )
     out.append("")
@@ -215,7 +203,7 @@ def text(doc: Mapping[str, Any]) -> str:
                 ]
             )
         pct = round(next(iter(deltas.values()))["confidence"] * 100)
-        out += _table(
+        out += table(
             ["dTTFT offload_hit - control", "median ms", f"{pct}% bootstrap CI ms", "n"],
             rows,
             [False, True, True, False],
@@ -238,7 +226,7 @@ def text(doc: Mapping[str, Any]) -> str:
             ]
         )
     if rows:
-        out += _table(
+        out += table(
             ["phase", "n", "classification", "load MB", "store MB", "ext hit tok", "GPU hit tok", "cached tok"],
             rows,
             [False, True, False, True, True, True, True, True],

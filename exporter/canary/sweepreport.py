@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.canary.stats import bootstrap_delta, median, quantile
+from exporter.canary.texttable import ms, table
 
 MIN_CI_SAMPLES = 3  # no interval from fewer samples on either side
 
@@ -191,12 +192,6 @@ def section(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _ms(v: float | None, sign: bool = False) -> str:
-    if v is None:
-        return "-"
-    return f"{v * 1000:+.1f}" if sign else f"{v * 1000:.1f}"
-
-
 def text_lines(entries: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> list[str]:
     """The sweep's table and its conclusion, for the text report."""
     if not entries:
@@ -207,32 +202,24 @@ def text_lines(entries: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         ci = (
             "-"
             if e["ci_low_seconds"] is None
-            else f"[{_ms(e['ci_low_seconds'], True)}, {_ms(e['ci_high_seconds'], True)}]"
+            else f"[{ms(e['ci_low_seconds'], True)}, {ms(e['ci_high_seconds'], True)}]"
         )
         rows.append(
             [
                 str(e["concurrency"]),
                 f"{e['prefix_tokens']:,}",
                 f"{e['n_offload']}/{e['n_control']}",
-                _ms(e["offload_median_seconds"]),
-                _ms(e["control_median_seconds"]),
-                _ms(e["delta_ttft_seconds"], True),
+                ms(e["offload_median_seconds"]),
+                ms(e["control_median_seconds"]),
+                ms(e["delta_ttft_seconds"], True),
                 ci,
                 e["verdict"],
             ]
         )
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(heads)]
-    left = {1, 7}
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
-        ).rstrip()
-
     out = [
         f"load sweep: bursts of c concurrent revisits of one offloaded prefix vs the same with {entries[0]['control']}"
     ]
-    out += [line(heads), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    out += table(heads, rows, [i not in (1, 7) for i in range(len(heads))])
     for length, cross in (summary.get("crossover") or {}).items():
         out.append(f"crossover ({int(length):,}-token prefix): {cross['text']}")
     out.append(f"recommendation: {summary.get('recommendation')}")
