@@ -109,7 +109,7 @@ def _median(doc: Mapping[str, Any], path: str) -> float | None:
 
 def _offload_hit_tokens(phases: Sequence[Mapping[str, Any]]) -> float | None:
     for ph in phases:
-        if ph.get("phase") == "offload_hit" and ph.get("external_hit_tokens"):
+        if ph.get("phase") == "offload_revisit" and ph.get("external_hit_tokens"):
             return float(ph["external_hit_tokens"])
     return None
 

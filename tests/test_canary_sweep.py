@@ -31,39 +31,43 @@ def _entry(c: int, delta_ms: float, verdict: str, prefix: int = 5120) -> dict[st
     }
 
 
-def test_slower_at_idle_faster_under_load_pays_off_from() -> None:
+def test_slower_at_idle_faster_under_load_pays_off_from_the_first_decided_faster_level() -> None:
     cross = sweepreport.crossover(
         [_entry(1, 24.9, "offload_slower"), _entry(4, 12.6, "offload_slower"), _entry(16, -7.1, "offload_faster")]
     )
-    # log-interpolated between c=4 (+12.6) and c=16 (-7.1)
-    assert cross["kind"] == "from" and cross["concurrency"] == 10 and not cross["indicative"]
-    assert cross["text"] == "offload pays off from c ≈ 10"
-    assert "fewer than ~10 requests" in sweepreport.recommendation(cross)
+    assert cross["kind"] == "from" and cross["concurrency"] == 16 and not cross["indicative"]
+    assert cross["text"] == "offload is slower at c = 1, 4 and pays off from c = 16"
 
 
 def test_faster_at_idle_slower_under_load_pays_off_up_to() -> None:
     cross = sweepreport.crossover(
         [_entry(32, 80.0, "offload_slower"), _entry(1, -470.0, "offload_faster"), _entry(8, -300.0, "inconclusive")]
     )
-    assert cross["kind"] == "up_to" and 8 <= cross["concurrency"] <= 32
-    assert cross["text"].startswith(f"offload pays off up to c ≈ {cross['concurrency']} (indicative")
-    assert "selectively above" in sweepreport.recommendation(cross)
+    assert cross["kind"] == "up_to" and cross["concurrency"] == 1 and cross["indicative"]
+    assert "undecided at c = 8" in cross["text"]
 
 
-def test_no_flip_and_many_flips() -> None:
+def test_point_estimates_of_undecided_levels_never_make_a_crossover() -> None:
+    wobbly = [_entry(1, 5, "inconclusive"), _entry(4, -5, "inconclusive"), _entry(16, -9, "inconclusive")]
+    cross = sweepreport.crossover(wobbly)
+    assert cross["kind"] == "undecided" and cross["concurrency"] is None
+    assert "pays off" not in cross["text"].replace("no level decided", "")
+
+
+def test_one_sign_everywhere_or_partly() -> None:
     assert sweepreport.crossover([_entry(1, -5, "offload_faster"), _entry(4, -9, "offload_faster")])["kind"] == "always"
     assert sweepreport.crossover([_entry(1, 5, "offload_slower"), _entry(4, 9, "offload_slower")])["kind"] == "never"
-    wobbly = [_entry(1, 5, "inconclusive"), _entry(2, -5, "inconclusive"), _entry(4, 5, "inconclusive")]
-    assert sweepreport.crossover(wobbly)["kind"] == "unclear"
+    part = sweepreport.crossover([_entry(1, 5, "offload_slower"), _entry(4, -9, "inconclusive")])
+    assert part["kind"] == "partial" and part["indicative"]
 
 
-def test_entry_has_no_interval_below_three_samples() -> None:
-    lv = sweepreport.Level(4, 5120, "recompute", offload=[0.05, 0.06], controls=[0.04, 0.05])
-    e = sweepreport.entry(lv, min_samples=2)
+def test_entry_has_no_interval_below_min_bursts() -> None:
+    lv = sweepreport.Level(4, 5120, "recompute", offload_bursts=[[0.05, 0.06]] * 3, control_bursts=[[0.04, 0.05]] * 3)
+    e = sweepreport.entry(lv, min_bursts=4)
     assert e["ci_low_seconds"] is None and e["ci_high_seconds"] is None and e["verdict"] == "inconclusive"
-    lv.offload.append(0.055)
-    lv.controls.append(0.045)
-    assert sweepreport.entry(lv, min_samples=2)["ci_low_seconds"] is not None
+    assert (e["bursts_offload"], e["bursts_control"], e["n_offload"], e["n_control"]) == (3, 3, 6, 6)
+    assert any("< --min-bursts 4" in n for n in e["notes"])
+    assert sweepreport.entry(lv, min_bursts=3)["ci_low_seconds"] is not None
 
 
 def test_length_threshold() -> None:
@@ -108,7 +112,8 @@ async def _sweep(
         args = build_parser().parse_args(
             [
                 *["check", "--target", url, "--rounds", "1", "--allow-pressure", "--settle", "0.01"],
-                *["--min-samples", "3", "--concurrency", levels, "--secret-file", str(tmp_path / "s")],
+                *["--min-samples", "5", "--min-bursts", "3", "--concurrency", levels],
+                *["--secret-file", str(tmp_path / "s")],
                 *["--out", str(tmp_path / "ev"), "--quiet", *extra],
             ]
         )
@@ -126,11 +131,13 @@ async def test_check_sweep_states_the_crossover_from_the_simulator(tmp_path: Pat
     doc = await _sweep(tmp_path, "h200-qwen3-0.6b", 0.5, "1,8", timing)
     sweep = doc["load_sweep"]
     assert [e["concurrency"] for e in sweep] == [1, 8] and all(e["control"] == "recompute" for e in sweep)
-    assert all(e["n_offload"] >= 3 and e["n_control"] >= 3 for e in sweep)
+    assert all(e["bursts_offload"] >= 3 and e["bursts_control"] >= 3 for e in sweep)
     assert sweep[0]["delta_ttft_seconds"] > 0 > sweep[1]["delta_ttft_seconds"]
     cross = doc["load_sweep_summary"]["crossover"][str(sweep[0]["prefix_tokens"])]
-    assert cross["kind"] == "from" and f"pays off from c ≈ {cross['concurrency']}" in doc["_text"]
-    assert "recommendation: loads cost latency at low load" in doc["_text"]
+    assert cross["kind"] == "from" and f"pays off from c = {cross['concurrency']}" in doc["_text"]
+    assert doc["advice"]["action"] == "skip_loads_below" and doc["advice"]["concurrency"] == 8
+    assert doc["_text"].count("advice: ") == 1 and "recommendation:" not in doc["_text"]
+    assert sweep[0]["source"] == "rounds" and sweep[0]["n_offload"] == doc["ttft_seconds"]["offload_hit"]["n"]
     png = (tmp_path / "ev" / "ttft.png").read_bytes()
     assert png.startswith(b"\x89PNG") and int.from_bytes(png[20:24], "big") > 300  # the sweep panel's height
 

@@ -188,7 +188,7 @@ CASES: list[tuple[str, tuple[str, ...], Files, str]] = [
     ("check-rounds-abc", ("check", *T, "--rounds", "abc"), {}, "invalid int value"),
     ("check-wait-initial-zero", ("check", *T, "--wait-initial", "0"), {}, "--wait-initial: must be > 0"),
     ("check-timeout-negative", ("check", *T, "--timeout", "-1"), {}, "--timeout: not a duration"),
-    ("check-min-samples", ("check", *T, "--min-samples", "1"), {}, "--min-samples: must be an integer >= 2"),
+    ("check-min-samples", ("check", *T, "--min-samples", "3"), {}, "--min-samples: must be an integer >= 5"),
     ("check-settle-nan", ("check", *T, "--settle", "nan"), {}, "--settle: not a duration"),
     ("check-prefix-tokens", ("check", *T, "--prefix-tokens", "0"), {}, "--prefix-tokens"),
     ("check-api-key-missing", ("check", *T, "--api-key-file", "{tmp}/nokey"), {}, "cannot read API key"),

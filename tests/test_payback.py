@@ -120,7 +120,7 @@ def _check_doc(recompute: float | None, gpu_hit: float, tokens: float) -> dict[s
     ttft = {"gpu_hit": _ttft(gpu_hit)} | ({"recompute": _ttft(recompute)} if recompute is not None else {})
     return {
         "ttft_seconds": ttft,
-        "phase_summary": [{"phase": "offload_hit", "external_hit_tokens": tokens}],
+        "phase_summary": [{"phase": "offload_revisit", "external_hit_tokens": tokens}],
         "duration_seconds": 60.0,
     }
 
@@ -136,7 +136,8 @@ def test_check_recommends_disable_for_the_h200_0_6b() -> None:
     assert rec is not None and rec["action"] == "disable" and rec["prefill_cost_from"] == "control"
     assert rec["saved_seconds"] == pytest.approx(0.0083 - 0.0220075512, abs=1e-6)
     assert rec["payback_seconds_per_gib_hour"] is None
-    assert "-> disable" in report.text({"recommendation": rec, "verdict": "no_benefit", "why": "x", "exit_code": 1})
+    line = report.text({"recommendation": rec, "verdict": "offload_slower", "why": "x", "exit_code": 1})
+    assert "tier payback model over this run" in line and "-> disable" not in line  # a model, not advice
 
 
 def test_check_without_a_control_path_uses_the_engine_counters() -> None:

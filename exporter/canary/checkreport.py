@@ -8,7 +8,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from exporter.canary import report, sweepreport
+from exporter.canary.advice import Advice, Evidence, LevelFact, advise, level_facts
 from exporter.canary.checkrun import CheckResult, redact
+from exporter.canary.stalls import stalled
 from exporter.commands.inspect import report as interval_report
 from exporter.exposition import ParseError
 from exporter.normalise import normalise
@@ -86,16 +88,39 @@ def _explain(doc: dict[str, Any], result: CheckResult) -> None:
             "needed: this says nothing about offloading"
         )
         hints.append("--allow-pressure (staging) or run while real traffic fills the GPU cache")
-    elif doc["verdict"] == "inconclusive" and ("samples <" in doc["why"] or "no control path" in doc["why"]):
+    elif doc["verdict"] == "inconclusive" and result.engine.state.verdict and result.engine.state.verdict.short:
         hints += _short(doc, s.min_samples, int(doc["rounds_completed"]))
     doc["hints"] = hints
 
 
 def _sweep(doc: dict[str, Any], result: CheckResult) -> None:
-    s = result.request.settings
-    entries = [sweepreport.entry(lv, s.min_samples, s.seed, s.bootstrap, s.confidence) for lv in result.sweep]
-    doc["load_sweep"] = entries if result.request.sweep is not None else None
+    s, req = result.request.settings, result.request.sweep
+    need = req.min_bursts if req is not None else 0
+    entries = [sweepreport.entry(lv, need, s.seed, s.bootstrap, s.confidence) for lv in result.sweep]
+    doc["load_sweep"] = entries if req is not None else None
     doc["load_sweep_summary"] = sweepreport.section(entries) if entries else None
+
+
+def _advice(doc: dict[str, Any], result: CheckResult) -> Advice:
+    """The one advice, from the typed verdict, the sweep rows at the rounds' prefix, payback and state."""
+    run = result.engine.prepared
+    prefix = run.sizing.prefix_tokens if run is not None else None
+    levels = level_facts(doc.get("load_sweep") or [], prefix)
+    if levels and all(lv.concurrency != 1 for lv in levels):  # the rounds are the c = 1 measurement
+        levels = (LevelFact(1, doc["verdict"], doc.get("delta_ttft_seconds")), *levels)
+    rec = doc.get("recommendation") or {}
+    engines = (doc.get("interval") or {}).get("engines") or ()
+    return advise(
+        Evidence(
+            verdict=doc["verdict"],
+            verdict_why=doc["why"],
+            levels=levels,
+            payback_action=rec.get("action"),
+            payback_why=rec.get("why"),
+            state_reasons=tuple(str(e["state_reason"]) for e in engines if e.get("state_reason")),
+            error=result.error,
+        )
+    )
 
 
 def document(result: CheckResult) -> dict[str, Any]:
@@ -130,6 +155,11 @@ def document(result: CheckResult) -> dict[str, Any]:
         doc["conditions"] = json.loads(redact(json.dumps(doc["conditions"])))
     before, after = result.engine.first_snapshot.get("target"), result.after.get("target")
     doc["recommendation"] = check_recommendation(doc, before, after)  # docs/memory.md: payback
+    doc["stalled_requests"] = stalled(result.engine.requests)
+    advice = _advice(doc, result)
+    doc["advice"] = advice.as_dict()
+    if doc["recommendation"]:
+        doc["recommendation"]["model_only"] = True  # evidence for `advice`, which decides
     return doc
 
 

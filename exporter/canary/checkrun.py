@@ -8,9 +8,12 @@ evidence.py writes the files. Output goes to the given stream only (progress, ne
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import secrets
+import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
@@ -21,6 +24,7 @@ from exporter.canary.errors import CanaryError
 from exporter.canary.plan import Prompts
 from exporter.canary.protocol import MetricsError
 from exporter.canary.secrets import ApiKey, SecretError, load_api_key, load_or_create_secret
+from exporter.canary.stats import CONTROL_ORDER
 from exporter.canary.sweepreport import Level
 from exporter.canary.types import CycleReason
 
@@ -36,6 +40,7 @@ class CheckRequest:
     settings: CanarySettings
     quiet: bool = False
     sweep: sweep.SweepRequest | None = None  # `--concurrency`: the load sweep after the rounds
+    allow_no_offload: bool = False  # measure a target whose preflight found no offload metrics
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,11 @@ class CheckResult:
     error: str | None = None  # why there is no verdict (preflight failed, every round failed)
     after: dict[str, str] = field(default_factory=dict)  # role → closing /metrics text
     sweep: list[Level] = field(default_factory=list)
+
+    @property
+    def ran(self) -> bool:
+        """At least one canary round was attempted (preflight passed)."""
+        return bool(self.engine.cycles)
 
     def phases(self) -> list[dict[str, Any]]:
         return [asdict(p) for c in self.engine.cycles for p in c.phases]
@@ -90,15 +100,31 @@ def _eta(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
-class Progress:
-    """Live progress: one line per round with an ETA; on a terminal the current phase is redrawn in place."""
+def _eta_text(per_round: float, left: int) -> str:
+    """An ETA with its basis, so a reader can see why it moves."""
+    return f"~{_eta(per_round * left)} ({left} rounds left at {per_round:.1f} s each)"
 
-    def __init__(self, stream: TextIO, rounds: int, quiet: bool):
-        self.stream, self.rounds, self.quiet = stream, rounds, quiet
+
+class Progress:
+    """Live progress: one line per round with what the verdict waits for (`counted 7/10`) and a stable ETA
+    (median round time × the rounds still needed at the observed counting rate); on a terminal the current
+    phase is redrawn in place."""
+
+    def __init__(self, stream: TextIO, rounds: int, quiet: bool, need: int = 0):
+        self.stream, self.rounds, self.quiet, self.need = stream, rounds, quiet, need
         self.tty = hasattr(stream, "isatty") and stream.isatty()
         self.parts: list[str] = []
         self.done = 0
         self.durations: list[float] = []
+        self.counted: Callable[[], int] = lambda: 0
+
+    def _rounds_left(self) -> int:
+        counted = self.counted()
+        left = max(0, self.rounds - self.done)
+        if self.need and counted < self.need:
+            rate = counted / self.done if self.done and counted else 0.5  # counted samples per round
+            left = max(left, math.ceil((self.need - counted) / rate))
+        return left
 
     def __call__(self, kind: str, obj: Any) -> None:
         if self.quiet:
@@ -109,26 +135,60 @@ class Progress:
             ttft = f" {obj.ttft_seconds * 1000:.0f}ms" if obj.ttft_seconds is not None else ""
             self.parts.append(f"{obj.phase}:{obj.classification or 'done'}{ttft}")
             if self.tty:
-                self.stream.write(f"\r\x1b[K round {self.done + 1}/{self.rounds}: " + " ".join(self.parts[-4:]))
+                self.stream.write(f"\r\x1b[K round {self.done + 1}: " + " ".join(self.parts[-4:]))
                 self.stream.flush()
         elif kind == "cycle":
             if obj.reason != CycleReason.ERROR:
                 self.done += 1
             self.durations.append(max(0.0, obj.finished - obj.started))
-            left = max(0, self.rounds - self.done)
-            eta = f", ETA {_eta(left * sum(self.durations) / len(self.durations))}" if left else ""
+            left = self._rounds_left()
+            eta = f", ETA {_eta_text(statistics.median(self.durations), left)}" if left else ""
+            counted = f", counted {min(self.counted(), self.need)}/{self.need}" if self.need else ""
             prefix = "\r\x1b[K" if self.tty else ""
             self.stream.write(
-                f"{prefix}round {obj.cycle} ({self.done}/{self.rounds} done{eta}): {obj.result}, "
+                f"{prefix}round {obj.cycle} ({self.done} done{counted}{eta}): {obj.result}, "
                 f"{obj.reason}" + (f" - {redact(obj.detail)}" if obj.detail else "") + "\n"
             )
             self.stream.flush()
 
 
+ANNOUNCE_SECONDS = 10.0
+
+
+def announced(sleep: Sleep, stream: TextIO, what: str) -> Sleep:
+    """`sleep` that says what it waits for and until when whenever the wait is longer than 10 s."""
+
+    async def wait(seconds: float) -> None:
+        if seconds > ANNOUNCE_SECONDS:
+            until = time.strftime("%H:%M:%S", time.gmtime(time.time() + seconds))
+            print(f"{PREFIX}: waiting {seconds:.0f} s, until {until} UTC, for {what}", file=stream, flush=True)
+        await sleep(seconds)
+
+    return wait
+
+
+def round_cap(rounds: int, min_samples: int) -> int:
+    """Completed rounds at most: `--rounds`, or more while the counted samples are short of `--min-samples`
+    (one ambiguous revisit must not make the default run inconclusive), up to 3 × min_samples."""
+    return max(rounds, 3 * min_samples)
+
+
+def _counted(engine: CanaryEngine) -> int:
+    """Counted samples the verdict still waits for: the fewer of the offload path and the best control."""
+    s = engine.state.samples
+    controls = [len(s[p]) for p in CONTROL_ORDER if p in s]
+    return min(len(s["offload_hit"]), max(controls, default=0))
+
+
 async def _rounds(engine: CanaryEngine, rounds: int, stderr: TextIO, sleep: Sleep) -> str | None:
-    """Up to `rounds` completed cycles (as many failures allowed); the error when none completed."""
+    """At least `rounds` completed cycles, then on until `min_samples` are counted (round_cap, budget); as
+    many failures as the cap allowed. The error when none completed."""
+    need = engine.settings.min_samples
+    cap = round_cap(rounds, need)
     done = errors = 0
-    while done < rounds and errors <= rounds:
+    while (done < rounds or _counted(engine) < need) and done < cap and errors <= cap:
+        if done >= rounds and engine.state.offload_hits_seen == 0:
+            break  # past --rounds, only a tier that does serve revisits earns more rounds
         rec = await engine.run_cycle()
         if rec is None:
             print(f"{PREFIX}: token budget exhausted after {done} rounds", file=stderr)
@@ -142,6 +202,23 @@ async def _rounds(engine: CanaryEngine, rounds: int, stderr: TextIO, sleep: Slee
     if done == 0 and errors:
         return f"every round failed ({errors}); last: {engine.cycles[-1].detail}"
     return None
+
+
+def rounds_level(engine: CanaryEngine, control: str, prefix_tokens: int) -> Level:
+    """The ordinary rounds as the sweep's c = 1 level: each counted sample a burst of one, against the
+    headline verdict's control, so the c = 1 row and the verdict come from the same samples."""
+    s = engine.state.samples
+    return Level(
+        1,
+        prefix_tokens,
+        control,
+        offload_bursts=[[x] for x in s["offload_hit"]],
+        control_bursts=[[x] for x in s.get(control, ())],
+        rounds=sum(1 for c in engine.cycles if c.reason != CycleReason.ERROR),
+        attempts=engine.state.offload_attempts,
+        hit_bursts=len(s["offload_hit"]),
+        source="rounds",
+    )
 
 
 async def _closing_scrapes(engine: CanaryEngine, client: Transport, stderr: TextIO) -> dict[str, str]:
@@ -161,22 +238,34 @@ async def run(
     """Preflight, the rounds and the closing scrapes; failures end up in `result.error`, not raised."""
     s = req.settings
     prompts = Prompts(keys.secret, secrets.token_hex(4), s.id_range)
+    progress = Progress(stderr, req.rounds, req.quiet, s.min_samples)
+    if not req.quiet:
+        sleep = announced(sleep, stderr, "the canary's next step (wait-strategy idle time or a retry back-off)")
     engine = CanaryEngine(
         req.target,
         s,
         client,
         prompts,
         control_url=s.control_target,
-        progress=Progress(stderr, req.rounds, req.quiet),
+        progress=progress,
         max_samples=s.max_samples,
         sleep=sleep,
     )
+    progress.counted = lambda: _counted(engine)
     result = CheckResult(req, engine, prompts, started=time.time(), finished=0.0)
     try:
         run_ = await engine.prepare()
     except CanaryError as e:
         result.error = redact(f"preflight failed ({e.reason}): {e.detail}")
     else:
+        snap = engine.scrapes.last("target")
+        if snap is not None and not snap.offload_configured and not req.allow_no_offload:
+            result.error = redact(
+                f"no offload connector: preflight found no offload metrics on {run_.target.url} "
+                "(`--allow-no-offload` measures anyway)"
+            )
+            result.finished = time.time()
+            return result
         if not req.quiet:
             t, sz = run_.target, run_.sizing
             print(
@@ -187,7 +276,10 @@ async def run(
             )
         result.error = await _rounds(engine, req.rounds, stderr, sleep)
         if result.error is None and req.sweep is not None:
-            result.sweep = await sweep.run(run_, req.sweep, None if req.quiet else stderr)
+            verdict = engine.state.verdict
+            control = verdict.control if verdict and verdict.control else sweep.control_of(run_)
+            c1 = rounds_level(engine, control, run_.sizing.prefix_tokens)
+            result.sweep = await sweep.run(run_, req.sweep, None if req.quiet else stderr, c1, _eta_text)
         result.error = redact(result.error) if result.error else None
         result.after = await _closing_scrapes(engine, client, stderr)
     result.finished = time.time()

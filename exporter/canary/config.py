@@ -127,7 +127,11 @@ class CanarySettings:
         action="false",
     )
     min_samples: int = setting(
-        10, integer(2), "samples per path needed for a verdict", check_flag="--min-samples", metavar=_N
+        10,
+        integer(5),
+        "counted samples per path needed for a verdict (at least 5: from 3 a 95 percent interval errs 1 time in 10)",
+        check_flag="--min-samples",
+        metavar=_N,
     )
     max_samples: int = setting(50, integer(2), "rolling samples per path kept for the statistics")
     confidence: float = setting(0.95, number(0.5, 1, hi_open=True), "bootstrap confidence level")

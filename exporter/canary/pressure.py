@@ -6,7 +6,7 @@ Deterministic and fast, but the fillers evict users' GPU cache too: staging only
 from __future__ import annotations
 
 from exporter.canary import steps
-from exporter.canary.prepared import PreparedRun, Probe
+from exporter.canary.prepared import PreparedRun
 from exporter.canary.records import CycleRecord
 from exporter.canary.types import Strategy
 
@@ -22,10 +22,5 @@ class PressureCycle:
     async def run(self, run: PreparedRun, c: int, rec: CycleRecord) -> None:
         seeded = await steps.seed_and_revisit(run, c, rec)
         rec.phases.append(await run.displace(c))
-        rev, cls = await run.probe(
-            c, Probe("offload_revisit", run.tail(seeded.a), expect="offload_hit", path="offload_hit")
-        )
-        steps.revisit_done(run, rev, cls)
-        rec.phases.append(rev)
-        got = await steps.controls(run, c, rec, seeded)
+        rev, cls, got = await steps.revisit_and_controls(run, c, rec, seeded)
         steps.judge(run, rec, rev, cls, seeded.stored, got)

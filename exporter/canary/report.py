@@ -15,7 +15,6 @@ from exporter.canary.stats import Summary, Verdict, median, summarize
 from exporter.canary.texttable import ms, table
 from exporter.catalogue import CANARY_PATHS
 from exporter.enums import StateReason
-from exporter.payback import text_line
 from exporter.reasons import HINTS
 
 EXIT_CODES = {"offload_faster": 0, "offload_slower": 1, "no_offload_hit": 1, "inconclusive": 4, "error": 3}
@@ -134,6 +133,35 @@ def _state_lines(interval: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _payback_lines(rec: Mapping[str, Any] | None) -> list[str]:
+    """The payback model's figure as evidence: it names no action (the one advice line does)."""
+    if not rec:
+        return []
+    pb = rec["payback_seconds_per_gib_hour"]
+    figure = "tier size unknown" if pb is None else f"{pb:+.3g} s per GiB-hour"
+    return [
+        f"tier payback model over this run: {figure}, saved {rec['saved_seconds'] * 1000:+.1f} ms "
+        f"(prefill {rec['prefill_seconds_per_token'] * 1e6:.3g} us/token, from {rec['prefill_cost_from']}); "
+        "a model, weighed in the advice below",
+        "",
+    ]
+
+
+def _closing_lines(doc: Mapping[str, Any]) -> list[str]:
+    """Stalled requests, hints and the one advice line."""
+    out = [
+        f"stalled: round {st['cycle']} {st['phase']} waited {st['queue_seconds'] * 1000:.0f} ms in the server's "
+        f"queue (peers' median {st['peers_median_queue_seconds'] * 1000:.0f} ms): its TTFT measures the queue"
+        for st in doc.get("stalled_requests") or ()
+    ]
+    out += [f"hint: {h}" for h in doc.get("hints") or []]
+    advice = doc.get("advice")
+    if advice:
+        at = f" (c = {advice['concurrency']})" if advice.get("concurrency") is not None else ""
+        out.append(f"advice: {advice['action']}{at} - {advice['why']}")
+    return out
+
+
 def text(doc: Mapping[str, Any]) -> str:
     """The human verdict table printed by `check`."""
     out: list[str] = []
@@ -209,7 +237,7 @@ def text(doc: Mapping[str, Any]) -> str:
             [False, True, True, False],
         )
         out.append("")
-    out += text_line(doc.get("recommendation"))
+    out += _payback_lines(doc.get("recommendation"))
     rows = []
     for ph in doc.get("phase_summary") or []:
         cls = ", ".join(f"{k} x{v}" for k, v in ph["classifications"].items()) or "-"
@@ -240,6 +268,6 @@ def text(doc: Mapping[str, Any]) -> str:
         out.append(f"canary tokens spent: {doc['tokens_spent']:,}")
     out += sweepreport.text_lines(doc.get("load_sweep") or [], doc.get("load_sweep_summary") or {})
     out += _state_lines(doc.get("interval") or {})
-    out += [f"hint: {h}" for h in doc.get("hints") or []]
+    out += _closing_lines(doc)
     out.append(f"verdict: {doc['verdict']} (exit {doc['exit_code']}) - {doc['why']}")
     return "\n".join(out) + "\n"

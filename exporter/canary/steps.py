@@ -4,7 +4,7 @@ and the cycle's judgement. Each step appends its phase records to the cycle reco
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 from exporter.canary.classify import Classification, revisit_reason
@@ -38,9 +38,8 @@ def probe_done(run: PreparedRun, rec: PhaseRecord) -> None:
 
 
 async def _seed(run: PreparedRun, c: int, rec: CycleRecord, prompt: list[int], phase: str) -> PhaseRecord:
-    ph, cls = await run.probe(c, Probe(phase, run.tail(prompt), expect="miss", path="cold"))
-    count(run, ph, cls, "miss")
-    rec.phases.append(ph)
+    ph, _ = await run.probe(c, Probe(phase, run.tail(prompt), expect="miss", path="cold"))
+    rec.phases.append(ph)  # never pooled into the cold control: a seed runs at another point of the cycle
     return ph
 
 
@@ -106,12 +105,49 @@ def _control_probes(run: PreparedRun, seeded: Seeded, idle: float | None) -> Ite
         yield Probe("control_target", run.tail(seeded.a), expect="miss", path="control_target", role=CONTROL)
 
 
+async def revisit(run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded) -> tuple[PhaseRecord, Classification]:
+    """The displaced revisit of prefix A (pressure strategy)."""
+    rev, cls = await run.probe(
+        c, Probe("offload_revisit", run.tail(seeded.a), expect="offload_hit", path="offload_hit")
+    )
+    revisit_done(run, rev, cls)
+    rec.phases.append(rev)
+    return rev, cls
+
+
+async def revisit_and_controls(
+    run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded
+) -> tuple[PhaseRecord, Classification, dict[str, float]]:
+    """The displaced revisit and the controls, the revisit's place among them rotating by round: no path
+    always runs first after the displacement (stores still draining, a warm scheduler) or last."""
+    slots = 2 + (seeded.b is not None) + (run.engine.control_url is not None)
+    at = (c - 1) % slots
+    done: list[tuple[PhaseRecord, Classification]] = []
+
+    async def first() -> None:
+        done.append(await revisit(run, c, rec, seeded))
+
+    got = await controls(run, c, rec, seeded, before=(at, first))
+    if not done:
+        await first()
+    rev, cls = done[0]
+    return rev, cls, got
+
+
 async def controls(
-    run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded, idle: float | None = None
+    run: PreparedRun,
+    c: int,
+    rec: CycleRecord,
+    seeded: Seeded,
+    idle: float | None = None,
+    before: tuple[int, Callable[[], Awaitable[None]]] | None = None,
 ) -> dict[str, float]:
-    """Run the control probes; their counted TTFTs by path."""
+    """Run the control probes; their counted TTFTs by path. `before` (index, step): run `step` just before
+    the control at that index."""
     got: dict[str, float] = {}
-    for p in _control_probes(run, seeded, idle):
+    for i, p in enumerate(_control_probes(run, seeded, idle)):
+        if before is not None and before[0] == i:
+            await before[1]()
         ph, cls = await run.probe(c, p)
         if p.path == "recompute":
             _recompute_seen(run, ph, cls)
@@ -143,4 +179,14 @@ def judge(
     rec.detail = cls.note
 
 
-__all__ = ["Seeded", "controls", "count", "judge", "probe_done", "revisit_done", "seed_and_revisit"]
+__all__ = [
+    "Seeded",
+    "controls",
+    "count",
+    "judge",
+    "probe_done",
+    "revisit",
+    "revisit_and_controls",
+    "revisit_done",
+    "seed_and_revisit",
+]

@@ -1,6 +1,8 @@
 """`check --concurrency 1,4,16`: payoff under load, measured in bursts; statistics in sweepreport.
 
-Why: the idle verdict does not carry over to peak load (issue 16). One round of a level: seed prefix A
+Why: the idle verdict does not carry over to peak load. The burst is the unit: the c requests of one
+burst share one queue and one scheduler step, so a level runs until it has `--min-bursts` counted bursts
+per path and its interval resamples bursts (stats.cluster_delta). One round of a level: seed prefix A
 (and B for the in-band control), displace both from the GPU with fillers, then a burst of c requests
 A + own tail at once and a burst of c controls (B with `max_load_tokens: 0` where the server honoured
 it in the ordinary rounds, else A on the control target, else A under one fresh salt), their order
@@ -10,8 +12,7 @@ around it; a burst that was not displaced, or that other traffic could explain, 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TextIO
 
@@ -23,7 +24,6 @@ from exporter.canary.protocol import Completion
 from exporter.canary.records import CONTROL, TARGET
 from exporter.canary.sweepreport import Level
 
-MIN_ROUNDS = 3  # bursts per level at least: one burst's c samples share one queue, not independent
 FIRST_CYCLE = 100_000  # sweep request records' `cycle`: apart from the ordinary rounds'
 
 
@@ -35,7 +35,7 @@ class BurstTransport(Protocol):
 class SweepRequest:
     levels: tuple[int, ...]
     prefixes: tuple[int, ...]  # empty: the run's planned prefix only
-    min_samples: int
+    min_bursts: int = 10  # counted bursts per path and level (`--min-bursts`)
 
 
 def parse_levels(raw: str) -> tuple[int, ...]:
@@ -123,8 +123,9 @@ async def _round(run: PreparedRun, lv: Level, cycle: int) -> None:
     async def offload() -> None:
         prompts = [a + e.prompts.tail(sz) for _ in range(lv.concurrency)]
         comps, d = await _burst(run, cycle, "sweep_offload", TARGET, prompts, e.prompts.salt, None)
-        if _judge_offload(run, sz, comps, d, lv):
-            lv.offload += [c.ttft_token for c in comps if c.ttft_token is not None]
+        burst = [c.ttft_token for c in comps if c.ttft_token is not None]
+        if _judge_offload(run, sz, comps, d, lv) and burst:
+            lv.offload_bursts.append(burst)
         else:
             lv.left_out += 1
 
@@ -135,8 +136,9 @@ async def _round(run: PreparedRun, lv: Level, cycle: int) -> None:
         salt = e.prompts.fresh_salt("sweep") if lv.control == "cold" else e.prompts.salt
         kv = {"max_load_tokens": 0} if lv.control == "recompute" else None
         comps, d = await _burst(run, cycle, "sweep_control", role, prompts, salt, kv)
-        if _judge_control(comps, d, lv):
-            lv.controls += [c.ttft_token for c in comps if c.ttft_token is not None]
+        burst = [c.ttft_token for c in comps if c.ttft_token is not None]
+        if _judge_control(comps, d, lv) and burst:
+            lv.control_bursts.append(burst)
         else:
             lv.left_out += 1
 
@@ -146,18 +148,19 @@ async def _round(run: PreparedRun, lv: Level, cycle: int) -> None:
 
 
 def _pending(lv: Level, need: int) -> bool:
-    rounds = max(MIN_ROUNDS, math.ceil(need / lv.concurrency))
-    if lv.attempts >= 3 and lv.hit_bursts == 0:
-        return False  # the tier never serves these revisits: more rounds say nothing new
-    enough = len(lv.offload) >= need and len(lv.controls) >= need and lv.rounds >= MIN_ROUNDS
-    return not enough and lv.rounds + lv.errors < 2 * rounds + 1
+    """More rounds while a path has fewer than `need` counted bursts, up to 2 × need + 1 rounds (errors
+    included); never for a level whose displaced revisits the tier never served."""
+    if lv.source == "rounds" or (lv.attempts >= 3 and lv.hit_bursts == 0):
+        return False
+    enough = len(lv.offload_bursts) >= need and len(lv.control_bursts) >= need
+    return not enough and lv.rounds + lv.errors < 2 * need + 1
 
 
-def _progress(stderr: TextIO | None, lv: Level, need: int, eta: float) -> None:
+def _progress(stderr: TextIO | None, lv: Level, need: int, eta: str) -> None:
     if stderr is not None:
         print(
-            f"load sweep c={lv.concurrency} prefix {lv.prefix_tokens}: round {lv.rounds}, samples "
-            f"{len(lv.offload)}/{need} offload, {len(lv.controls)}/{need} {lv.control}, ETA ~{eta:.0f} s",
+            f"load sweep c={lv.concurrency} prefix {lv.prefix_tokens}: round {lv.rounds}, counted bursts "
+            f"{len(lv.offload_bursts)}/{need} offload, {len(lv.control_bursts)}/{need} {lv.control}, ETA {eta}",
             file=stderr,
             flush=True,
         )
@@ -174,14 +177,26 @@ def lengths(run: PreparedRun, wanted: Sequence[int]) -> tuple[int, ...]:
     return tuple(dict.fromkeys(out)) or (sz.prefix_tokens,)
 
 
-async def run(run_: PreparedRun, req: SweepRequest, stderr: TextIO | None = None) -> list[Level]:
-    """Every level until it has `min_samples` per path (or twice the rounds that needs); levels alternate."""
+async def run(
+    run_: PreparedRun,
+    req: SweepRequest,
+    stderr: TextIO | None = None,
+    rounds_level: Level | None = None,
+    eta: Callable[[float, int], str] | None = None,
+) -> list[Level]:
+    """Every level until it has `min_bursts` counted bursts per path (or 2 × min_bursts + 1 rounds); levels
+    take turns. `rounds_level` stands for c = 1 at the rounds' prefix: the ordinary rounds, not re-measured."""
     e, control = run_.engine, control_of(run_)
     levels = [Level(c, p, control) for p in lengths(run_, req.prefixes) for c in req.levels]
-    planned = sum(max(MIN_ROUNDS, math.ceil(req.min_samples / lv.concurrency)) for lv in levels)
+    if rounds_level is not None:
+        levels = [
+            rounds_level if (lv.concurrency, lv.prefix_tokens) == (1, rounds_level.prefix_tokens) else lv
+            for lv in levels
+        ]
+    planned = sum(req.min_bursts for lv in levels if lv.source == "sweep")
     cycle, started, done = FIRST_CYCLE, e.clock(), 0
     while True:
-        todo = [lv for lv in levels if _pending(lv, req.min_samples)]
+        todo = [lv for lv in levels if _pending(lv, req.min_bursts)]
         if not todo:
             return levels
         for lv in todo:
@@ -198,7 +213,9 @@ async def run(run_: PreparedRun, req: SweepRequest, stderr: TextIO | None = None
             except BudgetExhausted:
                 lv.notes.append("token budget exhausted")
                 return levels
-            _progress(stderr, lv, req.min_samples, (e.clock() - started) / max(done, 1) * max(0, planned - done))
+            left = max(0, planned - done)
+            per = (e.clock() - started) / max(done, 1)
+            _progress(stderr, lv, req.min_bursts, eta(per, left) if eta else f"~{per * left:.0f} s")
 
 
 __all__ = ["FIRST_CYCLE", "SweepRequest", "control_of", "parse_levels", "run"]

@@ -59,11 +59,34 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "are the c=1 measurement); with --prefix-tokens N,M,... it is a length sweep too (the rounds use the "
         "first length)",
     )
+    p.add_argument(
+        "--min-bursts",
+        type=_min_bursts,
+        default=10,
+        metavar="N",
+        help="load sweep: counted bursts per path and level before a level can decide (default 10, at least 3; "
+        "the interval resamples bursts, so fewer bursts give no interval)",
+    )
+    p.add_argument(
+        "--allow-no-offload",
+        action="store_true",
+        help="measure even when preflight finds no offload metrics on the target (default: exit 3 at once)",
+    )
     from exporter.canary.config import CanarySettings
     from exporter.schema import add_flags
 
     add_flags(p, CanarySettings, "check", defaults=_base().public(), env=False)
     p.set_defaults(func=run)
+
+
+def _min_bursts(raw: str) -> int:
+    try:
+        n = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {raw!r}") from None
+    if n < 3:
+        raise argparse.ArgumentTypeError("must be >= 3 (no interval from fewer bursts)")
+    return n
 
 
 def _levels(raw: str) -> tuple[int, ...]:
@@ -151,13 +174,18 @@ async def run_check(
     sweep = None
     if args.concurrency:
         lengths = tuple(getattr(args, "sweep_prefix_tokens", ()) or ())
-        sweep = SweepRequest(args.concurrency, lengths, settings.min_samples)
-    req = checkrun.CheckRequest(args.target, args.rounds, settings, quiet=args.quiet, sweep=sweep)
+        sweep = SweepRequest(args.concurrency, lengths, args.min_bursts)
+    req = checkrun.CheckRequest(
+        args.target, args.rounds, settings, quiet=args.quiet, sweep=sweep, allow_no_offload=args.allow_no_offload
+    )
     async with open_client(keys.api_key, settings.request_timeout) as client:
         result = await checkrun.run(req, client, keys, stderr=stderr, sleep=sleep)
     doc = checkreport.document(result)
     text = report.text(doc)
-    stdout.write(text)
+    if result.ran:  # nothing ran (preflight failed): the one-line error on stderr is the whole answer
+        stdout.write(text)
+    if doc.get("verdict") == "error":
+        print(f"kvoffload-exporter check: {doc['why']}", file=stderr)
     evidence.write(evidence.Evidence(result, doc, text, _public_argv(args)), args.json, args.out)
     return int(doc["exit_code"]), doc
 
@@ -200,12 +228,10 @@ def _public_argv(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        code, doc = asyncio.run(run_check(args, stdout=sys.stdout, stderr=sys.stderr))
+        code, _ = asyncio.run(run_check(args, stdout=sys.stdout, stderr=sys.stderr))
     except OSError as e:
         print(f"kvoffload-exporter check: {e}", file=sys.stderr)
         return 3
-    if doc.get("verdict") == "error" and "conditions" in doc:  # settings errors were printed already
-        print(f"kvoffload-exporter check: {doc['why']}", file=sys.stderr)
     return code
 
 
