@@ -5,6 +5,7 @@ and the sweep end to end against the simulator."""
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +153,38 @@ async def test_a_length_sweep_finds_the_shortest_prefix_that_pays(tmp_path: Path
     assert sweep[0]["verdict"] == "offload_slower" and sweep[1]["verdict"] == "offload_faster", sweep
     assert doc["load_sweep_summary"]["length_threshold"]["min_prefix_tokens"] == 6144
     assert "prefix length: at c = 1 loads pay off from prefixes of 6,144 tokens" in doc["_text"]
+
+
+def _recomputed_width(rows: list[dict[str, Any]], entry: dict[str, Any], seed: int) -> float:
+    """An independent cluster bootstrap over the evidence folder's raw request records: group the counted
+    bursts' requests by cycle, resample whole bursts per path, width of the 95 % interval of Δmedian."""
+    import random
+    import statistics
+
+    def bursts(phase: str, cycles: list[int]) -> list[list[float]]:
+        by: dict[int, list[float]] = {c: [] for c in cycles}
+        for r in rows:
+            if r["phase"] == phase and r["kind"] == "burst" and r["cycle"] in by and r["ttft_seconds"] is not None:
+                by[r["cycle"]].append(r["ttft_seconds"])
+        return [by[c] for c in cycles]
+
+    a = bursts("sweep_offload", entry["counted_cycles"]["offload"])
+    b = bursts("sweep_control", entry["counted_cycles"]["control"])
+    assert sum(map(len, a)) == entry["n_offload"] and sum(map(len, b)) == entry["n_control"]
+    rng = random.Random(seed)
+    diffs = sorted(
+        statistics.median([x for y in rng.choices(a, k=len(a)) for x in y])
+        - statistics.median([x for y in rng.choices(b, k=len(b)) for x in y])
+        for _ in range(2000)
+    )
+    return diffs[int(0.975 * 1999)] - diffs[int(0.025 * 1999)]
+
+
+async def test_sweep_interval_matches_a_cluster_bootstrap_recomputed_from_requests_jsonl(tmp_path: Path) -> None:
+    timing = {"jitter_ms": 4.0, "load_queue_ms": 20.0}
+    doc = await _sweep(tmp_path, "h200-qwen3-0.6b", 0.2, "4", timing, "--min-bursts", "6")
+    (entry,) = [e for e in doc["load_sweep"] if e["concurrency"] == 4]
+    assert entry["bursts_offload"] >= 6 and entry["n_offload"] == 4 * entry["bursts_offload"]
+    rows = [json.loads(x) for x in (tmp_path / "ev" / "requests.jsonl").read_text().splitlines()]
+    width = entry["ci_high_seconds"] - entry["ci_low_seconds"]
+    assert 0.7 <= width / _recomputed_width(rows, entry, seed=99) <= 1.5

@@ -205,20 +205,22 @@ async def _rounds(engine: CanaryEngine, rounds: int, stderr: TextIO, sleep: Slee
 
 
 def rounds_level(engine: CanaryEngine, control: str, prefix_tokens: int) -> Level:
-    """The ordinary rounds as the sweep's c = 1 level: each counted sample a burst of one, against the
+    """The ordinary rounds as the sweep's c = 1 level: each counted probe a burst of one, against the
     headline verdict's control, so the c = 1 row and the verdict come from the same samples."""
-    s = engine.state.samples
-    return Level(
-        1,
-        prefix_tokens,
-        control,
-        offload_bursts=[[x] for x in s["offload_hit"]],
-        control_bursts=[[x] for x in s.get(control, ())],
-        rounds=sum(1 for c in engine.cycles if c.reason != CycleReason.ERROR),
-        attempts=engine.state.offload_attempts,
-        hit_bursts=len(s["offload_hit"]),
-        source="rounds",
-    )
+    lv = Level(1, prefix_tokens, control, source="rounds", attempts=engine.state.offload_attempts)
+    lv.rounds = sum(1 for c in engine.cycles if c.reason != CycleReason.ERROR)
+    for c in engine.cycles:
+        for ph in c.phases:
+            if not ph.counted or ph.ttft_seconds is None:
+                continue
+            if ph.path == "offload_hit":
+                lv.offload_bursts.append([ph.ttft_seconds])
+                lv.offload_cycles.append(ph.cycle)
+            elif ph.path == control:
+                lv.control_bursts.append([ph.ttft_seconds])
+                lv.control_cycles.append(ph.cycle)
+    lv.hit_bursts = len(lv.offload_bursts)
+    return lv
 
 
 async def _closing_scrapes(engine: CanaryEngine, client: Transport, stderr: TextIO) -> dict[str, str]:

@@ -126,6 +126,7 @@ async def _round(run: PreparedRun, lv: Level, cycle: int) -> None:
         burst = [c.ttft_token for c in comps if c.ttft_token is not None]
         if _judge_offload(run, sz, comps, d, lv) and burst:
             lv.offload_bursts.append(burst)
+            lv.offload_cycles.append(cycle)
         else:
             lv.left_out += 1
 
@@ -139,6 +140,7 @@ async def _round(run: PreparedRun, lv: Level, cycle: int) -> None:
         burst = [c.ttft_token for c in comps if c.ttft_token is not None]
         if _judge_control(comps, d, lv) and burst:
             lv.control_bursts.append(burst)
+            lv.control_cycles.append(cycle)
         else:
             lv.left_out += 1
 

@@ -38,6 +38,8 @@ class Level:
     errors: int = 0
     notes: list[str] = field(default_factory=list)
     source: str = "sweep"  # sweep | rounds
+    offload_cycles: list[int] = field(default_factory=list)  # request records' `cycle` of each counted burst
+    control_cycles: list[int] = field(default_factory=list)
 
     @property
     def offload(self) -> list[float]:
@@ -101,6 +103,7 @@ def entry(lv: Level, min_bursts: int, seed: int = 0, n_boot: int = 2000, confide
         "verdict": _verdict(lv, est, min_bursts),
         "rounds": lv.rounds,
         "bursts_left_out": lv.left_out,
+        "counted_cycles": {"offload": list(lv.offload_cycles), "control": list(lv.control_cycles)},
         "errors": lv.errors,
         "notes": list(dict.fromkeys(notes)),
     }

@@ -1,0 +1,68 @@
+"""One decision, one advice: the rules that keep `check` from acting on evidence that did not decide."""
+
+from __future__ import annotations
+
+from exporter.canary.advice import Action, Evidence, LevelFact, advise
+
+SLOW, FAST, OPEN = "offload_slower", "offload_faster", "inconclusive"
+
+
+def _levels(*rows: tuple[int, str]) -> tuple[LevelFact, ...]:
+    return tuple(LevelFact(c, v, None) for c, v in rows)
+
+
+def test_an_inconclusive_headline_only_ever_says_measure_longer_whatever_the_payback_model_says() -> None:
+    for payback in ("keep", "disable", "shrink", None):
+        a = advise(Evidence(OPEN, "interval includes zero", payback_action=payback, payback_why="x"))
+        assert a.action == Action.MEASURE_LONGER and a.concurrency is None
+
+
+def test_undecided_levels_never_make_a_crossover_or_an_action() -> None:
+    """The null simulator's typical sweep: point estimates of both signs, every interval includes 0."""
+    a = advise(Evidence(OPEN, "x", levels=_levels((1, OPEN), (4, OPEN), (16, OPEN))))
+    assert a.action == Action.MEASURE_LONGER
+    assert "pays off at no measured level" in a.why and "every measured level" not in a.why
+
+
+def test_skip_loads_below_needs_a_decided_slower_level_below_a_decided_faster_one() -> None:
+    a = advise(Evidence(SLOW, "x", levels=_levels((1, SLOW), (4, OPEN), (16, FAST))))
+    assert (a.action, a.concurrency) == (Action.SKIP_LOADS_BELOW, 16)
+    assert "undecided at c = 4" in a.why
+    assert advise(Evidence(SLOW, "x", levels=_levels((1, SLOW), (16, OPEN)))).action == Action.MEASURE_LONGER
+
+
+def test_disable_loads_only_when_every_measured_level_is_decidedly_slower() -> None:
+    a = advise(Evidence(SLOW, "x", levels=_levels((1, SLOW), (4, SLOW), (16, SLOW))))
+    assert a.action == Action.DISABLE_LOADS and "every measured level" in a.why
+
+
+def test_payback_and_verdict_never_point_opposite_ways_without_saying_which_wins() -> None:
+    """The simulator run that said `keep`, `offload_slower` and `disable loading` in one report."""
+    a = advise(
+        Evidence(SLOW, "offload hit slower than recompute", payback_action="keep", payback_why="saved 4 us/token")
+    )
+    assert a.action == Action.DISABLE_LOADS
+    assert "the payback model says keep" in a.why and "the measured dTTFT wins" in a.why
+
+
+def test_keep_when_it_pays_off_and_no_level_is_slower() -> None:
+    a = advise(Evidence(FAST, "x", levels=_levels((1, FAST), (8, OPEN), (32, FAST))))
+    assert a.action == Action.KEEP and "slower at no level" in a.why
+
+
+def test_a_tier_smaller_than_one_prefix_is_grown() -> None:
+    a = advise(
+        Evidence(
+            "no_offload_hit", "0 offload hits in 10 displaced revisits", state_reasons=("tier_smaller_than_prefix",)
+        )
+    )
+    assert a.action == Action.GROW_TIER
+
+
+def test_a_failed_run_advises_nothing_but_measuring() -> None:
+    assert advise(Evidence("error", "x", error="preflight failed")).action == Action.MEASURE_LONGER
+
+
+def test_the_dict_has_exactly_the_documented_keys() -> None:
+    d = advise(Evidence(FAST, "x")).as_dict()
+    assert set(d) == {"action", "concurrency", "why"} and d["action"] in {a.value for a in Action}
