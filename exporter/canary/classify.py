@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.backends.schema import Evidence, NativeUnit
-from exporter.canary.types import CycleReason
+from exporter.canary.types import CycleReason, ProbeResult
 from exporter.derive import EngineDerived, interval
 from exporter.model import Signal, Snapshot
 
@@ -140,7 +140,7 @@ def classify(
     own_tokens: int,
     bytes_per_token: float | None,
     tolerance: int = 0,
-    expect: str = "offload_hit",
+    expect: str = ProbeResult.OFFLOAD_HIT,
 ) -> Classification:
     """`expected`: prefix tokens a full hit serves; `cached`: usage.prompt_tokens_details.cached_tokens
     (None when the server does not send it); `own_tokens`: prompt tokens the canary sent in the window;
@@ -153,7 +153,7 @@ def classify(
     else:  # no usage details: the counters' upper bound, exact while nobody else sends requests
         hit = float(min(expected, max(d.gpu_hits, d.ext_hits if d.configured else 0.0)))
     if hit <= 0 or hit < min(full, max(1, tolerance + 1)):
-        return Classification("miss", hit, loaded, others)
+        return Classification(ProbeResult.MISS, hit, loaded, others)
     if loaded is not None:
         load_covers = d.configured and loaded >= full
     else:  # bytes per token not learned yet (no store seen): loads plus external hits must be there
@@ -161,12 +161,14 @@ def classify(
     ext_covers = d.ext_hits >= full
     gpu_covers = d.gpu_hits >= full
     if hit < full:
-        return Classification("partial", hit, loaded, others, note=_partial_note(d))
+        return Classification(ProbeResult.PARTIAL, hit, loaded, others, note=_partial_note(d))
     if load_covers and ext_covers:
         if gpu_covers and d.gpu_hits - others >= full:
-            return Classification("gpu_hit", hit, loaded, others, note="loads in the window were other traffic's")
+            return Classification(
+                ProbeResult.GPU_HIT, hit, loaded, others, note="loads in the window were other traffic's"
+            )
         if gpu_covers:
-            result = expect if expect in ("gpu_hit", "offload_hit") else "offload_hit"
+            result = expect if expect in (ProbeResult.GPU_HIT, ProbeResult.OFFLOAD_HIT) else ProbeResult.OFFLOAD_HIT
             return Classification(
                 result,
                 hit,
@@ -175,23 +177,27 @@ def classify(
                 ambiguous=True,
                 note=f"{others:.0f} other prompt tokens could explain both GPU hits and loads",
             )
-        return Classification("offload_hit", hit, loaded, others)
+        return Classification(ProbeResult.OFFLOAD_HIT, hit, loaded, others)
     if gpu_covers:
-        return Classification("gpu_hit", hit, loaded, others)
+        return Classification(ProbeResult.GPU_HIT, hit, loaded, others)
     if not d.configured and cached is not None:
-        return Classification("gpu_hit", hit, loaded, others, note="no connector: any hit is a GPU hit")
+        return Classification(ProbeResult.GPU_HIT, hit, loaded, others, note="no connector: any hit is a GPU hit")
     if d.configured and d.loaded:
         return Classification(
-            "partial", hit, loaded, others, note="hit split between GPU and offload tier, or the load did not cover it"
+            ProbeResult.PARTIAL,
+            hit,
+            loaded,
+            others,
+            note="hit split between GPU and offload tier, or the load did not cover it",
         )
-    return Classification("partial", hit, loaded, others, note="hit not visible in the counters")
+    return Classification(ProbeResult.PARTIAL, hit, loaded, others, note="hit not visible in the counters")
 
 
 def revisit_reason(result: str, stored: bool, loads_seen_before: bool, gpu_part: bool = False) -> CycleReason:
     """Reason for a cycle whose displaced revisit came back as `result` (not offload_hit)."""
     if not stored:
         return CycleReason.NO_STORE
-    if result == "gpu_hit" or (result == "partial" and gpu_part):
+    if result == ProbeResult.GPU_HIT or (result == ProbeResult.PARTIAL and gpu_part):
         return CycleReason.NOT_DISPLACED
     # Nothing loaded although the prefix was stored: either the tier lost it or the load path is
     # broken. A target that has served offload hits before evidently loads, so the entry is gone.

@@ -11,7 +11,7 @@ from exporter.canary.classify import Classification, revisit_reason
 from exporter.canary.prepared import PreparedRun, Probe
 from exporter.canary.records import CONTROL, CycleRecord, PhaseRecord
 from exporter.canary.stats import CONTROL_ORDER
-from exporter.canary.types import CycleReason, ProbeResult
+from exporter.canary.types import CanaryPath, CycleReason, ProbeResult
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def probe_done(run: PreparedRun, rec: PhaseRecord) -> None:
 
 
 async def _seed(run: PreparedRun, c: int, rec: CycleRecord, prompt: list[int], phase: str) -> PhaseRecord:
-    ph, _ = await run.probe(c, Probe(phase, run.tail(prompt), expect="miss", path="cold"))
+    ph, _ = await run.probe(c, Probe(phase, run.tail(prompt), expect=ProbeResult.MISS, path=CanaryPath.COLD))
     rec.phases.append(ph)  # never pooled into the cold control: a seed runs at another point of the cycle
     return ph
 
@@ -57,8 +57,8 @@ async def seed_and_revisit(run: PreparedRun, c: int, rec: CycleRecord) -> Seeded
     a = prompts.prefix(run.sizing, c, "A")
     b = prompts.prefix(run.sizing, c, "B") if run.engine.state.uses_recompute() else None
     seed = await _seed(run, c, rec, a, "seed")
-    ph, cls = await run.probe(c, Probe("gpu_revisit", run.tail(a), expect="gpu_hit", path="gpu_hit"))
-    count(run, ph, cls, "gpu_hit")
+    ph, cls = await run.probe(c, Probe("gpu_revisit", run.tail(a), expect=ProbeResult.GPU_HIT, path=CanaryPath.GPU_HIT))
+    count(run, ph, cls, ProbeResult.GPU_HIT)
     probe_done(run, ph)
     rec.phases.append(ph)
     # B is seeded after A's GPU revisit: A and B together may not fit the GPU cache.
@@ -71,10 +71,10 @@ async def seed_and_revisit(run: PreparedRun, c: int, rec: CycleRecord) -> Seeded
 def revisit_done(run: PreparedRun, rev: PhaseRecord, cls: Classification) -> None:
     """A displaced revisit: counted for the offload path, an attempt of the tier."""
     state = run.engine.state
-    count(run, rev, cls, "offload_hit")
-    if cls.result != "gpu_hit":
+    count(run, rev, cls, ProbeResult.OFFLOAD_HIT)
+    if cls.result != ProbeResult.GPU_HIT:
         state.offload_attempts += 1  # displaced: the tier had its chance
-    if cls.result == "offload_hit":
+    if cls.result == ProbeResult.OFFLOAD_HIT:
         state.offload_hits_seen += 1
     probe_done(run, rev)
 
@@ -82,14 +82,14 @@ def revisit_done(run: PreparedRun, rev: PhaseRecord, cls: Classification) -> Non
 def _recompute_seen(run: PreparedRun, ph: PhaseRecord, cls: Classification) -> None:
     """Never trust the request: the counters say whether the server honoured max_load_tokens 0."""
     state = run.engine.state
-    if cls.result == "offload_hit" or (cls.result == "partial" and ph.loaded):
+    if cls.result == ProbeResult.OFFLOAD_HIT or (cls.result == ProbeResult.PARTIAL and ph.loaded):
         state.recompute_control = "ignored"
         ph.note = (ph.note + "; " if ph.note else "") + "max_load_tokens ignored by the server (loaded anyway)"
         state.offload_hits_seen += 1
-    elif cls.result == "miss" and not ph.loaded:
+    elif cls.result == ProbeResult.MISS and not ph.loaded:
         # Without offload families no load was possible: that proves nothing about the key.
         state.recompute_control = "honoured" if run.target.generation != "none" else "no_connector"
-        count(run, ph, cls, "miss")
+        count(run, ph, cls, ProbeResult.MISS)
 
 
 def _control_probes(run: PreparedRun, seeded: Seeded, idle: float | None) -> Iterator[Probe]:
@@ -99,16 +99,20 @@ def _control_probes(run: PreparedRun, seeded: Seeded, idle: float | None) -> Ite
     """
     if seeded.b is not None:
         kv = {"max_load_tokens": 0}
-        yield Probe("recompute", run.tail(seeded.b), expect="miss", path="recompute", kv=kv, idle=idle)
-    yield Probe("cold", run.tail(seeded.a), expect="miss", path="cold", fresh_salt=True)
+        yield Probe(
+            "recompute", run.tail(seeded.b), expect=ProbeResult.MISS, path=CanaryPath.RECOMPUTE, kv=kv, idle=idle
+        )
+    yield Probe("cold", run.tail(seeded.a), expect=ProbeResult.MISS, path=CanaryPath.COLD, fresh_salt=True)
     if run.engine.control_url:
-        yield Probe("control_target", run.tail(seeded.a), expect="miss", path="control_target", role=CONTROL)
+        yield Probe(
+            "control_target", run.tail(seeded.a), expect=ProbeResult.MISS, path=CanaryPath.CONTROL_TARGET, role=CONTROL
+        )
 
 
 async def revisit(run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded) -> tuple[PhaseRecord, Classification]:
     """The displaced revisit of prefix A (pressure strategy)."""
     rev, cls = await run.probe(
-        c, Probe("offload_revisit", run.tail(seeded.a), expect="offload_hit", path="offload_hit")
+        c, Probe("offload_revisit", run.tail(seeded.a), expect=ProbeResult.OFFLOAD_HIT, path=CanaryPath.OFFLOAD_HIT)
     )
     revisit_done(run, rev, cls)
     rec.phases.append(rev)
@@ -152,7 +156,7 @@ async def controls(
         if p.path == "recompute":
             _recompute_seen(run, ph, cls)
         else:
-            count(run, ph, cls, "miss")
+            count(run, ph, cls, ProbeResult.MISS)
         probe_done(run, ph)
         rec.phases.append(ph)
         if ph.counted and ph.ttft_seconds is not None:
@@ -165,7 +169,7 @@ def judge(
 ) -> None:
     """The cycle's result and reason from the displaced revisit and the controls."""
     rec.result = ProbeResult(cls.result)
-    if cls.result == "offload_hit":
+    if cls.result == ProbeResult.OFFLOAD_HIT:
         ctl = next((got[k] for k in CONTROL_ORDER if k in got), None)
         ttft = rev.ttft_seconds
         slower = ctl is not None and ttft is not None and ttft > ctl
@@ -173,7 +177,7 @@ def judge(
         if ctl is not None and ttft is not None:
             rec.detail = f"offload {ttft * 1000:.1f} ms vs control {ctl * 1000:.1f} ms"
         return
-    gpu_part = cls.result == "partial" and rev.gpu_hit_tokens > 0 and not rev.loaded
+    gpu_part = cls.result == ProbeResult.PARTIAL and rev.gpu_hit_tokens > 0 and not rev.loaded
     seen = run.engine.state.offload_hits_seen > 0 or rev.loaded
     rec.reason = revisit_reason(cls.result, stored, seen, gpu_part)
     rec.detail = cls.note

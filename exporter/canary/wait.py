@@ -7,7 +7,7 @@ from __future__ import annotations
 from exporter.canary import steps
 from exporter.canary.prepared import PreparedRun, Probe
 from exporter.canary.records import CycleRecord
-from exporter.canary.types import CycleReason, ProbeResult, Strategy, Tier
+from exporter.canary.types import CanaryPath, CycleReason, ProbeResult, Strategy, Tier
 
 
 def wait_steps(initial: float, maximum: float) -> int:
@@ -33,12 +33,18 @@ class WaitCycle:
         idle = s.wait_initial
         while True:
             await e.sleep(idle)
-            probe = Probe("wait_revisit", run.tail(seeded.a), expect="offload_hit", path="offload_hit", idle=idle)
+            probe = Probe(
+                "wait_revisit",
+                run.tail(seeded.a),
+                expect=ProbeResult.OFFLOAD_HIT,
+                path=CanaryPath.OFFLOAD_HIT,
+                idle=idle,
+            )
             rev, cls = await run.probe(c, probe)
             rec.phases.append(rev)
-            if cls.result != "gpu_hit":
+            if cls.result != ProbeResult.GPU_HIT:
                 break
-            steps.count(run, rev, cls, "offload_hit")
+            steps.count(run, rev, cls, ProbeResult.OFFLOAD_HIT)
             steps.probe_done(run, rev)
             e.state.residency[Tier.GPU] = max(e.state.residency.get(Tier.GPU, 0.0), idle)
             if idle * 2 > s.wait_max:
@@ -47,9 +53,13 @@ class WaitCycle:
                 return
             idle *= 2
         steps.revisit_done(run, rev, cls)
-        if cls.result == "offload_hit":
+        if cls.result == ProbeResult.OFFLOAD_HIT:
             e.state.residency[Tier.OFFLOAD] = max(e.state.residency.get(Tier.OFFLOAD, 0.0), idle)
-        if cls.result in ("offload_hit", "miss", "partial"):  # left the GPU: did the tier still have it?
-            e.state.tier_revisits.append((idle, cls.result == "offload_hit"))
+        if cls.result in (
+            ProbeResult.OFFLOAD_HIT,
+            ProbeResult.MISS,
+            ProbeResult.PARTIAL,
+        ):  # left the GPU: did the tier still have it?
+            e.state.tier_revisits.append((idle, cls.result == ProbeResult.OFFLOAD_HIT))
         got = await steps.controls(run, c, rec, seeded, idle)
         steps.judge(run, rec, rev, cls, seeded.stored, got)
