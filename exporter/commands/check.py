@@ -135,7 +135,7 @@ async def run_check(
     """
     from exporter.canary import checkreport, checkrun, evidence, report
     from exporter.canary.client import open_client
-    from exporter.canary.secrets import SecretError
+    from exporter.canary.secrets import SecretError, scrub
     from exporter.canary.sweep import SweepRequest
 
     try:
@@ -153,10 +153,16 @@ async def run_check(
         lengths = tuple(getattr(args, "sweep_prefix_tokens", ()) or ())
         sweep = SweepRequest(args.concurrency, lengths, settings.min_samples)
     req = checkrun.CheckRequest(args.target, args.rounds, settings, quiet=args.quiet, sweep=sweep)
-    async with open_client(keys.api_key, settings.request_timeout) as client:
-        result = await checkrun.run(req, client, keys, stderr=stderr, sleep=sleep)
-    doc = checkreport.document(result)
-    text = report.text(doc)
+    try:  # whatever the target answered, the report and the JSON are written, with the error
+        async with open_client(keys.api_key, settings.request_timeout) as client:
+            result = await checkrun.run(req, client, keys, stderr=stderr, sleep=sleep)
+        doc = checkreport.document(result)
+        text = scrub(report.text(doc))
+    except Exception as e:  # noqa: BLE001 - a bug or an answer nothing foresaw: exit 3 with the report
+        doc = {**checkreport.error_document(f"internal error ({type(e).__name__})"), "exit_code": 3}
+        stdout.write(scrub(report.text(doc)))
+        evidence.write_error(doc, scrub(report.text(doc)), args.json, args.out)
+        return 3, doc
     stdout.write(text)
     evidence.write(evidence.Evidence(result, doc, text, _public_argv(args)), args.json, args.out)
     return int(doc["exit_code"]), doc
