@@ -102,7 +102,7 @@ async def test_an_echoed_authorization_is_scrubbed_everywhere(tmp_path: Path) ->
 async def test_the_key_echoed_into_metrics_is_scrubbed_from_the_snapshots(tmp_path: Path) -> None:
     async with hostile_vllm(api_key=KEY) as h:
         h.set("/metrics", "metrics_echo")
-        code, doc, text, err = await _check(tmp_path, h)
+        _, doc, text, err = await _check(tmp_path, h)
     assert (tmp_path / "ev" / "target_metrics_before.prom").exists()
     _no_key_anywhere(tmp_path, text, err, json.dumps(doc))
 

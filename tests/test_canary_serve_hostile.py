@@ -67,7 +67,9 @@ async def _until(client: Any, done: Callable[[str], bool]) -> str:
             await asyncio.sleep(0.05)
 
 
-@pytest.mark.parametrize(("mode", "reason"), [("choices_object", "invalid"), ("deep", "too_deep"), ("nan", "non_finite")])
+@pytest.mark.parametrize(
+    ("mode", "reason"), [("choices_object", "invalid"), ("deep", "too_deep"), ("nan", "non_finite")]
+)
 async def test_a_hostile_answer_is_counted_logged_once_and_recovered_from(  # type: ignore[no-untyped-def]
     aiohttp_client, tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: str, reason: str
 ) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import aiohttp
 
+from exporter.canary import validate
 from exporter.canary.protocol import (
     MAX_LINE_BYTES,
     MAX_RESPONSE_BYTES,
@@ -32,7 +33,6 @@ from exporter.canary.protocol import (
     CompletionStream,
     MetricsError,
 )
-from exporter.canary import validate
 from exporter.canary.secrets import ApiKey, scrub
 from exporter.sources.vllm_http import ScrapeError, fetch_metrics, fetch_version
 
@@ -136,8 +136,8 @@ class CanaryClient:
                     out.error = "http_429" if resp.status == 429 else "http_5xx" if resp.status >= 500 else "http_4xx"
                     out.retry_after = _retry_after(resp)
                     # 4 KiB read, 512 characters kept: a key echoed across the cut is still whole when scrubbed
-                    body = (await resp.content.read(4096)).decode("utf-8", "replace")
-                    out.detail = scrub(body)[:512]
+                    said = (await resp.content.read(4096)).decode("utf-8", "replace")
+                    out.detail = scrub(said)[:512]
                     return out
                 stream = CompletionStream(out, self.max_line_bytes, self.max_response_bytes)
                 async for chunk in resp.content.iter_any():
@@ -190,7 +190,7 @@ class CanaryClient:
         """vLLM's version, or None: `/version` is optional, and a broken or huge one is no version."""
         try:
             v = await fetch_version(self.session, base_url, self.scrape_timeout)
-        except Exception:  # noqa: BLE001 - whatever a hostile /version does, the target stays usable
+        except Exception:  # whatever a hostile /version does, the target stays usable
             return None
         if v is None or len(v) > MAX_VERSION or not v.isprintable():
             return None

@@ -140,7 +140,7 @@ class CanaryEngine:
             self.prepared = PreparedRun(self, await preflight.conditions(self))
         except CanaryError:
             raise
-        except Exception as err:  # noqa: BLE001 - any answer: a closed reason, never a dead canary
+        except Exception as err:  # any answer: a closed reason, never a dead canary
             log.debug("canary %s: preparation failed", self.state.label, exc_info=True)
             raise CanaryError(ErrorReason.INTERNAL, f"preparation failed ({type(err).__name__})") from None
         return self.prepared
@@ -189,7 +189,7 @@ class CanaryEngine:
         except BudgetExhausted as e:
             rec.result, rec.reason, rec.detail = ProbeResult.ERROR, CycleReason.ERROR, str(e)
             self.last_error = ErrorReason.BUDGET
-        except Exception as e:  # noqa: BLE001 - a bug or an answer nothing foresaw: this cycle fails
+        except Exception as e:  # a bug or an answer nothing foresaw: this cycle fails
             log.debug("canary %s cycle %d failed", self.state.label, c, exc_info=True)
             detail = f"{ErrorReason.INTERNAL} {type(e).__name__}"
             rec.result, rec.reason, rec.detail = ProbeResult.ERROR, CycleReason.ERROR, detail

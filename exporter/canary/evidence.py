@@ -89,7 +89,7 @@ def write_bundle(out: Path, ev: Evidence) -> list[Path]:
     for name, render in FILES:
         try:
             data = render(ev)
-        except Exception as e:  # noqa: BLE001 - one broken renderer must not lose the bundle
+        except Exception as e:  # one broken renderer must not lose the bundle
             log.warning("evidence %s not written: %s", name, type(e).__name__)
             continue
         items = data.items() if isinstance(data, Mapping) else [("", data)]

@@ -120,13 +120,13 @@ async def supervise(e: CanaryEngine, on_cycle: Callable[[], None] = lambda: None
     while True:
         try:
             await run_forever(e, on_cycle, said)
-        except Exception as err:  # noqa: BLE001 - the canary must never die silently
+        except Exception as err:  # the canary must never die silently
             e.state.restarts += 1
             e.state.up, e.failing, e.prepared = False, True, None
             log.error("canary %s: its loop failed (%s); restarting it", e.state.label, type(err).__name__)
             log.debug("canary %s: loop failure", e.state.label, exc_info=True)
             try:
                 on_cycle()
-            except Exception:  # noqa: BLE001 - reporting failed too: the restart still happens
+            except Exception:  # reporting failed too: the restart still happens
                 log.debug("canary %s: reporting the restart failed", e.state.label, exc_info=True)
             await e.sleep(e.backoff.failure())

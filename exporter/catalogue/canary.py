@@ -47,7 +47,7 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_canary_errors_total",
         type=MetricType.COUNTER,
-        help="Failed canary requests, preparations and cycles by closed reason (an answer of the wrong type, "
+        help="Failed canary cycles and preparations, once each, by closed reason (an answer of the wrong type, "
         "too deep or non-finite, an HTTP or connection failure, a preflight refusal, an internal error).",
         labels=("target", "reason"),
         group=Group.CANARY,

@@ -158,7 +158,7 @@ async def run_check(
             result = await checkrun.run(req, client, keys, stderr=stderr, sleep=sleep)
         doc = checkreport.document(result)
         text = scrub(report.text(doc))
-    except Exception as e:  # noqa: BLE001 - a bug or an answer nothing foresaw: exit 3 with the report
+    except Exception as e:  # a bug or an answer nothing foresaw: exit 3, with the report
         doc = {**checkreport.error_document(f"internal error ({type(e).__name__})"), "exit_code": 3}
         stdout.write(scrub(report.text(doc)))
         evidence.write_error(doc, scrub(report.text(doc)), args.json, args.out)
