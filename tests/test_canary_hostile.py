@@ -115,3 +115,34 @@ async def test_a_hostile_preflight_answer_is_a_preflight_error(tmp_path: Path, p
     assert code == 3 and "preflight failed (models)" in doc["why"], doc
     assert "verdict: error (exit 3)" in (tmp_path / "ev" / "report.txt").read_text()
     _no_key_anywhere(tmp_path, text, err)
+
+
+async def test_a_run_that_raises_still_writes_the_report_and_the_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from exporter.canary import checkreport
+
+    def broken(result: object) -> dict[str, Any]:
+        raise KeyError("a field nothing foresaw")
+
+    monkeypatch.setattr(checkreport, "document", broken)
+    async with hostile_vllm(api_key=KEY) as h:
+        code, doc, text, err = await _check(tmp_path, h)
+    assert code == 3 and doc["why"] == "internal error (KeyError)", doc
+    assert json.loads((tmp_path / "c.json").read_text())["exit_code"] == 3
+    assert json.loads((tmp_path / "ev" / "report.json").read_text())["why"] == doc["why"]
+    assert "verdict: error (exit 3)" in (tmp_path / "ev" / "report.txt").read_text() and "exit 3" in text
+    _no_key_anywhere(tmp_path, text, err)
+
+
+async def test_a_preparation_that_raises_is_a_preflight_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from exporter.canary import preflight
+
+    async def broken(e: object) -> object:
+        raise RecursionError("deep")
+
+    monkeypatch.setattr(preflight, "conditions", broken)
+    async with hostile_vllm(api_key=KEY) as h:
+        code, doc, _, _ = await _check(tmp_path, h)
+    assert code == 3 and "preflight failed (internal): preparation failed (RecursionError)" in doc["why"], doc
+    assert (tmp_path / "ev" / "report.txt").exists() and (tmp_path / "c.json").exists()

@@ -201,7 +201,9 @@ class Models:
     max_model_len: tuple[tuple[str, int], ...] = ()
 
 
-MAX_MODELS = 256
+MAX_MODELS = 64
+"""Models read from `/v1/models` (a server serves one or a few; the list may end up in an error line)."""
+MAX_MODEL_ID = 256
 
 
 def models(data: object) -> Models:
@@ -211,7 +213,7 @@ def models(data: object) -> Models:
     lens: list[tuple[str, int]] = []
     for m in items[:MAX_MODELS] if isinstance(items, list) else ():
         mid = m.get("id") if isinstance(m, dict) else None
-        if not isinstance(mid, str) or not 0 < len(mid) <= MAX_STRING:
+        if not isinstance(mid, str) or not 0 < len(mid) <= MAX_MODEL_ID or not mid.isprintable():
             continue
         ids.append(mid)
         n = m.get("max_model_len")

@@ -211,7 +211,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvoffload-exporter check: {e}", file=sys.stderr)
         return 3
     if doc.get("verdict") == "error" and "conditions" in doc:  # settings errors were printed already
-        print(f"kvoffload-exporter check: {doc['why']}", file=sys.stderr)
+        from exporter.canary.secrets import scrub
+
+        print(f"kvoffload-exporter check: {scrub(str(doc['why']))}", file=sys.stderr)
     return code
 
 
