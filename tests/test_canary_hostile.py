@@ -99,7 +99,7 @@ async def test_an_echoed_authorization_is_scrubbed_everywhere(tmp_path: Path) ->
     _no_key_anywhere(tmp_path, text, err, json.dumps(doc))
 
 
-async def test_the_key_echoed_into_metrics_is_scrubbed_from_the_snapshots(tmp_path: Path) -> None:
+async def test_a_key_the_server_exposes_in_metrics_is_scrubbed_from_the_snapshots(tmp_path: Path) -> None:
     async with hostile_vllm(api_key=KEY) as h:
         h.set("/metrics", "metrics_echo")
         _, doc, text, err = await _check(tmp_path, h)

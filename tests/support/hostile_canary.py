@@ -56,6 +56,7 @@ class Hostile:
     url: str
     modes: dict[str, str] = field(default_factory=dict)  # path -> mode
     seen: int = 0  # hostile answers sent
+    api_key: str | None = None  # the key the server accepts (a careless one may expose it)
 
     def set(self, path: str, mode: str | None) -> None:
         if mode is None:
@@ -95,10 +96,10 @@ async def _handle(request: web.Request) -> web.StreamResponse:
         return web.Response(text="[" * DEEP + "]" * DEEP, content_type="application/json")
     if mode == "models_object":
         return web.json_response({"data": {"id": "m"}})
-    if mode == "metrics_echo":  # the key echoed into the exposition
+    if mode == "metrics_echo":  # /metrics is read without the key: this server exposes its own
         upstream = await _forward(request)
         assert upstream.body is not None and isinstance(upstream.body, bytes)
-        extra = f'# HELP x {auth}\n# TYPE vllm:echo gauge\nvllm:echo{{auth="{auth}"}} 1\n'
+        extra = f'# HELP vllm:echo Authorization: Bearer {h.api_key}\n# TYPE vllm:echo gauge\nvllm:echo{{key="{h.api_key}"}} 1\n'
         return web.Response(body=upstream.body + extra.encode(), headers={"Content-Type": "text/plain"})
     await request.read()
     return web.Response(body=STREAMS[mode](), headers={"Content-Type": "text/event-stream"})
@@ -110,7 +111,7 @@ async def hostile_vllm(api_key: str | None = None, **sim: object) -> AsyncIterat
     runner, upstream = await start(Simulator(SimOptions(time_scale=0.2, seed=5, api_key=api_key, **sim)))  # type: ignore[arg-type]
     app = web.Application()
     app[UPSTREAM] = upstream
-    app[HOSTILE] = h = Hostile("")
+    app[HOSTILE] = h = Hostile("", api_key=api_key)
     app.router.add_route("*", "/{tail:.*}", _handle)
     front = web.AppRunner(app, access_log=None)
     await front.setup()
