@@ -100,3 +100,12 @@ def test_scrub_removes_the_key_and_any_credential_value() -> None:
     }
     for text, want in cases.items():
         assert scrub(text) == want, text
+
+
+def test_canary_log_lines_are_scrubbed(caplog: pytest.LogCaptureFixture) -> None:
+    from exporter.canary import schedule
+
+    ApiKey("sk-log-scrub-77")
+    with caplog.at_level("INFO", logger="kvoffload.canary"):
+        schedule.log.info("server said %s", "Authorization: Bearer sk-log-scrub-77")
+    assert caplog.records[-1].getMessage() == "server said Authorization: Bearer ***"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from exporter.canary.errors import CanaryError
 from exporter.canary.records import TARGET, CycleLoad, CycleRecord
-from exporter.canary.secrets import scrub
+from exporter.canary.secrets import ScrubFilter, scrub
 from exporter.canary.types import CycleReason, ErrorReason
 from exporter.model import Snapshot
 
@@ -23,6 +23,8 @@ if TYPE_CHECKING:  # typing only: the engine imports this module
     from exporter.canary.engine import CanaryEngine
 
 log = logging.getLogger("kvoffload.canary")
+if not any(isinstance(f, ScrubFilter) for f in log.filters):
+    log.addFilter(ScrubFilter())  # whatever a canary line quotes, secrets never reach the log
 
 
 def cycle_load(snap: Snapshot | None, model: str) -> CycleLoad | None:

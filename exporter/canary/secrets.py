@@ -10,6 +10,7 @@ or `Basic` credential whatever its value, become `***`.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import secrets
@@ -45,6 +46,17 @@ def scrub(text: str) -> str:
 def _maybe_credential(text: str) -> bool:
     low = text.lower()
     return any(w in low for w in ("authorization", "bearer", "basic", "api-key", "api_key", "apikey", "x-api-key"))
+
+
+class ScrubFilter(logging.Filter):
+    """A logger filter applying `scrub` to every record's message: the last guard before the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        clean = scrub(msg)
+        if clean != msg:
+            record.msg, record.args = clean, None
+        return True
 
 
 class ApiKey:
