@@ -146,3 +146,13 @@ async def test_a_preparation_that_raises_is_a_preflight_error(tmp_path: Path, mo
         code, doc, _, _ = await _check(tmp_path, h)
     assert code == 3 and "preflight failed (internal): preparation failed (RecursionError)" in doc["why"], doc
     assert (tmp_path / "ev" / "report.txt").exists() and (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("mode", ["deep_json", ECHO])
+async def test_a_broken_version_leaves_the_target_usable(tmp_path: Path, mode: str) -> None:
+    async with hostile_vllm(api_key=KEY) as h:
+        h.set("/version", mode)
+        code, doc, text, err = await _check(tmp_path, h)
+    assert code == 4 and doc["rounds_completed"] == 1, doc  # the rounds ran: only the version is unknown
+    assert doc["conditions"]["target"]["version"] is None
+    _no_key_anywhere(tmp_path, text, err)
