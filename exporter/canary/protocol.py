@@ -13,7 +13,22 @@ from typing import Any
 from exporter.canary import validate
 from exporter.canary.types import ErrorReason
 
-ERRORS = tuple(r.value for r in list(ErrorReason)[:11])
+ERRORS: tuple[str, ...] = tuple(
+    r.value
+    for r in (
+        ErrorReason.HTTP_429,
+        ErrorReason.HTTP_5XX,
+        ErrorReason.HTTP_4XX,
+        ErrorReason.TIMEOUT,
+        ErrorReason.CONNECT,
+        ErrorReason.STREAM_ERROR,
+        ErrorReason.PROTOCOL,
+        ErrorReason.INVALID,
+        ErrorReason.TOO_LARGE,
+        ErrorReason.TOO_DEEP,
+        ErrorReason.NON_FINITE,
+    )
+)
 """Closed set of request failure reasons (evidence and logs; never free text in labels)."""
 
 
