@@ -131,7 +131,7 @@ async def test_a_run_that_raises_still_writes_the_report_and_the_json(
     assert code == 3 and doc["why"] == "internal error (KeyError)", doc
     assert json.loads((tmp_path / "c.json").read_text())["exit_code"] == 3
     assert json.loads((tmp_path / "ev" / "report.json").read_text())["why"] == doc["why"]
-    assert "verdict: error (exit 3)" in (tmp_path / "ev" / "report.txt").read_text() and "exit 3" in text
+    assert "verdict: error (exit 3)" in (tmp_path / "ev" / "report.txt").read_text()
     _no_key_anywhere(tmp_path, text, err)
 
 
