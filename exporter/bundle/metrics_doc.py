@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from exporter.catalogue import (
+    CANARY_ERROR_REASONS,
     CANARY_PATHS,
     CANARY_REASONS,
     CANARY_RESULTS,
@@ -37,6 +38,7 @@ _CLOSED_SETS: tuple[tuple[str, Sequence[str]], ...] = (
     ("`path`", CANARY_PATHS),
     ("`result`", CANARY_RESULTS),
     ("`reason` (canary cycles)", CANARY_REASONS),
+    ("`reason` (canary errors)", CANARY_ERROR_REASONS),
     ("`verdict`", CANARY_VERDICTS),
     ("`tier`", CANARY_TIERS),
     ("`recommendation`", RECOMMENDATIONS),

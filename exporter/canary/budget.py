@@ -35,8 +35,11 @@ class TokenBudget:
         return rem is None or tokens <= rem
 
     def spend(self, tokens: int) -> None:
-        self._spent.append((self.clock(), tokens))
-        self.total += tokens
+        """Count `tokens`; anything but a non-negative integer counts as 0, so the budget never grows
+        back through a hostile `usage` and `total` never goes negative."""
+        n = tokens if type(tokens) is int and tokens > 0 else 0
+        self._spent.append((self.clock(), n))
+        self.total += n
 
     def seconds_until(self, tokens: int) -> float:
         """How long until `tokens` fit (inf when they never can)."""

@@ -6,12 +6,16 @@ the first event that carries a token (`text` or `token_ids`; text is empty with
 by protocol.CompletionStream (linear, with a per-line and a per-response cap), so a long
 `prompt_token_ids` echo never raises aiohttp's LineTooLong and a hostile one cannot stall the loop. One asyncio lock per
 target keeps at most one canary request in flight there.
+
+Every text that comes back from a target (error bodies, in-stream errors, kept per-request metrics, model
+ids, `/version`, `/metrics`) passes through secrets.scrub here, before anything can store or print it:
+a server that echoes the `Authorization` header leaks nothing further.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import math
 import os
 import socket
 import time
@@ -21,6 +25,7 @@ from typing import Any
 
 import aiohttp
 
+from exporter.canary import validate
 from exporter.canary.protocol import (
     MAX_LINE_BYTES,
     MAX_RESPONSE_BYTES,
@@ -28,16 +33,28 @@ from exporter.canary.protocol import (
     CompletionStream,
     MetricsError,
 )
-from exporter.canary.secrets import ApiKey
+from exporter.canary.secrets import ApiKey, scrub
 from exporter.sources.vllm_http import ScrapeError, fetch_metrics, fetch_version
 
 
 def _retry_after(resp: aiohttp.ClientResponse) -> float | None:
     raw = resp.headers.get("Retry-After")
     try:
-        return float(raw) if raw is not None else None
+        value = float(raw) if raw is not None else None
     except ValueError:
         return None  # HTTP-date form: the back-off decides
+    return value if value is not None and math.isfinite(value) and value >= 0 else None
+
+
+def _scrub_kept(value: object) -> object:
+    """A kept (validate.bounded, so small) JSON value with every string scrubbed of secrets."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, list):
+        return [_scrub_kept(v) for v in value]
+    if isinstance(value, dict):
+        return {scrub(str(k)): _scrub_kept(v) for k, v in value.items()}
+    return value
 
 
 def _why(e: aiohttp.ClientError) -> str:
@@ -52,6 +69,10 @@ def _why(e: aiohttp.ClientError) -> str:
     if isinstance(e, aiohttp.ClientResponseError):
         return f"invalid HTTP response ({e.message})"
     return "connection failed"
+
+
+MAX_VERSION = 128
+"""Longest version string believed (vLLM's are like `0.11.1rc2.dev93+g1f0d1840c`)."""
 
 
 class CanaryClient:
@@ -114,7 +135,9 @@ class CanaryClient:
                 if resp.status != 200:
                     out.error = "http_429" if resp.status == 429 else "http_5xx" if resp.status >= 500 else "http_4xx"
                     out.retry_after = _retry_after(resp)
-                    out.detail = (await resp.content.read(512)).decode("utf-8", "replace")
+                    # 4 KiB read, 512 characters kept: a key echoed across the cut is still whole when scrubbed
+                    said = (await resp.content.read(4096)).decode("utf-8", "replace")
+                    out.detail = scrub(said)[:512]
                     return out
                 stream = CompletionStream(out, self.max_line_bytes, self.max_response_bytes)
                 async for chunk in resp.content.iter_any():
@@ -127,6 +150,11 @@ class CanaryClient:
             out.error, out.detail = "stream_error", str(e)[:512]
         except aiohttp.ClientError as e:
             out.error, out.detail = "connect", _why(e)[:512]
+        except (ValueError, UnicodeError) as e:  # anything else malformed in the HTTP framing
+            out.error, out.detail = "protocol", f"malformed answer ({type(e).__name__})"
+        out.detail = scrub(out.detail)
+        out.server_metrics = _scrub_kept(out.server_metrics)  # type: ignore[assignment]
+        out.kv_transfer_params = _scrub_kept(out.kv_transfer_params)
         return out
 
     async def get(self, base_url: str, path: str) -> tuple[int | None, object]:
@@ -139,26 +167,34 @@ class CanaryClient:
                 timeout=aiohttp.ClientTimeout(total=self.scrape_timeout, connect=min(5.0, self.scrape_timeout)),
                 allow_redirects=False,  # the API key must never follow a redirect elsewhere
             ) as resp:
-                raw = await resp.content.read(4 * 1024 * 1024)
-                try:
-                    data: object = json.loads(raw) if raw.strip() else None
-                except ValueError:
+                raw = (await resp.content.read(4 * 1024 * 1024)).decode("utf-8", "replace")
+                try:  # too deep, non-finite or not JSON: no body (the caller names what is missing)
+                    data: object = validate.load(scrub(raw)) if raw.strip() else None
+                except validate.Invalid:
                     data = None
                 return resp.status, data
         except TimeoutError:
             return None, f"no answer within {self.scrape_timeout:g}s"
         except aiohttp.ClientError as e:
-            return None, _why(e)
+            return None, scrub(_why(e))
 
     async def metrics(self, base_url: str) -> str:
         """`/metrics` text; raises protocol.MetricsError with the source's closed reason."""
         try:
-            return await fetch_metrics(self.session, base_url, self.scrape_timeout, self.max_metrics_bytes)
+            text = await fetch_metrics(self.session, base_url, self.scrape_timeout, self.max_metrics_bytes)
         except ScrapeError as e:
-            raise MetricsError(str(e)) from None
+            raise MetricsError(scrub(str(e))) from None
+        return scrub(text)  # kept as evidence ({role}_metrics_before.prom)
 
     async def version(self, base_url: str) -> str | None:
-        return await fetch_version(self.session, base_url, self.scrape_timeout)
+        """vLLM's version, or None: `/version` is optional, and a broken or huge one is no version."""
+        try:
+            v = await fetch_version(self.session, base_url, self.scrape_timeout)
+        except Exception:  # whatever a hostile /version does, the target stays usable
+            return None
+        if v is None or len(v) > MAX_VERSION or not v.isprintable():
+            return None
+        return scrub(v)
 
 
 @asynccontextmanager

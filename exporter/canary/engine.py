@@ -44,7 +44,7 @@ from exporter.canary.records import (
 )
 from exporter.canary.scrapes import Scrapes
 from exporter.canary.state import CanaryState
-from exporter.canary.types import CycleReason, ProbeResult, Strategy
+from exporter.canary.types import CycleReason, ErrorReason, ProbeResult, Strategy
 from exporter.canary.wait import WaitCycle
 
 log = logging.getLogger("kvoffload.canary")
@@ -102,6 +102,7 @@ class CanaryEngine:
         self._cycle_no = 0
         self._req_no = 0
         self.retry_after: float | None = None  # Retry-After of the last refused request
+        self.last_error: ErrorReason | None = None  # why the last cycle failed (None: it did not)
         self.state.budget_remaining = self.budget.remaining()
         if not settings.recompute_control:
             self.state.recompute_control = "off"
@@ -135,7 +136,13 @@ class CanaryEngine:
 
     async def prepare(self) -> PreparedRun:
         """Health, models, version and a metrics snapshot of the target (and control); plan sizes."""
-        self.prepared = PreparedRun(self, await preflight.conditions(self))
+        try:
+            self.prepared = PreparedRun(self, await preflight.conditions(self))
+        except CanaryError:
+            raise
+        except Exception as err:  # any answer: a closed reason, never a dead canary
+            log.debug("canary %s: preparation failed", self.state.label, exc_info=True)
+            raise CanaryError(ErrorReason.INTERNAL, f"preparation failed ({type(err).__name__})") from None
         return self.prepared
 
     @staticmethod
@@ -170,20 +177,31 @@ class CanaryEngine:
         started = self.clock()
         rec = CycleRecord(c, run.strategy, started, started, ProbeResult.ERROR, CycleReason.ERROR, detail="")
         self.progress("cycle_start", c)
+        self.last_error = None
         try:
             await cycle.run(run, c, rec)
             self.backoff.success()
         except CycleFailed as e:
             rec.result, rec.reason, rec.detail = ProbeResult.ERROR, CycleReason.ERROR, e.detail
             self.state.probes[ProbeResult.ERROR] += 1
+            self.last_error = e.reason
             self.retry_after = e.retry_after
         except BudgetExhausted as e:
             rec.result, rec.reason, rec.detail = ProbeResult.ERROR, CycleReason.ERROR, str(e)
+            self.last_error = ErrorReason.BUDGET
+        except Exception as e:  # a bug or an answer nothing foresaw: this cycle fails
+            log.debug("canary %s cycle %d failed", self.state.label, c, exc_info=True)
+            detail = f"{ErrorReason.INTERNAL} {type(e).__name__}"
+            rec.result, rec.reason, rec.detail = ProbeResult.ERROR, CycleReason.ERROR, detail
+            self.last_error = ErrorReason.INTERNAL
+        if self.last_error is not None:
+            self.state.errors[self.last_error] += 1
         self._finish(rec)
         return rec
 
     def _finish(self, rec: CycleRecord) -> None:
         rec.finished = self.clock()
+        self.state.up = rec.reason != CycleReason.ERROR
         if rec.reason != CycleReason.ERROR:
             self.state.last_success = rec.finished
         self.state.cycles[rec.reason] += 1
@@ -194,8 +212,9 @@ class CanaryEngine:
         self.progress("cycle", rec)
 
     async def run_forever(self, on_cycle: Callable[[], None] = lambda: None) -> None:
-        """Cycles every `interval` seconds; preflight retried with back-off; budget waits (schedule.py)."""
-        await schedule.run_forever(self, on_cycle)
+        """Cycles every `interval` seconds; preflight retried with back-off; budget waits; a failed loop
+        is restarted (schedule.py)."""
+        await schedule.supervise(self, on_cycle)
 
 
 __all__ = [

@@ -1,6 +1,12 @@
-"""The canary's three exceptions: preflight refused, one cycle failed, budget exhausted (no I/O)."""
+"""The canary's three exceptions: preflight refused, one cycle failed, budget exhausted (no I/O).
+
+Each carries a closed reason (types.ErrorReason) besides its sentence: the reason is counted in
+kvoffload_canary_errors_total, the sentence goes to the log and the evidence (already scrubbed of
+secrets by the client that read it)."""
 
 from __future__ import annotations
+
+from exporter.canary.types import ErrorReason
 
 
 class CanaryError(Exception):
@@ -15,10 +21,11 @@ class CanaryError(Exception):
 class CycleFailed(Exception):
     """One request or scrape of a cycle failed; the cycle is recorded as an error, not raised further."""
 
-    def __init__(self, detail: str, retry_after: float | None = None):
+    def __init__(self, detail: str, retry_after: float | None = None, reason: str = ErrorReason.INTERNAL):
         super().__init__(detail)
         self.detail = detail
         self.retry_after = retry_after
+        self.reason = ErrorReason.of(reason)
 
 
 class BudgetExhausted(Exception):

@@ -7,6 +7,7 @@ may contain `{role}`, then its renderer returns one text per role (target, contr
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -14,6 +15,9 @@ from typing import Any
 
 from exporter.canary import png
 from exporter.canary.checkrun import CheckResult, redact
+from exporter.canary.secrets import scrub
+
+log = logging.getLogger("kvoffload.canary")
 
 
 @dataclass(frozen=True)
@@ -70,18 +74,24 @@ FILES: tuple[tuple[str, Render], ...] = (
 
 
 def _write(path: Path, data: str | bytes) -> None:
+    """One file; text is scrubbed of secrets once more on the way out (the client already did)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(data, bytes):
         path.write_bytes(data)
     else:
-        path.write_text(data, encoding="utf-8")
+        path.write_text(scrub(data), encoding="utf-8")
 
 
 def write_bundle(out: Path, ev: Evidence) -> list[Path]:
-    """Every file of FILES under `out`; returns the paths written."""
+    """Every file of FILES under `out`; returns the paths written. A file that cannot be rendered is
+    left out (logged) rather than costing the others: the report and the JSON are always written."""
     written = []
     for name, render in FILES:
-        data = render(ev)
+        try:
+            data = render(ev)
+        except Exception as e:  # one broken renderer must not lose the bundle
+            log.warning("evidence %s not written: %s", name, type(e).__name__)
+            continue
         items = data.items() if isinstance(data, Mapping) else [("", data)]
         for role, content in items:
             path = out / name.format(role=role)
@@ -98,4 +108,13 @@ def write(ev: Evidence, json_path: str | None, out_dir: str | None) -> None:
         write_bundle(Path(out_dir), ev)
 
 
-__all__ = ["FILES", "Evidence", "write", "write_bundle"]
+def write_error(doc: dict[str, Any], text: str, json_path: str | None, out_dir: str | None) -> None:
+    """When the run itself failed: `--json`, and report.json and report.txt of the bundle."""
+    if json_path:
+        _write(Path(json_path), _json(doc))
+    if out_dir:
+        _write(Path(out_dir) / "report.json", _json(doc))
+        _write(Path(out_dir) / "report.txt", text)
+
+
+__all__ = ["FILES", "Evidence", "write", "write_bundle", "write_error"]

@@ -17,6 +17,7 @@ from typing import Protocol
 from exporter.canary.state import CanaryState
 from exporter.canary.stats import quantile
 from exporter.catalogue import (
+    CANARY_ERROR_REASONS,
     CANARY_LOAD_BANDS,
     CANARY_PATHS,
     CANARY_REASONS,
@@ -78,6 +79,10 @@ def render(x: SampleSink, states: Iterable[CanaryState]) -> None:
             x.add("kvoffload_canary_probes_total", float(st.probes.get(result, 0)), {**t, "result": result})
         for reason in CANARY_REASONS:
             x.add("kvoffload_canary_cycles_total", float(st.cycles.get(reason, 0)), {**t, "reason": reason})
+        for err in CANARY_ERROR_REASONS:
+            x.add("kvoffload_canary_errors_total", float(st.errors.get(err, 0)), {**t, "reason": err})
+        x.add("kvoffload_canary_up", 1.0 if st.up else 0.0, t)
+        x.add("kvoffload_canary_restarts_total", float(st.restarts), t)
         x.add("kvoffload_canary_tokens_spent_total", float(st.tokens_spent), t)
         x.add("kvoffload_canary_budget_remaining_tokens", st.budget_remaining, t)
         x.add("kvoffload_canary_last_success_timestamp_seconds", st.last_success, t)

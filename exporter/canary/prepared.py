@@ -112,7 +112,8 @@ class PreparedRun:
         e.spend(comp.tokens_spent or (len(prompt) + 1 if comp.status == 200 else 0))
         e.record_request(_request_record(e.clock(), cycle, phase, kind, role, prompt, salt is None, kv, comp))
         if comp.error is not None:
-            raise CycleFailed(f"{phase} {kind} on {role}: {comp.error} {comp.detail}".strip(), comp.retry_after)
+            detail = f"{phase} {kind} on {role}: {comp.error} {comp.detail}".strip()
+            raise CycleFailed(detail, comp.retry_after, reason=comp.error)
         return comp
 
     async def flush(self, cycle: int, phase: str, role: str) -> int:

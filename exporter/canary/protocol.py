@@ -1,15 +1,34 @@
 """Wire formats the canary speaks, without any I/O: SSE events, folding a stream into a completion, /v1/models.
 
-Kept apart from client.py so the engine and tests can use them without importing aiohttp.
+Kept apart from client.py so the engine and tests can use them without importing aiohttp. Every event
+goes through validate.Event (typed, bounded, finite), so a hostile stream ends as a closed error
+reason of the completion, never as an exception in the engine.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-ERRORS = ("http_429", "http_5xx", "http_4xx", "timeout", "connect", "stream_error", "protocol", "too_large")
+from exporter.canary import validate
+from exporter.canary.types import ErrorReason
+
+ERRORS: tuple[str, ...] = tuple(
+    r.value
+    for r in (
+        ErrorReason.HTTP_429,
+        ErrorReason.HTTP_5XX,
+        ErrorReason.HTTP_4XX,
+        ErrorReason.TIMEOUT,
+        ErrorReason.CONNECT,
+        ErrorReason.STREAM_ERROR,
+        ErrorReason.PROTOCOL,
+        ErrorReason.INVALID,
+        ErrorReason.TOO_LARGE,
+        ErrorReason.TOO_DEEP,
+        ErrorReason.NON_FINITE,
+    )
+)
 """Closed set of request failure reasons (evidence and logs; never free text in labels)."""
 
 
@@ -23,7 +42,7 @@ class Completion:
     ttft_event: float | None = None  # seconds to the first data: event
     ttft_token: float | None = None  # seconds to the first token-bearing event
     total: float | None = None
-    usage: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None  # validate.Usage.as_dict(): only the fields read, checked
     server_metrics: dict[str, Any] | None = None  # `metrics` of --enable-per-request-metrics
     events: int = 0
     error: str | None = None  # one of ERRORS
@@ -35,22 +54,24 @@ class Completion:
     def ok(self) -> bool:
         return self.error is None
 
+    def _usage(self) -> validate.Usage | None:
+        try:
+            return validate.Usage.parse(self.usage)
+        except validate.Invalid:  # only a hand-built Completion can get here: the stream validated it
+            return None
+
     @property
     def cached_tokens(self) -> int | None:
         """usage.prompt_tokens_details.cached_tokens; None when the server does not report it
         (needs --enable-prompt-tokens-details; omitted at 0 by vLLM <= 0.23)."""
-        if not self.usage:
-            return None
-        details = self.usage.get("prompt_tokens_details")
-        if not isinstance(details, dict) or details.get("cached_tokens") is None:
-            return None
-        return int(details["cached_tokens"])
+        u = self._usage()
+        return u.cached_tokens if u else None
 
     @property
     def tokens_spent(self) -> int:
-        if not self.usage:
-            return 0
-        return int(self.usage.get("prompt_tokens") or 0) + int(self.usage.get("completion_tokens") or 0)
+        """Prompt + generated tokens the server reports: never negative (validate.count)."""
+        u = self._usage()
+        return u.prompt_tokens + u.completion_tokens if u else 0
 
 
 MAX_LINE_BYTES = 8 * 1024 * 1024
@@ -113,7 +134,7 @@ class SseReader:
         if payload == b"[DONE]":
             self.done = True
             return
-        events.append(json.loads(payload))
+        events.append(validate.load(payload))  # validate.Invalid (a ValueError) on a hostile line
 
 
 class CompletionStream:
@@ -131,36 +152,35 @@ class CompletionStream:
 
     def feed(self, chunk: bytes, now: float) -> bool:
         try:
-            events = self.reader.feed(chunk)
+            for ev in self.reader.feed(chunk):
+                self._event(validate.Event.parse(ev), now)
         except SseTooLarge as e:
-            self.out.error, self.out.detail, self._broken = "too_large", str(e), True
-            return True
-        except ValueError as e:  # a data: line that is not JSON
-            self.out.error, self.out.detail, self._broken = "protocol", str(e)[:512], True
-            return True
-        for ev in events:
-            self._event(ev, now)
+            return self._fail(ErrorReason.TOO_LARGE, str(e))
+        except validate.Invalid as e:  # not JSON, wrong type, too deep, non-finite
+            return self._fail(e.reason, e.detail)
         return self.reader.done
 
-    def _event(self, ev: object, now: float) -> None:
+    def _fail(self, reason: ErrorReason, detail: str) -> bool:
+        self.out.error, self.out.detail, self._broken = reason.value, detail[:512], True
+        return True
+
+    def _event(self, ev: validate.Event, now: float) -> None:
         out = self.out
         out.events += 1
         if out.ttft_event is None:
             out.ttft_event = now
-        if not isinstance(ev, dict):
-            return
-        if "error" in ev:
-            out.error, out.detail = "stream_error", json.dumps(ev["error"])[:512]
-        if out.ttft_token is None and has_token(ev):
+        if ev.error is not None:
+            out.error, out.detail = ErrorReason.STREAM_ERROR.value, ev.error
+        if out.ttft_token is None and ev.token:
             out.ttft_token = now
-        if self._first_choice is None and ev.get("choices"):
+        if self._first_choice is None and ev.choices:
             self._first_choice = now
-        if ev.get("usage"):
-            out.usage = ev["usage"]
-        if isinstance(ev.get("metrics"), dict):
-            out.server_metrics = ev["metrics"]
-        if ev.get("kv_transfer_params") is not None:
-            out.kv_transfer_params = ev["kv_transfer_params"]
+        if ev.usage is not None:
+            out.usage = ev.usage.as_dict()
+        if ev.metrics is not None:
+            out.server_metrics = ev.metrics
+        if ev.kv_transfer_params is not None:
+            out.kv_transfer_params = ev.kv_transfer_params
 
     def finish(self, total: float) -> Completion:
         """The completion once the body has ended (or reading stopped)."""
@@ -180,11 +200,11 @@ class CompletionStream:
 
 
 def has_token(event: object) -> bool:
-    choices = event.get("choices") if isinstance(event, dict) else None
-    if not choices or not isinstance(choices[0], dict):
+    """Whether an event's first choice carries a token; False for anything that is not a valid event."""
+    try:
+        return validate.Event.parse(event).token
+    except validate.Invalid:
         return False
-    c = choices[0]
-    return bool(c.get("text")) or bool(c.get("token_ids"))
 
 
 @dataclass
@@ -194,11 +214,5 @@ class Models:
 
 
 def parse_models(data: object) -> Models:
-    out = Models()
-    items = data.get("data") if isinstance(data, dict) else None
-    for m in items or []:
-        if isinstance(m, dict) and isinstance(m.get("id"), str):
-            out.ids.append(m["id"])
-            if isinstance(m.get("max_model_len"), int):
-                out.max_model_len[m["id"]] = m["max_model_len"]
-    return out
+    m = validate.models(data)
+    return Models(list(m.ids), dict(m.max_model_len))

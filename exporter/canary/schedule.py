@@ -1,5 +1,11 @@
 """The serve loop of one engine: a cycle every `interval`; preflight retried with back-off; a budget
-that allows no whole cycle waits until enough of the last hour's spending has expired."""
+that allows no whole cycle waits until enough of the last hour's spending has expired.
+
+Failures are logged once: WARNING when a reason first appears, DEBUG while it repeats, INFO when the
+canary recovers (the counts are in kvoffload_canary_errors_total). The loop itself is supervised: if
+it ever raises, it is restarted with back-off, counted in kvoffload_canary_restarts_total and shown as
+kvoffload_canary_up 0, never left dead and silent.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +15,16 @@ from typing import TYPE_CHECKING
 
 from exporter.canary.errors import CanaryError
 from exporter.canary.records import TARGET, CycleLoad, CycleRecord
-from exporter.canary.types import CycleReason
+from exporter.canary.secrets import ScrubFilter, scrub
+from exporter.canary.types import CycleReason, ErrorReason
 from exporter.model import Snapshot
 
 if TYPE_CHECKING:  # typing only: the engine imports this module
     from exporter.canary.engine import CanaryEngine
 
 log = logging.getLogger("kvoffload.canary")
+if not any(isinstance(f, ScrubFilter) for f in log.filters):
+    log.addFilter(ScrubFilter())  # whatever a canary line quotes, secrets never reach the log
 
 
 def cycle_load(snap: Snapshot | None, model: str) -> CycleLoad | None:
@@ -36,11 +45,33 @@ def _record_load(e: CanaryEngine, rec: CycleRecord, model: str) -> None:
     e.state.record_load(rec)
 
 
-async def _prepare_failed(e: CanaryEngine, err: CanaryError, on_cycle: Callable[[], None]) -> None:
-    log.warning("canary %s: %s", e.state.label, err)
+class Said:
+    """What was last logged about failures, so that a failure that repeats is not logged every cycle."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.failures = 0
+
+    def failed(self, label: str, reason: str, what: str) -> None:
+        repeat = reason == self.reason
+        self.reason, self.failures = reason, self.failures + 1
+        level = logging.DEBUG if repeat else logging.WARNING
+        log.log(level, "canary %s: %s%s", label, scrub(what), "" if repeat else " (repeats logged at DEBUG)")
+
+    def ok(self, label: str) -> None:
+        if self.reason is not None:
+            log.info("canary %s: recovered after %d failures (last: %s)", label, self.failures, self.reason)
+        self.reason, self.failures = None, 0
+
+
+async def _prepare_failed(e: CanaryEngine, err: CanaryError, on_cycle: Callable[[], None], said: Said) -> None:
+    reason = ErrorReason.of(err.reason)
+    said.failed(e.state.label, reason, str(err))
     e.prepared = None
     # A target the canary cannot even prepare for is a failed cycle, not silence.
     e.state.cycles[CycleReason.ERROR] += 1
+    e.state.errors[reason] += 1
+    e.state.up = False
     e.failing = True
     on_cycle()
     await e.sleep(e.backoff.failure())
@@ -55,16 +86,17 @@ def _say_eta(e: CanaryEngine, cost: int) -> None:
         log.info("canary %s: %s", e.state.label, msg)
 
 
-async def run_forever(e: CanaryEngine, on_cycle: Callable[[], None] = lambda: None) -> None:
+async def run_forever(e: CanaryEngine, on_cycle: Callable[[], None] = lambda: None, said: Said | None = None) -> None:
     """Cycles every `interval` seconds until cancelled."""
     s = e.settings
+    said = said or Said()
     while True:
         started = e.clock()
         try:
             run = e.prepared or await e.prepare()
             rec = await e.run_cycle()
         except CanaryError as err:
-            await _prepare_failed(e, err, on_cycle)
+            await _prepare_failed(e, err, on_cycle, said)
             continue
         e.failing = rec is not None and rec.reason == CycleReason.ERROR
         if rec is not None:
@@ -75,9 +107,28 @@ async def run_forever(e: CanaryEngine, on_cycle: Callable[[], None] = lambda: No
             wait = min(s.interval, max(1.0, e.budget.seconds_until(e.cycle_cost_of(run))))
             await e.sleep(wait)
         elif rec.reason == CycleReason.ERROR:
-            log.warning("canary %s cycle %d failed: %s", e.state.label, rec.cycle, rec.detail)
+            said.failed(e.state.label, e.last_error or ErrorReason.INTERNAL, f"cycle {rec.cycle} failed: {rec.detail}")
             e.prepared = None  # re-read version, models and cache shape before the next try
             await e.sleep(max(e.backoff.failure(e.retry_after), s.interval / 10))
             e.retry_after = None
         else:
+            said.ok(e.state.label)
             await e.sleep(max(0.0, s.interval - (e.clock() - started)))
+
+
+async def supervise(e: CanaryEngine, on_cycle: Callable[[], None] = lambda: None) -> None:
+    """`run_forever`, restarted with back-off whenever it raises (cancellation ends it)."""
+    said = Said()
+    while True:
+        try:
+            await run_forever(e, on_cycle, said)
+        except Exception as err:  # the canary must never die silently
+            e.state.restarts += 1
+            e.state.up, e.failing, e.prepared = False, True, None
+            log.error("canary %s: its loop failed (%s); restarting it", e.state.label, type(err).__name__)
+            log.debug("canary %s: loop failure", e.state.label, exc_info=True)
+            try:
+                on_cycle()
+            except Exception:  # reporting failed too: the restart still happens
+                log.debug("canary %s: reporting the restart failed", e.state.label, exc_info=True)
+            await e.sleep(e.backoff.failure())

@@ -8,6 +8,7 @@ from typing import Protocol
 
 from exporter.canary.errors import CycleFailed
 from exporter.canary.protocol import MetricsError
+from exporter.canary.types import ErrorReason
 from exporter.exposition import ParseError
 from exporter.model import Snapshot
 from exporter.normalise import normalise
@@ -35,11 +36,11 @@ class Scrapes:
             text = await self.client.metrics(url)
             snap = normalise(text)
         except ParseError as e:
-            raise CycleFailed(f"{url}/metrics unreadable: {e}") from None
+            raise CycleFailed(f"{url}/metrics unreadable: {e}", reason=ErrorReason.METRICS) from None
         except MetricsError as e:
-            raise CycleFailed(f"{url}/metrics: {e}") from None
+            raise CycleFailed(f"{url}/metrics: {e}", reason=ErrorReason.METRICS) from None
         if not snap.families:
-            raise CycleFailed(f"{url}/metrics has no vllm: families")
+            raise CycleFailed(f"{url}/metrics has no vllm: families", reason=ErrorReason.METRICS)
         if keep_first and role not in self.first:
             self.first[role] = text
         self._last[role] = (self.clock(), snap)

@@ -1,14 +1,62 @@
 """The canary's two secrets: the persisted salt secret and the optional API key (env or file only).
 
 The API key is wrapped so that `repr`/`str`/f-strings show `***`: it can reach only the
-`Authorization` header, never a log line, an exported label or an evidence file.
+`Authorization` header. A hostile or careless server can still echo it back (in an error body, a
+header, a label), so every text read from a target is passed through `scrub` before it is stored,
+logged or printed: the values of every key this process loaded, and any `Authorization`, `Bearer`
+or `Basic` credential whatever its value, become `***`.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import re
 import secrets
 from pathlib import Path
+from urllib.parse import quote
+
+_LOADED: set[str] = set()
+"""Every API key value this process loaded (and its escaped spellings): what `scrub` removes."""
+
+_CREDENTIAL = re.compile(
+    r"(?i:(authorization|x-api-key|api[_-]?key)(\\?[\"']?\s*[:=]\s*\\?[\"']?)(?:(bearer|basic|token)\s+)?)"
+    r"[^\s\"'\\,;}&]+"
+    r"|(?i:(bearer))\s+[A-Za-z0-9._~+/=-]+"
+    r"|\b(Basic)\s+[A-Za-z0-9+/]{8,}={0,2}"
+)
+
+
+def _hide(m: re.Match[str]) -> str:
+    name, sep, scheme, bearer, basic = m.groups()
+    if name is not None:
+        return f"{name}{sep}{scheme + ' ' if scheme else ''}***"
+    return f"{bearer or basic} ***"
+
+
+def scrub(text: str) -> str:
+    """`text` without any loaded API key and without the value of any credential it quotes."""
+    for value in _LOADED:
+        if value in text:
+            text = text.replace(value, "***")
+    return _CREDENTIAL.sub(_hide, text) if _maybe_credential(text) else text
+
+
+def _maybe_credential(text: str) -> bool:
+    low = text.lower()
+    return any(w in low for w in ("authorization", "bearer", "basic", "api-key", "api_key", "apikey", "x-api-key"))
+
+
+class ScrubFilter(logging.Filter):
+    """A logger filter applying `scrub` to every record's message: the last guard before the log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        clean = scrub(msg)
+        if clean != msg:
+            record.msg, record.args = clean, None
+        return True
 
 
 class ApiKey:
@@ -16,6 +64,8 @@ class ApiKey:
 
     def __init__(self, value: str):
         self._value = value
+        if len(value) >= 4:  # shorter values would blank out ordinary text; the patterns still apply
+            _LOADED.update({value, json.dumps(value)[1:-1], quote(value, safe="")})
 
     def header(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._value}"}
@@ -40,6 +90,8 @@ def load_api_key(path: str | None, env: str = "KVOFFLOAD_API_KEY") -> ApiKey | N
             value = Path(path).read_text(encoding="utf-8").strip().splitlines()
         except OSError as e:
             raise SecretError(f"cannot read API key file {path}: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise SecretError(f"API key file {path} is not UTF-8 text") from None
         if not value or not value[0].strip():
             raise SecretError(f"API key file {path} is empty")
         return ApiKey(value[0].strip())

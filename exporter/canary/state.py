@@ -42,6 +42,11 @@ class CanaryState:
         self._bpt_candidates: list[float] = []
         self.tokens_spent = 0
         self.budget_remaining: float | None = None
+        # Failure is data: failed requests, preparations and cycles by closed reason, the canary's
+        # health (1: running and its last cycle or preparation succeeded) and its task's restarts.
+        self.errors: Counter[str] = Counter()  # ErrorReason values
+        self.up = True
+        self.restarts = 0
 
     def learn_bytes_per_token(self, store_bytes: float, own_tokens: int, other_tokens: float) -> None:
         """Stored bytes over every prompt token that could have caused them: exact in a quiet window,

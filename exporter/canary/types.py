@@ -67,3 +67,39 @@ class LoadBand(StrEnum):
     IDLE = "idle"
     LOW = "low"
     HIGH = "high"
+
+
+class ErrorReason(StrEnum):
+    """Why a canary request, preparation or cycle failed (label `reason` of kvoffload_canary_errors_total).
+
+    The first eleven are a completion's own (protocol.Completion.error): the answer's status, transport or
+    content; then the preflight's refusals (errors.CanaryError), a failed `/metrics` read in a cycle, the
+    token budget running out mid-cycle, and `internal` for anything else (a bug: logged, retried)."""
+
+    HTTP_429 = "http_429"
+    HTTP_5XX = "http_5xx"
+    HTTP_4XX = "http_4xx"
+    TIMEOUT = "timeout"
+    CONNECT = "connect"
+    STREAM_ERROR = "stream_error"
+    PROTOCOL = "protocol"
+    INVALID = "invalid"
+    TOO_LARGE = "too_large"
+    TOO_DEEP = "too_deep"
+    NON_FINITE = "non_finite"
+    HEALTH = "health"
+    AUTH = "auth"
+    MODELS = "models"
+    MODEL_MISMATCH = "model_mismatch"
+    PLAN = "plan"
+    METRICS = "metrics"
+    BUDGET = "budget"
+    INTERNAL = "internal"
+
+    @classmethod
+    def of(cls, value: object) -> ErrorReason:
+        """The member named by `value`; `internal` for anything outside the closed set."""
+        try:
+            return cls(str(value))
+        except ValueError:
+            return cls.INTERNAL

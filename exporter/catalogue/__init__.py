@@ -8,7 +8,7 @@ base units, `_total` only on counters, no colons. Rows live in one module per do
 
 from __future__ import annotations
 
-from exporter.canary.types import CanaryPath, CycleReason, LoadBand, ProbeResult, Tier, VerdictKind
+from exporter.canary.types import CanaryPath, CycleReason, ErrorReason, LoadBand, ProbeResult, Tier, VerdictKind
 from exporter.catalogue import backends, canary, derived, engine, health, memory
 from exporter.catalogue.metric import ENGINE, PREFIX, WINDOWED, Metric
 from exporter.enums import (
@@ -48,6 +48,8 @@ CANARY_RESULTS: tuple[ProbeResult, ...] = tuple(ProbeResult)
 CANARY_VERDICTS: tuple[VerdictKind, ...] = tuple(VerdictKind)
 CANARY_REASONS: tuple[CycleReason, ...] = tuple(CycleReason)
 """Why a canary cycle ended as it did (closed set; see docs/canary.md)."""
+CANARY_ERROR_REASONS: tuple[ErrorReason, ...] = tuple(ErrorReason)
+"""Why a canary request, preparation or cycle failed (closed set; see exporter/canary/types.py)."""
 CANARY_TIERS: tuple[Tier, ...] = tuple(Tier)
 CANARY_LOAD_BANDS: tuple[LoadBand, ...] = tuple(LoadBand)
 """Load bands of serve --canary cycles (thresholds: exporter/canary/records.load_band)."""
@@ -70,6 +72,7 @@ def metric(name: str) -> Metric:
 
 
 __all__ = [
+    "CANARY_ERROR_REASONS",
     "CANARY_LOAD_BANDS",
     "CANARY_PATHS",
     "CANARY_REASONS",

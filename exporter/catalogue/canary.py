@@ -45,6 +45,29 @@ METRICS: tuple[Metric, ...] = (
         group=Group.CANARY,
     ),
     Metric(
+        name="kvoffload_canary_errors_total",
+        type=MetricType.COUNTER,
+        help="Failed canary cycles and preparations, once each, by closed reason (an answer of the wrong type, "
+        "too deep or non-finite, an HTTP or connection failure, a preflight refusal, an internal error).",
+        labels=("target", "reason"),
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_canary_up",
+        type=MetricType.GAUGE,
+        help="1 while the canary runs and its last cycle or preparation succeeded; 0 after a failure, or "
+        "while its loop restarts.",
+        labels=("target",),
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_canary_restarts_total",
+        type=MetricType.COUNTER,
+        help="Times the canary's loop failed and was restarted (with back-off).",
+        labels=("target",),
+        group=Group.CANARY,
+    ),
+    Metric(
         name="kvoffload_canary_tokens_spent_total",
         type=MetricType.COUNTER,
         help="Prompt + generated tokens spent by canaries.",

@@ -158,7 +158,7 @@ async def run_check(
     """
     from exporter.canary import checkreport, checkrun, evidence, report
     from exporter.canary.client import open_client
-    from exporter.canary.secrets import SecretError
+    from exporter.canary.secrets import SecretError, scrub
     from exporter.canary.sweep import SweepRequest
 
     try:
@@ -178,14 +178,20 @@ async def run_check(
     req = checkrun.CheckRequest(
         args.target, args.rounds, settings, quiet=args.quiet, sweep=sweep, allow_no_offload=args.allow_no_offload
     )
-    async with open_client(keys.api_key, settings.request_timeout) as client:
-        result = await checkrun.run(req, client, keys, stderr=stderr, sleep=sleep)
-    doc = checkreport.document(result)
-    text = report.text(doc)
+    try:  # whatever the target answered, the report and the JSON are written, with the error
+        async with open_client(keys.api_key, settings.request_timeout) as client:
+            result = await checkrun.run(req, client, keys, stderr=stderr, sleep=sleep)
+        doc = checkreport.document(result)
+        text = scrub(report.text(doc))
+    except Exception as e:  # a bug or an answer nothing foresaw: exit 3, with the report
+        doc = {**checkreport.error_document(f"internal error ({type(e).__name__})"), "exit_code": 3}
+        print(f"kvoffload-exporter check: {scrub(str(doc['why']))}", file=stderr)
+        evidence.write_error(doc, scrub(report.text(doc)), args.json, args.out)
+        return 3, doc
     if result.ran:  # nothing ran (preflight failed): the one-line error on stderr is the whole answer
         stdout.write(text)
     if doc.get("verdict") == "error":
-        print(f"kvoffload-exporter check: {doc['why']}", file=stderr)
+        print(f"kvoffload-exporter check: {scrub(str(doc['why']))}", file=stderr)
     evidence.write(evidence.Evidence(result, doc, text, _public_argv(args)), args.json, args.out)
     return int(doc["exit_code"]), doc
 
