@@ -8,7 +8,7 @@ control); the product's `check` measures A against B, `serve` watches both.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -58,32 +58,15 @@ QWEN3_06B = 2 * 28 * 8 * 128 * 2
 QWEN3_14B = 2 * 40 * 8 * 128 * 2
 QWEN3_32B = 2 * 64 * 8 * 128 * 2
 
+_06B = Shape("model-0.6b", "Qwen/Qwen3-0.6B", 8_000_000_000, 0.4, "h200-qwen3-0.6b", QWEN3_06B)
 SHAPES = {
-    "0.6b": Shape("model-0.6b", "Qwen/Qwen3-0.6B", 8_000_000_000, 0.4, "h200-qwen3-0.6b", QWEN3_06B),
+    "0.6b": _06B,
     "14b": Shape("model-14b", "Qwen/Qwen3-14B", 16_000_000_000, 0.45, "h200-qwen3-0.6b", QWEN3_14B),
     "32b": Shape("model-32b", "Qwen/Qwen3-32B", 16_000_000_000, 0.49, "h200-qwen3-32b", QWEN3_32B),
-    # Two GPUs: both servers span both, as the one-GPU shapes share one.
-    "dp2": Shape(
-        "model-0.6b",
-        "Qwen/Qwen3-0.6B",
-        8_000_000_000,
-        0.4,
-        "h200-qwen3-0.6b",
-        QWEN3_06B,
-        ("--data-parallel-size", "2"),
-        gpus=2,
-        sim_engines=2,
-    ),
-    "tp2": Shape(
-        "model-0.6b",
-        "Qwen/Qwen3-0.6B",
-        8_000_000_000,
-        0.4,
-        "h200-qwen3-0.6b",
-        QWEN3_06B,
-        ("--tensor-parallel-size", "2"),
-        gpus=2,
-    ),
+    # Two GPUs: both servers span both, as the one-GPU shapes share one. Data-parallel ranks are separate
+    # engines in /metrics (the simulator's --engines 2); tensor-parallel ranks are one engine.
+    "dp2": replace(_06B, parallel=("--data-parallel-size", "2"), gpus=2, sim_engines=2),
+    "tp2": replace(_06B, parallel=("--tensor-parallel-size", "2"), gpus=2),
 }
 
 # Engine flags of both servers; A adds --kv-transfer-config. A 10,240-token GPU cache (640 x 16) so that a
