@@ -10,7 +10,7 @@
 #                                                  checks out, unpacks STORE/site and byte-compiles it
 #
 # install may be called once per piece as they arrive (exit 4 until the set is complete). Afterwards:
-#   GPUREF_SITE=STORE/site tools/gpuref/run.sh OUT 0.6b
+#   GPUREF_SITE=STORE/site tools/gpuref/run.sh DIR 0.6b
 # Exit codes: 0 done, 2 usage or a bad piece, 4 pieces still missing.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

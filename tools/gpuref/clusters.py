@@ -1,6 +1,6 @@
 """The load sweep recomputed from the product's own per-request records, beside the product's interval.
 
-    python tools/gpuref/clusters.py EVIDENCE_DIR [--json OUT.json] [--seed N]
+    python tools/gpuref/clusters.py EVIDENCE_DIR [--json FILE] [--seed N]
 
 EVIDENCE_DIR is a `check --out` folder (`requests.jsonl`, `report.json`). A burst is the c requests of one
 sweep round on one path; requests of one burst share a scheduler step, so the bursts, not the requests,

@@ -1,11 +1,11 @@
 """One GPU reference run: both servers up, the product's `check` load sweep, the cluster analysis, the captures.
 
-    python tools/gpuref/run.py OUT SHAPE [--rehearse] [--levels 1,4,16,32] [--min-bursts 10] ...
+    python tools/gpuref/run.py DIR SHAPE [--rehearse] [--levels 1,4,16,32] [--min-bursts 10] ...
 
 SHAPE is one of spec.SHAPES. Server A (OffloadingConnector CPU tier) starts first, B (no connector) once A
 answers /health (two vLLM servers profiling GPU memory at once can trip each other); `--rehearse` puts the
 product's simulator in place of both. Then the product's `serve` watches both, its `check` measures A
-against B with the sweep, and `clusters` recomputes each level from `check`'s own records. OUT receives at
+against B with the sweep, and `clusters` recomputes each level from `check`'s own records. DIR receives at
 most eight files (table in README.md); scratch files live in a temporary folder that is removed.
 Exit code: 0 `check` wrote its document (whatever the verdict), 2 usage, 10 server A or 11 server B did not
 come up, 12 `check` wrote no document or ran past its share of --deadline.
@@ -196,7 +196,7 @@ def execute(a: argparse.Namespace, out: Path, work: Path, log: Log) -> int:
 def _finish(
     out: Path, work: Path, summary: dict[str, Any], log: Log, python: str = "", env: dict[str, str] | None = None
 ) -> int:
-    """Analysis and the files of OUT; the exit code says whether `check` left its document."""
+    """Analysis and the files of the output folder; the exit code says whether `check` left its document."""
     evidence, ok = work / "evidence", (out / "check.json").exists()
     if ok and env is not None:
         ins = subprocess.run(
