@@ -156,7 +156,8 @@ def analyze(evidence: Path, seed: int = 0) -> dict[str, Any]:
     report = json.loads((evidence / "report.json").read_text(encoding="utf-8"))
     levels = sweep_bursts(read_jsonl(evidence / "requests.jsonl"))
     product = _product_levels(report)
-    if 1 in product and 1 not in levels and _has(evidence, "phases.jsonl"):
+    rounds = 1 in product and (product[1].get("source") == "rounds" or 1 not in levels)
+    if rounds and _has(evidence, "phases.jsonl"):  # c = 1 from the ordinary rounds, as the product counts it
         control = str(product[1].get("control") or "control_target")
         levels[1] = round_bursts(read_jsonl(evidence / "phases.jsonl"), control)
     rows = [level_row(c, levels[c], product.get(c), seed) for c in sorted(levels)]

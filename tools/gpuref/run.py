@@ -115,7 +115,7 @@ def env_with(extra: dict[str, str], *paths: str) -> dict[str, str]:
 def product_lacks(python: str, flag: str, env: dict[str, str]) -> bool:
     """DELETE once `check --min-bursts` is in the product: a rehearsal against an older tree drops the flag."""
     r = subprocess.run([python, "-m", "exporter", "check", "--help"], capture_output=True, text=True, env=env)
-    return flag not in r.stdout
+    return r.returncode == 0 and flag not in r.stdout
 
 
 def run_capped(argv: list[str], log_path: Path, env: dict[str, str], budget: float, log: Log) -> int:
