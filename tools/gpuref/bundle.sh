@@ -52,6 +52,7 @@ install() {
   done
   cd "$store"
   [ -f MANIFEST ] || { echo "no MANIFEST beside the pieces" >&2; exit 2; }
+  [ -d site/vllm ] && { echo "already unpacked: $store/site"; exit 0; }
   local missing=0
   while read -r kind sum name; do
     [ "$kind" = piece ] || continue
@@ -59,7 +60,6 @@ install() {
     elif [ "$(sha256sum "$name" | cut -d' ' -f1)" != "$sum" ]; then echo "bad $name (SHA-256)" >&2; exit 2; fi
   done < MANIFEST
   [ $missing = 0 ] || exit 4
-  [ -d site/vllm ] && { echo "already unpacked: $store/site"; exit 0; }
   cat vllm-site.tar.xz.part* | tee vllm-site.tar.xz | sha256sum | cut -d' ' -f1 \
     | grep -qx "$(awk '$1 == "archive" {print $2}' MANIFEST)" || { echo "archive SHA-256 differs" >&2; exit 2; }
   tar -xJf vllm-site.tar.xz && rm -f vllm-site.tar.xz vllm-site.tar.xz.part*
