@@ -158,7 +158,7 @@ def execute(a: argparse.Namespace, out: Path, work: Path, log: Log) -> int:
             t = time.monotonic()
             if not wait_ready(server.url + "/health", proc, a.health_timeout):
                 log(f"server {server.role} did not come up (rc {proc.poll()}); its log: server_{server.role}.log")
-                _finish(out, work, summary, log)
+                _finish(out, work, summary, log, a.python)
                 return 10 if server.role == "A" else 11
             summary["servers"][server.role] = {"argv": argv, "ready_s": round(time.monotonic() - t, 1)}
             summary["servers"][server.role]["version"] = fetch(server.url + "/version")[1][:200]
@@ -220,7 +220,8 @@ def _finish(
     _pack(out / "metrics.tgz", [work / n for n in (*metrics, "inspect_A.json")])
     summary["wall_s"] = round(log.elapsed(), 1)
     text = json.dumps(summary, indent=1) + "\n"
-    for path, name in ((work, "<work>"), (out.resolve(), "<out>"), (out, "<out>"), (REPO, "<repo>")):
+    places = [(work, "<work>"), (out.resolve(), "<out>"), (out, "<out>"), (REPO, "<repo>")]
+    for path, name in [*places, *([(python, "<python>")] if os.sep in python else [])]:
         text = text.replace(str(path), name)  # the summary is recorded evidence: no machine paths in it
     (out / "summary.json").write_text(text, encoding="utf-8")
     _pack(out / "logs.tgz", sorted(work.glob("*.log")))
