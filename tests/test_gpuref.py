@@ -154,6 +154,11 @@ def test_rehearsal_leaves_the_documented_files(rehearsal: tuple[str, Path]) -> N
     assert not re.search(r"(?<![\w.~$}-])/(?:work|root|home|tmp)/", summary), "machine paths in recorded evidence"
     with tarfile.open(out / "evidence.tgz") as tar:
         assert {"evidence/requests.jsonl", "evidence/report.json", "evidence/phases.jsonl"} <= set(tar.getnames())
+    with tarfile.open(out / "metrics.tgz") as tar:
+        member = tar.extractfile("proc_A.txt")  # the independent memory reading of A's process group
+        assert member is not None
+        proc = member.read().decode("utf-8")
+    assert proc.startswith("== /proc/meminfo\n") and re.search(r"^== \d+/smaps_rollup$", proc, re.M)
 
 
 def test_rehearsal_analysis_reads_the_products_own_bursts(rehearsal: tuple[str, Path]) -> None:

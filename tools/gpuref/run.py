@@ -118,6 +118,25 @@ def product_lacks(python: str, flag: str, env: dict[str, str]) -> bool:
     return r.returncode == 0 and flag not in r.stdout
 
 
+def capture_proc(pgid: int, dest: Path, proc: Path = Path("/proc")) -> None:
+    """The independent memory reading beside the exporter's: /proc/meminfo and, for every process of the
+    server's group (API server, engine cores, workers), its status and smaps_rollup, saved as text."""
+    parts = [f"== /proc/meminfo\n{_read(proc / 'meminfo')}"]
+    for d in sorted((p for p in proc.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
+        stat = _read(d / "stat")
+        if stat and stat.rsplit(")", 1)[-1].split()[2:3] == [str(pgid)]:  # field 5: the process group
+            for name in ("cmdline", "status", "smaps_rollup"):
+                parts.append(f"== {d.name}/{name}\n{_read(d / name).replace(chr(0), ' ')}")
+    dest.write_text("\n".join(parts), encoding="utf-8")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
 def run_capped(argv: list[str], log_path: Path, env: dict[str, str], budget: float, log: Log) -> int:
     """`argv` for at most `budget` seconds; then SIGINT (a chance to write what it has), then SIGKILL."""
     with log_path.open("wb") as f:
@@ -190,6 +209,7 @@ def execute(a: argparse.Namespace, out: Path, work: Path, log: Log) -> int:
         log(f"check exit {rc} after {summary['check']['wall_s']} s")
         for name, url in (("vllm_A", servers[0].url), ("vllm_B", servers[1].url), ("exporter", exporter)):
             (work / f"{name}_metrics.prom").write_text(fetch(url + "/metrics")[1], encoding="utf-8")
+        capture_proc(group.procs[0][1].pid, work / "proc_A.txt")
     return _finish(out, work, summary, log, a.python, product_env)
 
 
@@ -217,7 +237,7 @@ def _finish(
         with tarfile.open(out / "evidence.tgz", "w:gz") as tar:
             tar.add(evidence, arcname="evidence")
     metrics = ["vllm_A_before.prom", "vllm_A_metrics.prom", "vllm_B_metrics.prom", "exporter_metrics.prom"]
-    _pack(out / "metrics.tgz", [work / n for n in (*metrics, "inspect_A.json")])
+    _pack(out / "metrics.tgz", [work / n for n in (*metrics, "inspect_A.json", "proc_A.txt")])
     summary["wall_s"] = round(log.elapsed(), 1)
     text = json.dumps(summary, indent=1) + "\n"
     places = [(work, "<work>"), (out.resolve(), "<out>"), (out, "<out>"), (REPO, "<repo>")]
