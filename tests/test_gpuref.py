@@ -67,16 +67,16 @@ def test_spec_reproduces_the_recorded_vllm_command_lines(gpuref: dict[str, Modul
         assert argv[:4] + argv[5:] == want[:4] + want[5:], server.role
 
 
-def test_spec_reproduces_the_recorded_concurrency_servers(gpuref: dict[str, ModuleType]) -> None:
-    """The load-sweep servers of tests/fixtures/vllm-0.26.0-h200-native/ (its README has the command line)."""
+@pytest.mark.parametrize("shape", ["0.6b", "14b"])
+def test_spec_reproduces_the_recorded_concurrency_servers(gpuref: dict[str, ModuleType], shape: str) -> None:
+    """The servers of the recorded load sweep (docs/gpu-reference/vllm-0.26-h200-concurrency/summary_*.json)."""
     spec = gpuref["spec"]
-    text = (ROOT / "tests/fixtures/vllm-0.26.0-h200-native/README.md").read_text(encoding="utf-8")
-    block = re.search(r"```\s*\n\s*(python3 -m vllm.*?)```", text, re.S)
-    assert block is not None
-    want = shlex.split(block.group(1).replace("\\\n", " "))
-    argv = spec.vllm_argv("python3", spec.SHAPES["0.6b"], spec.SERVERS[0])
-    assert Path(want[4]).name == Path(argv[4]).name
-    assert argv[:4] + argv[5:] == want[:4] + want[5:]
+    recorded = json.loads((REF / "vllm-0.26-h200-concurrency" / f"summary_{shape}.json").read_text(encoding="utf-8"))
+    for server in spec.SERVERS:
+        want = shlex.split(recorded["servers"][f"{shape}_{server.role}"]["cmd"])
+        argv = spec.vllm_argv("python3", spec.SHAPES[shape], server)
+        assert Path(want[4]).name == Path(argv[4]).name == spec.SHAPES[shape].config_dir
+        assert argv[:4] + argv[5:] == want[:4] + want[5:], server.role
 
 
 def test_serve_invocation_is_the_recorded_one(gpuref: dict[str, ModuleType]) -> None:
