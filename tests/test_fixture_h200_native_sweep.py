@@ -23,7 +23,7 @@ from exporter.commands.inspect import report as interval_report
 from exporter.normalise import normalise
 
 DIR = FIXTURES / "vllm-0.26.0-h200-native"
-ANALYZE = Path(__file__).resolve().parents[1] / "tools" / "gpu033" / "analyze.py"
+GPUREF = Path(__file__).resolve().parents[1] / "tools" / "gpuref"
 # KV bytes per token = 2 (K, V) x layers x KV heads x head_dim x 2 B (bf16); 64-token offload chunks.
 SHAPES = {
     "0.6b": {"model": "Qwen/Qwen3-0.6B", "bytes_per_token": 2 * 28 * 8 * 128 * 2},
@@ -105,27 +105,37 @@ def test_sweep_has_at_least_ten_bursts_per_path_per_level(name: str) -> None:
             assert sum(1 for r in rows if r["level"] == level and r["path"] == path) >= 10, (level, path)
 
 
-def _analyze() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu033_analyze", ANALYZE)
+def _clusters() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpuref_clusters", GPUREF / "clusters.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-def test_committed_sweep_analysis_is_reproducible_from_the_raw_requests() -> None:
-    mod = _analyze()
+def test_committed_sweep_analysis_is_reproduced_by_the_cluster_bootstrap() -> None:
+    """The harness of the day (5,000 replicates, its own generator) and today's cluster interval over the
+    same bursts: the same point estimate, interval ends within a tenth of the interval's width."""
+    mod = _clusters()
     committed = json.loads((DIR / "sweep_analysis.json").read_text(encoding="utf-8"))
     assert sorted(committed) == sorted(SWEEPS)
     for name in SWEEPS:
-        rows = mod.load(str(DIR / name))
-        levels = [mod.level_stats(rows, c) for c in sorted({r["level"] for r in rows})]
-        for got, want in zip(levels, committed[name]["levels"]):
-            assert got["concurrency"] == want["concurrency"]
-            assert got["delta_ttft_ms"] == pytest.approx(want["delta_ttft_ms"])
-            assert got["ci95_ms"] == pytest.approx(want["ci95_ms"])
-            assert got["verdict"] == want["verdict"]
-        assert mod.crossover(levels) == committed[name]["crossover"]
+        rows = _rows(name)
+        for want in committed[name]["levels"]:
+            c = want["concurrency"]
+            bursts = {
+                path: [
+                    [q["ttft_ms"] / 1e3 for q in r["requests"] if q.get("ok")]
+                    for r in rows
+                    if (r["level"], r["path"]) == (c, path)
+                ]
+                for path in ("offload", "control")
+            }
+            got = mod.level_row(c, bursts, None, 0)["harness"]
+            assert (got["bursts_offload"], got["bursts_control"]) == tuple(want["bursts"])
+            assert got["delta_ms"] == pytest.approx(want["delta_ttft_ms"], abs=2e-3)
+            width = want["ci95_ms"][1] - want["ci95_ms"][0]
+            assert got["ci95_ms"] == pytest.approx(want["ci95_ms"], abs=0.1 * width), (name, c)
 
 
 def test_verdicts_flip_with_model_size_not_with_concurrency() -> None:

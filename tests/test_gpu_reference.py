@@ -1,24 +1,17 @@
 """The committed H200 reference-run evidence (docs/gpu-reference/) stays consistent with the code, and the
-harness that made it (tools/gpu/) still describes that run and still runs.
+model shapes of the harness (tools/gpuref/) still match it.
 
-Replays the real vLLM 0.26.0 `/metrics` dumps of that run through `normalise` (and, for the `check`
+Replays the real vLLM 0.26.0 `/metrics` dumps of the recorded run through `normalise` (and, for the `check`
 interval, through `inspect.report`) and compares with an independent prometheus_client reading, with
 the exporter's own `/metrics` recorded at the end of the run, and with the `check --json` documents.
-The run spec must reproduce the recorded command lines, and the supervisor is rehearsed against the
-product's simulator. See docs/gpu-reference-run.md for what each file is.
+The harness itself is tested in tests/test_gpuref.py. See docs/gpu-reference-run.md.
 """
 
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import shlex
-import subprocess
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from support.prom import Sample, offload_bytes_oracle, samples
@@ -28,7 +21,7 @@ from exporter.normalise import normalise
 
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "docs" / "gpu-reference"
-GPU = ROOT / "tools" / "gpu"
+GPU = ROOT / "tools" / "gpuref"
 
 # Per shape: file names as the device run wrote them, and what that run recorded.
 SHAPES = {
@@ -183,80 +176,3 @@ def test_check_document_verdict_and_phase_deltas(shape: str) -> None:
     lo, hi = doc["delta_ttft_ci_seconds"]
     assert lo <= doc["delta_ttft_seconds"] <= hi
     assert (hi < 0) if doc["verdict"] == "offload_faster" else (lo > 0)
-
-
-# ---- the harness: tools/gpu/spec.py describes the recorded run, supervisor.py runs it ------------------
-
-
-def _spec() -> ModuleType:
-    loader = importlib.util.spec_from_file_location("gpu_spec", GPU / "spec.py")
-    assert loader and loader.loader
-    mod = importlib.util.module_from_spec(loader)
-    sys.modules["gpu_spec"] = mod  # dataclasses resolve their module by name
-    loader.loader.exec_module(mod)
-    return mod
-
-
-def _recorded(shape: str) -> dict:
-    return json.loads((REF / shape / "summary.json").read_text(encoding="utf-8"))
-
-
-@pytest.mark.parametrize("shape", SHAPES)
-def test_spec_reproduces_the_recorded_vllm_command_lines(shape: str) -> None:
-    spec = _spec()
-    run = spec.run_spec(shape)
-    recorded = _recorded(shape)["servers"]
-    prefix = "32" if shape == "32b" else ""  # the device run tagged the 32B servers 32A, 32B
-    for server in run.servers:
-        argv = spec.vllm_argv("python3", run, server)
-        want = shlex.split(recorded[prefix + server.phase]["cmd"])
-        # The model directory was the device's copy of the then bench/gpu/; only that path differs.
-        assert Path(want[4]).name == Path(argv[4]).name == SHAPES[shape]["config"]
-        assert argv[:4] + argv[5:] == want[:4] + want[5:], server.phase
-
-
-def test_spec_reproduces_the_recorded_exporter_invocations() -> None:
-    spec = _spec()
-    run = spec.run_spec("0.6b")
-    recorded = _recorded("0.6b")
-    assert spec.exporter_argv("python3", run.serve_args, run) == shlex.split(recorded["exporter"]["serve_main"])
-    check = spec.exporter_argv("python3", run.check_args, run, json="J", evidence="E", secret="S")
-    want = shlex.split(recorded["checks"]["main"]["argv"])
-    # Today's template adds --secret-file (the rehearsal must not write to the user's state directory).
-    assert check[: check.index("--json")] == want[: want.index("--json")]
-    assert check[check.index("--json") :] == ["--json", "J", "--out", "E", "--secret-file", "S"]
-
-
-def test_spec_import_has_no_side_effects(tmp_path: Path) -> None:
-    # As `python tools/gpu/X.py` would see it (its folder first on sys.path), but not run as __main__.
-    code = "import os, runpy, sys; sys.path.insert(0, os.path.dirname(sys.argv[1])); runpy.run_path(sys.argv[1])"
-    for name in ("spec.py", "supervisor.py"):
-        r = subprocess.run(
-            [sys.executable, "-c", code, str(GPU / name)], cwd=tmp_path, capture_output=True, text=True, check=False
-        )
-        assert r.returncode == 0 and not r.stdout and not r.stderr, (name, r.stdout, r.stderr)
-        assert not list(tmp_path.iterdir()), name
-
-
-def test_rehearsal_against_the_simulator(tmp_path: Path, free_port: Callable[[], int]) -> None:
-    """The whole supervised sequence with `kvoffload-exporter simulate` standing in for both vLLM servers."""
-    out = tmp_path / "run"
-    ports = [str(free_port()) for _ in range(3)]
-    argv = [sys.executable, str(GPU / "supervisor.py"), "--backend", "sim", "--out", str(out), "--rounds", "2"]
-    argv += ["--ports", *ports, "--time-scale", "0.05", "--settle", "0.1"]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
-    assert r.returncode in (0, 1, 4), r.stdout + r.stderr  # a verdict (4: inconclusive), whichever it is
-    doc = json.loads((out / "check.json").read_text(encoding="utf-8"))
-    assert doc["exit_code"] == r.returncode
-    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-    canary = {phase: {s["step"]: s for s in steps} for phase, steps in summary["canary"].items()}
-    assert all(s["ok"] for steps in canary.values() for s in steps.values())
-    hit = canary["A"]["P_evicted"]["delta"]  # the CPU-tier hit on A, a recompute on B
-    assert hit["external_prefix_hits"] == 5952 and hit["offload_load_bytes"] == 5952 * 114_688
-    assert "offload_load_bytes" not in canary["B"]["P_evicted"]["delta"]
-    text = (out / "exporter_metrics.txt").read_text(encoding="utf-8")
-    a, b = (f"127.0.0.1:{p}" for p in ports[:2])
-    assert _one(samples(text), "kvoffload_state", target=a, state="hit") == 1.0
-    assert _one(samples(text), "kvoffload_state", target=b, state="not_configured") == 1.0
-    for name in ("vllm_A_metrics.txt", "vllm_B_metrics.txt", "target_metrics_before.prom", "target_metrics_after.prom"):
-        assert (out / name).stat().st_size > 0, name
