@@ -90,12 +90,9 @@ def test_check_invocation_parses_as_the_products_check(gpuref: dict[str, ModuleT
     spec = gpuref["spec"]
     argv = spec.check_argv("python3", spec.SERVERS, spec.Sweep(), json_path="J", evidence="E", secret="S", seed=0)
     assert argv[:3] == ["python3", "-m", "exporter"]
-    help_ = subprocess.run([sys.executable, "-m", "exporter", "check", "--help"], capture_output=True, text=True)
-    if "--min-bursts" not in help_.stdout:  # DELETE once the product's check has --min-bursts
-        i = argv.index("--min-bursts")
-        del argv[i : i + 2]
     ns = build_parser().parse_args(argv[3:])
     assert ns.concurrency and ns.allow_pressure and ns.control_target == spec.SERVERS[1].url
+    assert ns.min_bursts == 10
 
 
 @pytest.mark.parametrize("shape", ["dp2", "tp2"])

@@ -8,7 +8,7 @@ run before preflight: a cycle gets a PreparedRun or nothing. Every measured requ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from exporter.canary import plan as planning
 from exporter.canary.classify import Classification, Deltas, classify
@@ -33,6 +33,10 @@ class Probe:
     fresh_salt: bool = False
     kv: dict[str, Any] | None = None
     idle: float | None = None
+
+
+class BurstTransport(Protocol):
+    async def burst(self, base_url: str, bodies: list[dict[str, Any]]) -> list[Completion]: ...
 
 
 class PreparedRun:
@@ -76,7 +80,7 @@ class PreparedRun:
         e = self.engine
         return 4 + 1 + (1 if e.state.uses_recompute() else 0) + (1 if e.control_url else 0)
 
-    def _body(self, prompt: list[int], salt: str, kv: dict[str, Any] | None, role: str) -> dict[str, Any]:
+    def body(self, prompt: list[int], salt: str, kv: dict[str, Any] | None, role: str) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.conditions.server(role).model,
             "prompt": prompt,
@@ -93,6 +97,20 @@ class PreparedRun:
             body["kv_transfer_params"] = kv
         return body
 
+    def _reserve(self, tokens: int) -> None:
+        """The one budget check of every request: raises BudgetExhausted when `tokens` do not fit now."""
+        if not self.engine.budget.can_spend(tokens):
+            raise BudgetExhausted(self.engine.budget.seconds_until(tokens))
+
+    def _account(
+        self, cycle: int, phase: str, kind: str, role: str, prompt: list[int], fresh: bool, kv: Any, comp: Completion
+    ) -> RequestRecord:
+        e = self.engine
+        e.spend(comp.tokens_spent or (len(prompt) + 1 if comp.status == 200 else 0))
+        rec = request_record(e.clock(), cycle, phase, kind, role, prompt, fresh, kv, comp)
+        e.record_request(rec)
+        return rec
+
     async def send(
         self,
         cycle: int,
@@ -105,16 +123,33 @@ class PreparedRun:
     ) -> Completion:
         """One request within the budget; recorded; a failed request fails the cycle."""
         e = self.engine
-        if not e.budget.can_spend(len(prompt) + 1):
-            raise BudgetExhausted(e.budget.seconds_until(len(prompt) + 1))
-        body = self._body(prompt, salt if salt is not None else e.prompts.fresh_salt(kind), kv, role)
+        self._reserve(len(prompt) + 1)
+        body = self.body(prompt, salt if salt is not None else e.prompts.fresh_salt(kind), kv, role)
         comp = await e.client.complete(e.url_of(role), body)
-        e.spend(comp.tokens_spent or (len(prompt) + 1 if comp.status == 200 else 0))
-        e.record_request(_request_record(e.clock(), cycle, phase, kind, role, prompt, salt is None, kv, comp))
+        self._account(cycle, phase, kind, role, prompt, salt is None, kv, comp)
         if comp.error is not None:
             detail = f"{phase} {kind} on {role}: {comp.error} {comp.detail}".strip()
             raise CycleFailed(detail, comp.retry_after, reason=comp.error)
         return comp
+
+    async def send_burst(
+        self, cycle: int, phase: str, role: str, prompts: list[list[int]], salt: str, kv: dict[str, Any] | None
+    ) -> tuple[list[Completion], list[RequestRecord]]:
+        """`len(prompts)` requests at once (the load sweep), through the same budget, body and records as
+        `send`; a failed request fails the round."""
+        e = self.engine
+        self._reserve(sum(len(p) + 1 for p in prompts))
+        client: BurstTransport = e.client  # type: ignore[assignment]
+        comps = await client.burst(e.url_of(role), [self.body(p, salt, kv, role) for p in prompts])
+        fresh = salt != e.prompts.salt
+        recs = [self._account(cycle, phase, "burst", role, p, fresh, kv, c) for p, c in zip(prompts, comps)]
+        for r in recs:
+            r.concurrency = len(prompts)
+        bad = next((c for c in comps if c.error is not None), None)
+        if bad is not None:
+            detail = f"{phase} burst on {role}: {bad.error} {bad.detail}".strip()
+            raise CycleFailed(detail, bad.retry_after, reason=bad.error or "internal")
+        return comps, recs
 
     async def flush(self, cycle: int, phase: str, role: str) -> int:
         """Settle, one tiny request (an engine step that reports finished stores), settle."""
@@ -197,7 +232,7 @@ class PreparedRun:
         return rec
 
 
-def _request_record(
+def request_record(
     t: float,
     cycle: int,
     phase: str,

@@ -91,6 +91,8 @@ class RequestRecord:
     cached_tokens: int | None
     usage: dict[str, Any] | None
     server_metrics: dict[str, Any] | None
+    concurrency: int | None = None  # load sweep: the burst's level
+    counted: bool | None = None  # load sweep: the burst entered its level's statistics
 
 
 @dataclass

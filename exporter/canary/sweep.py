@@ -14,21 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
 from exporter.canary.classify import Deltas
 from exporter.canary.errors import BudgetExhausted, CycleFailed
 from exporter.canary.plan import Sizing
-from exporter.canary.prepared import PreparedRun, _request_record
+from exporter.canary.prepared import PreparedRun
 from exporter.canary.protocol import Completion
-from exporter.canary.records import CONTROL, TARGET
+from exporter.canary.records import CONTROL, TARGET, RequestRecord
 from exporter.canary.sweepreport import Level
 
 FIRST_CYCLE = 100_000  # sweep request records' `cycle`: apart from the ordinary rounds'
-
-
-class BurstTransport(Protocol):
-    async def burst(self, base_url: str, bodies: list[dict[str, Any]]) -> list[Completion]: ...
 
 
 @dataclass(frozen=True)
@@ -58,23 +54,12 @@ def control_of(run: PreparedRun) -> str:
 
 async def _burst(
     run: PreparedRun, cycle: int, phase: str, role: str, prompts: list[list[int]], salt: str, kv: dict[str, Any] | None
-) -> tuple[list[Completion], Deltas]:
-    e = run.engine
-    cost = sum(len(p) + 1 for p in prompts)
-    if not e.budget.can_spend(cost):
-        raise BudgetExhausted(e.budget.seconds_until(cost))
-    client: BurstTransport = e.client  # type: ignore[assignment]
-    before = await e.scrapes.before(role)
-    comps = await client.burst(e.url_of(role), [run._body(p, salt, kv, role) for p in prompts])
-    for p, comp in zip(prompts, comps):
-        e.spend(comp.tokens_spent or (len(p) + 1 if comp.status == 200 else 0))
-        e.record_request(_request_record(e.clock(), cycle, phase, "burst", role, p, salt != e.prompts.salt, kv, comp))
-    bad = next((c for c in comps if c.error is not None), None)
-    if bad is not None:
-        raise CycleFailed(f"{phase} burst on {role}: {bad.error} {bad.detail}".strip(), bad.retry_after)
+) -> tuple[list[Completion], Deltas, list[RequestRecord]]:
+    before = await run.engine.scrapes.before(role)
+    comps, recs = await run.send_burst(cycle, phase, role, prompts, salt, kv)
     await run.flush(cycle, phase, role)
-    after = await e.scrapes.scrape(role)
-    return comps, Deltas.between(before, after, run.conditions.server(role).model)
+    after = await run.engine.scrapes.scrape(role)
+    return comps, Deltas.between(before, after, run.conditions.server(role).model), recs
 
 
 def _full(comps: Sequence[Completion], need: int) -> bool | None:
@@ -122,9 +107,12 @@ async def _round(run: PreparedRun, lv: Level, cycle: int) -> None:
 
     async def offload() -> None:
         prompts = [a + e.prompts.tail(sz) for _ in range(lv.concurrency)]
-        comps, d = await _burst(run, cycle, "sweep_offload", TARGET, prompts, e.prompts.salt, None)
+        comps, d, recs = await _burst(run, cycle, "sweep_offload", TARGET, prompts, e.prompts.salt, None)
         burst = [c.ttft_token for c in comps if c.ttft_token is not None]
-        if _judge_offload(run, sz, comps, d, lv) and burst:
+        counted = _judge_offload(run, sz, comps, d, lv) and bool(burst)
+        for r in recs:
+            r.counted = counted
+        if counted:
             lv.offload_bursts.append(burst)
             lv.offload_cycles.append(cycle)
         else:
@@ -136,9 +124,12 @@ async def _round(run: PreparedRun, lv: Level, cycle: int) -> None:
         role = CONTROL if lv.control == "control_target" else TARGET
         salt = e.prompts.fresh_salt("sweep") if lv.control == "cold" else e.prompts.salt
         kv = {"max_load_tokens": 0} if lv.control == "recompute" else None
-        comps, d = await _burst(run, cycle, "sweep_control", role, prompts, salt, kv)
+        comps, d, recs = await _burst(run, cycle, "sweep_control", role, prompts, salt, kv)
         burst = [c.ttft_token for c in comps if c.ttft_token is not None]
-        if _judge_control(comps, d, lv) and burst:
+        counted = _judge_control(comps, d, lv) and bool(burst)
+        for r in recs:
+            r.counted = counted
+        if counted:
             lv.control_bursts.append(burst)
             lv.control_cycles.append(cycle)
         else:

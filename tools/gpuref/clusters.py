@@ -15,9 +15,11 @@ import gzip
 import json
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from exporter.canary.stats import cluster_delta
 
 Bursts = list[list[float]]  # TTFT seconds, one list per burst
 PATHS = {"sweep_offload": "offload", "sweep_control": "control"}
@@ -71,45 +73,6 @@ def round_bursts(phases: Iterable[Mapping[str, Any]], control_path: str) -> dict
     return out
 
 
-# --- DELETE from here once exporter.canary.stats.cluster_delta exists in the product --------------------
-def _shim_cluster_delta(
-    offload: Sequence[Sequence[float]],
-    control: Sequence[Sequence[float]],
-    *,
-    confidence: float = 0.95,
-    n_boot: int = 2000,
-    seed: int | None = None,
-) -> Any:
-    """Stand-in with the product's signature: median of pooled drawn requests, percentile interval."""
-    import random
-    import statistics
-    from types import SimpleNamespace
-
-    def med(bursts: Sequence[Sequence[float]]) -> float:
-        return statistics.median([x for b in bursts for x in b])
-
-    a, b = [list(x) for x in offload if x], [list(x) for x in control if x]
-    delta = med(a) - med(b) if a and b else None
-    low = high = None
-    if len(a) >= 3 and len(b) >= 3:
-        rng = random.Random(seed)
-        draws = sorted(med(rng.choices(a, k=len(a))) - med(rng.choices(b, k=len(b))) for _ in range(n_boot))
-        tail = (1 - confidence) / 2
-        low, high = draws[int(tail * (n_boot - 1))], draws[int((1 - tail) * (n_boot - 1))]
-    return SimpleNamespace(delta=delta, low=low, high=high, bursts_offload=len(a), bursts_control=len(b))
-
-
-# --- DELETE to here -------------------------------------------------------------------------------------
-
-
-def _cluster_delta() -> Callable[..., Any]:
-    try:
-        from exporter.canary.stats import cluster_delta  # type: ignore[attr-defined]
-    except ImportError:  # DELETE with the shim above
-        return _shim_cluster_delta
-    return cluster_delta  # type: ignore[no-any-return]
-
-
 def _ms(x: float | None) -> float | None:
     return None if x is None else round(x * 1e3, 3)
 
@@ -124,7 +87,7 @@ def _product_interval(entry: Mapping[str, Any]) -> tuple[float | None, float | N
 
 
 def level_row(level: int, bursts: Mapping[str, Bursts], product: Mapping[str, Any] | None, seed: int) -> dict[str, Any]:
-    est = _cluster_delta()(bursts["offload"], bursts["control"], seed=seed)
+    est = cluster_delta(bursts["offload"], bursts["control"], seed=seed)
     row: dict[str, Any] = {
         "concurrency": level,
         "harness": {

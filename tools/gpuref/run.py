@@ -112,12 +112,6 @@ def env_with(extra: dict[str, str], *paths: str) -> dict[str, str]:
     return {**os.environ, **extra, "PYTHONPATH": pp, "PYTHONUNBUFFERED": "1"}
 
 
-def product_lacks(python: str, flag: str, env: dict[str, str]) -> bool:
-    """DELETE once `check --min-bursts` is in the product: a rehearsal against an older tree drops the flag."""
-    r = subprocess.run([python, "-m", "exporter", "check", "--help"], capture_output=True, text=True, env=env)
-    return r.returncode == 0 and flag not in r.stdout
-
-
 def capture_proc(pgid: int, dest: Path, proc: Path = Path("/proc")) -> None:
     """The independent memory reading beside the exporter's: /proc/meminfo and, for every process of the
     server's group (API server, engine cores, workers), its status and smaps_rollup, saved as text."""
@@ -196,10 +190,6 @@ def execute(a: argparse.Namespace, out: Path, work: Path, log: Log) -> int:
             secret=str(work / "canary.secret"),
             seed=a.seed,
         )
-        if product_lacks(a.python, "--min-bursts", product_env):  # DELETE with product_lacks
-            i = argv.index("--min-bursts")
-            del argv[i : i + 2]
-            log("this product has no check --min-bursts: the sweep runs with its own minimum")
         budget = a.deadline - log.elapsed() - STOP_RESERVE_S
         summary["check"] = {"argv": argv, "timeout_s": round(budget, 1)}
         log(f"check (at most {budget:.0f} s): {' '.join(argv)}")
