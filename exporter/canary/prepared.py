@@ -147,6 +147,8 @@ class PreparedRun:
             r.concurrency = len(prompts)
         bad = next((c for c in comps if c.error is not None), None)
         if bad is not None:
+            for r in recs:
+                r.counted = False  # a burst with a failed request is never one of its level's bursts
             detail = f"{phase} burst on {role}: {bad.error} {bad.detail}".strip()
             raise CycleFailed(detail, bad.retry_after, reason=bad.error or "internal")
         return comps, recs

@@ -1,10 +1,10 @@
 """Requests that stalled in the server's queue: reported beside the statistics, never silently averaged; pure.
 
 vLLM's per-request metrics (`--enable-per-request-metrics`, 0.25+) give each response's `queue_time_ms`.
-An offload hit waits in the queue while its KV loads, so peers are the requests of the same phase (the
-same path, the same kind of wait). A request whose queue time is far above its peers' - above the peers'
-median + max(50 ms, 5 robust standard deviations) and above 3 × that median - stalled: client TTFT then
-measures the queue, not the tier, and the report names it.
+An offload hit waits in the queue while its KV loads, and a burst of c requests queues behind itself, so
+peers are the requests of the same phase and concurrency (the same kind of wait). A request whose queue
+time is above its peers' median + max(50 ms, 5 robust standard deviations) and above 3 x that median
+stalled: its client TTFT measures the queue, not the tier, and the report names it.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ def _queue_seconds(m: Mapping[str, Any] | None) -> float | None:
 
 def stalled(requests: Iterable[RequestRecord]) -> list[dict[str, Any]]:
     """The stalled probe requests: cycle, phase, queue seconds and the peers' median."""
-    by_phase: dict[str, list[tuple[RequestRecord, float]]] = {}
+    by_phase: dict[tuple[str, int], list[tuple[RequestRecord, float]]] = {}
     for r in requests:
         q = _queue_seconds(r.server_metrics)
         if q is not None and r.kind in ("probe", "burst"):
-            by_phase.setdefault(r.phase, []).append((r, q))
+            by_phase.setdefault((r.phase, r.concurrency or 1), []).append((r, q))
     out = []
-    for phase, rows in by_phase.items():
+    for (phase, c), rows in by_phase.items():
         if len(rows) < MIN_PEERS:
             continue
         qs = [q for _, q in rows]
@@ -48,6 +48,7 @@ def stalled(requests: Iterable[RequestRecord]) -> list[dict[str, Any]]:
                     {
                         "cycle": r.cycle,
                         "phase": phase,
+                        "concurrency": c,
                         "queue_seconds": round(q, 6),
                         "peers_median_queue_seconds": round(m, 6),
                         "ttft_seconds": r.ttft_seconds,

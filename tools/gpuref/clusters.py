@@ -55,6 +55,8 @@ def sweep_bursts(requests: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, B
     out: dict[int, dict[str, Bursts]] = defaultdict(lambda: {"offload": [], "control": []})
     for (_, phase), rows in sorted(groups.items()):
         level = int(rows[0].get("concurrency") or len(rows))
+        if any(r.get("error") is not None for r in rows):
+            continue  # a burst with a failed request fails its round: it is no burst of the level
         ttfts = [float(r["ttft_seconds"]) for r in rows if _ok(r)]
         if ttfts:
             out[level][PATHS[phase]].append(ttfts)
