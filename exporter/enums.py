@@ -96,6 +96,7 @@ class State(StrEnum):
 
     NOT_CONFIGURED = "not_configured"
     IDLE = "idle"
+    NOT_STORING = "not_storing"
     STORING = "storing"
     STORE_WITHOUT_LOAD = "store_without_load"
     HIT = "hit"
@@ -153,11 +154,14 @@ class Recommendation(StrEnum):
 
 
 class StateReason(StrEnum):
-    """Why an engine is in `store_without_load`, or why a `hit` is degraded (exporter/reasons.py: one rule
-    each, checked in this order; docs/metrics.md and alerts/runbook.md explain how to read each)."""
+    """Why an engine is in `store_without_load` or `not_storing`, or why a `hit` is degraded
+    (exporter/reasons.py: one rule each per state, checked in this order; docs/metrics.md and
+    alerts/runbook.md explain how to read each)."""
 
     METRIC_MISSING = "metric_missing"
     WARMING_UP = "warming_up"
+    TIER_SMALLER_THAN_PREFIX = "tier_smaller_than_prefix"
+    STORES_SKIPPED = "stores_skipped"
     STORES_DROPPED = "stores_dropped"
     TIER_SMALLER_THAN_GPU_POOL = "tier_smaller_than_gpu_pool"
     PREFIX_SHORTER_THAN_BLOCK = "prefix_shorter_than_block"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-from exporter.collector import Collector, shared_fragment, target_tier_bytes
+from exporter.collector import Collector, shared_fragment
 from exporter.config import Config, TargetConfig
 from exporter.enums import CollectorName
 from exporter.model import GpuMemory, HostMemory
@@ -183,7 +183,7 @@ class Exporter:
 
     def _read_host(self) -> HostMemory:
         pids = [(t.cfg.label, host_source.pids_for(t.cfg.pid, t.cfg.pidfile, t.cfg.local_port)) for t in self.targets]
-        tiers = {t.cfg.label: b for t in self.targets if (b := target_tier_bytes(t.view)) is not None}
+        tiers = {t.cfg.label: b for t in self.targets if (b := t.view.total_tier_bytes) is not None}
         return host_source.read_host(
             self.config.proc_root, self.config.cgroup_root, pids, self.config.cgroup, tiers, self._smaps
         )
