@@ -44,7 +44,7 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     _evidence(x, lb, e)
     if d is None:
         return
-    _convoy(x, t.convoy.get(e.key), {**lb, "window": window})
+    _convoy(x, e, t.convoy.get(e.key), {**lb, "window": window})
     x.add_states("kvoffload_state", lb, STATES, d.state)
     wl = {**lb, "window": window}
     x.add_states("kvoffload_state_reason", wl, STATE_REASONS, found.reason)
@@ -59,19 +59,21 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     if pb is not None:
         x.add("kvoffload_offload_payback_seconds_per_gib_hour", pb.seconds_per_gib_hour, wl)
         x.add_states("kvoffload_offload_recommendation", wl, RECOMMENDATIONS, pb.action)
-    if d.ttft_quantiles:  # a summary: quantiles over the window and the samples they come from
-        x.add_summary("kvoffload_ttft_seconds", wl, d.ttft_quantiles, d.ttft_count)
+    if d.ttft_quantiles and e.ttft is not None:  # quantiles over the window; _count/_sum: vLLM's, cumulative
+        x.add_summary("kvoffload_ttft_seconds", wl, d.ttft_quantiles, e.ttft.count, e.ttft.sum)
 
 
-def _convoy(x: Exposition, c: ConvoyView | None, wl: Mapping[str, str]) -> None:
+def _convoy(x: Exposition, e: EngineSignals, c: ConvoyView | None, wl: Mapping[str, str]) -> None:
+    """Summaries like kvoffload_ttft_seconds: window quantiles, vLLM's own cumulative _count and _sum."""
     if c is None:
         return
-    if c.lookup_delay_p99 is not None:  # summaries, like kvoffload_ttft_seconds
+    delay, queue = e.lookup_async_delay, e.queue_time
+    if c.lookup_delay_p99 is not None and delay is not None:
         x.add_summary(
-            "kvoffload_offload_lookup_async_delay_seconds", wl, {0.99: c.lookup_delay_p99}, c.lookup_delay_count
+            "kvoffload_offload_lookup_async_delay_seconds", wl, {0.99: c.lookup_delay_p99}, delay.count, delay.sum
         )
-    if c.queue_time:
-        x.add_summary("kvoffload_request_queue_time_seconds", wl, c.queue_time, c.queue_time_count)
+    if c.queue_time and queue is not None:
+        x.add_summary("kvoffload_request_queue_time_seconds", wl, c.queue_time, queue.count, queue.sum)
 
 
 def _evidence_labels(lb: Mapping[str, str], k: EvidenceKey) -> dict[str, str]:

@@ -151,3 +151,19 @@ def test_serve_canary_facts_reach_the_exported_reason() -> None:
     assert hot() == ["lookup_always_misses"]
     exp.report_facts("a", canary)
     assert hot() == ["evicted_before_reuse"]
+
+
+def test_tiering_backpressure_drops_are_stores_dropped() -> None:
+    """A tiering tier that drops stores under backpressure (its own counter, not allocation failures)."""
+    base = FIXTURES / "reconstructed" / "tiering-0.33"
+    series = (
+        'vllm:kv_offload_tiering_backpressure_stores_dropped_total{engine="0",model_name="Qwen/Qwen3-0.6B",tier="1:fs"}'
+    )
+    before = normalise((base / "after-cold.prom").read_text())
+    text = (base / "after-store-without-load.prom").read_text()
+    for name, after_text in (("unchanged", text), ("dropping", text.replace(f"{series} 16.0", f"{series} 48.0"))):
+        after = normalise(after_text)
+        [(key, d)] = interval(before, after).items()
+        assert d.state == State.STORE_WITHOUT_LOAD
+        got = explain(d, after.engine(key), after.families)  # type: ignore[arg-type]
+        assert (got == StateReason.STORES_DROPPED) == (name == "dropping"), (name, got)
