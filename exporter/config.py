@@ -7,12 +7,11 @@ import ipaddress
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from exporter.canary.config import CanarySettings
-from exporter.canary.config import from_mapping as canary_from_mapping
 from exporter.credentials import Auth, BasicAuth, BearerToken, target_auth
 from exporter.limits import Limits, limits_from_mapping
 from exporter.redact import redact_url
@@ -122,6 +121,32 @@ def _url(v: object, text: bool) -> object:
 
 
 @dataclass(frozen=True)
+class Section:
+    """A plugin's own mapping of the config file (the canary's `canary:`), registered by the plugin with
+    `register_section` so that the core parses and checks it without importing the plugin. `parse(raw,
+    base)` validates the mapping on top of `base` and `check(settings, config)` the cross-field rules;
+    both raise ConfigError. `section: true/false` is shorthand for `{enabled: ...}`."""
+
+    key: str
+    default: Callable[[], object]
+    parse: Callable[[Any, Any], object]
+    check: Callable[[Any, Config], None]
+
+
+SECTIONS: dict[str, Section] = {}
+"""Registered plugin sections by key (exporter.plugins documents the seam)."""
+
+
+def register_section(section: Section) -> None:
+    """Make `section.key` a key of the config file; `Config.<key>` is then its parsed settings."""
+    SECTIONS[section.key] = section
+
+
+def _default_sections() -> tuple[tuple[str, object], ...]:
+    return tuple((key, s.default()) for key, s in SECTIONS.items())
+
+
+@dataclass(frozen=True)
 class TargetConfig:
     url: str = setting("", _url, "base URL of the vLLM OpenAI server, e.g. http://127.0.0.1:8000", env=False)
     name: str = setting("", string(), "`target` label (default: host:port)", env=False)
@@ -198,7 +223,7 @@ class Config:
     gpu_enabled: bool = setting(
         True, boolean, "the NVML GPU collector", key="gpu.enabled", flag="--no-gpu", action="false"
     )
-    canary: CanarySettings = field(default_factory=CanarySettings)
+    sections: tuple[tuple[str, object], ...] = field(default_factory=_default_sections)  # plugins' settings
     limits: Limits = field(default_factory=Limits)  # per-target caps (exporter.limits); targets may override
     max_concurrent_polls: int = setting(64, integer(1), "polls in flight at once; the rest wait for a slot")
     probe_allow: tuple[str, ...] = setting(
@@ -210,6 +235,19 @@ class Config:
     probe_idle_ttl: float = setting(
         600.0, duration(), "a probed target's history is dropped after this long unprobed", key="probe.idle_ttl"
     )
+
+    def __getattr__(self, name: str) -> Any:
+        """A registered plugin section's settings (`cfg.canary`); its defaults when the file had none."""
+        for key, value in self.__dict__.get("sections", ()):
+            if key == name:
+                return value
+        if name in SECTIONS:
+            return SECTIONS[name].default()
+        raise AttributeError(name)
+
+    def with_section(self, key: str, value: object) -> Config:
+        """This config with plugin section `key` replaced by `value`."""
+        return replace(self, sections=(*((k, v) for k, v in self.sections if k != key), (key, value)))
 
     @property
     def window_label(self) -> str:
@@ -304,22 +342,23 @@ def from_mapping(raw: object, base: Config | None = None, validate: bool = True)
     if not isinstance(raw, Mapping):
         raise ConfigError(["top level must be a mapping"])
     errors: list[str] = []
-    changes = parse_section(Config, raw, Where(), errors, extra=("targets", "canary", "limits"))
+    changes = parse_section(Config, raw, Where(), errors, extra=("targets", "limits", *SECTIONS))
     limits = limits_from_mapping(raw.get("limits"), cfg.limits, "limits", errors)
     changes["limits"] = limits
     if "targets" in raw:
         changes["targets"] = parse_targets(raw["targets"], errors, limits=limits)
-    if "canary" in raw:
-        canary = raw["canary"]
-        if isinstance(canary, bool):  # shorthand: `canary: true`
-            canary = {"enabled": canary}
+    sections = dict(cfg.sections)
+    for key, section in SECTIONS.items():
+        if key not in raw:
+            continue
+        value = {"enabled": raw[key]} if isinstance(raw[key], bool) else raw[key]  # shorthand: `canary: true`
         try:
-            changes["canary"] = canary_from_mapping(canary, cfg.canary, validate=False)
+            sections[key] = section.parse(value, getattr(cfg, key))
         except ConfigError as e:
             errors += e.errors
     if errors:
         raise ConfigError(errors)
-    cfg = apply(cfg, changes)
+    cfg = replace(apply(cfg, changes), sections=tuple(sections.items()))
     if validate:
         check(cfg)
     return cfg
@@ -339,14 +378,11 @@ def check(cfg: Config) -> None:
         errors.append(f"window: must not cover more than {MAX_POLLS_PER_WINDOW} poll intervals")
     if cfg.telemetry_path in ("/", "/healthz", "/probe", "/-/healthy", "/-/ready"):
         errors.append(f"telemetry_path: {cfg.telemetry_path} is taken by the exporter itself")
-    from exporter.canary.config import check as canary_check
-
-    try:
-        canary_check(cfg.canary)
-    except ConfigError as e:
-        errors += e.errors
-    if cfg.canary.enabled and cfg.canary.control_target and len(cfg.targets) > 1:
-        errors.append("canary.control_target: needs exactly one target")
+    for key, section in SECTIONS.items():
+        try:
+            section.check(getattr(cfg, key), cfg)
+        except ConfigError as e:
+            errors += e.errors
     if errors:
         raise ConfigError(errors)
 
@@ -379,6 +415,7 @@ __all__ = [
     "BearerToken",
     "Config",
     "ConfigError",
+    "Section",
     "TargetConfig",
     "check",
     "format_duration",
@@ -387,5 +424,6 @@ __all__ = [
     "parse_duration",
     "positive_duration",
     "redact_url",
+    "register_section",
     "split_listen",
 ]

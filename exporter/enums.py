@@ -1,8 +1,10 @@
 """Closed sets of the exporter core as StrEnums: a typo is a type error, not a silent 0.0 or a new label.
 
 StrEnum members are `str`, so they compare, hash, format and serialise as their values: a mapping keyed
-by `Signal` answers a lookup with the plain string, and `f"{state}"` writes `hit`. Canary sets live in
-`exporter.canary.types`. Pure: imports nothing from the project.
+by `Signal` answers a lookup with the plain string, and `f"{state}"` writes `hit`. The canary's sets that
+are label values of the catalogue (paths, results, reasons, verdicts, tiers, load bands) are here too, so
+the catalogue needs nothing of the canary; `exporter.canary.types` re-exports them. Pure: imports nothing
+from the project.
 """
 
 from __future__ import annotations
@@ -169,3 +171,62 @@ class StateReason(StrEnum):
     EVICTED_BEFORE_REUSE = "evicted_before_reuse"
     NO_REUSE_IN_WORKLOAD = "no_reuse_in_workload"
     LOOKUP_ALWAYS_MISSES = "lookup_always_misses"
+
+
+# --- the canary's label values (exporter.canary.types re-exports them) ---
+
+
+class CanaryPath(StrEnum):
+    """What a timed canary request measured (label `path`)."""
+
+    COLD = "cold"
+    GPU_HIT = "gpu_hit"
+    OFFLOAD_HIT = "offload_hit"
+    RECOMPUTE = "recompute"
+    CONTROL_TARGET = "control_target"
+
+
+class ProbeResult(StrEnum):
+    """Classification of a revisit probe (label `result`); `error` when the probe failed."""
+
+    OFFLOAD_HIT = "offload_hit"
+    GPU_HIT = "gpu_hit"
+    PARTIAL = "partial"
+    MISS = "miss"
+    ERROR = "error"
+
+
+class CycleReason(StrEnum):
+    """Why a canary cycle ended as it did (label `reason`; see docs/canary.md)."""
+
+    OK = "ok"
+    NO_STORE = "no_store"
+    NOT_DISPLACED = "not_displaced"
+    NO_LOAD = "no_load"
+    EVICTED_FROM_TIER = "evicted_from_tier"
+    LOADED_BUT_SLOWER = "loaded_but_slower"
+    ERROR = "error"
+
+
+class VerdictKind(StrEnum):
+    """The canary's verdict (label `verdict` of the kvoffload_canary_verdict state set)."""
+
+    OFFLOAD_FASTER = "offload_faster"
+    OFFLOAD_SLOWER = "offload_slower"
+    NO_OFFLOAD_HIT = "no_offload_hit"
+    INCONCLUSIVE = "inconclusive"
+
+
+class Tier(StrEnum):
+    """Cache tier a residency time is measured for (label `tier`)."""
+
+    GPU = "gpu"
+    OFFLOAD = "offload"
+
+
+class LoadBand(StrEnum):
+    """The target's load around a canary cycle (label `load_band`; thresholds: records.load_band)."""
+
+    IDLE = "idle"
+    LOW = "low"
+    HIGH = "high"

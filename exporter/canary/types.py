@@ -1,57 +1,12 @@
-"""Closed sets of the canary as StrEnums (neutral module: the engine, stats, report and the catalogue
-share them without importing each other). Members are `str`, so they serialise as their values."""
+"""Closed sets of the canary as StrEnums (neutral module: the engine, stats and report share them without
+importing each other). Those that are label values of the metric catalogue are defined with the core's
+sets in `exporter.enums` (the catalogue never imports the canary) and re-exported here."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-
-class CanaryPath(StrEnum):
-    """What a timed canary request measured (label `path`)."""
-
-    COLD = "cold"
-    GPU_HIT = "gpu_hit"
-    OFFLOAD_HIT = "offload_hit"
-    RECOMPUTE = "recompute"
-    CONTROL_TARGET = "control_target"
-
-
-class ProbeResult(StrEnum):
-    """Classification of a revisit probe (label `result`); `error` when the probe failed."""
-
-    OFFLOAD_HIT = "offload_hit"
-    GPU_HIT = "gpu_hit"
-    PARTIAL = "partial"
-    MISS = "miss"
-    ERROR = "error"
-
-
-class CycleReason(StrEnum):
-    """Why a canary cycle ended as it did (label `reason`; see docs/canary.md)."""
-
-    OK = "ok"
-    NO_STORE = "no_store"
-    NOT_DISPLACED = "not_displaced"
-    NO_LOAD = "no_load"
-    EVICTED_FROM_TIER = "evicted_from_tier"
-    LOADED_BUT_SLOWER = "loaded_but_slower"
-    ERROR = "error"
-
-
-class VerdictKind(StrEnum):
-    """The canary's verdict (label `verdict` of the kvoffload_canary_verdict state set)."""
-
-    OFFLOAD_FASTER = "offload_faster"
-    OFFLOAD_SLOWER = "offload_slower"
-    NO_OFFLOAD_HIT = "no_offload_hit"
-    INCONCLUSIVE = "inconclusive"
-
-
-class Tier(StrEnum):
-    """Cache tier a residency time is measured for (label `tier`)."""
-
-    GPU = "gpu"
-    OFFLOAD = "offload"
+from exporter.enums import CanaryPath, CycleReason, LoadBand, ProbeResult, Tier, VerdictKind
 
 
 class Strategy(StrEnum):
@@ -61,9 +16,4 @@ class Strategy(StrEnum):
     WAIT = "wait"
 
 
-class LoadBand(StrEnum):
-    """The target's load around a canary cycle (label `load_band`; thresholds: records.load_band)."""
-
-    IDLE = "idle"
-    LOW = "low"
-    HIGH = "high"
+__all__ = ["CanaryPath", "CycleReason", "LoadBand", "ProbeResult", "Strategy", "Tier", "VerdictKind"]

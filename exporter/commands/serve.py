@@ -89,7 +89,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
     canary = apply_flags(args, cfg.canary, errors, env)
     if errors:
         raise ConfigError(errors)
-    cfg = apply(cfg, {**changes, "canary": canary})
+    cfg = apply(cfg, changes).with_section("canary", canary)
     check(cfg)
     return cfg
 
@@ -136,9 +136,9 @@ def reload(args: argparse.Namespace, exporter: Exporter, status: ReloadStatus) -
         exporter.render()
         return
     old = exporter.config
-    if new.listen != old.listen or new.telemetry_path != old.telemetry_path or new.canary != old.canary:
+    if new.listen != old.listen or new.telemetry_path != old.telemetry_path or new.sections != old.sections:
         log.warning("configuration reload: listen, telemetry path and canary settings change only on restart")
-        new = replace(new, listen=old.listen, telemetry_path=old.telemetry_path, canary=old.canary)
+        new = replace(new, listen=old.listen, telemetry_path=old.telemetry_path, sections=old.sections)
     if old.canary.enabled and new.targets != old.targets:
         log.warning("configuration reload: the canary keeps probing the targets it started with until restart")
     exporter.reload(new)
