@@ -1,5 +1,7 @@
-"""Architecture guard: pure modules import no I/O libraries, directly or through the project, and each
-package keeps its I/O in the modules named for it (canary: client; simulator: server, sender)."""
+"""Architecture guard: pure modules import no I/O libraries, directly or through the project; each
+package keeps its I/O in the modules named for it (canary: client; simulator: server, sender); the import
+graph of `exporter` has no loops and no import from a lower layer (LAYERS) to a higher one, counting every
+import statement wherever it stands (inside functions and `if TYPE_CHECKING:` too)."""
 
 from __future__ import annotations
 
@@ -92,3 +94,179 @@ def test_only_the_named_modules_import_aiohttp(package: str, allowed: set[str]) 
     # Each named module is seen importing aiohttp: a scan that found no imports at all would pass the
     # line above vacuously.
     assert users == allowed, allowed - users
+
+
+# --- the import graph: no loops, no import from a lower layer to a higher one ---------------------------
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # foundation: closed sets, declarations, parsers with no project state
+    (
+        "exporter",
+        "exporter.enums",
+        "exporter.schema",
+        "exporter.exposition",
+        "exporter.webconfig",
+        "exporter.credentials",
+        "exporter.redact",
+        "exporter.limits",
+        "exporter.logs",
+        "exporter.backends",
+    ),
+    ("exporter.config", "exporter.model", "exporter.catalogue"),  # settings, snapshots, the metric catalogue
+    # pure derivation and rendering: snapshot -> derived values -> findings -> exposition text
+    (
+        "exporter.capacity",
+        "exporter.samples",
+        "exporter.normalise",
+        "exporter.derive",
+        "exporter.procmem",
+        "exporter.render",
+        "exporter.convoy",
+        "exporter.selfmon",
+        "exporter.reasons",
+        "exporter.payback",
+        "exporter.findings",
+        "exporter.collector",
+    ),
+    # the running exporter (I/O) and the monitoring bundle
+    (
+        "exporter.sources",
+        "exporter.targetpoller",
+        "exporter.plugins",
+        "exporter.poller",
+        "exporter.probe",
+        "exporter.app",
+        "exporter.bundle",
+    ),
+    ("exporter.canary",),  # the plugin: registers what it needs through exporter.plugins
+    ("exporter.sim",),  # the simulator (its client reuses the canary's SSE parser)
+    ("exporter.commands", "exporter.configdoc", "exporter.cli", "exporter.__main__"),  # entry points
+)
+"""Bottom to top; a module may import its own layer and those below. A module belongs to the longest
+prefix listed (`exporter.canary.config` to `exporter.canary`)."""
+
+KNOWN_LOOPS = [
+    {
+        "exporter.canary.cycle",
+        "exporter.canary.engine",
+        "exporter.canary.preflight",
+        "exporter.canary.prepared",
+        "exporter.canary.pressure",
+        "exporter.canary.schedule",
+        "exporter.canary.steps",
+        "exporter.canary.wait",
+    },
+]
+
+KNOWN_CLIMBS = [("exporter.canary.checkreport", "exporter.commands.inspect")]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in sorted((ROOT / "exporter").rglob("*.py")):
+        parts = p.relative_to(ROOT).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _edges(module: str) -> set[str]:
+    """Project modules `module` imports anywhere in its body (function-local and TYPE_CHECKING too)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in MODULES}
+        elif isinstance(node, ast.ImportFrom) and node.module in MODULES:
+            subs = {f"{node.module}.{a.name}" for a in node.names} & MODULES.keys()
+            out |= subs or {node.module}
+            if len(subs) < len(node.names):  # names defined by the module itself
+                out.add(node.module)
+    out.discard(module)
+    return out
+
+
+GRAPH = {m: _edges(m) for m in MODULES}
+
+
+def _layer(module: str) -> int:
+    best = max((p for layer in LAYERS for p in layer if module == p or module.startswith(p + ".")), key=len)
+    return next(i for i, layer in enumerate(LAYERS) if best in layer)
+
+
+def _loops(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[set[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                elif nxt in on:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = set()
+                while True:
+                    m = stack.pop()
+                    on.discard(m)
+                    comp.add(m)
+                    if m == node:
+                        break
+                if len(comp) > 1:
+                    out.append(comp)
+    return out
+
+
+def test_every_module_has_a_layer() -> None:
+    missing = [m for m in MODULES if not any(m == p or m.startswith(p + ".") for layer in LAYERS for p in layer)]
+    assert not missing, f"add these to a layer in LAYERS (and to docs/design.md): {missing}"
+
+
+def test_no_import_loops() -> None:
+    loops = [sorted(c) for c in _loops(GRAPH) if c not in KNOWN_LOOPS]
+    assert not loops, f"import loops: {loops}"
+
+
+def _climbs(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((m, i) for m, imports in graph.items() for i in imports if _layer(i) > _layer(m))
+
+
+def test_no_import_climbs_to_a_higher_layer() -> None:
+    up = [c for c in _climbs(GRAPH) if c not in KNOWN_CLIMBS]
+    assert not up, f"imports from a lower layer to a higher one: {up}"
+
+
+def test_the_core_never_imports_the_canary() -> None:
+    core = [m for m in MODULES if _layer(m) < _layer("exporter.canary")]
+    found = sorted((m, i) for m in core for i in GRAPH[m] if i.startswith("exporter.canary"))
+    assert core and not found, found
+
+
+def test_the_loop_and_climb_checks_can_fail() -> None:
+    """An import back (payback -> collector) is a loop; config -> canary.config climbs a layer; an import
+    inside a function is an edge like any other (poller imports sources.gpu only where it starts NVML)."""
+    graph = {**GRAPH, "exporter.payback": GRAPH["exporter.payback"] | {"exporter.collector"}}
+    assert any({"exporter.payback", "exporter.collector"} <= loop for loop in _loops(graph))
+    graph = {**GRAPH, "exporter.config": GRAPH["exporter.config"] | {"exporter.canary.config"}}
+    assert ("exporter.config", "exporter.canary.config") in _climbs(graph)
+    assert "exporter.sources.gpu" in GRAPH["exporter.poller"]
