@@ -124,6 +124,11 @@ class ReloadStatus:
         x.add("kvoffload_exporter_config_last_reload_success_timestamp_seconds", self.last_success, {})
 
 
+RESTART_ONLY = ("listen", "telemetry_path", "sections", "host_enabled", "gpu_enabled")
+"""Config fields a running exporter cannot change (its socket, its routes, its plugins, its collectors)."""
+_RESTART_NAMES = {"sections": "plugin (canary) settings", "host_enabled": "host.enabled", "gpu_enabled": "gpu.enabled"}
+
+
 def reload(args: argparse.Namespace, exporter: Exporter, status: ReloadStatus) -> None:
     """SIGHUP: re-read the file (flags still on top); an invalid one keeps the running config."""
     try:
@@ -136,9 +141,11 @@ def reload(args: argparse.Namespace, exporter: Exporter, status: ReloadStatus) -
         exporter.render()
         return
     old = exporter.config
-    if new.listen != old.listen or new.telemetry_path != old.telemetry_path or new.sections != old.sections:
-        log.warning("configuration reload: listen, telemetry path and canary settings change only on restart")
-        new = replace(new, listen=old.listen, telemetry_path=old.telemetry_path, sections=old.sections)
+    fixed = {k: getattr(old, k) for k in RESTART_ONLY if getattr(new, k) != getattr(old, k)}
+    if fixed:  # refused in one line; everything else applies to every target (Exporter.reload)
+        names = ", ".join(_RESTART_NAMES.get(k, k) for k in fixed)
+        log.warning("configuration reload: %s change only on restart; kept as they were", names)
+        new = replace(new, **fixed)
     if old.canary.enabled and new.targets != old.targets:
         log.warning("configuration reload: the canary keeps probing the targets it started with until restart")
     exporter.reload(new)
