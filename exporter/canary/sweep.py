@@ -1,6 +1,6 @@
 """`check --concurrency 1,4,16`: payoff under load, measured in bursts; statistics in sweepreport.
 
-Why: the idle verdict does not carry over to peak load (issue 16). One round of a level: seed prefix A
+Why: the idle verdict does not carry over to peak load (measured on an H200). One round of a level: seed prefix A
 (and B for the in-band control), displace both from the GPU with fillers, then a burst of c requests
 A + own tail at once and a burst of c controls (B with `max_load_tokens: 0` where the server honoured
 it in the ordinary rounds, else A on the control target, else A under one fresh salt), their order

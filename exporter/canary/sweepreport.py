@@ -1,7 +1,7 @@
 """The load sweep's statistics, crossover and text (`check --concurrency`); pure.
 
 Why a crossover and not one verdict: the payoff of a CPU-tier hit moves with load and can change sign
-either way (issue 16: the 0.6B shape +24.9 ms at c=1 but −7.1 ms at c=16 on an H200; vllm#44294: loads
+either way (the 0.6B shape +24.9 ms at c=1 but −7.1 ms at c=16 on an H200; vllm#44294: loads
 serialised under concurrency). The report states where the sign flips and what to do about it.
 """
 

@@ -10,7 +10,7 @@
     burst.py stop              kill the process groups an interrupted run left
 
 Why a sweep of its own: the product's `check` (at the time of this run) measures one request at a time; the
-question of issue 16 is how the payoff moves with concurrency. Each sweep round displaces the shared prefix
+question here is how the payoff moves with concurrency. Each sweep round displaces the shared prefix
 from both servers' GPU caches (3 fresh 6000-token prompts each), then sends a burst of c concurrent
 revisits (shared prefix + a distinct 64-token tail each) to A and to B, in alternating order. Client TTFT =
 time to the first streamed `data:` line. Every request is kept raw (sweep.jsonl).
