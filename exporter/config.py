@@ -7,7 +7,7 @@ import ipaddress
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -29,6 +29,7 @@ from exporter.schema import (
     setting,
     string,
 )
+from exporter.sections import SECTIONS, check_sections, default_sections, parse_sections, section_value
 
 log = logging.getLogger("kvoffload.config")
 DEFAULT_LISTEN = "127.0.0.1:9466"
@@ -121,32 +122,6 @@ def _url(v: object, text: bool) -> object:
 
 
 @dataclass(frozen=True)
-class Section:
-    """A plugin's own mapping of the config file (the canary's `canary:`), registered by the plugin with
-    `register_section` so that the core parses and checks it without importing the plugin. `parse(raw,
-    base)` validates the mapping on top of `base` and `check(settings, config)` the cross-field rules;
-    both raise ConfigError. `section: true/false` is shorthand for `{enabled: ...}`."""
-
-    key: str
-    default: Callable[[], object]
-    parse: Callable[[Any, Any], object]
-    check: Callable[[Any, Config], None]
-
-
-SECTIONS: dict[str, Section] = {}
-"""Registered plugin sections by key (exporter.plugins documents the seam)."""
-
-
-def register_section(section: Section) -> None:
-    """Make `section.key` a key of the config file; `Config.<key>` is then its parsed settings."""
-    SECTIONS[section.key] = section
-
-
-def _default_sections() -> tuple[tuple[str, object], ...]:
-    return tuple((key, s.default()) for key, s in SECTIONS.items())
-
-
-@dataclass(frozen=True)
 class TargetConfig:
     url: str = setting("", _url, "base URL of the vLLM OpenAI server, e.g. http://127.0.0.1:8000", env=False)
     name: str = setting("", string(), "`target` label (default: host:port)", env=False)
@@ -223,7 +198,7 @@ class Config:
     gpu_enabled: bool = setting(
         True, boolean, "the NVML GPU collector", key="gpu.enabled", flag="--no-gpu", action="false"
     )
-    sections: tuple[tuple[str, object], ...] = field(default_factory=_default_sections)  # plugins' settings
+    sections: tuple[tuple[str, object], ...] = field(default_factory=default_sections)  # plugins' settings
     limits: Limits = field(default_factory=Limits)  # per-target caps (exporter.limits); targets may override
     max_concurrent_polls: int = setting(64, integer(1), "polls in flight at once; the rest wait for a slot")
     probe_allow: tuple[str, ...] = setting(
@@ -238,12 +213,7 @@ class Config:
 
     def __getattr__(self, name: str) -> Any:
         """A registered plugin section's settings (`cfg.canary`); its defaults when the file had none."""
-        for key, value in self.__dict__.get("sections", ()):
-            if key == name:
-                return value
-        if name in SECTIONS:
-            return SECTIONS[name].default()
-        raise AttributeError(name)
+        return section_value(self.__dict__.get("sections", ()), name)
 
     def with_section(self, key: str, value: object) -> Config:
         """This config with plugin section `key` replaced by `value`."""
@@ -347,18 +317,10 @@ def from_mapping(raw: object, base: Config | None = None, validate: bool = True)
     changes["limits"] = limits
     if "targets" in raw:
         changes["targets"] = parse_targets(raw["targets"], errors, limits=limits)
-    sections = dict(cfg.sections)
-    for key, section in SECTIONS.items():
-        if key not in raw:
-            continue
-        value = {"enabled": raw[key]} if isinstance(raw[key], bool) else raw[key]  # shorthand: `canary: true`
-        try:
-            sections[key] = section.parse(value, getattr(cfg, key))
-        except ConfigError as e:
-            errors += e.errors
+    sections = parse_sections(raw, cfg, errors)
     if errors:
         raise ConfigError(errors)
-    cfg = replace(apply(cfg, changes), sections=tuple(sections.items()))
+    cfg = replace(apply(cfg, changes), sections=sections)
     if validate:
         check(cfg)
     return cfg
@@ -378,11 +340,7 @@ def check(cfg: Config) -> None:
         errors.append(f"window: must not cover more than {MAX_POLLS_PER_WINDOW} poll intervals")
     if cfg.telemetry_path in ("/", "/healthz", "/probe", "/-/healthy", "/-/ready"):
         errors.append(f"telemetry_path: {cfg.telemetry_path} is taken by the exporter itself")
-    for key, section in SECTIONS.items():
-        try:
-            section.check(getattr(cfg, key), cfg)
-        except ConfigError as e:
-            errors += e.errors
+    check_sections(cfg, errors)
     if errors:
         raise ConfigError(errors)
 
@@ -415,7 +373,6 @@ __all__ = [
     "BearerToken",
     "Config",
     "ConfigError",
-    "Section",
     "TargetConfig",
     "check",
     "format_duration",
@@ -424,6 +381,5 @@ __all__ = [
     "parse_duration",
     "positive_duration",
     "redact_url",
-    "register_section",
     "split_listen",
 ]

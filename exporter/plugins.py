@@ -18,9 +18,10 @@ from typing import Protocol, TypeAlias
 import aiohttp
 
 from exporter.collector import Collector
-from exporter.config import Config, Section, register_section
+from exporter.config import Config
 from exporter.enums import CollectorName
 from exporter.reasons import CanaryFacts
+from exporter.sections import Section, register_section
 
 Session: TypeAlias = aiohttp.ClientSession
 """The shared client session handed to plugins (one connection pool for polls and canaries)."""

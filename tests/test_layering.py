@@ -104,6 +104,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "exporter",
         "exporter.enums",
         "exporter.schema",
+        "exporter.sections",
         "exporter.exposition",
         "exporter.webconfig",
         "exporter.credentials",
@@ -144,6 +145,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 """Bottom to top; a module may import its own layer and those below. A module belongs to the longest
 prefix listed (`exporter.canary.config` to `exporter.canary`)."""
+
+LAYER_NAMES = ("foundation", "data", "derivation", "service", "plugin", "simulator", "entry")
+"""The layers' names in the module map (docs/design.md), in the order of LAYERS."""
 
 KNOWN_LOOPS = [
     {

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit
 
-from exporter.config import Config, Section, register_section
+from exporter.config import Config
 from exporter.schema import (
     ConfigError,
     Where,
@@ -26,6 +26,7 @@ from exporter.schema import (
     setting,
     string,
 )
+from exporter.sections import Section, register_section
 
 STRATEGIES = ("pressure", "wait")
 
