@@ -69,7 +69,9 @@ nothing in 12 million computed prompt tokens).
 3. `kvoffload_offload_tier_bytes` against the prompt lengths the engine serves.
 
 **Act.** Make the tier several prompts large (`cpu_bytes_to_use` / `kv_offloading_size`) and larger than
-the GPU pool, or disable offloading for this model: at this size the tier cannot help.
+the GPU pool, or disable offloading for this model: at this size the tier cannot help. With
+`store_threshold` ≥ 2 on a workload that never repeats a prefix, storing nothing is the intended outcome:
+the tier is pinned memory held for nothing, so shrink it or disable it.
 
 ## KVOffloadEngineImbalance
 
