@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -149,7 +148,7 @@ def reload(args: argparse.Namespace, exporter: Exporter, status: ReloadStatus) -
     if old.canary.enabled and new.targets != old.targets:
         log.warning("configuration reload: the canary keeps probing the targets it started with until restart")
     exporter.reload(new)
-    status.ok, status.last_success = True, time.time()
+    status.ok, status.last_success = True, exporter.clock()
     log.info("configuration reloaded: %d target(s)", len(new.targets))
     exporter.render()
 
@@ -170,7 +169,7 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
     cfg = prep.cfg
     app = make_app(cfg, plugins=prep.plugins, middlewares=prep.web.middlewares if prep.web else ())
     exporter = app[EXPORTER]
-    status = ReloadStatus(last_success=time.time())
+    status = ReloadStatus(last_success=exporter.clock())
     exporter.add_collector(status)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
