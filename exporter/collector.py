@@ -11,7 +11,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from exporter import __version__
-from exporter.backends.resolve import unit_bytes
 from exporter.backends.schema import Evidence, EvidenceKey
 from exporter.catalogue import (
     COLLECTORS,
@@ -24,7 +23,6 @@ from exporter.catalogue import (
 )
 from exporter.convoy import ConvoyView
 from exporter.derive import EngineDerived
-from exporter.exposition import info_number
 from exporter.findings import EngineFindings, TargetView
 from exporter.model import EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory
 from exporter.procmem import footprint_ratio, growth_step
@@ -39,9 +37,9 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     for source, v in sorted(e.prompt_tokens_by_source.items()):
         x.add("kvoffload_prompt_tokens_by_source_total", v, {**lb, "source": source})
     x.add("kvoffload_offload_tier_bytes", found.tier_bytes, lb)
-    x.add("kvoffload_gpu_kv_cache_blocks", info_number(e.cache_config.get("num_gpu_blocks")), lb)
-    x.add("kvoffload_gpu_kv_block_size_tokens", info_number(e.cache_config.get("block_size")), lb)
-    _evidence(x, lb, e)
+    x.add("kvoffload_gpu_kv_cache_blocks", found.gpu_blocks, lb)
+    x.add("kvoffload_gpu_kv_block_size_tokens", found.block_size, lb)
+    _evidence(x, lb, e, found)
     if d is None:
         return
     _convoy(x, e, t.convoy.get(e.key), {**lb, "window": window})
@@ -90,12 +88,12 @@ def _evidence_labels(lb: Mapping[str, str], k: EvidenceKey) -> dict[str, str]:
     return out
 
 
-def _evidence(x: Exposition, lb: Mapping[str, str], e: EngineSignals) -> None:
+def _evidence(x: Exposition, lb: Mapping[str, str], e: EngineSignals, found: EngineFindings) -> None:
     """The one evidence schema (exporter.backends), raw cumulative values like every engine counter."""
     for series in (e.evidence, e.evidence_gauges):
         for k, v in sorted(series.items()):
             x.add(EVIDENCE_METRICS[k.signal], v, _evidence_labels(lb, k))
-    for (unit, basis), v in sorted(unit_bytes(e.evidence_gauges, e.cache_config).items()):
+    for (unit, basis), v in sorted(found.unit_bytes.items()):
         x.add("kvoffload_offload_unit_bytes", v, {**lb, "unit": str(unit), "basis": basis})
 
 

@@ -9,12 +9,15 @@ built (a poll, or canary facts arriving through `dataclasses.replace`), never wh
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from exporter.backends.resolve import unit_bytes
+from exporter.backends.schema import NativeUnit
 from exporter.capacity import snapshot_tier_bytes, tier_bytes
 from exporter.convoy import ConvoyView
 from exporter.derive import EngineDerived
 from exporter.enums import StateReason
+from exporter.exposition import info_number
 from exporter.model import EngineKey, EngineSignals, Snapshot
 from exporter.payback import Payback, engine_payback
 from exporter.reasons import CanaryFacts, explain
@@ -27,6 +30,9 @@ class EngineFindings:
     reason: StateReason | None = None
     tier_bytes: float | None = None  # exported, else the target's `tier_bytes` setting; None without offload
     payback: Payback | None = None
+    gpu_blocks: float | None = None  # cache_config_info num_gpu_blocks
+    block_size: float | None = None  # cache_config_info block_size (tokens)
+    unit_bytes: Mapping[tuple[NativeUnit, str], float] = field(default_factory=dict)  # {(unit, basis): bytes}
 
 
 def engine_findings(
@@ -37,12 +43,19 @@ def engine_findings(
     configured_tier: float | None,
     canary: CanaryFacts | None,
 ) -> EngineFindings:
-    """The reason, tier bytes and payback of one engine (no window yet: the tier bytes only)."""
+    """The reason, tier bytes and payback of one engine (no window yet: none of the windowed ones), and
+    the cache facts read from its info labels."""
     tier = tier_bytes(e, configured_tier) if snapshot.offload_configured else None
+    facts = EngineFindings(
+        tier_bytes=tier,
+        gpu_blocks=info_number(e.cache_config.get("num_gpu_blocks")),
+        block_size=info_number(e.cache_config.get("block_size")),
+        unit_bytes=unit_bytes(e.evidence_gauges, e.cache_config),
+    )
     if d is None:
-        return EngineFindings(tier_bytes=tier)
+        return facts
     known = tier_bytes(e, configured_tier)
-    return EngineFindings(explain(d, e, families, canary, known), tier, engine_payback(d, e, known))
+    return replace(facts, reason=explain(d, e, families, canary, known), payback=engine_payback(d, e, known))
 
 
 @dataclass(frozen=True)
