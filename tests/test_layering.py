@@ -1,6 +1,6 @@
 """Architecture guard: pure modules import no I/O libraries, directly or through the project; each
 package keeps its I/O in the modules named for it (canary: client; simulator: server, sender); the import
-graph of `exporter` has no loops and no import from a lower layer (LAYERS) to a higher one, counting every
+graph of `exporter` has no loops and no import from a lower layer (tests/support/layers.py) to a higher one, counting every
 import statement wherever it stands (inside functions and `if TYPE_CHECKING:` too)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import exporter.sim
+from tests.support.layers import LAYERS, layer_of
 
 ROOT = Path(__file__).resolve().parents[1]
 IO = ("aiohttp", "psutil", "pynvml", "socket", "http.client", "http.server", "requests", "urllib.request")
@@ -98,57 +99,6 @@ def test_only_the_named_modules_import_aiohttp(package: str, allowed: set[str]) 
 
 # --- the import graph: no loops, no import from a lower layer to a higher one ---------------------------
 
-LAYERS: tuple[tuple[str, ...], ...] = (
-    # foundation: closed sets, declarations, parsers with no project state
-    (
-        "exporter",
-        "exporter.enums",
-        "exporter.schema",
-        "exporter.sections",
-        "exporter.exposition",
-        "exporter.webconfig",
-        "exporter.credentials",
-        "exporter.redact",
-        "exporter.limits",
-        "exporter.logs",
-        "exporter.backends",
-    ),
-    ("exporter.config", "exporter.model", "exporter.catalogue"),  # settings, snapshots, the metric catalogue
-    # pure derivation and rendering: snapshot -> derived values -> findings -> exposition text
-    (
-        "exporter.capacity",
-        "exporter.samples",
-        "exporter.normalise",
-        "exporter.derive",
-        "exporter.procmem",
-        "exporter.render",
-        "exporter.convoy",
-        "exporter.selfmon",
-        "exporter.reasons",
-        "exporter.payback",
-        "exporter.findings",
-        "exporter.collector",
-    ),
-    # the running exporter (I/O) and the monitoring bundle
-    (
-        "exporter.sources",
-        "exporter.targetpoller",
-        "exporter.plugins",
-        "exporter.poller",
-        "exporter.probe",
-        "exporter.app",
-        "exporter.bundle",
-    ),
-    ("exporter.canary",),  # the plugin: registers what it needs through exporter.plugins
-    ("exporter.sim",),  # the simulator (its client reuses the canary's SSE parser)
-    ("exporter.commands", "exporter.configdoc", "exporter.cli", "exporter.__main__"),  # entry points
-)
-"""Bottom to top; a module may import its own layer and those below. A module belongs to the longest
-prefix listed (`exporter.canary.config` to `exporter.canary`)."""
-
-LAYER_NAMES = ("foundation", "data", "derivation", "service", "plugin", "simulator", "entry")
-"""The layers' names in the module map (docs/design.md), in the order of LAYERS."""
-
 KNOWN_LOOPS = [
     {
         "exporter.canary.cycle",
@@ -194,11 +144,6 @@ def _edges(module: str) -> set[str]:
 GRAPH = {m: _edges(m) for m in MODULES}
 
 
-def _layer(module: str) -> int:
-    best = max((p for layer in LAYERS for p in layer if module == p or module.startswith(p + ".")), key=len)
-    return next(i for i, layer in enumerate(LAYERS) if best in layer)
-
-
 def _loops(graph: dict[str, set[str]]) -> list[set[str]]:
     """Strongly connected components of more than one module (Tarjan, iterative)."""
     index: dict[str, int] = {}
@@ -241,7 +186,7 @@ def _loops(graph: dict[str, set[str]]) -> list[set[str]]:
     return out
 
 
-def test_every_module_has_a_layer() -> None:
+def test_every_module_has_alayer_of() -> None:
     missing = [m for m in MODULES if not any(m == p or m.startswith(p + ".") for layer in LAYERS for p in layer)]
     assert not missing, f"add these to a layer in LAYERS (and to docs/design.md): {missing}"
 
@@ -252,16 +197,16 @@ def test_no_import_loops() -> None:
 
 
 def _climbs(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
-    return sorted((m, i) for m, imports in graph.items() for i in imports if _layer(i) > _layer(m))
+    return sorted((m, i) for m, imports in graph.items() for i in imports if layer_of(i) > layer_of(m))
 
 
-def test_no_import_climbs_to_a_higher_layer() -> None:
+def test_no_import_climbs_to_a_higherlayer_of() -> None:
     up = [c for c in _climbs(GRAPH) if c not in KNOWN_CLIMBS]
     assert not up, f"imports from a lower layer to a higher one: {up}"
 
 
 def test_the_core_never_imports_the_canary() -> None:
-    core = [m for m in MODULES if _layer(m) < _layer("exporter.canary")]
+    core = [m for m in MODULES if layer_of(m) < layer_of("exporter.canary")]
     found = sorted((m, i) for m in core for i in GRAPH[m] if i.startswith("exporter.canary"))
     assert core and not found, found
 

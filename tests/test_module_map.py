@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from tests.test_layering import LAYER_NAMES, _layer
+from tests.support.layers import LAYER_NAMES, layer_of
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = ROOT / "docs" / "design.md"
@@ -49,9 +49,9 @@ def test_every_module_has_one_row_and_no_row_is_stale() -> None:
 
 def test_every_row_gives_the_layer_the_layering_test_uses() -> None:
     wrong = {
-        p: (n[0], LAYER_NAMES[_layer(_dotted(p))])
+        p: (n[0], LAYER_NAMES[layer_of(_dotted(p))])
         for p, n in rows(DESIGN.read_text()).items()
-        if n[0] != LAYER_NAMES[_layer(_dotted(p))]
+        if n[0] != LAYER_NAMES[layer_of(_dotted(p))]
     }
     assert not wrong, f"row layer != layer in tests/test_layering.py: {wrong}"
 
