@@ -1,7 +1,7 @@
 """Benchmark of the simulator's load model: ΔTTFT of c concurrent CPU-tier revisits vs recompute, per level.
 
 Deterministic (noise off, stepped clock), so the printed crossover is the model's, not the machine's:
-the H200 0.6B calibration (one load amortised, issue 16) pays off from c ≈ 11; the 32B calibration with
+the H200 0.6B calibration (one load amortised, as measured on the H200) pays off from c ≈ 11; the 32B calibration with
 the vllm#44294 convoy pays off up to c ≈ 27.
 
     python bench/load_sweep.py [--json]

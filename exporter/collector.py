@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from exporter import __version__
-from exporter.backends.resolve import unit_bytes
 from exporter.backends.schema import Evidence, EvidenceKey
 from exporter.catalogue import (
     COLLECTORS,
@@ -25,66 +23,29 @@ from exporter.catalogue import (
 )
 from exporter.convoy import ConvoyView
 from exporter.derive import EngineDerived
-from exporter.exposition import info_number
-from exporter.model import EngineKey, EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory, Snapshot
-from exporter.payback import engine_payback
+from exporter.findings import EngineFindings, TargetView
+from exporter.model import EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory
 from exporter.procmem import footprint_ratio, growth_step
-from exporter.reasons import CanaryFacts, explain
 from exporter.render import Exposition, Heads
-
-
-@dataclass(frozen=True)
-class TargetView:
-    label: str
-    url: str
-    up: bool = False
-    errors: Mapping[str, int] = field(default_factory=dict)
-    duration: float | None = None
-    body_bytes: int | None = None
-    last_success: float | None = None
-    version: str | None = None
-    snapshot: Snapshot | None = None
-    derived: Mapping[EngineKey, EngineDerived] = field(default_factory=dict)
-    tier_bytes: float | None = None  # from the exporter config
-    last_error: str | None = None
-    extra_errors: Mapping[str, int] | None = None  # failed extra_metrics_urls fetches; None: none configured
-    canary: CanaryFacts | None = None  # what the canary learnt about this target, refines the reasons
-    convoy: Mapping[EngineKey, ConvoyView] = field(default_factory=dict)  # exporter/convoy.py, windowed
-
-
-def tier_bytes(e: EngineSignals, configured: float | None) -> float | None:
-    """CPU-tier capacity: kv_offload_config_info (0.33), cache_config kv_offloading_size (GiB), config."""
-    primary = [v for k, v in e.evidence_gauges.items() if k.signal == Evidence.CAPACITY and k.unit == "bytes"]
-    if primary:  # per tier (tiering: only 0:primary declares a size), never overwritten by an empty tier
-        return sum(primary)
-    exact = info_number(e.offload_config.get("cpu_kv_cache_size_bytes"))
-    if exact is not None:
-        return exact
-    gib = info_number(e.cache_config.get("kv_offloading_size"))
-    return gib * 2**30 if gib is not None else configured
 
 
 def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | None, window: str) -> None:
     lb = {"target": t.label, "model_name": e.model_name, "engine": e.engine}
+    found = t.engines.get(e.key) or EngineFindings()
     for sig, m in SIGNAL_METRICS:  # every catalogue row that names a signal: counters and gauges
         x.add(m.name, e.value(sig), lb)
     for source, v in sorted(e.prompt_tokens_by_source.items()):
         x.add("kvoffload_prompt_tokens_by_source_total", v, {**lb, "source": source})
-    x.add(
-        "kvoffload_offload_tier_bytes",
-        tier_bytes(e, t.tier_bytes) if t.snapshot and t.snapshot.offload_configured else None,
-        lb,
-    )
-    x.add("kvoffload_gpu_kv_cache_blocks", info_number(e.cache_config.get("num_gpu_blocks")), lb)
-    x.add("kvoffload_gpu_kv_block_size_tokens", info_number(e.cache_config.get("block_size")), lb)
-    _evidence(x, lb, e)
+    x.add("kvoffload_offload_tier_bytes", found.tier_bytes, lb)
+    x.add("kvoffload_gpu_kv_cache_blocks", found.gpu_blocks, lb)
+    x.add("kvoffload_gpu_kv_block_size_tokens", found.block_size, lb)
+    _evidence(x, lb, e, found)
     if d is None:
         return
-    _convoy(x, t.convoy.get(e.key), {**lb, "window": window})
+    _convoy(x, e, t.convoy.get(e.key), {**lb, "window": window})
     x.add_states("kvoffload_state", lb, STATES, d.state)
     wl = {**lb, "window": window}
-    families = t.snapshot.families if t.snapshot else frozenset()
-    x.add_states("kvoffload_state_reason", wl, STATE_REASONS, explain(d, e, families, t.canary))
+    x.add_states("kvoffload_state_reason", wl, STATE_REASONS, found.reason)
     x.add("kvoffload_window_seconds", d.window_seconds, wl)
     x.add("kvoffload_load_store_ratio", d.load_store_ratio, wl)
     x.add("kvoffload_offload_load_bandwidth_bytes_per_second", d.load_bandwidth, wl)
@@ -92,23 +53,25 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     x.add("kvoffload_gpu_prefix_hit_ratio", d.gpu_hit_ratio, wl)
     x.add("kvoffload_external_prefix_hit_ratio", d.external_hit_ratio, wl)
     x.add("kvoffload_prefill_seconds_per_token", d.prefill_seconds_per_token, wl)
-    pb = engine_payback(d, e, tier_bytes(e, t.tier_bytes))
+    pb = found.payback
     if pb is not None:
         x.add("kvoffload_offload_payback_seconds_per_gib_hour", pb.seconds_per_gib_hour, wl)
         x.add_states("kvoffload_offload_recommendation", wl, RECOMMENDATIONS, pb.action)
-    if d.ttft_quantiles:  # a summary: quantiles over the window and the samples they come from
-        x.add_summary("kvoffload_ttft_seconds", wl, d.ttft_quantiles, d.ttft_count)
+    if d.ttft_quantiles and e.ttft is not None:  # quantiles over the window; _count/_sum: vLLM's, cumulative
+        x.add_summary("kvoffload_ttft_seconds", wl, d.ttft_quantiles, e.ttft.count, e.ttft.sum)
 
 
-def _convoy(x: Exposition, c: ConvoyView | None, wl: Mapping[str, str]) -> None:
+def _convoy(x: Exposition, e: EngineSignals, c: ConvoyView | None, wl: Mapping[str, str]) -> None:
+    """Summaries like kvoffload_ttft_seconds: window quantiles, vLLM's own cumulative _count and _sum."""
     if c is None:
         return
-    if c.lookup_delay_p99 is not None:  # summaries, like kvoffload_ttft_seconds
+    delay, queue = e.lookup_async_delay, e.queue_time
+    if c.lookup_delay_p99 is not None and delay is not None:
         x.add_summary(
-            "kvoffload_offload_lookup_async_delay_seconds", wl, {0.99: c.lookup_delay_p99}, c.lookup_delay_count
+            "kvoffload_offload_lookup_async_delay_seconds", wl, {0.99: c.lookup_delay_p99}, delay.count, delay.sum
         )
-    if c.queue_time:
-        x.add_summary("kvoffload_request_queue_time_seconds", wl, c.queue_time, c.queue_time_count)
+    if c.queue_time and queue is not None:
+        x.add_summary("kvoffload_request_queue_time_seconds", wl, c.queue_time, queue.count, queue.sum)
 
 
 def _evidence_labels(lb: Mapping[str, str], k: EvidenceKey) -> dict[str, str]:
@@ -125,12 +88,12 @@ def _evidence_labels(lb: Mapping[str, str], k: EvidenceKey) -> dict[str, str]:
     return out
 
 
-def _evidence(x: Exposition, lb: Mapping[str, str], e: EngineSignals) -> None:
+def _evidence(x: Exposition, lb: Mapping[str, str], e: EngineSignals, found: EngineFindings) -> None:
     """The one evidence schema (exporter.backends), raw cumulative values like every engine counter."""
     for series in (e.evidence, e.evidence_gauges):
         for k, v in sorted(series.items()):
             x.add(EVIDENCE_METRICS[k.signal], v, _evidence_labels(lb, k))
-    for (unit, basis), v in sorted(unit_bytes(e.evidence_gauges, e.cache_config).items()):
+    for (unit, basis), v in sorted(found.unit_bytes.items()):
         x.add("kvoffload_offload_unit_bytes", v, {**lb, "unit": str(unit), "basis": basis})
 
 
@@ -192,14 +155,6 @@ def _tree(x: Exposition, t: ProcessTreeMemory) -> None:
     x.add("kvoffload_process_tree_cgroup_headroom_bytes", t.cgroup_headroom, lb)
     x.add("kvoffload_process_tree_growth_step_bytes", growth_step(t), lb)
     x.add("kvoffload_offload_tier_footprint_ratio", footprint_ratio(t), lb)
-
-
-def target_tier_bytes(t: TargetView) -> float | None:
-    """Σ tier bytes over the target's engines (each DP engine pins its own tier); None when unknown."""
-    if t.snapshot is None or not t.snapshot.offload_configured:
-        return None
-    known = [b for b in (tier_bytes(e, t.tier_bytes) for e in t.snapshot.engines) if b is not None]
-    return sum(known) if known else None
 
 
 def _gpu(x: Exposition, devices: Sequence[GpuMemory]) -> None:
@@ -284,3 +239,6 @@ def shared_fragment(
     x = Exposition()
     _shared(x, host, gpu, collectors, extras)
     return x.fragment()
+
+
+__all__ = ["Collector", "SampleSink", "TargetView", "collect", "shared_fragment", "target_fragment"]

@@ -9,10 +9,9 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from exporter.canary.config import CanarySettings
-from exporter.canary.config import from_mapping as canary_from_mapping
 from exporter.credentials import Auth, BasicAuth, BearerToken, target_auth
 from exporter.limits import Limits, limits_from_mapping
 from exporter.redact import redact_url
@@ -30,6 +29,7 @@ from exporter.schema import (
     setting,
     string,
 )
+from exporter.sections import SECTIONS, check_sections, default_sections, parse_sections, section_value
 
 log = logging.getLogger("kvoffload.config")
 DEFAULT_LISTEN = "127.0.0.1:9466"
@@ -198,7 +198,7 @@ class Config:
     gpu_enabled: bool = setting(
         True, boolean, "the NVML GPU collector", key="gpu.enabled", flag="--no-gpu", action="false"
     )
-    canary: CanarySettings = field(default_factory=CanarySettings)
+    sections: tuple[tuple[str, object], ...] = field(default_factory=default_sections)  # plugins' settings
     limits: Limits = field(default_factory=Limits)  # per-target caps (exporter.limits); targets may override
     max_concurrent_polls: int = setting(64, integer(1), "polls in flight at once; the rest wait for a slot")
     probe_allow: tuple[str, ...] = setting(
@@ -210,6 +210,14 @@ class Config:
     probe_idle_ttl: float = setting(
         600.0, duration(), "a probed target's history is dropped after this long unprobed", key="probe.idle_ttl"
     )
+
+    def __getattr__(self, name: str) -> Any:
+        """A registered plugin section's settings (`cfg.canary`); its defaults when the file had none."""
+        return section_value(self.__dict__.get("sections", ()), name)
+
+    def with_section(self, key: str, value: object) -> Config:
+        """This config with plugin section `key` replaced by `value`."""
+        return replace(self, sections=(*((k, v) for k, v in self.sections if k != key), (key, value)))
 
     @property
     def window_label(self) -> str:
@@ -304,22 +312,15 @@ def from_mapping(raw: object, base: Config | None = None, validate: bool = True)
     if not isinstance(raw, Mapping):
         raise ConfigError(["top level must be a mapping"])
     errors: list[str] = []
-    changes = parse_section(Config, raw, Where(), errors, extra=("targets", "canary", "limits"))
+    changes = parse_section(Config, raw, Where(), errors, extra=("targets", "limits", *SECTIONS))
     limits = limits_from_mapping(raw.get("limits"), cfg.limits, "limits", errors)
     changes["limits"] = limits
     if "targets" in raw:
         changes["targets"] = parse_targets(raw["targets"], errors, limits=limits)
-    if "canary" in raw:
-        canary = raw["canary"]
-        if isinstance(canary, bool):  # shorthand: `canary: true`
-            canary = {"enabled": canary}
-        try:
-            changes["canary"] = canary_from_mapping(canary, cfg.canary, validate=False)
-        except ConfigError as e:
-            errors += e.errors
+    sections = parse_sections(raw, cfg, errors)
     if errors:
         raise ConfigError(errors)
-    cfg = apply(cfg, changes)
+    cfg = replace(apply(cfg, changes), sections=sections)
     if validate:
         check(cfg)
     return cfg
@@ -339,14 +340,7 @@ def check(cfg: Config) -> None:
         errors.append(f"window: must not cover more than {MAX_POLLS_PER_WINDOW} poll intervals")
     if cfg.telemetry_path in ("/", "/healthz", "/probe", "/-/healthy", "/-/ready"):
         errors.append(f"telemetry_path: {cfg.telemetry_path} is taken by the exporter itself")
-    from exporter.canary.config import check as canary_check
-
-    try:
-        canary_check(cfg.canary)
-    except ConfigError as e:
-        errors += e.errors
-    if cfg.canary.enabled and cfg.canary.control_target and len(cfg.targets) > 1:
-        errors.append("canary.control_target: needs exactly one target")
+    check_sections(cfg, errors)
     if errors:
         raise ConfigError(errors)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from exporter.backends.schema import Evidence, EvidenceKey, NativeUnit
+from exporter.capacity import chunk_tokens
 from exporter.enums import State
 from exporter.model import EngineKey, EngineSignals, Histogram, Signal, Snapshot
 
@@ -88,6 +89,16 @@ def prefill_cost(deltas: Mapping[Signal, float], by_source: Mapping[str, float])
     if tokens is None or tokens < MIN_PREFILL_TOKENS:
         return None
     return _ratio(deltas.get(Signal.PREFILL_SECONDS), tokens)
+
+
+def computed_tokens(deltas: Mapping[Signal, float], by_source: Mapping[str, float]) -> float | None:
+    """Prompt tokens the engine prefilled itself (not served from a cache): the per-request histogram's
+    token sum, else `local_compute`, else prompt tokens less prefix hits; None when none is exported."""
+    tokens = deltas.get(Signal.PREFILL_COMPUTED_TOKENS, by_source.get("local_compute"))
+    if tokens is not None or Signal.PROMPT_TOKENS not in deltas:
+        return tokens
+    hits = deltas.get(Signal.GPU_PREFIX_HITS, 0.0) + deltas.get(Signal.EXTERNAL_PREFIX_HITS, 0.0)
+    return max(0.0, deltas[Signal.PROMPT_TOKENS] - hits)
 
 
 def _went_down(last: Mapping[K, float], cur: Mapping[K, float]) -> bool:
@@ -202,18 +213,22 @@ def evidence_state(
     by_source: Mapping[str, float],
     stored_before: bool = True,
     evidence: Mapping[EvidenceKey, float] | None = None,
+    chunk: float | None = None,
 ) -> State:
-    """not_configured → hit (loads) → idle (nothing moved) → store_without_load (stores while the
-    workload shows reuse: GPU prefix hits or cache-hit tokens, and the tier already held stores
-    before the window: `stored_before`) → storing (also the warm-up state). Loads and stores are the
-    backend's own in any unit (bytes, blocks, chunks, tokens: exporter.backends) or the offload bytes."""
+    """not_configured → hit (loads) → not_storing (no stores although the engine computed more prompt
+    tokens than one offload chunk, and at least MIN_PREFILL_TOKENS) → idle (nothing moved) →
+    store_without_load (stores while the workload shows reuse: GPU prefix hits or cache-hit tokens, and
+    the tier already held stores before the window: `stored_before`) → storing (also the warm-up state).
+    Loads and stores are the backend's own in any unit (bytes, blocks, chunks, tokens: exporter.backends)
+    or the offload bytes. A GPU-hit revisit computes only its last block: it stays idle."""
     if not configured:
         return State.NOT_CONFIGURED
     ev = evidence or {}
     if deltas.get(Signal.OFFLOAD_LOAD_BYTES, 0.0) > 0 or _moved(ev, Evidence.LOADED):
         return State.HIT
     if deltas.get(Signal.OFFLOAD_STORE_BYTES, 0.0) <= 0 and not _moved(ev, Evidence.STORED):
-        return State.IDLE
+        computed = computed_tokens(deltas, by_source) or 0.0
+        return State.NOT_STORING if computed > max(chunk or 0.0, MIN_PREFILL_TOKENS) else State.IDLE
     reuse = (
         deltas.get(Signal.GPU_PREFIX_HITS, 0.0) > 0
         or deltas.get(Signal.EXTERNAL_PREFIX_HITS, 0.0) > 0
@@ -292,7 +307,12 @@ def compare(start: Point | None, end: Point, key: EngineKey, anchor: Point | boo
         deltas=d,
         by_source=by_source,
         state=evidence_state(
-            configured, d, by_source, stored_before(start if anchor is True else anchor or None, end, key), ev
+            configured,
+            d,
+            by_source,
+            stored_before(start if anchor is True else anchor or None, end, key),
+            ev,
+            chunk_tokens(cur) if cur else None,
         ),
         load_store_ratio=ratio,
         load_bandwidth=_ratio(d.get(Signal.OFFLOAD_LOAD_BYTES), d.get(Signal.OFFLOAD_LOAD_SECONDS)),
@@ -348,6 +368,7 @@ __all__ = [
     "Totals",
     "advance",
     "compare",
+    "computed_tokens",
     "derive",
     "evidence_state",
     "histogram_quantile",

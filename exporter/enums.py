@@ -1,8 +1,10 @@
 """Closed sets of the exporter core as StrEnums: a typo is a type error, not a silent 0.0 or a new label.
 
 StrEnum members are `str`, so they compare, hash, format and serialise as their values: a mapping keyed
-by `Signal` answers a lookup with the plain string, and `f"{state}"` writes `hit`. Canary sets live in
-`exporter.canary.types`. Pure: imports nothing from the project.
+by `Signal` answers a lookup with the plain string, and `f"{state}"` writes `hit`. The canary's sets that
+are label values of the catalogue (paths, results, reasons, verdicts, tiers, load bands) are here too, so
+the catalogue needs nothing of the canary; `exporter.canary.types` re-exports them. Pure: imports nothing
+from the project.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ class State(StrEnum):
 
     NOT_CONFIGURED = "not_configured"
     IDLE = "idle"
+    NOT_STORING = "not_storing"
     STORING = "storing"
     STORE_WITHOUT_LOAD = "store_without_load"
     HIT = "hit"
@@ -153,11 +156,14 @@ class Recommendation(StrEnum):
 
 
 class StateReason(StrEnum):
-    """Why an engine is in `store_without_load`, or why a `hit` is degraded (exporter/reasons.py: one rule
-    each, checked in this order; docs/metrics.md and alerts/runbook.md explain how to read each)."""
+    """Why an engine is in `store_without_load` or `not_storing`, or why a `hit` is degraded
+    (exporter/reasons.py: one rule each per state, checked in this order; docs/metrics.md and
+    alerts/runbook.md explain how to read each)."""
 
     METRIC_MISSING = "metric_missing"
     WARMING_UP = "warming_up"
+    TIER_SMALLER_THAN_PREFIX = "tier_smaller_than_prefix"
+    STORES_SKIPPED = "stores_skipped"
     STORES_DROPPED = "stores_dropped"
     TIER_SMALLER_THAN_GPU_POOL = "tier_smaller_than_gpu_pool"
     PREFIX_SHORTER_THAN_BLOCK = "prefix_shorter_than_block"
@@ -165,3 +171,98 @@ class StateReason(StrEnum):
     EVICTED_BEFORE_REUSE = "evicted_before_reuse"
     NO_REUSE_IN_WORKLOAD = "no_reuse_in_workload"
     LOOKUP_ALWAYS_MISSES = "lookup_always_misses"
+
+
+# --- the canary's label values (exporter.canary.types re-exports them) ---
+
+
+class CanaryPath(StrEnum):
+    """What a timed canary request measured (label `path`)."""
+
+    COLD = "cold"
+    GPU_HIT = "gpu_hit"
+    OFFLOAD_HIT = "offload_hit"
+    RECOMPUTE = "recompute"
+    CONTROL_TARGET = "control_target"
+
+
+class ProbeResult(StrEnum):
+    """Classification of a revisit probe (label `result`); `error` when the probe failed."""
+
+    OFFLOAD_HIT = "offload_hit"
+    GPU_HIT = "gpu_hit"
+    PARTIAL = "partial"
+    MISS = "miss"
+    ERROR = "error"
+
+
+class CycleReason(StrEnum):
+    """Why a canary cycle ended as it did (label `reason`; see docs/canary.md)."""
+
+    OK = "ok"
+    NO_STORE = "no_store"
+    NOT_DISPLACED = "not_displaced"
+    NO_LOAD = "no_load"
+    EVICTED_FROM_TIER = "evicted_from_tier"
+    LOADED_BUT_SLOWER = "loaded_but_slower"
+    ERROR = "error"
+
+
+class VerdictKind(StrEnum):
+    """The canary's verdict (label `verdict` of the kvoffload_canary_verdict state set)."""
+
+    OFFLOAD_FASTER = "offload_faster"
+    OFFLOAD_SLOWER = "offload_slower"
+    NO_OFFLOAD_HIT = "no_offload_hit"
+    INCONCLUSIVE = "inconclusive"
+
+
+class Tier(StrEnum):
+    """Cache tier a residency time is measured for (label `tier`)."""
+
+    GPU = "gpu"
+    OFFLOAD = "offload"
+
+
+class LoadBand(StrEnum):
+    """The target's load around a canary cycle (label `load_band`; thresholds: records.load_band)."""
+
+    IDLE = "idle"
+    LOW = "low"
+    HIGH = "high"
+
+
+class ErrorReason(StrEnum):
+    """Why a canary request, preparation or cycle failed (label `reason` of kvoffload_canary_errors_total).
+
+    The first eleven are a completion's own (protocol.Completion.error): the answer's status, transport or
+    content; then the preflight's refusals (errors.CanaryError), a failed `/metrics` read in a cycle, the
+    token budget running out mid-cycle, and `internal` for anything else (a bug: logged, retried)."""
+
+    HTTP_429 = "http_429"
+    HTTP_5XX = "http_5xx"
+    HTTP_4XX = "http_4xx"
+    TIMEOUT = "timeout"
+    CONNECT = "connect"
+    STREAM_ERROR = "stream_error"
+    PROTOCOL = "protocol"
+    INVALID = "invalid"
+    TOO_LARGE = "too_large"
+    TOO_DEEP = "too_deep"
+    NON_FINITE = "non_finite"
+    HEALTH = "health"
+    AUTH = "auth"
+    MODELS = "models"
+    MODEL_MISMATCH = "model_mismatch"
+    PLAN = "plan"
+    METRICS = "metrics"
+    BUDGET = "budget"
+    INTERNAL = "internal"
+
+    @classmethod
+    def of(cls, value: object) -> ErrorReason:
+        """The member named by `value`; `internal` for anything outside the closed set."""
+        try:
+            return cls(str(value))
+        except ValueError:
+            return cls.INTERNAL

@@ -16,13 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.capacity import GIB, gpu_pool_tokens, snapshot_tier_bytes
 from exporter.derive import EngineDerived, interval, prefill_cost
 from exporter.enums import Recommendation, Signal
 from exporter.exposition import ParseError, info_number
 from exporter.model import EngineKey, EngineSignals, Snapshot
 from exporter.normalise import normalise
 
-GIB = float(2**30)
 HOUR = 3600.0
 SHRINK_REUSE_FRACTION = 0.05
 """Shrink when the bytes loaded back over the window are below this share of the tier's size."""
@@ -82,9 +82,7 @@ def _tier_use(d: EngineDerived, e: EngineSignals, tier: float) -> TierUse:
     tier_tokens = info_number(e.offload_config.get("cpu_kv_cache_size_tokens"))
     if tier_tokens is None and load_bytes and loaded > 0:
         tier_tokens = tier / (load_bytes / loaded)  # bytes per token from the loads themselves
-    blocks, block = info_number(e.cache_config.get("num_gpu_blocks")), info_number(e.cache_config.get("block_size"))
-    pool = blocks * block if blocks is not None and block is not None else None
-    return TierUse(loaded, load_bytes, tier, tier_tokens, pool)
+    return TierUse(loaded, load_bytes, tier, tier_tokens, gpu_pool_tokens(e))
 
 
 def engine_payback(d: EngineDerived, e: EngineSignals, tier_bytes: float | None) -> Payback | None:
@@ -132,14 +130,6 @@ def _scrapes(before: str | None, after: str | None) -> tuple[Snapshot, Snapshot]
         return None
 
 
-def _tier(snap: Snapshot) -> float | None:
-    """Σ tier bytes of the target's engines; None when unknown (vLLM 0.26 exports no native tier size)."""
-    from exporter.collector import tier_bytes  # the collector imports this module: import on use
-
-    known = [b for b in (tier_bytes(e, None) for e in snap.engines) if b is not None]
-    return sum(known) if known and snap.offload_configured else None
-
-
 def _summed(derived: Mapping[EngineKey, EngineDerived]) -> tuple[dict[Signal, float], dict[str, float]]:
     deltas: dict[Signal, float] = {}
     by_source: dict[str, float] = {}
@@ -168,7 +158,8 @@ def check_recommendation(doc: Mapping[str, Any], before: str | None, after: str 
     if cost is None or loaded is None or load_s is None:
         return None
     saved = loaded * cost - load_s
-    pb = payback_seconds_per_gib_hour(loaded, cost, load_s, _tier(scrapes[1]), float(doc.get("duration_seconds") or 0))
+    tier = snapshot_tier_bytes(scrapes[1], None)
+    pb = payback_seconds_per_gib_hour(loaded, cost, load_s, tier, float(doc.get("duration_seconds") or 0))
     if loaded <= 0:
         action, why = Recommendation.SHRINK, "the run loaded nothing from the tier"
     elif saved < 0:

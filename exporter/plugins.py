@@ -4,6 +4,10 @@ A plugin is called once at start-up with a `PluginHost` and the shared HTTP sess
 series as a `Collector` (rendered with the others on every re-render), reports its own collector
 health under a closed `CollectorName`, and spawns its loops as exporter tasks, so it needs nothing of
 the exporter's internals. `poller.Exporter` implements the protocol; tests can pass a fake.
+
+Settings: a plugin's own mapping of the config file (`canary:`) is a `Section` that the plugin's settings
+module registers with `register_section` when it is imported; the core then parses and checks it with
+the rest of the file and hands it back as `Config.<key>`, without ever importing the plugin.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from exporter.collector import Collector
 from exporter.config import Config
 from exporter.enums import CollectorName
 from exporter.reasons import CanaryFacts
+from exporter.sections import Section, register_section
 
 Session: TypeAlias = aiohttp.ClientSession
 """The shared client session handed to plugins (one connection pool for polls and canaries)."""
@@ -49,4 +54,4 @@ class PluginHost(Protocol):
 
 Plugin = Callable[[PluginHost, Session], None]
 
-__all__ = ["CanaryFacts", "Collector", "Plugin", "PluginHost", "Session"]
+__all__ = ["CanaryFacts", "Collector", "Plugin", "PluginHost", "Section", "Session", "register_section"]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-from exporter.collector import Collector, shared_fragment, target_tier_bytes
+from exporter.collector import Collector, shared_fragment
 from exporter.config import Config, TargetConfig
 from exporter.enums import CollectorName
 from exporter.model import GpuMemory, HostMemory
@@ -151,21 +151,23 @@ class Exporter:
             self.stats.poll_duration.observe(await poller.poll_once(session))
         self.render()
 
-    async def _target_loop(self, poller: TargetPoller, session: aiohttp.ClientSession) -> None:
-        interval = self.config.poll_interval
+    async def _target_loop(self, poller: TargetPoller, session: aiohttp.ClientSession, first: bool = True) -> None:
+        """Poll `poller` every `poll_interval` (read each round, so a reload applies) on the injected timer."""
         # First poll at once (through the slots, so a big fleet starts in batches): `up` must not read 0
         # before a target was ever polled. Then a random phase spreads the fleet over the interval.
-        await self.poll(poller, session)
-        self._check_ready()
-        await asyncio.sleep(self._rng.uniform(0.0, interval))
-        due = time.monotonic()
+        if first:
+            await self.poll(poller, session)
+            self._check_ready()
+        await asyncio.sleep(self._rng.uniform(0.0, self.config.poll_interval))
+        due = self.timer()
         while True:
             async with self._slots:
-                self.stats.poll_lag.observe(max(0.0, time.monotonic() - due))
+                self.stats.poll_lag.observe(max(0.0, self.timer() - due))
                 self.stats.poll_duration.observe(await poller.poll_once(session))
             self.render()
+            interval = self.config.poll_interval
             due += interval
-            now = time.monotonic()
+            now = self.timer()
             if now > due:  # fell behind (slow target or saturated): skip the missed slots, keep the phase
                 due += interval * int((now - due) / interval + 1)
             await asyncio.sleep(due - now)
@@ -177,27 +179,27 @@ class Exporter:
     async def _loop_lag(self) -> None:
         """How late the event loop wakes a sleeper: what a scrape would wait at worst."""
         while True:
-            started = time.monotonic()
+            started = self.timer()
             await asyncio.sleep(0.5)
-            self.stats.loop_lag.append(max(0.0, time.monotonic() - started - 0.5))
+            self.stats.loop_lag.append(max(0.0, self.timer() - started - 0.5))
 
     def _read_host(self) -> HostMemory:
         pids = [(t.cfg.label, host_source.pids_for(t.cfg.pid, t.cfg.pidfile, t.cfg.local_port)) for t in self.targets]
-        tiers = {t.cfg.label: b for t in self.targets if (b := target_tier_bytes(t.view)) is not None}
+        tiers = {t.cfg.label: b for t in self.targets if (b := t.view.total_tier_bytes) is not None}
         return host_source.read_host(
             self.config.proc_root, self.config.cgroup_root, pids, self.config.cgroup, tiers, self._smaps
         )
 
     async def _host_loop(self) -> None:
         while True:
-            started = time.monotonic()
+            started = self.timer()
             try:
                 self.host = await asyncio.to_thread(self._read_host)
                 ok = True
             except Exception as e:  # a broken /proc or psutil must not stop the vLLM collector
                 log.warning("host collector failed: %s", e)
                 self.host, ok = None, False
-            self.collectors["host"] = (ok, time.monotonic() - started)
+            self.collectors["host"] = (ok, self.timer() - started)
             self.render()
             await asyncio.sleep(self.config.poll_interval)
 
@@ -214,14 +216,14 @@ class Exporter:
             return
         self._nvml = nvml
         while True:
-            started = time.monotonic()
+            started = self.timer()
             try:
                 self.gpu = await asyncio.to_thread(nvml.read)
                 ok = True
             except GpuUnavailable as e:
                 log.warning("GPU read failed: %s", e)
                 self.gpu, ok = None, False
-            self.collectors["gpu"] = (ok, time.monotonic() - started)
+            self.collectors["gpu"] = (ok, self.timer() - started)
             self.render()
             await asyncio.sleep(self.config.poll_interval)
 
@@ -235,26 +237,38 @@ class Exporter:
         if self.config.gpu_enabled:
             self._tasks.append(asyncio.create_task(self._gpu_loop()))
 
-    def _start_target(self, poller: TargetPoller, session: aiohttp.ClientSession) -> None:
-        self._loops[poller.cfg] = task = asyncio.create_task(self._target_loop(poller, session))
+    def _start_target(self, poller: TargetPoller, session: aiohttp.ClientSession, first: bool = True) -> None:
+        self._loops[poller.cfg] = task = asyncio.create_task(self._target_loop(poller, session, first))
         self._tasks.append(task)
 
     def reload(self, config: Config) -> None:
-        """New configuration (SIGHUP): unchanged targets keep their poller and history; others start or stop."""
+        """New configuration (SIGHUP), applied to every target: unchanged targets keep their poller and
+        history (resized for the new window and interval) and poll at the new interval from now on (their
+        loop restarts on a new phase, without an extra poll); timeouts, caps and the poll slots apply from
+        the next poll; added targets start, removed ones stop. Probed targets take it too."""
         old = {t.cfg: t for t in self.targets}
         kept = set(old) & set(config.targets)
+        restart = config.poll_interval != self.config.poll_interval
+        if config.max_concurrent_polls != self.config.max_concurrent_polls:
+            self._slots = asyncio.Semaphore(config.max_concurrent_polls)  # polls in flight keep the old one
+        self._min_merge = min(1.0, config.poll_interval / 10)
+        self.config = config
         self.targets = [
             old.pop(tc) if tc in kept else TargetPoller(tc, config, self.clock, self.timer) for tc in config.targets
         ]
+        for t in [*(t for t in self.targets if t.cfg in kept), *self.probed.values()]:
+            t.config, t.history = config, deque(t.history, maxlen=config.history_len)
         for t in self.targets:
-            if t.cfg in kept:
-                t.config, t.history = config, deque(t.history, maxlen=config.history_len)
-            elif self.session is not None:
+            if self.session is None:
+                continue
+            if t.cfg not in kept:
                 self._start_target(t, self.session)
+            elif restart and (task := self._loops.get(t.cfg)) is not None:
+                task.cancel()
+                self._start_target(t, self.session, first=False)
         for tc in old:  # removed
             if task := self._loops.pop(tc, None):
                 task.cancel()
-        self.config = config
         self.render()
 
     def add_task(self, coro: Awaitable[None]) -> None:

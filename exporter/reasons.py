@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.derive import EngineDerived
+from exporter.backends.schema import DropReason, Evidence
+from exporter.capacity import chunk_tokens, gpu_pool_tokens, kv_bytes_per_token, tier_tokens
+from exporter.derive import EngineDerived, computed_tokens
 from exporter.enums import Signal, State, StateReason
 from exporter.exposition import info_number
 from exporter.model import EngineSignals
@@ -25,6 +27,9 @@ FULL_INFLIGHT = 0.99
 
 SKIPPED_QUERY_SHARE = 0.5
 """Below this share of prompt tokens looked up in the prefix cache, requests skip reading the cache."""
+
+STORE_DROPS = frozenset({DropReason.CPU_FULL, DropReason.BACKPRESSURE, DropReason.ALLOCATION_FAILURE})
+"""Backend drop reasons that mean the tier lost a store it was offered (not a request that went away)."""
 
 _LOAD_FAMILY, _STORE_FAMILY = "vllm:kv_offload_load_bytes", "vllm:kv_offload_store_bytes"
 _EXT_QUERIES, _EXT_HITS = "vllm:external_prefix_cache_queries", "vllm:external_prefix_cache_hits"
@@ -45,38 +50,10 @@ class Inputs:
     e: EngineSignals
     families: frozenset[str]
     canary: CanaryFacts | None
+    tier_bytes: float | None = None  # exported, else the target's `tier_bytes` setting
 
     def delta(self, s: Signal) -> float:
         return self.d.deltas.get(s, 0.0)
-
-
-def gpu_pool_tokens(e: EngineSignals) -> float | None:
-    """num_gpu_blocks × block_size from cache_config_info (None when vLLM does not export it)."""
-    blocks, size = info_number(e.cache_config.get("num_gpu_blocks")), info_number(e.cache_config.get("block_size"))
-    return blocks * size if blocks is not None and size is not None else None
-
-
-def tier_tokens(e: EngineSignals) -> float | None:
-    """Tokens the offload tier holds: kv_offload_config_info (0.33), else the tier bytes over the GPU
-    cache's bytes per token (cache_config_info kv_cache_memory_bytes / kv_cache_size_tokens)."""
-    exact = info_number(e.offload_config.get("cpu_kv_cache_size_tokens"))
-    if exact is not None:
-        return exact
-    tier = info_number(e.offload_config.get("cpu_kv_cache_size_bytes"))
-    if tier is None:
-        gib = info_number(e.cache_config.get("kv_offloading_size"))
-        tier = gib * 2**30 if gib is not None else None
-    mem = info_number(e.cache_config.get("kv_cache_memory_bytes"))
-    toks = info_number(e.cache_config.get("kv_cache_size_tokens"))
-    if tier is None or not mem or not toks:
-        return None
-    return tier / (mem / toks)
-
-
-def chunk_tokens(e: EngineSignals) -> float | None:
-    """The tier's matching unit: cpu_blocks_per_chunk × block_size (0.33); vLLM < 0.33 does not say."""
-    per, size = info_number(e.offload_config.get("cpu_blocks_per_chunk")), info_number(e.cache_config.get("block_size"))
-    return per * size if per is not None and size is not None else None
 
 
 def _metric_missing(i: Inputs) -> bool:
@@ -93,10 +70,40 @@ def _warming_up(i: Inputs) -> bool:
     return pool is not None and prompts is not None and prompts < pool
 
 
+def _dropped(i: Inputs) -> bool:
+    """Allocation failures, a backend's own drops (tiering backpressure, a full CPU tier), or every chunk
+    pinned by in-flight transfers (backpressure)."""
+    if i.delta(Signal.OFFLOAD_ALLOCATION_FAILURES) > 0:
+        return True
+    if any(v > 0 for k, v in i.d.evidence.items() if k.signal == Evidence.DROPPED and k.reason in STORE_DROPS):
+        return True
+    return (i.e.offload_inflight or 0.0) >= FULL_INFLIGHT
+
+
 def _stores_dropped(i: Inputs) -> bool:
-    """Allocation failures, stores skipped, or every chunk pinned by in-flight transfers (backpressure)."""
-    dropped = i.delta(Signal.OFFLOAD_ALLOCATION_FAILURES) + i.delta(Signal.OFFLOAD_STORES_SKIPPED)
-    return dropped > 0 or (i.e.offload_inflight or 0.0) >= FULL_INFLIGHT
+    """Dropped stores (`_dropped`) or stores skipped: the tier loses blocks it was offered."""
+    return _dropped(i) or i.delta(Signal.OFFLOAD_STORES_SKIPPED) > 0
+
+
+def _stores_skipped(i: Inputs) -> bool:
+    """The connector counted stores it skipped (vllm:kv_offload_stores_skipped)."""
+    return i.delta(Signal.OFFLOAD_STORES_SKIPPED) > 0
+
+
+def _store_metric_missing(i: Inputs) -> bool:
+    """No store counter at all (no offload store family, no backend store series): stores go unseen."""
+    return Signal.OFFLOAD_STORE_BYTES not in i.e.counters and not any(k.signal == Evidence.STORED for k in i.e.evidence)
+
+
+def _tier_smaller_than_prefix(i: Inputs) -> bool:
+    """The tier's bytes are below the KV bytes of the typical computed prompt (window mean per request):
+    a store that cannot fit is never made, so nothing is ever stored (H200: a 300 MB tier under
+    5,120-token prefixes of 587 MB)."""
+    per_token, requests = kv_bytes_per_token(i.e), i.d.ttft_count
+    computed = computed_tokens(i.d.deltas, i.d.by_source)
+    if not i.tier_bytes or per_token is None or not computed or requests <= 0:
+        return False
+    return i.tier_bytes < computed / requests * per_token
 
 
 def _tier_smaller(i: Inputs) -> bool:
@@ -144,7 +151,9 @@ def _no_reuse(i: Inputs) -> bool:
     return ratio is not None and ratio < NO_REUSE_HIT_RATIO and i.delta(Signal.EXTERNAL_PREFIX_HITS) <= 0
 
 
-RULES: tuple[tuple[StateReason, Callable[[Inputs], bool]], ...] = (
+Rules = tuple[tuple[StateReason, Callable[[Inputs], bool]], ...]
+
+RULES: Rules = (
     (StateReason.METRIC_MISSING, _metric_missing),
     (StateReason.WARMING_UP, _warming_up),
     (StateReason.STORES_DROPPED, _stores_dropped),
@@ -155,7 +164,17 @@ RULES: tuple[tuple[StateReason, Callable[[Inputs], bool]], ...] = (
     (StateReason.NO_REUSE_IN_WORKLOAD, _no_reuse),
     (StateReason.LOOKUP_ALWAYS_MISSES, _lookup_misses),
 )
-"""Every reason's rule, in the order they are tried (each StateReason has exactly one)."""
+"""The reasons of `store_without_load`, in the order they are tried."""
+
+NOT_STORING_RULES: Rules = (
+    (StateReason.METRIC_MISSING, _store_metric_missing),
+    (StateReason.TIER_SMALLER_THAN_PREFIX, _tier_smaller_than_prefix),
+    (StateReason.STORES_SKIPPED, _stores_skipped),
+    (StateReason.STORES_DROPPED, _dropped),
+)
+"""The reasons of `not_storing`: an unseen store first, the tier's size (the cause) before its symptoms."""
+
+RULES_BY_STATE: dict[State, Rules] = {State.STORE_WITHOUT_LOAD: RULES, State.NOT_STORING: NOT_STORING_RULES}
 
 
 HINTS: dict[StateReason, str] = {
@@ -163,8 +182,12 @@ HINTS: dict[StateReason, str] = {
     "check the vLLM/connector version before concluding anything",
     StateReason.WARMING_UP: "fewer prompt tokens since start than the GPU pool holds: nothing stored has "
     "left the GPU yet, wait",
-    StateReason.STORES_DROPPED: "allocation failures, skipped stores or a tier pinned by in-flight transfers: "
-    "the tier loses blocks; enlarge it or lower the store rate",
+    StateReason.TIER_SMALLER_THAN_PREFIX: "the tier is smaller than the KV bytes of a typical computed prompt: "
+    "no prompt fits, so nothing is ever stored; make the tier larger than a prompt or disable it",
+    StateReason.STORES_SKIPPED: "the connector skips the stores it is offered (vllm:kv_offload_stores_skipped): "
+    "check the tier size and the store policy",
+    StateReason.STORES_DROPPED: "allocation failures, skipped or backpressure-dropped stores, or a tier pinned by "
+    "in-flight transfers: the tier loses blocks; enlarge it or lower the store rate",
     StateReason.TIER_SMALLER_THAN_GPU_POOL: "the tier holds fewer tokens than the GPU pool, so a prefix "
     "evicted from the GPU is already gone from the tier; make it larger than the pool or disable it",
     StateReason.PREFIX_SHORTER_THAN_BLOCK: "the prefix reused per request is shorter than one offload chunk: "
@@ -182,17 +205,30 @@ HINTS: dict[StateReason, str] = {
 
 
 def explain(
-    d: EngineDerived, e: EngineSignals, families: frozenset[str], canary: CanaryFacts | None = None
+    d: EngineDerived,
+    e: EngineSignals,
+    families: frozenset[str],
+    canary: CanaryFacts | None = None,
+    tier_bytes: float | None = None,
 ) -> StateReason | None:
-    """The reason for a `store_without_load` state, or `stores_dropped` for a degraded `hit`; else None."""
-    i = Inputs(d, e, families, canary)
+    """The reason for a `store_without_load` or `not_storing` state, or `stores_dropped` for a degraded
+    `hit`; else None. `tier_bytes`: the tier's known size (exported, else configured)."""
+    i = Inputs(d, e, families, canary, tier_bytes)
     if d.state == State.HIT:
         # The engine loads: the only thing to explain is a tier that is losing stores.
         return StateReason.STORES_DROPPED if _stores_dropped(i) else None
-    if d.state != State.STORE_WITHOUT_LOAD:
-        return None
     # None when no rule holds: an unexplained state is said as such, never guessed.
-    return next((reason for reason, rule in RULES if rule(i)), None)
+    return next((reason for reason, rule in RULES_BY_STATE.get(d.state, ()) if rule(i)), None)
 
 
-__all__ = ["HINTS", "RULES", "CanaryFacts", "chunk_tokens", "explain", "gpu_pool_tokens", "tier_tokens"]
+__all__ = [
+    "HINTS",
+    "NOT_STORING_RULES",
+    "RULES",
+    "RULES_BY_STATE",
+    "CanaryFacts",
+    "chunk_tokens",
+    "explain",
+    "gpu_pool_tokens",
+    "tier_tokens",
+]

@@ -52,8 +52,9 @@ class Exposition:
         self._heads = _HEADS if heads is None else heads
 
     def add(self, name: str, value: float | None, labels: Mapping[str, str] | None = None) -> None:
-        """Add one sample; a None value is skipped (undefined, not zero). Labels must match the catalogue."""
-        if value is None:
+        """Add one sample; a None or non-finite value is skipped (undefined, not zero, never NaN or ±Inf,
+        whichever source computed it). Labels must match the catalogue."""
+        if value is None or not math.isfinite(value):
             return
         m = CATALOGUE[name]
         labels = labels or {}
@@ -93,15 +94,18 @@ class Exposition:
         count: float,
         total: float | None = None,
     ) -> None:
-        """A summary family: quantile samples, `_count` and (when it can be known) `_sum`. The catalogue
-        lists `quantile` as the last label; `labels` are the others."""
+        """A summary family: quantile samples, `_count` and (when it can be known) `_sum`, both cumulative
+        (a summary's count never goes down but at a restart). The catalogue lists `quantile` as the last
+        label; `labels` are the others. Non-finite values are left out, as in `add`."""
         self._check(name, {**labels, "quantile": ""}, True)
         out = self._lines.setdefault(name, [])
         for q, v in quantiles.items():
-            out.append(self._line(name, {**labels, "quantile": str(q)}, v))
-        if total is not None:
+            if math.isfinite(v):
+                out.append(self._line(name, {**labels, "quantile": str(q)}, v))
+        if total is not None and math.isfinite(total):
             out.append(self._line(name + "_sum", labels, total))
-        out.append(self._line(name + "_count", labels, count))
+        if math.isfinite(count):
+            out.append(self._line(name + "_count", labels, count))
 
     @staticmethod
     def _check(name: str, labels: Mapping[str, str], ok: bool) -> None:

@@ -226,7 +226,7 @@ def test_grafana_contact_point_and_policy_examples_agree():
 
 
 # --------------------------------------------------------------------------------------------------
-# bundle: runbook, selectors, --set and presets (issue 17, item 3)
+# bundle: runbook, selectors, --set and presets
 # --------------------------------------------------------------------------------------------------
 
 

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.prom import families
 
 ROOT = Path(__file__).resolve().parents[1]
 RECON = ROOT / "tests" / "fixtures" / "reconstructed"
@@ -22,7 +23,7 @@ PROM_FILES = sorted(f for d in BACKEND_DIRS for f in d.glob("*.prom"))
 
 
 def _families(text: str) -> list[str]:
-    return [f.name for f in text_string_to_metric_families(text)]
+    return [f.name for f in families(text)]
 
 
 def _cited(text: str) -> set[str]:

@@ -69,7 +69,7 @@ def _serve_args(*argv: str) -> argparse.Namespace:
 
 
 def test_serve_flags_override_the_config_file() -> None:
-    cfg = Config(targets=(TargetConfig("http://a:8000"),), canary=CanarySettings(interval=600.0))
+    cfg = Config(targets=(TargetConfig("http://a:8000"),)).with_section("canary", CanarySettings(interval=600.0))
     assert settings_from_args(_serve_args(), cfg) is None
     s = settings_from_args(
         _serve_args(

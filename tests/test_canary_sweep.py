@@ -89,7 +89,7 @@ def _bursts(calibration: str, timing: dict[str, float], levels: tuple[int, ...])
 
 
 def test_simulator_amortised_load_reproduces_the_h200_sign_flip() -> None:
-    # Issue 16, one H200, 0.6B shape: +24.9 ms at c=1, +12.6 at c=4, -7.1 at c=16.
+    # One H200, 0.6B shape: +24.9 ms at c=1, +12.6 at c=4, -7.1 at c=16.
     d = _bursts("h200-qwen3-0.6b", {}, (1, 4, 16))
     assert d[1] > d[4] > 0 > d[16]
     assert abs(d[1] - 24.9) < 10 and abs(d[4] - 12.6) < 6 and abs(d[16] + 7.1) < 6

@@ -1,4 +1,4 @@
-"""`check` never answers without evidence (issue 17): a control serving another model, output paths and
+"""`check` never answers without evidence: a control serving another model, output paths and
 URLs refused before the first request, clean one-line connection errors, no interval from < 3 samples,
 short samples explained with what to change, an ETA, and the exit codes in `--help`."""
 

@@ -1,5 +1,5 @@
 """`check`'s text report states the exporter's evidence state per engine over the run and, when the state
-needs explaining, the reason and its hint (issue 16: the reason in the text of `inspect` and `check`)."""
+needs explaining, the reason and its hint (the reason in the text of `inspect` and `check`)."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from exporter.app import EXPORTER, make_app
 from exporter.cli import build_parser
 from exporter.commands.serve import ReloadStatus, config_from_args, reload
+from tests.support.net import free_port
 
 BODY = (Path(__file__).parent / "fixtures" / "h200-0.6b" / "A_00_initial.prom").read_text()
 
@@ -138,19 +139,13 @@ async def test_userinfo_is_sent_as_basic_auth_and_redacted_everywhere(
         assert "pw-0f" not in text and "scraper:" not in text
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=2) as r:
         return str(r.read().decode())
 
 
 def test_the_real_process_reloads_on_sighup_and_stops_on_sigterm(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     conf = tmp_path / "c.yaml"
     _write(conf, ["http://127.0.0.1:9"], f"listen: 127.0.0.1:{port}\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}

@@ -27,7 +27,7 @@ def _serve(*argv: str) -> argparse.Namespace:
 @pytest.mark.parametrize("cls", [Config, TargetConfig, CanarySettings, LogSettings, Limits])
 def test_every_setting_is_declared_once_with_help(cls: type) -> None:
     declared = {f.name for f, _ in specs(cls)}
-    undeclared = {f.name for f in fields(cls)} - declared - {"targets", "canary", "auth", "extra_auth", "limits"}
+    undeclared = {f.name for f in fields(cls)} - declared - {"targets", "sections", "auth", "extra_auth", "limits"}
     assert not undeclared, f"fields without a declaration: {undeclared}"
     assert all(s.help for _, s in specs(cls))
 

@@ -1,4 +1,4 @@
-"""Operator-facing properties of the Kubernetes files (issue 17, item 5), rendered by `kubectl kustomize`.
+"""Operator-facing properties of the Kubernetes files, rendered by `kubectl kustomize`.
 
 The sidecar must never decide vLLM's readiness, must see vLLM's processes (shared PID namespace), the
 PodMonitor variant must scrape exactly what the ServiceMonitor variant does, and the example

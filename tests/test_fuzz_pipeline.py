@@ -11,7 +11,6 @@ import math
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import derive
 from exporter.collector import TargetView, collect
@@ -19,6 +18,7 @@ from exporter.enums import ScrapeErrorReason
 from exporter.exposition import ParseError
 from exporter.limits import Limits
 from exporter.normalise import FAMILIES, HISTOGRAMS, normalise
+from tests.support.prom import families
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LIMITS = Limits(sample_limit=200, label_value_length_limit=64, engine_limit=8)
@@ -68,7 +68,7 @@ REASONS = {r.value for r in ScrapeErrorReason}
 
 
 def _check_output(text: str) -> None:
-    for fam in text_string_to_metric_families(text):
+    for fam in families(text):
         for s in fam.samples:
             assert math.isfinite(s.value), s
             if fam.type == "counter":

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from conftest import FIXTURES
-from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 from support.chain import run_chain
+from support.prom import families
 
 GOLDEN = Path(__file__).parent / "golden"
 PROMTOOL = shutil.which("promtool")
@@ -55,7 +55,7 @@ async def test_exposition_matches_golden(case: str, update_golden: bool) -> None
     assert path.exists(), f"missing {path.name}: run pytest --update-golden"
     assert body == path.read_text(encoding="utf-8"), f"{case}: exposition changed (pytest --update-golden)"
     om = exp.exposition(openmetrics=True).decode()
-    assert {f.name for f in om_families(om)}, "OpenMetrics body does not parse"
+    assert {f.name for f in families(om, openmetrics=True)}, "OpenMetrics body does not parse"
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")

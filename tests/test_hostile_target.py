@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.support.net import free_port
 
 SERVER = r"""
 import sys
@@ -31,12 +32,6 @@ app = web.Application()
 app.router.add_get("/metrics", metrics)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str, timeout: float = 5.0) -> str:
@@ -60,7 +55,7 @@ class Hostile:
     """A hostile target and the exporter polling it, both subprocesses."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.up_port, self.port = _free_port(), _free_port()
+        self.up_port, self.port = free_port(), free_port()
         self.log = tmp_path / "served.log"
         self.env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
         self.upstream = subprocess.Popen(

@@ -1,5 +1,7 @@
-"""Architecture guard: pure modules import no I/O libraries, directly or through the project, and each
-package keeps its I/O in the modules named for it (canary: client; simulator: server, sender)."""
+"""Architecture guard: pure modules import no I/O libraries, directly or through the project; each
+package keeps its I/O in the modules named for it (canary: client; simulator: server, sender); the import
+graph of `exporter` has no loops and no import from a lower layer (tests/support/layers.py) to a higher one, counting every
+import statement wherever it stands (inside functions and `if TYPE_CHECKING:` too)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import exporter.sim
+from tests.support.layers import LAYERS, layer_of
 
 ROOT = Path(__file__).resolve().parents[1]
 IO = ("aiohttp", "psutil", "pynvml", "socket", "http.client", "http.server", "requests", "urllib.request")
@@ -92,3 +95,127 @@ def test_only_the_named_modules_import_aiohttp(package: str, allowed: set[str]) 
     # Each named module is seen importing aiohttp: a scan that found no imports at all would pass the
     # line above vacuously.
     assert users == allowed, allowed - users
+
+
+# --- the import graph: no loops, no import from a lower layer to a higher one ---------------------------
+
+KNOWN_LOOPS = [
+    {
+        "exporter.canary.cycle",
+        "exporter.canary.engine",
+        "exporter.canary.preflight",
+        "exporter.canary.prepared",
+        "exporter.canary.pressure",
+        "exporter.canary.schedule",
+        "exporter.canary.steps",
+        "exporter.canary.wait",
+    },
+]
+
+KNOWN_CLIMBS = [("exporter.canary.checkreport", "exporter.commands.inspect")]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in sorted((ROOT / "exporter").rglob("*.py")):
+        parts = p.relative_to(ROOT).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _edges(module: str) -> set[str]:
+    """Project modules `module` imports anywhere in its body (function-local and TYPE_CHECKING too)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in MODULES}
+        elif isinstance(node, ast.ImportFrom) and node.module in MODULES:
+            subs = {f"{node.module}.{a.name}" for a in node.names} & MODULES.keys()
+            out |= subs or {node.module}
+            if len(subs) < len(node.names):  # names defined by the module itself
+                out.add(node.module)
+    out.discard(module)
+    return out
+
+
+GRAPH = {m: _edges(m) for m in MODULES}
+
+
+def _loops(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[set[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, it = work[-1]
+            nxt = next(it, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                elif nxt in on:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = set()
+                while True:
+                    m = stack.pop()
+                    on.discard(m)
+                    comp.add(m)
+                    if m == node:
+                        break
+                if len(comp) > 1:
+                    out.append(comp)
+    return out
+
+
+def test_every_module_has_alayer_of() -> None:
+    missing = [m for m in MODULES if not any(m == p or m.startswith(p + ".") for layer in LAYERS for p in layer)]
+    assert not missing, f"add these to a layer in LAYERS (and to docs/design.md): {missing}"
+
+
+def test_no_import_loops() -> None:
+    loops = [sorted(c) for c in _loops(GRAPH) if c not in KNOWN_LOOPS]
+    assert not loops, f"import loops: {loops}"
+
+
+def _climbs(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((m, i) for m, imports in graph.items() for i in imports if layer_of(i) > layer_of(m))
+
+
+def test_no_import_climbs_to_a_higherlayer_of() -> None:
+    up = [c for c in _climbs(GRAPH) if c not in KNOWN_CLIMBS]
+    assert not up, f"imports from a lower layer to a higher one: {up}"
+
+
+def test_the_core_never_imports_the_canary() -> None:
+    core = [m for m in MODULES if layer_of(m) < layer_of("exporter.canary")]
+    found = sorted((m, i) for m in core for i in GRAPH[m] if i.startswith("exporter.canary"))
+    assert core and not found, found
+
+
+def test_the_loop_and_climb_checks_can_fail() -> None:
+    """An import back (payback -> collector) is a loop; config -> canary.config climbs a layer; an import
+    inside a function is an edge like any other (poller imports sources.gpu only where it starts NVML)."""
+    graph = {**GRAPH, "exporter.payback": GRAPH["exporter.payback"] | {"exporter.collector"}}
+    assert any({"exporter.payback", "exporter.collector"} <= loop for loop in _loops(graph))
+    graph = {**GRAPH, "exporter.config": GRAPH["exporter.config"] | {"exporter.canary.config"}}
+    assert ("exporter.config", "exporter.canary.config") in _climbs(graph)
+    assert "exporter.sources.gpu" in GRAPH["exporter.poller"]

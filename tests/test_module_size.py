@@ -1,4 +1,4 @@
-"""No module of the product over 400 lines: a module that size holds more than one job (issue 12's split)."""
+"""No module of the product over 400 lines: a module that size holds more than one job."""
 
 from __future__ import annotations
 

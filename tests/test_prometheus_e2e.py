@@ -5,7 +5,7 @@ Two exporters, two jobs. `kvoffload-healthy` polls a Qwen3-32B-shaped simulator 
 (canary on): no alert may fire for it, ever. `kvoffload-faults` polls one simulator per failure:
 store-without-load, slow loads on the 0.6B shape (slower than recompute), a no-offload control of the
 same model, an "upgrade" that drops the offload families mid-run (plus a tiny tier: allocation
-failures) and a dead port. The rules are the committed ones rendered with the documented rehearsal
+failures), a tier smaller than one chunk (it never stores) and a dead port. The rules are the committed ones rendered with the documented rehearsal
 preset (`bundle --preset rehearsal`: minute-scale windows, 30 s `for`). Prometheus attaches `namespace`
 and `pod` as the Prometheus Operator would, so every dashboard variable (job → namespace → pod →
 instance → target → model → engine) is evaluated against real series, and must list both exporters.
@@ -79,6 +79,7 @@ ALERT_SCENARIOS = {
     "KVOffloadExporterTargetDown": (FAULTS, "down"),
     "KVOffloadHostMemoryHeadroomLow": (FAULTS, None),  # 1 PB tier configured for "slow"
     "KVOffloadAllocationFailures": (FAULTS, "upgrade"),  # a one-chunk tier before the upgrade
+    "KVOffloadNotStoring": (FAULTS, "not-storing"),  # a tier smaller than one chunk: nothing is ever stored
     "KVOffloadCanaryFailing": (FAULTS, "down"),  # canary never succeeded
     "KVOffloadCanaryNoOffloadHit": (FAULTS, "store-without-load"),
     "KVOffloadTierDroppingWrites": (FAULTS, "tiering"),  # the simulated fs tier sheds cascade writes
@@ -327,6 +328,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
         control = s.simulator("control", "--no-connector", "--seed", "4")
         upgrade = s.simulator("upgrade", "--cpu-bytes", "7340032", "--seed", "5")
         tiering = s.simulator("tiering", "--backend", "tiering", "--vllm-version", "0.33", "--seed", "6")
+        not_storing = s.simulator("not-storing", "--cpu-bytes", "1000000", "--seed", "7")
         e_ok = s.exporter("healthy", [{"url": healthy, "name": "healthy"}])
         e_bad = s.exporter(
             "faults",
@@ -336,6 +338,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
                 {"url": control, "name": "control"},
                 {"url": upgrade, "name": "upgrade"},
                 {"url": tiering, "name": "tiering"},
+                {"url": not_storing, "name": "not-storing"},
                 {"url": f"http://127.0.0.1:{free_port()}", "name": "down"},
             ],
         )

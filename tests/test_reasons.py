@@ -12,9 +12,9 @@ from exporter.bundle import reasons_runbook
 from exporter.collector import TargetView, collect
 from exporter.commands.inspect import report
 from exporter.derive import advance, derive, interval
-from exporter.enums import State, StateReason
+from exporter.enums import Signal, State, StateReason
 from exporter.normalise import normalise
-from exporter.reasons import HINTS, RULES, CanaryFacts, explain
+from exporter.reasons import HINTS, NOT_STORING_RULES, RULES, CanaryFacts, explain
 from tests.support.prom import samples
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -30,8 +30,18 @@ def _chain(reason: str, after: str = "after.prom"):  # type: ignore[no-untyped-d
     return before, snap, canary
 
 
-def test_every_reason_has_one_rule_a_hint_and_a_fixture_chain() -> None:
-    assert [r for r, _ in RULES] == list(StateReason)
+def _tier_bytes(reason: str) -> float | None:
+    cfg = REASONS / reason / "config.json"
+    return float(json.loads(cfg.read_text())["tier_bytes"]) if cfg.exists() else None
+
+
+STORE_WITHOUT_LOAD_REASONS = [r for r, _ in RULES]
+
+
+def test_every_reason_has_a_rule_a_hint_and_a_fixture_chain() -> None:
+    for rules in (RULES, NOT_STORING_RULES):  # each state's rules are tried in StateReason order
+        assert [r for r, _ in rules] == sorted((r for r, _ in rules), key=list(StateReason).index)
+    assert {r for r, _ in RULES} | {r for r, _ in NOT_STORING_RULES} == set(StateReason)
     assert set(HINTS) == set(StateReason)
     assert {p.name for p in REASONS.iterdir() if p.is_dir()} == {r.value for r in StateReason}
 
@@ -40,8 +50,39 @@ def test_every_reason_has_one_rule_a_hint_and_a_fixture_chain() -> None:
 def test_fixture_chain_is_explained_by_its_reason(reason: StateReason) -> None:
     before, after, canary = _chain(reason)
     [(key, d)] = interval(before, after).items()
-    assert d.state == State.STORE_WITHOUT_LOAD
-    assert explain(d, after.engine(key), after.families, canary) == reason  # type: ignore[arg-type]
+    assert d.state == (State.STORE_WITHOUT_LOAD if reason in STORE_WITHOUT_LOAD_REASONS else State.NOT_STORING)
+    got = explain(d, after.engine(key), after.families, canary, _tier_bytes(reason))  # type: ignore[arg-type]
+    assert got == reason
+
+
+def test_h200_small_tier_is_not_storing_because_the_tier_is_smaller_than_a_prefix() -> None:
+    """A 300 MB tier under 5,120-token prefixes (587 MB): 12 M computed tokens in 70 s, zero stores."""
+    before, after, _ = _chain("tier_smaller_than_prefix")
+    p0 = advance(None, before, 0.0)
+    p1 = advance(p0, after, 70.0)
+    derived = derive([p0, p1], 70.0, 300.0)
+    [d] = derived.values()
+    assert d.deltas[Signal.PREFILL_COMPUTED_TOKENS] > 12e6 and d.deltas[Signal.OFFLOAD_STORE_BYTES] == 0
+    view = TargetView("h200", "http://x", up=True, snapshot=after, derived=derived, tier_bytes=300e6)
+    got = {(s.name, s.labels.get("state", s.labels.get("reason"))): s.value for s in samples(collect([view], "5m"))}
+    assert got[("kvoffload_state", "not_storing")] == 1.0 and got[("kvoffload_state", "idle")] == 0.0
+    assert got[("kvoffload_state_reason", "tier_smaller_than_prefix")] == 1.0
+    # The tier size is what names the reason: without it the state stands unexplained.
+    unknown = TargetView("h200", "http://x", up=True, snapshot=after, derived=derived)
+    reasons = [s for s in samples(collect([unknown], "5m")) if s.name == "kvoffload_state_reason" and s.value]
+    assert reasons == []
+
+
+def test_a_gpu_hit_revisit_computes_almost_nothing_and_stays_idle() -> None:
+    """Two full GPU hits of the H200 capture prefilled 52 tokens: below one chunk and MIN_PREFILL_TOKENS."""
+    h200 = FIXTURES / "vllm-0.26.0-h200-native"
+    base = FIXTURES / "reconstructed" / "native-0.33"
+    before, after = normalise((base / "after-hit.prom").read_text()), normalise((base / "after-hit.prom").read_text())
+    [d] = interval(before, after).values()
+    assert d.state == State.IDLE
+    cold = normalise((h200 / "0.6b_A_00_initial.prom").read_text())
+    [d] = interval(cold, normalise((h200 / "0.6b_A_00_initial.prom").read_text())).values()
+    assert d.state == State.IDLE
 
 
 def test_degraded_hit_is_stores_dropped_and_a_clean_hit_needs_no_reason() -> None:
@@ -110,3 +151,19 @@ def test_serve_canary_facts_reach_the_exported_reason() -> None:
     assert hot() == ["lookup_always_misses"]
     exp.report_facts("a", canary)
     assert hot() == ["evicted_before_reuse"]
+
+
+def test_tiering_backpressure_drops_are_stores_dropped() -> None:
+    """A tiering tier that drops stores under backpressure (its own counter, not allocation failures)."""
+    base = FIXTURES / "reconstructed" / "tiering-0.33"
+    series = (
+        'vllm:kv_offload_tiering_backpressure_stores_dropped_total{engine="0",model_name="Qwen/Qwen3-0.6B",tier="1:fs"}'
+    )
+    before = normalise((base / "after-cold.prom").read_text())
+    text = (base / "after-store-without-load.prom").read_text()
+    for name, after_text in (("unchanged", text), ("dropping", text.replace(f"{series} 16.0", f"{series} 48.0"))):
+        after = normalise(after_text)
+        [(key, d)] = interval(before, after).items()
+        assert d.state == State.STORE_WITHOUT_LOAD
+        got = explain(d, after.engine(key), after.families)  # type: ignore[arg-type]
+        assert (got == StateReason.STORES_DROPPED) == (name == "dropping"), (name, got)

@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from exporter import procmem
 from exporter.app import EXPORTER, make_app
-from exporter.collector import TargetView, collect, target_tier_bytes
+from exporter.collector import TargetView, collect
 from exporter.config import Config, TargetConfig
 from exporter.enums import Generation, MemorySource, ProcessRole
 from exporter.model import EngineSignals, HostMemory, Snapshot
@@ -263,9 +263,9 @@ def test_tier_bytes_of_a_target_sum_its_dp_engines() -> None:
         return EngineSignals("m", rank, {}, cache_config={"kv_offloading_size": "8"})
 
     snap = Snapshot(Generation.FLAT, (engine("0"), engine("1")))
-    assert target_tier_bytes(TargetView("a", "u", up=True, snapshot=snap)) == 16 * GIB
-    assert target_tier_bytes(TargetView("a", "u", up=True, snapshot=Snapshot(Generation.NONE, ()))) is None
-    assert target_tier_bytes(TargetView("a", "u")) is None
+    assert TargetView("a", "u", up=True, snapshot=snap).total_tier_bytes == 16 * GIB
+    assert TargetView("a", "u", up=True, snapshot=Snapshot(Generation.NONE, ())).total_tier_bytes is None
+    assert TargetView("a", "u").total_tier_bytes is None
 
 
 def test_exposition_carries_the_tree_the_source_and_the_ratio() -> None:

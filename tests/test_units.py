@@ -318,7 +318,7 @@ def test_durations(raw: object, sec: float) -> None:
 
 
 def test_tier_bytes_precedence() -> None:
-    from exporter.collector import tier_bytes
+    from exporter.capacity import tier_bytes
     from exporter.model import EngineSignals
 
     def e(offload: str | None = None, size: str | None = None) -> EngineSignals:

@@ -7,12 +7,12 @@ import math
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import derive
 from exporter.collector import TargetView, collect
 from exporter.exposition import ParseError
 from exporter.normalise import normalise
+from tests.support.prom import families
 
 LB = 'engine="0",model_name="m"'
 
@@ -96,7 +96,7 @@ def test_non_finite_gauges_and_info_numbers_are_never_emitted() -> None:
     point = derive.advance(None, snap, 0.0)
     view = TargetView(label="a", url="http://h", up=True, snapshot=snap, derived=derive.derive([point], 0.0, 60.0))
     text = collect([view], "1m")
-    for fam in text_string_to_metric_families(text):
+    for fam in families(text):
         for s in fam.samples:
             assert math.isfinite(s.value), s
             if fam.type == "counter":

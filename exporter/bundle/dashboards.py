@@ -37,6 +37,7 @@ OVERVIEW_UID = "kvoffload-overview"
 STATE_COLORS: dict[State, str] = {
     State.NOT_CONFIGURED: "text",
     State.IDLE: "blue",
+    State.NOT_STORING: "orange",
     State.STORING: "yellow",
     State.STORE_WITHOUT_LOAD: "red",
     State.HIT: "green",
@@ -63,8 +64,9 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
             "Exporter's verdict per engine over its window: hit = loads from the tier happened; "
             "store_without_load = stores but no loads while prefixes were reused (the failure "
             "mode of vllm-project/vllm#47890); storing = stores, no reuse visible (also the warm-up "
-            "state: no stores older than the window yet); idle = nothing "
-            "moved; not configured = no offload metrics.",
+            "state: no stores older than the window yet); not storing = offload configured, prompts "
+            "computed, nothing stored (a tier smaller than a prompt, stores skipped or dropped); idle = "
+            "nothing moved; not configured = no offload metrics.",
             targets([(state_expr, eng)]),
             {i: (s.replace("_", " "), STATE_COLORS[s]) for i, s in enumerate(STATES)},
         ),

@@ -10,8 +10,21 @@ from __future__ import annotations
 from exporter.bundle.panels import Layout, mt, state_timeline, targets, timeseries
 from exporter.bundle.promql import Query
 from exporter.catalogue import STATE_REASONS
+from exporter.enums import StateReason as R
 
-_REASON_COLORS = ("red", "orange", "yellow", "purple", "blue", "dark-orange", "dark-red", "text", "dark-purple")
+_REASON_COLORS: dict[R, str] = {
+    R.METRIC_MISSING: "red",
+    R.WARMING_UP: "orange",
+    R.TIER_SMALLER_THAN_PREFIX: "light-purple",
+    R.STORES_SKIPPED: "light-yellow",
+    R.STORES_DROPPED: "yellow",
+    R.TIER_SMALLER_THAN_GPU_POOL: "purple",
+    R.PREFIX_SHORTER_THAN_BLOCK: "blue",
+    R.LOADS_SKIPPED_BY_REQUEST: "dark-orange",
+    R.EVICTED_BEFORE_REUSE: "dark-red",
+    R.NO_REUSE_IN_WORKLOAD: "text",
+    R.LOOKUP_ALWAYS_MISSES: "dark-purple",
+}
 
 
 def _why_no_loads(L: Layout, q: Query, eng: str) -> None:
@@ -24,12 +37,12 @@ def _why_no_loads(L: Layout, q: Query, eng: str) -> None:
         + ")"
     )
     mappings = {0: ("nothing to explain", "green")}
-    mappings.update({i: (r.replace("_", " "), _REASON_COLORS[i - 1]) for i, r in enumerate(STATE_REASONS, 1)})
+    mappings.update({i: (r.replace("_", " "), _REASON_COLORS[r]) for i, r in enumerate(STATE_REASONS, 1)})
     L.add(
         state_timeline(
             "Why this engine stores without loading",
-            "kvoffload_state_reason: the rule that explains a store_without_load state (or a hit "
-            "that loses stores); one section per reason in alerts/runbook.md (State reasons).",
+            "kvoffload_state_reason: the rule that explains a store_without_load or not_storing state (or "
+            "a hit that loses stores); one section per reason in alerts/runbook.md (State reasons).",
             targets([(reason_expr, eng)]),
             mappings,
         ),

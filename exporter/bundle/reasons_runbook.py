@@ -13,10 +13,12 @@ from exporter.enums import StateReason
 _HEAD = """### State reasons
 
 `kvoffload_state_reason{target,model_name,engine,window,reason}` is one-hot: 1 on the reason whose rule
-holds for an engine in `store_without_load` (or `stores_dropped` for a degraded `hit`), all 0 when nothing
-needs explaining. `inspect BEFORE AFTER` prints it (`state_reason` in `--json`); KVOffloadStoreWithoutLoad
-carries it as its `reason` label. Rules are tried in the order below and the first that holds wins, so a
-missing metric is never read as a property of the workload. The three canary-backed facts (wait-ladder
+holds for an engine in `store_without_load` or `not_storing` (or `stores_dropped` for a degraded `hit`), all
+0 when nothing needs explaining. `inspect BEFORE AFTER` prints it (`state_reason` in `--json`);
+KVOffloadStoreWithoutLoad and KVOffloadNotStoring carry it as their `reason` label. Each state has its
+own rules (`not_storing`: `metric_missing`, `tier_smaller_than_prefix`, `stores_skipped`, `stores_dropped`),
+tried in the order below; the first that holds wins, so a missing metric is never read as a property of
+the workload. The three canary-backed facts (wait-ladder
 evictions, revisits that never load) sharpen `lookup_always_misses` into `evicted_before_reuse`.
 """
 
@@ -35,11 +37,29 @@ SECTIONS: dict[StateReason, tuple[str, str, str]] = {
         "`kvoffload_prompt_tokens_total` against `kvoffload_gpu_kv_cache_blocks × kvoffload_gpu_kv_block_size_tokens`.",
         "Wait; the reason clears once the GPU pool has turned over once.",
     ),
+    StateReason.TIER_SMALLER_THAN_PREFIX: (
+        "`not_storing`: the tier's known size (`kvoffload_offload_tier_bytes`, exported or the target's "
+        "`tier_bytes` setting) is below the KV bytes of the typical computed prompt (computed prompt tokens "
+        "per request × KV bytes per token). A store that cannot fit is never made, so the tier stays empty "
+        "(H200, Qwen3-0.6B: a 300 MB tier under 5,120-token prefixes of 587 MB stored nothing in 12 million "
+        "computed tokens).",
+        "`kvoffload_offload_tier_bytes` against the prompt lengths the engine computes; the connector's "
+        "`cpu_bytes_to_use` / `kv_offloading_size`.",
+        "Make the tier several prompts large (and larger than the GPU pool), or disable it: at this size it "
+        "costs pinned memory and can never help.",
+    ),
+    StateReason.STORES_SKIPPED: (
+        "`not_storing`: the connector counted stores it skipped (`vllm:kv_offload_stores_skipped`) and made "
+        "none: the tier refuses what it is offered (full of in-flight chunks, or a store policy that skips).",
+        "`kvoffload_offload_stores_skipped_total`; the tier size and `store_threshold`.",
+        "Enlarge the tier or relax the store policy; until then the tier holds nothing.",
+    ),
     StateReason.STORES_DROPPED: (
-        "The tier is losing stores: allocation failures, stores skipped, or every chunk pinned by in-flight "
-        "transfers (backpressure). On a `hit` engine this is the degraded hit: it loads, but not all it could.",
+        "The tier is losing stores: allocation failures, stores skipped, a backend's own drops (tiering "
+        "backpressure, a full SimpleCPU tier), or every chunk pinned by in-flight transfers (backpressure). "
+        "On a `hit` engine this is the degraded hit: it loads, but not all it could.",
         "`kvoffload_offload_allocation_failures_total`, `kvoffload_offload_stores_skipped_total`, "
-        "`kvoffload_offload_inflight_ratio` near 1.",
+        "`kvoffload_offload_dropped_total`, `kvoffload_offload_inflight_ratio` near 1.",
         "Enlarge the tier or lower the store rate (`store_threshold` ≥ 2 stores only reused blocks).",
     ),
     StateReason.TIER_SMALLER_THAN_GPU_POOL: (

@@ -147,6 +147,19 @@ class _Rules:
                 "consider store_threshold) or the load path is broken (vllm-project/vllm#47890)." + _REASON_NOTE,
             ),
             AlertRule(
+                "KVOffloadNotStoring",
+                _with_reason(
+                    f"max without (state) ({q('kvoffload_state', _m('state', '=', 'not_storing'))} == 1)",
+                    q("kvoffload_state_reason"),
+                ),
+                s.not_storing_for,
+                "warning",
+                "KV offload is configured but stores nothing while the engine computes prompts.",
+                f"{engine} computed more prompt tokens than one offload chunk over the exporter's window and "
+                "stored nothing into the offload tier: the tier costs pinned host memory and can never help "
+                "(a tier smaller than one prompt, stores skipped or dropped, or no store metric)." + _REASON_NOTE,
+            ),
+            AlertRule(
                 "KVOffloadEngineImbalance",
                 f"{store} > {_num(s.store_without_load_min_bytes)}\nunless {load} > 0\n"
                 f"and on (job, instance, target, model_name)\n"

@@ -51,6 +51,28 @@ blocks are stored; watch `kvoffload_offload_stores_skipped_total`) or disable of
 Broken loads: compare vLLM version with known issues, check `kv_connector_extra_config`, restart with a
 larger `cpu_bytes_to_use`.
 
+## KVOffloadNotStoring
+
+**Meaning.** For {not_storing_for} the exporter's state for an engine has been `not_storing`: offload is
+configured, the engine computed more prompt tokens over the exporter's window than one offload chunk, and
+nothing was stored into the tier. A tier that never stores can never be loaded from: it costs pinned host
+memory and gives nothing back (on an H200, a 300 MB CPU tier under 5,120-token prefixes of 587 MB stored
+nothing in 12 million computed prompt tokens).
+
+**Check.**
+1. Overview → *Offload evidence state*: `not storing` on the engine; *Why this engine stores without
+   loading* shows the reason over time.
+2. The alert's `reason` label (the exporter's `kvoffload_state_reason`): `tier_smaller_than_prefix` (the
+   tier, `kvoffload_offload_tier_bytes` or the target's `tier_bytes`, is below one typical prompt's KV
+   bytes), `stores_skipped`, `stores_dropped`, or `metric_missing` (the store counters are not exported:
+   the state proves nothing). Read its section under *State reasons* below.
+3. `kvoffload_offload_tier_bytes` against the prompt lengths the engine serves.
+
+**Act.** Make the tier several prompts large (`cpu_bytes_to_use` / `kv_offloading_size`) and larger than
+the GPU pool, or disable offloading for this model: at this size the tier cannot help. With
+`store_threshold` ≥ 2 on a workload that never repeats a prefix, storing nothing is the intended outcome:
+the tier is pinned memory held for nothing, so shrink it or disable it.
+
 ## KVOffloadEngineImbalance
 
 **Meaning.** Over the last {reuse_window} one engine (a data-parallel rank) stored more than

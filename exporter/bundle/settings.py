@@ -55,6 +55,14 @@ class Settings:
     )
     store_without_load_for: str = _s("30m", Kind.DURATION, "`for` of KVOffloadStoreWithoutLoad.")
 
+    # --- KVOffloadNotStoring ----------------------------------------------------------------------
+    not_storing_for: str = _s(
+        "30m",
+        Kind.DURATION,
+        "`for` of KVOffloadNotStoring: the exporter's state has been `not_storing` (offload configured, more "
+        "prompt tokens computed over its window than one offload chunk, zero stores) for this long.",
+    )
+
     # --- KVOffloadSlowerThanRecompute -------------------------------------------------------------
     slower_controls: str = _s(
         "cold|recompute|control_target",
@@ -212,6 +220,7 @@ PRESETS: Mapping[str, Mapping[str, str]] = {
         "reuse_window": "1m",
         "store_without_load_min_bytes": "1",
         "store_without_load_for": "30s",
+        "not_storing_for": "30s",
         "slower_for": "30s",
         "ttft_smoothing": "1m",
         "ttft_baseline_offset": "5m",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit
 
+from exporter.config import Config
 from exporter.schema import (
     ConfigError,
     Where,
@@ -25,6 +26,7 @@ from exporter.schema import (
     setting,
     string,
 )
+from exporter.sections import Section, register_section
 
 STRATEGIES = ("pressure", "wait")
 
@@ -230,3 +232,21 @@ def check(cfg: CanarySettings) -> None:
         errors.append("canary.min_samples must not exceed max_samples")
     if errors:
         raise ConfigError(errors)
+
+
+def _check_with(settings: CanarySettings, config: Config) -> None:
+    """The canary's rules, and those that need the exporter's config (one control target, one target)."""
+    errors = []
+    try:
+        check(settings)
+    except ConfigError as e:
+        errors += e.errors
+    if settings.enabled and settings.control_target and len(config.targets) > 1:
+        errors.append("canary.control_target: needs exactly one target")
+    if errors:
+        raise ConfigError(errors)
+
+
+register_section(
+    Section("canary", CanarySettings, lambda raw, base: from_mapping(raw, base, validate=False), _check_with)
+)

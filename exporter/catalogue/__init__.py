@@ -8,21 +8,27 @@ base units, `_total` only on counters, no colons. Rows live in one module per do
 
 from __future__ import annotations
 
-from exporter.canary.types import CanaryPath, CycleReason, ErrorReason, LoadBand, ProbeResult, Tier, VerdictKind
 from exporter.catalogue import backends, canary, derived, engine, health, memory
 from exporter.catalogue.metric import ENGINE, PREFIX, WINDOWED, Metric
 from exporter.enums import (
+    CanaryPath,
     CollectorName,
+    CycleReason,
+    ErrorReason,
     Group,
+    LoadBand,
     MemorySource,
     MetricType,
+    ProbeResult,
     ProcessRole,
     Recommendation,
     ScrapeErrorReason,
     Signal,
     State,
     StateReason,
+    Tier,
     Unit,
+    VerdictKind,
 )
 
 STATES: tuple[State, ...] = tuple(State)

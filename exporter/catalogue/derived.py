@@ -66,7 +66,8 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_ttft_seconds",
         type=MetricType.SUMMARY,
-        help="Server-side time to first token quantiles over the window, interpolated from the vLLM histogram.",
+        help="Server-side time to first token quantiles over the window, interpolated from the vLLM histogram; "
+        "_count and _sum are vLLM's own, cumulative.",
         labels=(*WINDOWED, "quantile"),
         unit=Unit.SECONDS,
         source="vllm:time_to_first_token_seconds",
@@ -102,7 +103,8 @@ METRICS: tuple[Metric, ...] = (
         name="kvoffload_offload_lookup_async_delay_seconds",
         type=MetricType.SUMMARY,
         help="p99 over the window of the time a request's offload lookup stayed deferred (loads queueing "
-        "behind loads: the convoy view), interpolated from the vLLM histogram.",
+        "behind loads: the convoy view), interpolated from the vLLM histogram; _count and _sum are vLLM's own, "
+        "cumulative.",
         labels=(*WINDOWED, "quantile"),
         unit=Unit.SECONDS,
         source="vllm:kv_offload_lookup_async_delay_seconds",
@@ -111,7 +113,8 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_request_queue_time_seconds",
         type=MetricType.SUMMARY,
-        help="Request queue-time quantiles over the window, interpolated from the vLLM histogram.",
+        help="Request queue-time quantiles over the window, interpolated from the vLLM histogram; _count and _sum "
+        "are vLLM's own, cumulative.",
         labels=(*WINDOWED, "quantile"),
         unit=Unit.SECONDS,
         source="vllm:request_queue_time_seconds",

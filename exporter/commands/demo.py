@@ -16,6 +16,7 @@ from exporter.commands.simulate import (
     add_simulator_arguments,
     add_traffic_arguments,
     options_from_args,
+    positive_seconds,
     run_until_stopped,
     traffic_from_args,
 )
@@ -26,19 +27,6 @@ from exporter.sim.simulator import Simulator
 ORDER = 5  # the README's first command
 
 DEMO_DEFAULTS = {"poll_interval": "2", "window": "1m", "timeout": "1"}  # loopback: answers are fast
-
-
-def positive_seconds(v: str) -> float:
-    """argparse type: a finite number of seconds > 0 (NaN or inf would hang or crash the timers)."""
-    from exporter.schema import MAX_SECONDS
-
-    try:
-        x = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {v!r}") from None
-    if not 0 < x <= MAX_SECONDS:  # also refuses NaN
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds and at most a year, got {v!r}")
-    return x
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

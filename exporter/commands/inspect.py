@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from exporter.capacity import tier_bytes
 from exporter.config import Config
 from exporter.derive import EngineDerived, interval
 from exporter.exposition import ParseError, join_bodies
@@ -116,7 +117,7 @@ def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
             row[k] = _finite(d.deltas.get(k))
         row["prompt_tokens_by_source"] = {k: _finite(v) for k, v in d.by_source.items()}
         row["state"] = d.state
-        row["state_reason"] = explain(d, e, after.families)  # None: nothing needs explaining
+        row["state_reason"] = explain(d, e, after.families, tier_bytes=tier_bytes(e, None))  # None: nothing to explain
         row["load_store_ratio"] = _r(d.load_store_ratio)
         row["load_bandwidth_bytes_per_second"] = _r(d.load_bandwidth)
         row["store_bandwidth_bytes_per_second"] = _r(d.store_bandwidth)

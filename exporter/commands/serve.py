@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -89,7 +88,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
     canary = apply_flags(args, cfg.canary, errors, env)
     if errors:
         raise ConfigError(errors)
-    cfg = apply(cfg, {**changes, "canary": canary})
+    cfg = apply(cfg, changes).with_section("canary", canary)
     check(cfg)
     return cfg
 
@@ -124,6 +123,11 @@ class ReloadStatus:
         x.add("kvoffload_exporter_config_last_reload_success_timestamp_seconds", self.last_success, {})
 
 
+RESTART_ONLY = ("listen", "telemetry_path", "sections", "host_enabled", "gpu_enabled")
+"""Config fields a running exporter cannot change (its socket, its routes, its plugins, its collectors)."""
+_RESTART_NAMES = {"sections": "plugin (canary) settings", "host_enabled": "host.enabled", "gpu_enabled": "gpu.enabled"}
+
+
 def reload(args: argparse.Namespace, exporter: Exporter, status: ReloadStatus) -> None:
     """SIGHUP: re-read the file (flags still on top); an invalid one keeps the running config."""
     try:
@@ -136,13 +140,15 @@ def reload(args: argparse.Namespace, exporter: Exporter, status: ReloadStatus) -
         exporter.render()
         return
     old = exporter.config
-    if new.listen != old.listen or new.telemetry_path != old.telemetry_path or new.canary != old.canary:
-        log.warning("configuration reload: listen, telemetry path and canary settings change only on restart")
-        new = replace(new, listen=old.listen, telemetry_path=old.telemetry_path, canary=old.canary)
+    fixed = {k: getattr(old, k) for k in RESTART_ONLY if getattr(new, k) != getattr(old, k)}
+    if fixed:  # refused in one line; everything else applies to every target (Exporter.reload)
+        names = ", ".join(_RESTART_NAMES.get(k, k) for k in fixed)
+        log.warning("configuration reload: %s change only on restart; kept as they were", names)
+        new = replace(new, **fixed)
     if old.canary.enabled and new.targets != old.targets:
         log.warning("configuration reload: the canary keeps probing the targets it started with until restart")
     exporter.reload(new)
-    status.ok, status.last_success = True, time.time()
+    status.ok, status.last_success = True, exporter.clock()
     log.info("configuration reloaded: %d target(s)", len(new.targets))
     exporter.render()
 
@@ -163,7 +169,7 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
     cfg = prep.cfg
     app = make_app(cfg, plugins=prep.plugins, middlewares=prep.web.middlewares if prep.web else ())
     exporter = app[EXPORTER]
-    status = ReloadStatus(last_success=time.time())
+    status = ReloadStatus(last_success=exporter.clock())
     exporter.add_collector(status)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 from exporter.config import split_listen
+from exporter.schema import MAX_SECONDS
 from exporter.sim.backends import BACKENDS
 from exporter.sim.calibration import CALIBRATIONS, DEFAULT_CALIBRATION
 from exporter.sim.faults import FAULTS
@@ -53,10 +54,16 @@ _TIMING_FLAGS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _positive_seconds(v: str) -> float:
-    from exporter.commands.demo import positive_seconds
+def positive_seconds(v: str) -> float:
+    """argparse type: a finite number of seconds > 0 (NaN or inf would hang or crash the timers)."""
 
-    return positive_seconds(v)
+    try:
+        x = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {v!r}") from None
+    if not 0 < x <= MAX_SECONDS:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds and at most a year, got {v!r}")
+    return x
 
 
 def _flag(name: str) -> str:
@@ -223,7 +230,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="listen address (default 127.0.0.1:8000; port 0 picks a free one)",
     )
     p.add_argument(
-        "--duration", type=_positive_seconds, metavar="SECONDS", help="stop after SECONDS (default: run until Ctrl-C)"
+        "--duration", type=positive_seconds, metavar="SECONDS", help="stop after SECONDS (default: run until Ctrl-C)"
     )
     add_simulator_arguments(p)
     add_traffic_arguments(p)

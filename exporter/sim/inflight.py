@@ -1,7 +1,7 @@
 """Prefix blocks still in flight on one engine: being loaded from the CPU tier or computed by a request.
 
 Why: payoff under load. c concurrent revisits of one offloaded prefix either share its one load
-(`load_convoy` 0, the H200 runs of issue 16) or queue behind each other's loads (`load_convoy` 1,
+(`load_convoy` 0, the first H200 runs) or queue behind each other's loads (`load_convoy` 1,
 vllm#44294); c concurrent requests on a prefix being *computed* cannot share it and prefill a share
 (`inflight_recompute`) of it again. Sequential traffic never meets a flight, so the idle calibration is
 untouched. Pure: times are the engine's model seconds.

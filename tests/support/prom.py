@@ -7,6 +7,7 @@ import itertools
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as _openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -14,6 +15,19 @@ class Sample(NamedTuple):
     name: str
     labels: dict[str, str]
     value: float
+
+
+class Family(NamedTuple):
+    name: str
+    type: str
+    samples: list[Sample]
+
+
+def families(text: str, openmetrics: bool = False) -> list[Family]:
+    """Every family with its type and samples; `openmetrics` reads the OpenMetrics format (and fails on
+    what it forbids, such as a body without `# EOF`)."""
+    parse = _openmetrics_families if openmetrics else text_string_to_metric_families
+    return [Family(f.name, f.type, [Sample(s.name, dict(s.labels), s.value) for s in f.samples]) for f in parse(text)]
 
 
 def samples(text: str) -> list[Sample]:
