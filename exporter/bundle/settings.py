@@ -150,7 +150,8 @@ class Settings:
 
     def preset(self, name: str) -> Settings:
         if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}{did_you_mean(name, PRESETS)}; known: {', '.join(sorted(PRESETS))}")
+            hint = did_you_mean(name, PRESETS)
+            raise ValueError(f"unknown preset {name!r}{hint}; known: {', '.join(sorted(PRESETS))}")
         return self.with_sets(f"{k}={v}" for k, v in PRESETS[name].items())
 
 
