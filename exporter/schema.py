@@ -182,12 +182,19 @@ def string(optional: bool = False) -> Parser:
     return parse
 
 
+def described(spec: Spec) -> str:
+    """A setting's help with its closed set of values, where it has one: `log line format (text, logfmt, json)`."""
+    values = getattr(spec.parse, "choices", None)
+    return f"{spec.help} ({', '.join(values)})" if values else spec.help
+
+
 def choice(*values: str) -> Parser:
     def parse(v: object, text: bool) -> object:
         if v not in values:
             raise ValueError(f"must be one of {', '.join(values)}, got {v!r}" + did_you_mean(v, values))
         return v
 
+    parse.choices = values  # type: ignore[attr-defined]  # listed by --help and docs (described())
     return parse
 
 
@@ -333,7 +340,7 @@ def add_flags(
         value = {"true": "=true", "false": "=false"}.get(spec.action, "")
         env_text = f"; env {env_name(section, f, spec)}{value}" if spec.env and env else ""
         lead = "without " if spec.action == "false" else ""
-        text = lead + spec.help + _default_text(f, spec, defaults or {}) + env_text
+        text = lead + described(spec) + _default_text(f, spec, defaults or {}) + env_text
         if spec.action == "value":
             p.add_argument(*names, dest=dest(names[0]), metavar=spec.metavar, default=None, help=text)
         else:
