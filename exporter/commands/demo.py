@@ -121,6 +121,15 @@ class Shutdown:
         self.started = True
         self.stop.set()
 
+    def release(self) -> None:
+        """Hand the signals to the process as ignored before the loop closes: closing would give SIGINT back
+        to Python, and a Ctrl-C while the interpreter tears down prints "Exception ignored ... Traceback"."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, signal.SIG_IGN)
+
 
 class ListenError(OSError):
     """A listen address that cannot be bound, with the flag that sets it."""
@@ -187,6 +196,7 @@ async def _demo(args: argparse.Namespace, sim: Simulator, sim_host: str, sim_por
         await exp_runner.cleanup()
         await sim_runner.cleanup()
     print(f"traffic: {report.summary()}", flush=True)
+    shutdown.release()
     return 0
 
 
@@ -220,3 +230,4 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if shutdown.started:  # the loop gave SIGINT back to Python: one more Ctrl-C must not end it with 130
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
