@@ -12,7 +12,7 @@ from exporter.canary.config import CanarySettings
 from exporter.config import Config, TargetConfig
 from exporter.limits import Limits
 from exporter.logs import LogSettings
-from exporter.schema import Duration, Spec, env_name, seconds_text, specs, yaml_key
+from exporter.schema import Duration, Spec, described, env_name, seconds_text, specs, yaml_key
 
 _SECTIONS: tuple[tuple[str, type, str, str], ...] = (
     ("Exporter", Config, "", "top level of the file"),
@@ -47,7 +47,7 @@ def _row(f: Field[Any], spec: Spec, section: str, yaml: bool) -> str:
     flags = ", ".join(f"`{n}`" for n in spec.flags.get("serve", ()))
     check = ", ".join(f"`{n}`" for n in spec.flags.get("check", ()))
     env = f"`{env_name(section, f, spec)}`" if spec.env else "–"
-    return f"| {key} | {flags or '–'} | {check or '–'} | {env} | {_default(f, spec)} | {spec.help} |"
+    return f"| {key} | {flags or '–'} | {check or '–'} | {env} | {_default(f, spec)} | {described(spec)} |"
 
 
 def render() -> str:

@@ -12,7 +12,7 @@ import argparse
 import difflib
 import math
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from typing import Any, Literal, TypeVar
 
@@ -135,14 +135,28 @@ def number(lo: float | None = None, hi: float | None = None, *, lo_open: bool = 
     return parse
 
 
+def human(x: float) -> str:
+    """A number as people read it in an error: `2,147,483,648`, `0.25`, never `2.14748e+09`."""
+    if float(x).is_integer() and abs(x) < 1e18:
+        return f"{int(x):,}"
+    return f"{x:,.15g}"
+
+
 def _bounds(
     what: str, lo: float | None, hi: float | None, got: float, lo_open: bool = False, hi_open: bool = False
 ) -> str:
+    low = f"{'>' if lo_open else '>='} {human(lo)}" if lo is not None else ""
+    high = f"{'<' if hi_open else '<='} {human(hi)}" if hi is not None else ""
     if lo is not None and hi is not None:
-        return f"must be {what} in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}, got {got:g}"
-    if lo is not None:
-        return f"must be {what} {'>' if lo_open else '>='} {lo:g}, got {got:g}"
-    return f"must be {what} {'<' if hi_open else '<='} {hi:g}, got {got:g}"
+        span = f"from {human(lo)} to {human(hi)}" if not (lo_open or hi_open) else f"{low} and {high}"
+        return f"must be {what} {span}, got {human(got)}"
+    return f"must be {what} {low or high}, got {human(got)}"
+
+
+def did_you_mean(word: object, known: Iterable[str]) -> str:
+    """` (did you mean 'x'?)` for the closest known name, or "" when none is close."""
+    hint = difflib.get_close_matches(str(word), list(known), n=1, cutoff=0.6)
+    return f" (did you mean {hint[0]!r}?)" if hint else ""
 
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -168,15 +182,19 @@ def string(optional: bool = False) -> Parser:
     return parse
 
 
+def described(spec: Spec) -> str:
+    """A setting's help with its closed set of values, where it has one: `log line format (text, logfmt, json)`."""
+    values = getattr(spec.parse, "choices", None)
+    return f"{spec.help} ({', '.join(values)})" if values else spec.help
+
+
 def choice(*values: str) -> Parser:
     def parse(v: object, text: bool) -> object:
         if v not in values:
-            hint = difflib.get_close_matches(str(v), values, n=1)
-            raise ValueError(
-                f"must be one of {', '.join(values)}, got {v!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
-            )
+            raise ValueError(f"must be one of {', '.join(values)}, got {v!r}" + did_you_mean(v, values))
         return v
 
+    parse.choices = values  # type: ignore[attr-defined]  # listed by --help and docs (described())
     return parse
 
 
@@ -244,12 +262,7 @@ class Where:
         return f"{self.section}.{k}:" if self.dotted else f"{self.section}: {k}"
 
     def unknown(self, k: object, known: list[str]) -> str:
-        hint = difflib.get_close_matches(str(k), known, n=1, cutoff=0.6)
-        return (
-            (f"{self.section}: " if self.section else "")
-            + f"unknown key {k!r}"
-            + (f" (did you mean {hint[0]!r}?)" if hint else "")
-        )
+        return (f"{self.section}: " if self.section else "") + f"unknown key {k!r}" + did_you_mean(k, known)
 
 
 def _flatten(raw: Mapping[str, object], subs: set[str], where: Where, errors: list[str]) -> dict[str, object]:
@@ -327,7 +340,7 @@ def add_flags(
         value = {"true": "=true", "false": "=false"}.get(spec.action, "")
         env_text = f"; env {env_name(section, f, spec)}{value}" if spec.env and env else ""
         lead = "without " if spec.action == "false" else ""
-        text = lead + spec.help + _default_text(f, spec, defaults or {}) + env_text
+        text = lead + described(spec) + _default_text(f, spec, defaults or {}) + env_text
         if spec.action == "value":
             p.add_argument(*names, dest=dest(names[0]), metavar=spec.metavar, default=None, help=text)
         else:

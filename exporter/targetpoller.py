@@ -127,7 +127,9 @@ class TargetPoller:
             return
         self.extra_errors[e.reason] = self.extra_errors.get(e.reason, 0) + 1
         if self._extra_logged.get(url) != e.reason:  # once per failure kind, not every poll
-            log.warning("target %s extra endpoint %s: %s", self.cfg.label, shown or redact_url(url), e)
+            where = shown or redact_url(url)
+            fields = {"target": self.cfg.label, "reason": e.reason, "url": url or None, "error": e.detail}
+            log.warning("target %s extra endpoint %s: %s", self.cfg.label, where, e, extra=fields)
             self._extra_logged[url] = e.reason
 
     async def poll_once(self, session: aiohttp.ClientSession) -> float:
@@ -180,7 +182,9 @@ class TargetPoller:
     def _failed(self, e: ScrapeError, version: str | None, started: float) -> None:
         self.errors[e.reason] = self.errors.get(e.reason, 0) + 1
         if e.detail != self._last_error_logged:  # log a failure once, not every poll
-            log.warning("target %s (%s/metrics): %s", self.cfg.label, redact_url(self.cfg.url), e)
+            url = redact_url(self.cfg.url) + "/metrics"
+            fields = {"target": self.cfg.label, "reason": e.reason, "url": url, "error": e.detail}
+            log.warning("target %s (%s): %s", self.cfg.label, url, e, extra=fields)
             self._last_error_logged = e.detail
         self._set_view(
             TargetView(

@@ -96,7 +96,7 @@ CASES: list[tuple[str, tuple[str, ...], Files, str]] = [
         "config-target-port",
         ("serve", "--config", "{tmp}/c.yaml", *CC),
         _yaml("targets: [{url: 'http://a:1', port: 99999}]\n"),
-        "port must be an integer in [1, 65535]",
+        "port must be an integer from 1 to 65,535, got 99,999",
     ),
     ("config-typo", ("serve", *T, "--config", "{tmp}/c.yaml", *CC), _yaml("windw: 5m\n"), "did you mean 'window'"),
     (

@@ -27,3 +27,18 @@ def test_demo_status_line_without_ttft_samples() -> None:
     d = EngineDerived(("m", "0"), True, 60.0, {}, {}, State.IDLE)
     line = _line(d)
     assert "TTFT p50 n/a" in line and "n=" not in line
+
+
+def test_demo_status_line_says_what_each_hit_share_is_of() -> None:
+    """The GPU share is of prompt tokens, the tier's of the tokens the GPU missed: they may add up past 100 %."""
+    d = EngineDerived(("m", "0"), True, 60.0, {}, {}, State.HIT, gpu_hit_ratio=0.53, external_hit_ratio=0.67)
+    line = _line(d)
+    assert "GPU cache hit   53% of prompt tokens" in line
+    assert "CPU tier hit   67% of the GPU misses" in line
+
+
+def test_traffic_summary_adds_up() -> None:
+    from exporter.sim.sender import TrafficReport
+
+    text = TrafficReport(sent=38, ok=36, errors=1, dropped=2).summary()
+    assert text.startswith("38 sent = 36 ok + 1 failed + 1 in flight when stopped; 2 not sent (too many in flight)")

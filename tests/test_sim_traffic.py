@@ -68,4 +68,4 @@ async def test_sender_drives_a_simulator(aiohttp_server: Any) -> None:
     counters = series(sim.metrics_text())
     assert counters['vllm:request_success_total{finished_reason="length"}'] == 40
     assert counters["vllm:prefix_cache_hits_total"] > 0
-    assert "40 sent, 40 ok" in report.summary()
+    assert "40 sent = 40 ok + 0 failed + 0 in flight when stopped; 0 not sent" in report.summary()

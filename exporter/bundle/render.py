@@ -20,8 +20,9 @@ def render_bundle(
     """Render the bundle. `selectors`: `["job=vllm-sidecar", ...]` or `{"job": "vllm-sidecar"}`.
 
     Raises ImportError when grafanalib (the `bundle` extra) is missing, ValueError on a bad selector."""
-    from exporter.bundle import alerts_doc, dashboards, grafana_alerts, metrics_doc, mixin, rulefile, runbook
+    from exporter.bundle import alerts_doc, dashboards, grafana_alerts, metrics_doc, mixin, rulefile, ruletests, runbook
     from exporter.bundle.deploy import render_deploy
+    from exporter.bundle.rules import build
 
     matchers = parse_selectors(selectors)
     files: dict[str, str] = {
@@ -30,6 +31,7 @@ def render_bundle(
         runbook.PATH: runbook.render(settings),
         alerts_doc.PATH: alerts_doc.render(settings),
     }
+    files.update(ruletests.render(settings, matchers, build(settings, matchers)[1]))
     files.update(dashboards.render(matchers))
     files.update(grafana_alerts.render(settings, matchers))
     files.update(render_deploy(files, settings))

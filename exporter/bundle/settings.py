@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from exporter.derive import QUANTILES
+from exporter.schema import did_you_mean
 
 RUNBOOK_URL = "alerts/runbook.md"
 """Where `runbook_url` points (anchor = lower-case alert name). The default is the bundle's own file, not a
@@ -157,7 +158,8 @@ class Settings:
 
     def preset(self, name: str) -> Settings:
         if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}")
+            hint = did_you_mean(name, PRESETS)
+            raise ValueError(f"unknown preset {name!r}{hint}; known: {', '.join(sorted(PRESETS))}")
         return self.with_sets(f"{k}={v}" for k, v in PRESETS[name].items())
 
 
@@ -181,7 +183,8 @@ def doc_of(key: str) -> str:
 def parse_value(key: str, value: str) -> str | float:
     """One `--set` value, checked for its setting's kind."""
     if key not in FIELDS:
-        raise ValueError(f"unknown setting {key!r}; known: {', '.join(FIELDS)}")
+        hint = did_you_mean(key, FIELDS)
+        raise ValueError(f"unknown setting {key!r}" + (hint or f"; known: {', '.join(FIELDS)}"))
     kind = kind_of(key)
     if kind is Kind.NUMBER:
         try:
@@ -189,7 +192,7 @@ def parse_value(key: str, value: str) -> str | float:
         except ValueError:
             raise ValueError(f"{key} wants a number, got {value!r}") from None
         if not number >= 0 or number == float("inf"):
-            raise ValueError(f"{key} wants a finite number >= 0, got {value!r}")
+            raise ValueError(f"{key} wants a finite number >= 0, got {value}")
         return number
     if kind is Kind.DURATION and not _DURATION.match(value):
         raise ValueError(f"{key} wants a Prometheus duration such as 30s, 5m or 1h30m, got {value!r}")

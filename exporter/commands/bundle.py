@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         from exporter.bundle import render_bundle
 
         files = render_bundle(args.selector, _settings(args))
+        files.update(_readme(args.out))
     except ImportError as e:
         print(
             f"kvoffload-exporter bundle: {e}; install the extra: pip install 'kvoffload-exporter[bundle]'",
@@ -101,6 +102,18 @@ def run(args: argparse.Namespace) -> int:
         return 1 if stale else 0
     print(f"wrote {len(files)} files under {args.out}")
     return 0
+
+
+def _readme(out: str) -> dict[str, str]:
+    """DIR/README.md with its generated blocks re-rendered, when it has any (a checkout); else nothing."""
+    from exporter.bundle import readme
+
+    try:
+        with open(os.path.join(out, readme.PATH), encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return {}
+    return {readme.PATH: readme.patch(text)} if readme.has_blocks(text) else {}
 
 
 def _write_or_compare(files: dict[str, str], out: str, check: bool) -> list[str]:

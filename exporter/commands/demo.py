@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 import time
@@ -17,7 +18,6 @@ from exporter.commands.simulate import (
     add_traffic_arguments,
     options_from_args,
     positive_seconds,
-    run_until_stopped,
     traffic_from_args,
 )
 from exporter.config import ConfigError, TargetConfig, split_listen
@@ -78,31 +78,67 @@ def status_lines(exporter: Exporter, sim: Simulator, elapsed: float) -> list[str
             ttft = "n/a" if p50 is None else f"{p50 * 1e3:.0f} ms (n={d.ttft_count:.0f})"  # a quantile needs its n
             ratio = "  n/a" if d.load_store_ratio is None else f"{d.load_store_ratio:5.2f}"
             lines.append(
-                f"[{elapsed:4.0f}s] engine {engine}: state {d.state:<18} GPU hits {_pct(d.gpu_hit_ratio)}  "
-                f"CPU-tier hits {_pct(d.external_hit_ratio)}  load/store {ratio}  "
+                f"[{elapsed:4.0f}s] engine {engine}: state {d.state:<18} "
+                f"GPU cache hit {_pct(d.gpu_hit_ratio)} of prompt tokens  "
+                f"CPU tier hit {_pct(d.external_hit_ratio)} of the GPU misses  load/store {ratio}  "
                 f"TTFT p50 {ttft}  "
                 f"tier {tier.get('cpu_chunks_used', 0)}/{tier.get('cpu_chunks', 0)} chunks"
             )
     return lines
 
 
-def _ignore_signals_during_shutdown() -> None:
-    """A second Ctrl-C while the servers close would raise KeyboardInterrupt inside aiohttp's cleanup
-    (a traceback, and the summary lost): shutdown is short, so further signals are swallowed."""
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, lambda: None)
+class Shutdown:
+    """Ctrl-C/SIGTERM: the first stops the demo, every later one is swallowed (shutdown is short, and a
+    KeyboardInterrupt inside aiohttp's cleanup would print a traceback and lose the summary). The handlers
+    stay installed until the loop closes; `started` tells `run` that an interrupt after that is part of
+    the same shutdown (exit 0), not one before the servers were up (exit 130)."""
+
+    def __init__(self) -> None:
+        self.started = False
+        self.stop = asyncio.Event()
+
+    def install(self, duration: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.signalled)
+        if duration is not None:
+            loop.call_later(duration, self.signalled)
+
+    def signalled(self) -> None:
+        self.started = True
+        self.stop.set()
+
+    def release(self) -> None:
+        """Hand the signals to the process as ignored before the loop closes: closing would give SIGINT back
+        to Python, and a Ctrl-C while the interpreter tears down prints "Exception ignored ... Traceback"."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, signal.SIG_IGN)
 
 
-async def _demo(args: argparse.Namespace, sim: Simulator, sim_host: str, sim_port: int) -> int:
+class ListenError(OSError):
+    """A listen address that cannot be bound, with the flag that sets it."""
+
+    def __init__(self, flag: str, address: str, e: OSError):
+        why = os.strerror(e.errno) if e.errno else (e.strerror or str(e))
+        super().__init__(f"cannot listen on {address}: {why.lower()}; choose another with {flag} HOST:PORT")
+
+
+async def _demo(args: argparse.Namespace, sim: Simulator, sim_host: str, sim_port: int, shutdown: Shutdown) -> int:
     from aiohttp import web
 
     from exporter.app import EXPORTER, make_app
     from exporter.sim.sender import TrafficReport, send
     from exporter.sim.server import start
 
-    sim_runner, sim_url = await start(sim, sim_host, sim_port)
+    shutdown.install(args.duration)
+    try:
+        sim_runner, sim_url = await start(sim, sim_host, sim_port)
+    except OSError as e:
+        raise ListenError("--sim-listen", args.sim_listen, e) from e
     cfg = replace(config_from_args(args), targets=(TargetConfig(url=sim_url, name="sim"),), gpu_enabled=False)
     app = make_app(cfg)
     exp_runner = web.AppRunner(app, access_log=None)
@@ -110,10 +146,10 @@ async def _demo(args: argparse.Namespace, sim: Simulator, sim_host: str, sim_por
     host, port = cfg.listen_host_port
     try:
         await web.TCPSite(exp_runner, host, port).start()
-    except OSError:
+    except OSError as e:
         await exp_runner.cleanup()
         await sim_runner.cleanup()
-        raise
+        raise ListenError("--listen", f"{host}:{port}", e) from e
     exp_url = f"http://{host}:{exp_runner.addresses[0][1]}"
     spec = traffic_from_args(args, sim.config.max_model_len, duration=args.duration)
     print(
@@ -133,6 +169,8 @@ async def _demo(args: argparse.Namespace, sim: Simulator, sim_host: str, sim_por
         while not stop.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), args.status_interval)
+            if stop.is_set():
+                break
             for line in status_lines(app[EXPORTER], sim, time.monotonic() - started):
                 print(line, flush=True)
         traffic.cancel()
@@ -140,12 +178,13 @@ async def _demo(args: argparse.Namespace, sim: Simulator, sim_host: str, sim_por
             await traffic
 
     try:
-        await run_until_stopped(main, args.duration)
+        await main(shutdown.stop)
     finally:
-        _ignore_signals_during_shutdown()
+        shutdown.started = True
         await exp_runner.cleanup()
         await sim_runner.cleanup()
     print(f"traffic: {report.summary()}", flush=True)
+    shutdown.release()
     return 0
 
 
@@ -165,10 +204,18 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, ConfigError) as e:
         print(f"kvoffload-exporter demo: {e}", file=sys.stderr)
         return 2
+    shutdown = Shutdown()
     try:
-        return asyncio.run(_demo(args, sim, sim_host, sim_port))
-    except KeyboardInterrupt:  # Ctrl-C before the servers were up: the conventional 128 + SIGINT
-        return 130
-    except OSError as e:
-        print(f"kvoffload-exporter demo: cannot listen: {e.strerror or e}", file=sys.stderr)
+        return asyncio.run(_demo(args, sim, sim_host, sim_port, shutdown))
+    except KeyboardInterrupt:  # after shutdown began: part of it (exit 0); before: the conventional 128 + SIGINT
+        return 0 if shutdown.started else 130
+    except ListenError as e:
+        print(f"kvoffload-exporter demo: {e}", file=sys.stderr)
         return 1
+    except OSError as e:
+        print(f"kvoffload-exporter demo: {e.strerror or e}", file=sys.stderr)
+        return 1
+    finally:
+        if shutdown.started:  # the loop gave SIGINT back to Python: one more Ctrl-C must not end it with 130
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -136,7 +136,28 @@ def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
         "generation": after.generation,
         "multiprocess": after.multiprocess,
         "engines": engines,
+        "second_endpoint_missing": second_endpoint_missing(after, engines),
     }
+
+
+def second_endpoint_missing(after: Snapshot, engines: list[dict[str, Any]]) -> str | None:
+    """Why a file shows prefix hits from outside but no offload counters: the backend keeps them on a second
+    endpoint (Dynamo KVBM, the LMCache MP server) whose dump was not joined with `+`. None otherwise."""
+    if {"stored", "loaded"} & {s for s, _, _ in after.sources}:
+        return None
+    lmcache = "lmcache_mp" in after.backends or any(
+        e["cache_config"].get("kv_offloading_backend") == "lmcache" for e in engines
+    )
+    outside = any((e.get("external_prefix_hits") or 0) > 0 for e in engines)
+    join = "join its dump with +: inspect before.prom+second-before.prom after.prom+second-after.prom"
+    if lmcache:
+        return f"the LMCache MP server keeps the stored/loaded counters on its own /metrics, not in this file; {join}"
+    if outside:
+        return (
+            "external prefix hits but no offload counters in this file: if the connector keeps them on a second "
+            f"endpoint (Dynamo KVBM's metrics port, the LMCache MP server), {join}"
+        )
+    return None
 
 
 def _evidence(d: EngineDerived) -> list[dict[str, Any]]:
@@ -255,6 +276,8 @@ def run(args: argparse.Namespace) -> int:
     print("  ".join(h.ljust(w) for h, w in zip(heads, widths)))
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    if doc["second_endpoint_missing"]:
+        print(f"missing second endpoint: {doc['second_endpoint_missing']}")
     for e in doc["engines"]:
         if e["state_reason"]:
             print(f"why {e['model_name']}/{e['engine']} {e['state']}: {e['state_reason']} - {HINTS[e['state_reason']]}")

@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -147,9 +148,10 @@ def reload(args: argparse.Namespace, exporter: Exporter, status: ReloadStatus) -
         new = replace(new, **fixed)
     if old.canary.enabled and new.targets != old.targets:
         log.warning("configuration reload: the canary keeps probing the targets it started with until restart")
+    changes = logs.reload_changes(old, new)
     exporter.reload(new)
     status.ok, status.last_success = True, exporter.clock()
-    log.info("configuration reloaded: %d target(s)", len(new.targets))
+    log.info(logs.reload_message(changes, len(new.targets)), extra={**changes, "targets": len(new.targets)})
     exporter.render()
 
 
@@ -167,6 +169,7 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
     from exporter.app import EXPORTER, make_app
 
     cfg = prep.cfg
+    started = time.monotonic()
     app = make_app(cfg, plugins=prep.plugins, middlewares=prep.web.middlewares if prep.web else ())
     exporter = app[EXPORTER]
     status = ReloadStatus(last_success=exporter.clock())
@@ -179,9 +182,15 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
     scheme = "https" if ssl_context else "http"
     log.info("listening on %s://%s:%d%s, %d target(s)", scheme, host, port, cfg.telemetry_path, len(cfg.targets))
     stop = asyncio.Event()
+    received: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     loop.add_signal_handler(signal.SIGHUP, reload, args, exporter, status)
     try:
         await stop.wait()
@@ -190,7 +199,23 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
         await runner.cleanup()
+        name = received[0].name if received else "none"
+        up = time.monotonic() - started
+        log.info(
+            "shutting down on %s after %s up", name, _uptime(up), extra={"signal": name, "uptime_seconds": round(up, 3)}
+        )
     return 0
+
+
+def _uptime(seconds: float) -> str:
+    s = int(seconds)
+    return (
+        f"{s // 3600}h{s // 60 % 60:02d}m{s % 60:02d}s"
+        if s >= 3600
+        else f"{s // 60}m{s % 60:02d}s"
+        if s >= 60
+        else f"{seconds:.1f}s"
+    )
 
 
 def _prepare(args: argparse.Namespace) -> _Prepared:

@@ -45,8 +45,10 @@ class TrafficReport:
         ttft = sorted(self.ttft_ms)
         p50 = f"{ttft[len(ttft) // 2]:.1f} ms" if ttft else "n/a"
         share = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+        in_flight = self.sent - self.ok - self.errors  # cut off at stop, or still running
         return (
-            f"{self.sent} sent, {self.ok} ok, {self.errors} failed, {self.dropped} dropped; "
+            f"{self.sent} sent = {self.ok} ok + {self.errors} failed + {in_flight} in flight when stopped; "
+            f"{self.dropped} not sent (too many in flight); "
             f"cached prompt tokens {share:.0%}; client TTFT p50 {p50}"
         )
 

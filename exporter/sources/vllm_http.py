@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from urllib.parse import unquote, urljoin, urlsplit
@@ -119,6 +120,25 @@ async def fetch_metrics(
     return await fetch_url(session, base_url + "/metrics", timeout, max_bytes, auth)
 
 
+def transport_text(e: BaseException) -> str:
+    """A connection failure in words, without the client library's internals (`ssl:default`, `[Errno 111]`,
+    the exception's class): `cannot connect to 127.0.0.1:1: connection refused`."""
+    if isinstance(e, aiohttp.ClientConnectorError):
+        os_error = e.os_error
+        why = os.strerror(os_error.errno) if os_error.errno and os_error.errno > 0 else os_error.strerror
+        if isinstance(e, aiohttp.ClientConnectorDNSError):
+            return f"cannot resolve {e.host}: {why}"
+        return f"cannot connect to {e.host}:{e.port}: {(why or 'failed').lower()}"
+    if isinstance(e, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection"
+    if isinstance(e, ConnectionResetError):
+        return "connection reset by the server"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    text = str(e) or type(e).__name__
+    return text.replace(" ssl:default", "").replace(" ssl:None", "")
+
+
 async def fetch_url(session: aiohttp.ClientSession, url: str, timeout: float, max_bytes: int, auth: Auth = None) -> str:
     """Text exposition at exactly `url` (a target's `extra_metrics_urls` entry, or its `/metrics`), under
     the same timeout, size cap, same-origin redirect rule and closed error reasons as every poll."""
@@ -142,10 +162,8 @@ async def fetch_url(session: aiohttp.ClientSession, url: str, timeout: float, ma
         raise ScrapeError("timeout", f"no complete answer within {timeout}s") from e
     except aiohttp.ClientPayloadError as e:
         raise ScrapeError("truncated", str(e)) from e
-    except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, ConnectionError) as e:
-        raise ScrapeError("connect", str(e)) from e
-    except aiohttp.ClientError as e:
-        raise ScrapeError("connect", f"{type(e).__name__}: {e}") from e
+    except (aiohttp.ClientError, ConnectionError) as e:
+        raise ScrapeError("connect", transport_text(e)) from e
     if body and not body.endswith(b"\n"):
         raise ScrapeError("truncated", "body does not end with a newline")
     try:

@@ -46,7 +46,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("exporter.canary",),  # the plugin: registers what it needs through exporter.plugins
     ("exporter.sim",),  # the simulator (its client reuses the canary's SSE parser)
-    ("exporter.commands", "exporter.configdoc", "exporter.cli", "exporter.__main__"),  # entry points
+    # entry points, and the README's generated blocks (counts over the whole product, simulator included)
+    ("exporter.commands", "exporter.configdoc", "exporter.bundle.readme", "exporter.cli", "exporter.__main__"),
 )
 """Bottom to top; a module may import its own layer and those below. A module belongs to the longest
 prefix listed (`exporter.canary.config` to `exporter.canary`)."""
