@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from exporter import safewrite
 from exporter.canary import png
 from exporter.canary.checkrun import CheckResult, redact
 
@@ -70,11 +71,7 @@ FILES: tuple[tuple[str, Render], ...] = (
 
 
 def _write(path: Path, data: str | bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(data, bytes):
-        path.write_bytes(data)
-    else:
-        path.write_text(data, encoding="utf-8")
+    safewrite.write_file(path, data)  # temp file + rename; a symlinked target is refused
 
 
 def write_bundle(out: Path, ev: Evidence) -> list[Path]:
