@@ -13,6 +13,7 @@ from aiohttp.typedefs import Middleware
 
 from exporter import __version__
 from exporter.config import Config
+from exporter.guards import GuardStats
 from exporter.plugins import Plugin
 from exporter.poller import Exporter
 from exporter.probe import Forbidden, Probes
@@ -21,6 +22,7 @@ from exporter.render import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, accepts_gzip
 
 EXPORTER = web.AppKey("exporter", Exporter)
 PROBES = web.AppKey("probes", Probes)
+GUARDS = web.AppKey("guards", GuardStats)
 
 
 def _negotiate(request: web.Request) -> tuple[bool, bool]:
@@ -119,13 +121,17 @@ def make_app(
     plugins: tuple[Plugin, ...] = (),
     exporter: Exporter | None = None,
     middlewares: Sequence[Middleware] = (),
+    guards: GuardStats | None = None,
 ) -> web.Application:
     """App factory: nothing starts at import; polling starts on app startup and stops on cleanup.
 
     `plugins` get the running Exporter and the shared HTTP session (the canary uses this);
-    `middlewares` guard every route (webconfig's basic auth)."""
+    `middlewares` guard every route (webconfig's basic auth); `guards` counts what they and the listener
+    refuse (kvoffload_exporter_http_*)."""
     app = web.Application(middlewares=tuple(middlewares))
     app[EXPORTER] = exporter or Exporter(config)
+    app[GUARDS] = guards or GuardStats()
+    app[EXPORTER].add_collector(app[GUARDS])
     app[PROBES] = Probes(app[EXPORTER])
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
