@@ -16,7 +16,7 @@ from exporter.config import Config
 from exporter.guards import GuardStats
 from exporter.plugins import Plugin
 from exporter.poller import Exporter
-from exporter.probe import Forbidden, Probes
+from exporter.probe import BadProbe, Forbidden, Probes
 from exporter.redact import redact_url
 from exporter.render import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, accepts_gzip, merge, wants_openmetrics
 
@@ -55,6 +55,8 @@ async def _probe(request: web.Request) -> web.Response:
     exp = request.app[EXPORTER]
     try:
         poller = await request.app[PROBES].probe(url, request.query.get("name", ""), _session(exp))
+    except BadProbe as e:
+        return web.Response(status=400, text=f"{e}\n")
     except Forbidden:
         return web.Response(status=403, text="target not allowed (configure it or add it to probe.allow)\n")
 
@@ -132,7 +134,7 @@ def make_app(
     app[EXPORTER] = exporter or Exporter(config)
     app[GUARDS] = guards or GuardStats()
     app[EXPORTER].add_collector(app[GUARDS])
-    app[PROBES] = Probes(app[EXPORTER])
+    app[PROBES] = Probes(app[EXPORTER], app[GUARDS])
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         exp = app[EXPORTER]
