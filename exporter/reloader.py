@@ -32,11 +32,11 @@ class Reloader(Generic[T]):
         if self._task is not None and not self._task.done():
             self._again = True  # newest files win; no queue of reloads
             return
+        self._again = False
         self._task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
         while True:
-            self._again = False
             result: T | Exception
             try:
                 result = await asyncio.to_thread(self._parse)
@@ -48,6 +48,7 @@ class Reloader(Generic[T]):
                 log.exception("configuration reload failed")
             if not self._again:
                 return
+            self._again = False
 
     async def wait(self) -> None:
         """Until the reload in progress (if any) is applied: tests and shutdown."""
