@@ -224,7 +224,9 @@ class GuardedSite(web.SockSite):
         limits: ListenLimits | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        super().__init__(runner, sock, ssl_context=ssl_context, backlog=1024)  # a SYN flood of closed-at-once connections must not delay the kubelet
+        super().__init__(
+            runner, sock, ssl_context=ssl_context, backlog=1024
+        )  # a SYN flood of closed-at-once connections must not delay the kubelet
         self.guards = guards
         self.limits = limits or ListenLimits()
         self.tls = ssl_context
