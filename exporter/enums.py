@@ -172,6 +172,7 @@ class HttpRejectReason(StrEnum):
 
     CONNECTION_LIMIT = "connection_limit"  # over `web.max_connections` open connections: closed at once
     HEADER_TIMEOUT = "header_timeout"  # request line and headers not complete within `web.header_timeout`
+    WRITE_TIMEOUT = "write_timeout"  # the client stopped reading its answer: closed after 30 s of no progress
     BAD_REQUEST = "bad_request"  # malformed request line or headers, or headers over the size cap: 400
     UNAUTHORIZED = "unauthorized"  # basic auth missing or wrong: 401
     AUTH_BUSY = "auth_busy"  # every password-check slot taken (a flood): 429 without checking

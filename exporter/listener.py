@@ -7,6 +7,8 @@ Every accepted connection passes through `_Guard` before aiohttp sees a byte:
 - the request line and headers must be complete within `header_timeout` seconds of the connection (or of
   the first byte of the next request on a kept-alive one), TLS handshake included (`header_timeout`);
 - at most `max_header_bytes` before the blank line that ends the headers: 431 and close (`bad_request`);
+- a client that stops reading its answer is closed when its send buffer has not shrunk over
+  `write_timeout` seconds (`write_timeout`): an unread 5 MB /metrics body is not kept per connection;
 - a request aiohttp's parser refuses (bad request line, HTTP/9.9, duplicate Content-Length, a line over
   8 KiB) is answered 400 by aiohttp and logged here as one DEBUG line, never an ERROR with a traceback.
 The counts are kvoffload_exporter_http_rejected_total{reason} and kvoffload_exporter_http_connections.
@@ -36,6 +38,7 @@ class ListenLimits:
     header_timeout: float = 10.0
     max_header_bytes: int = 32 * 1024
     keepalive_timeout: float = 30.0  # an idle kept-alive connection is closed after this
+    write_timeout: float = 30.0  # an answer whose send buffer stays full this long is dropped
 
     def runner_kwargs(self, guards: GuardStats) -> dict[str, Any]:
         """aiohttp's own caps and a logger that turns parse errors into one counted DEBUG line."""
@@ -85,6 +88,9 @@ class _Guard(asyncio.Protocol):
         self.peer = ""
         self._early: list[bytes] = []
         self._refused = False  # headers over the cap: nothing more is read
+        self._stall: asyncio.TimerHandle | None = None  # the write watchdog
+        self._raw: asyncio.Transport | None = None  # the TCP transport (under TLS, the one that buffers)
+        self._last_buffered = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -100,8 +106,9 @@ class _Guard(asyncio.Protocol):
         site.per_peer[self.peer] = site.per_peer.get(self.peer, 0) + 1
         self._counted = True
         site.open.add(self)
-        self.transport = transport
+        self.transport = self._raw = transport
         self._arm()
+        self._stall = asyncio.get_running_loop().call_later(site.limits.write_timeout, self._watch_writes)
         if site.tls is None:
             self._hand_over(transport)
         else:
@@ -197,6 +204,20 @@ class _Guard(asyncio.Protocol):
         if self.inner is not None:
             self.inner.resume_writing()
 
+    def _watch_writes(self) -> None:
+        """Every `write_timeout`: an answer still buffered and not smaller than last time means the
+        client stopped reading (checked on the TCP transport, under TLS too)."""
+        self._stall = None
+        size = self._raw.get_write_buffer_size() if self._raw is not None else 0
+        if size and size >= self._last_buffered:
+            self.site.guards.reject(HttpRejectReason.WRITE_TIMEOUT)
+            log.debug("client stopped reading for %gs: closed", self.site.limits.write_timeout)
+            if self._raw is not None:
+                self._raw.abort()
+            return
+        self._last_buffered = size
+        self._stall = asyncio.get_running_loop().call_later(self.site.limits.write_timeout, self._watch_writes)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._release()
         if self.inner is not None:
@@ -204,6 +225,9 @@ class _Guard(asyncio.Protocol):
 
     def _release(self) -> None:
         self._disarm()
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
         if self._counted:
             self._counted = False
             self.site.guards.connections -= 1

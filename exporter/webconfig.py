@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kvoffload")
 
 MAX_WEB_CONFIG_BYTES = 256 * 1024
+MAX_PEM_BYTES = 1 << 20  # a certificate chain or CA bundle; a key is a few KB
 _TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version")
 _TOP_KEYS = ("tls_server_config", "basic_auth_users", "http_server_config")
 _HTTP_KEYS = ("http2",)  # toolkit's `headers` is not supported: refused rather than silently ignored
@@ -140,8 +141,10 @@ def _path(tls: Mapping[str, object], key: str, base_dir: str, w: _Where) -> str:
     if not isinstance(v, str) or not v:
         w.fail(f"tls_server_config.{key} is required (a file name)", "tls_server_config", key)
     p = v if os.path.isabs(v) else os.path.join(base_dir, v)
-    if not os.path.isfile(p):
-        w.fail(f"tls_server_config.{key}: no such file", "tls_server_config", key)
+    if not os.path.isfile(p):  # a FIFO or /dev/zero would block or never end the read
+        w.fail(f"tls_server_config.{key}: no such file (or not a regular file)", "tls_server_config", key)
+    if os.path.getsize(p) > MAX_PEM_BYTES:
+        w.fail(f"tls_server_config.{key}: over {MAX_PEM_BYTES:,} bytes", "tls_server_config", key)
     return p
 
 

@@ -203,12 +203,15 @@ INVALID = {
     "typo-top": ("basic_auth_user:\n  a: b\n", "did you mean 'basic_auth_users'?"),
     "typo-tls": ("tls_server_config:\n  cert_fle: server.crt\n", "did you mean 'cert_file'?"),
     "huge": ("#" + "x" * 300_000 + "\n", "cap"),
+    "cert-device": ("tls_server_config:\n  cert_file: /dev/zero\n  key_file: server.key\n", "not a regular file"),
+    "cert-huge": ("tls_server_config:\n  cert_file: big.pem\n  key_file: server.key\n", "over 1,048,576 bytes"),
 }
 
 
 @pytest.mark.parametrize("case", list(INVALID))
 def test_every_invalid_field_is_one_line(tmp_path: Path, case: str) -> None:
     text, msg = INVALID[case]
+    (tmp_path / "big.pem").write_bytes(b"-" * (2 << 20))
     with pytest.raises(webconfig.WebConfigError) as e:
         webconfig.load(_write(tmp_path, text))
     assert msg in str(e.value) and "\n" not in str(e.value)

@@ -110,3 +110,20 @@ def test_counted_repeats_cannot_blow_up_the_program() -> None:
 )
 def test_matching_agrees_with_python_re_without_backtracking(pattern: str, text: str, expected: bool) -> None:
     assert SafeRegex(pattern).fullmatch(text) is expected
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "huge"])
+def test_secret_files_that_never_end_are_refused_unread(tmp_path: Path, kind: str) -> None:
+    secret = tmp_path / "password"
+    if kind == "fifo":
+        os.mkfifo(secret)  # no writer: an open() without O_NONBLOCK would wait forever
+    elif kind == "device":
+        secret.symlink_to("/dev/zero")
+    else:
+        secret.write_bytes(b"x" * (1 << 20))
+    conf = tmp_path / "c.yaml"
+    conf.write_text(f"targets:\n  - url: http://127.0.0.1:1\n    username: u\n    password_file: {secret}\n")
+    with pytest.raises(ConfigError) as e:
+        load_file(str(conf))
+    assert ("regular file" in str(e.value)) if kind != "huge" else ("over" in str(e.value))
+    assert "xxxx" not in str(e.value)

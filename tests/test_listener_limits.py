@@ -22,7 +22,12 @@ from exporter.guards import GuardStats
 from exporter.listener import GuardedSite, ListenLimits
 
 FIX = Path(__file__).parent / "fixtures" / "webconfig"
-LIMITS = ListenLimits(max_connections=40, header_timeout=0.5, max_header_bytes=32 * 1024)
+LIMITS = ListenLimits(max_connections=40, header_timeout=0.5, max_header_bytes=32 * 1024, write_timeout=0.5)
+BIG = b"x" * (64 << 20)  # more than loopback's socket buffers: a client that does not read stalls the write
+
+
+async def _big(request: web.Request) -> web.Response:
+    return web.Response(body=BIG)
 
 
 @dataclass
@@ -58,6 +63,7 @@ def _server_tls() -> ssl.SSLContext:
 async def served(request: pytest.FixtureRequest) -> AsyncIterator[Served]:
     guards = GuardStats()
     app = make_app(Config(gpu_enabled=False, host_enabled=False), guards=guards)
+    app.router.add_get("/big", _big)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, **LIMITS.runner_kwargs(guards))
     await runner.setup()
     sock = bind("127.0.0.1:0")
@@ -158,3 +164,19 @@ async def test_malformed_requests_get_400_and_one_debug_line(
     lines = [r for r in caplog.records if r.name == "kvoffload.listener"]
     assert len(lines) == 1 and "aaaa" not in lines[0].getMessage()
     assert served.guards.rejected.get(HttpRejectReason.BAD_REQUEST, 0) >= 1
+
+
+async def test_a_client_that_stops_reading_is_dropped(served: Served) -> None:
+    reader, writer = await served.open() if served.tls else await _raw(served.port)
+    writer.write(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+    for _ in range(500):  # bounded: 10 s; the client reads nothing meanwhile
+        if served.guards.rejected.get(HttpRejectReason.WRITE_TIMEOUT):
+            break
+        await asyncio.sleep(0.02)
+    assert served.guards.rejected.get(HttpRejectReason.WRITE_TIMEOUT) == 1
+    for _ in range(100):  # the abort reaches connection_lost a few loop turns later (TLS: through its layer)
+        if served.guards.connections == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert served.guards.connections == 0
+    writer.close()
