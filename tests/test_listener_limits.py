@@ -167,7 +167,7 @@ async def test_malformed_requests_get_400_and_one_debug_line(
 
 
 async def test_a_client_that_stops_reading_is_dropped(served: Served) -> None:
-    reader, writer = await served.open() if served.tls else await _raw(served.port)
+    _reader, writer = await served.open() if served.tls else await _raw(served.port)
     writer.write(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
     for _ in range(500):  # bounded: 10 s; the client reads nothing meanwhile
         if served.guards.rejected.get(HttpRejectReason.WRITE_TIMEOUT):
