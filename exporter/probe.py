@@ -109,12 +109,17 @@ class Probes:
             self.exp.render()
         self._last_used[key] = self.exp.timer()
         self._last_used.move_to_end(key)
-        async with self._locks.setdefault(key, asyncio.Lock()):
-            last = poller.last_poll
-            if last is None or self.exp.timer() - last >= self.exp.config.poll_interval / 2:
-                async with self._slots:  # not the configured targets' slots
-                    self.exp.stats.poll_duration.observe(await poller.poll_once(session))
-                self.exp.render()
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        try:
+            async with lock:
+                last = poller.last_poll
+                if last is None or self.exp.timer() - last >= self.exp.config.poll_interval / 2:
+                    async with self._slots:  # not the configured targets' slots
+                        self.exp.stats.poll_duration.observe(await poller.poll_once(session))
+                    self.exp.render()
+        finally:
+            if key not in self.exp.probed and not lock.locked():  # evicted while it polled
+                self._locks.pop(key, None)
         return poller
 
     async def sweep_forever(self) -> None:
