@@ -61,7 +61,6 @@ class WebConfigError(ValueError):
 class WebConfig:
     ssl_context: ssl.SSLContext | None = None
     users: Mapping[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
-    tls: tuple[tuple[str, str], ...] = ()  # the TLS settings as read, to tell a reload what changed
 
     @property
     def middlewares(self) -> tuple[Middleware, ...]:
@@ -120,8 +119,7 @@ def from_mapping(
     _http(raw.get("http_server_config"), w)
     tls = raw.get("tls_server_config")
     ctx = _ssl_context(tls, base_dir, w) if tls is not None else None
-    shown = tuple(sorted((str(k), str(v)) for k, v in tls.items())) if isinstance(tls, Mapping) else ()
-    return WebConfig(ssl_context=ctx, users=_users(raw.get("basic_auth_users"), w), tls=shown)
+    return WebConfig(ssl_context=ctx, users=_users(raw.get("basic_auth_users"), w))
 
 
 def _http(raw: object, w: _Where) -> None:
