@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
@@ -39,6 +39,22 @@ class ListenLimits:
     max_header_bytes: int = 32 * 1024
     keepalive_timeout: float = 30.0  # an idle kept-alive connection is closed after this
     write_timeout: float = 30.0  # an answer whose send buffer stays full this long is dropped
+
+    def within_descriptors(self) -> ListenLimits:
+        """At most half the process's file descriptors go to clients: polls, files and the listening
+        socket keep the rest (a `ulimit -n 256` container gets 128 connections, not 256 and EMFILE)."""
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY or self.max_connections <= soft // 2:
+            return self
+        log.warning(
+            "web.max_connections %d lowered to %d: half of the %d file descriptors this process may open",
+            self.max_connections,
+            max(8, soft // 2),
+            soft,
+        )
+        return replace(self, max_connections=max(8, soft // 2))
 
     def runner_kwargs(self, guards: GuardStats) -> dict[str, Any]:
         """aiohttp's own caps and a logger that turns parse errors into one counted DEBUG line."""

@@ -178,7 +178,7 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
     exporter = app[EXPORTER]
     status = ReloadStatus(last_success=time.time())
     exporter.add_collector(status)
-    limits = ListenLimits(max_connections=cfg.web_max_connections, header_timeout=cfg.web_header_timeout)
+    limits = ListenLimits(cfg.web_max_connections, cfg.web_header_timeout).within_descriptors()
     runner = web.AppRunner(app, access_log=None, handle_signals=False, **limits.runner_kwargs(guards))
     await runner.setup()
     ssl_context = prep.web.ssl_context if prep.web else None
