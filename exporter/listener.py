@@ -264,11 +264,11 @@ class GuardedSite(web.SockSite):
         limits: ListenLimits | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        super().__init__(
-            runner, sock, ssl_context=ssl_context, backlog=1024
-        )  # a SYN flood of closed-at-once connections must not delay the kubelet
-        self.guards = guards
         self.limits = limits or ListenLimits()
+        # asyncio accepts up to `backlog` connections per wake-up before any protocol runs: a quarter of
+        # the connection cap keeps cap + batch under the descriptor limit (no EMFILE, no accept pause).
+        super().__init__(runner, sock, ssl_context=ssl_context, backlog=max(8, self.limits.max_connections // 4))
+        self.guards = guards
         self.tls = ssl_context
         self.open: set[_Guard] = set()
         self.per_peer: dict[str, int] = {}  # client address -> connections open
@@ -283,6 +283,9 @@ class GuardedSite(web.SockSite):
         self._runner._reg_site(self)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(lambda: _Guard(self), sock=self._sock, backlog=self._backlog)
+        # ... while the kernel's queue stays long: a burst of connections closed at once must not make the
+        # kubelet's SYN wait for a retransmit (the batch size above is asyncio's, this is the kernel's).
+        self._sock.listen(1024)
 
     async def stop(self) -> None:
         await super().stop()
