@@ -5,6 +5,8 @@ targets found in one pass, and an allow_regex that cannot backtrack."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,21 +47,21 @@ def test_a_config_over_the_size_cap_is_refused_unread(tmp_path: Path) -> None:
 def test_a_fifo_cannot_get_past_the_cap(tmp_path: Path) -> None:
     p = tmp_path / "fifo.yaml"
     os.mkfifo(p)
-    pid = os.fork()
-    if pid == 0:  # writer: more than the cap, then exit
-        try:
-            with open(p, "wb") as f:
-                chunk = b"# " + b"x" * 65_533 + b"\n"
-                for _ in range(MAX_CONFIG_BYTES // len(chunk) + 2):
-                    f.write(chunk)
-        finally:
-            os._exit(0)
+    writer = subprocess.Popen(  # more than the cap, then it exits (or is killed once refused)
+        [
+            sys.executable,
+            "-c",
+            f"import sys\nwith open(sys.argv[1], 'wb') as f:\n    f.write(b'#' * {MAX_CONFIG_BYTES + 2})",
+            str(p),
+        ],
+        stderr=subprocess.DEVNULL,
+    )
     try:
         with pytest.raises(ConfigError, match="cap"):
             load_file(str(p))
     finally:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
+        writer.kill()
+        writer.wait()
 
 
 def test_yaml_errors_name_the_line_and_never_echo_the_content(tmp_path: Path) -> None:
