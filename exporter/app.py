@@ -13,14 +13,16 @@ from aiohttp.typedefs import Middleware
 
 from exporter import __version__
 from exporter.config import Config
+from exporter.guards import GuardStats
 from exporter.plugins import Plugin
 from exporter.poller import Exporter
-from exporter.probe import Forbidden, Probes
+from exporter.probe import BadProbe, Forbidden, Probes
 from exporter.redact import redact_url
 from exporter.render import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, accepts_gzip, merge, wants_openmetrics
 
 EXPORTER = web.AppKey("exporter", Exporter)
 PROBES = web.AppKey("probes", Probes)
+GUARDS = web.AppKey("guards", GuardStats)
 
 
 def _negotiate(request: web.Request) -> tuple[bool, bool]:
@@ -53,6 +55,8 @@ async def _probe(request: web.Request) -> web.Response:
     exp = request.app[EXPORTER]
     try:
         poller = await request.app[PROBES].probe(url, request.query.get("name", ""), _session(exp))
+    except BadProbe as e:
+        return web.Response(status=400, text=f"{e}\n")
     except Forbidden:
         return web.Response(status=403, text="target not allowed (configure it or add it to probe.allow)\n")
 
@@ -119,14 +123,18 @@ def make_app(
     plugins: tuple[Plugin, ...] = (),
     exporter: Exporter | None = None,
     middlewares: Sequence[Middleware] = (),
+    guards: GuardStats | None = None,
 ) -> web.Application:
     """App factory: nothing starts at import; polling starts on app startup and stops on cleanup.
 
     `plugins` get the running Exporter and the shared HTTP session (the canary uses this);
-    `middlewares` guard every route (webconfig's basic auth)."""
+    `middlewares` guard every route (webconfig's basic auth); `guards` counts what they and the listener
+    refuse (kvoffload_exporter_http_*)."""
     app = web.Application(middlewares=tuple(middlewares))
     app[EXPORTER] = exporter or Exporter(config)
-    app[PROBES] = Probes(app[EXPORTER])
+    app[GUARDS] = guards or GuardStats()
+    app[EXPORTER].add_collector(app[GUARDS])
+    app[PROBES] = Probes(app[EXPORTER], app[GUARDS])
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         exp = app[EXPORTER]

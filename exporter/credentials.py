@@ -6,6 +6,8 @@ only `header()` (and `TargetConfig.source_auth()`) hand it to the HTTP source.""
 from __future__ import annotations
 
 import base64
+import os
+import stat
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -31,12 +33,26 @@ class BearerToken:
 Auth = BasicAuth | BearerToken
 
 
+MAX_SECRET_BYTES = 64 * 1024
+
+
 def _read_secret(path: str, what: str, where: str, errors: list[str]) -> str | None:
+    """The file's text, stripped; a FIFO, a device (`/dev/zero`) or a file over 64 KiB is refused
+    unread, and no error shows a byte of the file."""
     try:
-        with open(path, encoding="utf-8") as f:
-            value = f.read().strip()
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (regular files ignore the flag)
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                errors.append(f"{where} {what} {path} is not a regular file")
+                return None
+            data = f.read(MAX_SECRET_BYTES + 1)
+        value = data.decode("utf-8").strip()
     except (OSError, UnicodeDecodeError) as e:
         errors.append(f"{where} cannot read {what} {path}: {getattr(e, 'strerror', None) or 'not UTF-8 text'}")
+        return None
+    if len(data) > MAX_SECRET_BYTES:
+        errors.append(f"{where} {what} {path} is over {MAX_SECRET_BYTES:,} bytes")
         return None
     if not value:
         errors.append(f"{where} {what} {path} is empty")

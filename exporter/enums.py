@@ -266,3 +266,21 @@ class ErrorReason(StrEnum):
             return cls(str(value))
         except ValueError:
             return cls.INTERNAL
+
+
+class HttpRejectReason(StrEnum):
+    """Why the exporter's own listener refused a client (kvoffload_exporter_http_rejected_total)."""
+
+    CONNECTION_LIMIT = "connection_limit"  # over `web.max_connections` open connections: closed at once
+    HEADER_TIMEOUT = "header_timeout"  # request line and headers not complete within `web.header_timeout`
+    WRITE_TIMEOUT = "write_timeout"  # the client stopped reading its answer: closed after 30 s of no progress
+    BAD_REQUEST = "bad_request"  # malformed request line or headers, or headers over the size cap: 400
+    UNAUTHORIZED = "unauthorized"  # basic auth missing or wrong: 401
+    AUTH_BUSY = "auth_busy"  # every password-check slot taken (a flood): 429 without checking
+
+
+class ProbeEviction(StrEnum):
+    """Why a /probe target's kept state was dropped (kvoffload_exporter_probe_evictions_total)."""
+
+    IDLE = "idle"  # not probed for `probe.idle_ttl`
+    CAPACITY = "capacity"  # `probe.max_targets` reached: the least recently probed one goes

@@ -54,7 +54,7 @@ class Exporter:
         self.clock = clock
         self.timer = timer
         self.targets = [TargetPoller(t, config, clock, timer) for t in config.targets]
-        self.probed: dict[tuple[str, str], TargetPoller] = {}  # filled by exporter.probe
+        self.probed: dict[str, TargetPoller] = {}  # by normalised URL, filled by exporter.probe
         self.host: HostMemory | None = None
         self.gpu: tuple[GpuMemory, ...] | None = None
         self.collectors: dict[str, tuple[bool, float]] = {}

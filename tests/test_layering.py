@@ -32,6 +32,11 @@ CORE_PURE = [
     "redact",
     "selfmon",
     "procmem",
+    "configvalues",
+    "saferegex",
+    "yamlsafe",
+    "guards",
+    "safewrite",
 ]
 CANARY_PURE = [
     *("types", "plan", "classify", "stats", "budget", "config", "protocol", "expose", "report", "png", "engine"),

@@ -238,7 +238,7 @@ async def test_probe_answers_with_that_target_only_keeps_history_and_evicts_when
             text = await first.text()
             assert 'kvoffload_up{target="pod-1"} 1.0' in text
             assert "kvoffload_exporter_build_info" not in text  # that target's series only
-            poller = exp.probed[(url, "pod-1")]
+            poller = exp.probed[url]
             timer.t += 5
             await client.get("/probe", params={"target": url, "name": "pod-1"})
             assert len(poller.history) == 2  # history kept between probes

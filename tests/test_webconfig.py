@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from exporter.app import make_app
 from exporter.config import Config
+from exporter.webauth import AuthGate
 
 
 def basic_auth(user: str, password: str) -> str:
@@ -38,7 +39,7 @@ async def test_basic_auth_protects_every_endpoint(tmp_path: Path) -> None:
     from exporter import webconfig
 
     wc = webconfig.load(_write(tmp_path, f"basic_auth_users:\n  prometheus: '{HASH}'\n"))
-    app = make_app(Config(gpu_enabled=False, host_enabled=False), middlewares=wc.middlewares)
+    app = make_app(Config(gpu_enabled=False, host_enabled=False), middlewares=(AuthGate(wc.users).middleware,))
     async with TestClient(TestServer(app)) as client:
         for path in ("/metrics", "/healthz", "/", "/nope"):
             r = await client.get(path)

@@ -13,7 +13,9 @@ from exporter.catalogue import (
     CANARY_VERDICTS,
     CATALOGUE,
     COLLECTORS,
+    HTTP_REJECT_REASONS,
     MEMORY_SOURCES,
+    PROBE_EVICTIONS,
     PROCESS_ROLES,
     RECOMMENDATIONS,
     SCRAPE_ERROR_REASONS,
@@ -32,6 +34,8 @@ GROUPS: dict[Group, str] = {
 _CLOSED_SETS: tuple[tuple[str, Sequence[str]], ...] = (
     ("`state`", STATES),
     ("`reason` (scrape errors)", SCRAPE_ERROR_REASONS),
+    ("`reason` (exporter listener)", HTTP_REJECT_REASONS),
+    ("`reason` (probe evictions)", PROBE_EVICTIONS),
     ("`collector`", COLLECTORS),
     ("`role`", PROCESS_ROLES),
     ("`source` (process tree memory)", MEMORY_SOURCES),

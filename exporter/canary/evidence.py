@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from exporter import safewrite
 from exporter.canary import png
 from exporter.canary.checkrun import CheckResult, redact
 from exporter.canary.secrets import scrub
@@ -74,12 +75,9 @@ FILES: tuple[tuple[str, Render], ...] = (
 
 
 def _write(path: Path, data: str | bytes) -> None:
-    """One file; text is scrubbed of secrets once more on the way out (the client already did)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(data, bytes):
-        path.write_bytes(data)
-    else:
-        path.write_text(scrub(data), encoding="utf-8")
+    """One file, written inside the directory (temp file + rename; a symlinked target is refused); text is
+    scrubbed of secrets once more on the way out (the client already did)."""
+    safewrite.write_file(path, data if isinstance(data, bytes) else scrub(data))
 
 
 def write_bundle(out: Path, ev: Evidence) -> list[Path]:

@@ -8,7 +8,7 @@ base units, `_total` only on counters, no colons. Rows live in one module per do
 
 from __future__ import annotations
 
-from exporter.catalogue import backends, canary, derived, engine, health, memory
+from exporter.catalogue import backends, canary, derived, engine, guards, health, memory
 from exporter.catalogue.metric import ENGINE, PREFIX, WINDOWED, Metric
 from exporter.enums import (
     CanaryPath,
@@ -16,9 +16,11 @@ from exporter.enums import (
     CycleReason,
     ErrorReason,
     Group,
+    HttpRejectReason,
     LoadBand,
     MemorySource,
     MetricType,
+    ProbeEviction,
     ProbeResult,
     ProcessRole,
     Recommendation,
@@ -39,6 +41,14 @@ STATE_REASONS: tuple[StateReason, ...] = tuple(StateReason)
 
 SCRAPE_ERROR_REASONS: tuple[ScrapeErrorReason, ...] = tuple(ScrapeErrorReason)
 """Closed set of reasons for kvoffload_scrape_errors_total; never free text in labels."""
+
+HTTP_REJECT_REASONS: tuple[HttpRejectReason, ...] = tuple(HttpRejectReason)
+"""`reason` of kvoffload_exporter_http_rejected_total: what the exporter's own listener refused."""
+PROBE_EVICTIONS: tuple[ProbeEviction, ...] = tuple(ProbeEviction)
+VERSION_ERROR_REASONS: tuple[ScrapeErrorReason, ...] = tuple(
+    ScrapeErrorReason(r) for r in ("timeout", "connect", "http_status", "too_large", "parse", "redirect", "internal")
+)
+"""`reason` of kvoffload_exporter_version_errors_total: the scrape-error reasons a /version answer can hit."""
 
 RECOMMENDATIONS: tuple[Recommendation, ...] = tuple(Recommendation)
 """`recommendation` of kvoffload_offload_recommendation (exporter/payback.py)."""
@@ -63,7 +73,7 @@ CANARY_LOAD_BANDS: tuple[LoadBand, ...] = tuple(LoadBand)
 EVIDENCE_METRICS = backends.EVIDENCE_METRICS
 
 CATALOGUE: dict[str, Metric] = {
-    m.name: m for part in (health, engine, backends, derived, memory, canary) for m in part.METRICS
+    m.name: m for part in (health, guards, engine, backends, derived, memory, canary) for m in part.METRICS
 }
 
 SIGNAL_METRICS: tuple[tuple[Signal, Metric], ...] = tuple(
@@ -89,14 +99,17 @@ __all__ = [
     "COLLECTORS",
     "ENGINE",
     "EVIDENCE_METRICS",
+    "HTTP_REJECT_REASONS",
     "MEMORY_SOURCES",
     "PREFIX",
+    "PROBE_EVICTIONS",
     "PROCESS_ROLES",
     "RECOMMENDATIONS",
     "SCRAPE_ERROR_REASONS",
     "SIGNAL_METRICS",
     "STATES",
     "STATE_REASONS",
+    "VERSION_ERROR_REASONS",
     "WINDOWED",
     "Group",
     "Metric",

@@ -8,6 +8,8 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from exporter.safewrite import write_file
+
 if TYPE_CHECKING:
     from exporter.bundle.settings import Settings
 
@@ -129,7 +131,5 @@ def _write_or_compare(files: dict[str, str], out: str, check: bool) -> list[str]
             except FileNotFoundError:
                 stale.append(rel)
             continue
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_file(rel, text, root=out)  # never through a link planted under `out`
     return stale

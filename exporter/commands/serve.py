@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from exporter.collector import SampleSink
     from exporter.plugins import Plugin
     from exporter.poller import Exporter
+    from exporter.webauth import WebReload
     from exporter.webconfig import WebConfig
 
 ORDER = 10
@@ -129,15 +130,21 @@ RESTART_ONLY = ("listen", "telemetry_path", "sections", "host_enabled", "gpu_ena
 _RESTART_NAMES = {"sections": "plugin (canary) settings", "host_enabled": "host.enabled", "gpu_enabled": "gpu.enabled"}
 
 
-def reload(args: argparse.Namespace, exporter: Exporter, status: ReloadStatus) -> None:
-    """SIGHUP: re-read the file (flags still on top); an invalid one keeps the running config."""
+def reload(
+    args: argparse.Namespace, exporter: Exporter, status: ReloadStatus, parsed: Config | Exception | None = None
+) -> None:
+    """SIGHUP: re-read the file (flags still on top); an invalid one keeps the running config.
+    `parsed`: the file as read off the event loop (exporter.reloader); None reads it here."""
     try:
-        new = config_from_args(args)
+        if isinstance(parsed, Exception):
+            raise parsed
+        new = parsed or config_from_args(args)
         if not new.targets and not (new.probe_allow or new.probe_allow_regex):
             raise ConfigError(["at least one target (or probe.allow) is required"])
-    except ConfigError as e:
+    except (ConfigError, OSError, ValueError) as e:
         status.ok = False
-        log.error("configuration reload failed, keeping the running one: %s", "; ".join(e.errors))
+        errors = e.errors if isinstance(e, ConfigError) else [str(e)]
+        log.error("configuration reload failed, keeping the running one: %s", "; ".join(errors))
         exporter.render()
         return
     old = exporter.config
@@ -167,17 +174,30 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
     from aiohttp import web
 
     from exporter.app import EXPORTER, make_app
+    from exporter.guards import GuardStats
+    from exporter.listener import GuardedSite, ListenLimits
+    from exporter.reloader import Reloader
+    from exporter.webauth import AuthGate, WebReload
 
     cfg = prep.cfg
     started = time.monotonic()
-    app = make_app(cfg, plugins=prep.plugins, middlewares=prep.web.middlewares if prep.web else ())
+    guards = GuardStats()
+    gate = AuthGate(prep.web.users, guards) if prep.web else None  # present with a web config: reload may add users
+    app = make_app(cfg, plugins=prep.plugins, middlewares=(gate.middleware,) if gate else (), guards=guards)
     exporter = app[EXPORTER]
     status = ReloadStatus(last_success=exporter.clock())
     exporter.add_collector(status)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    limits = ListenLimits(cfg.web_max_connections, cfg.web_header_timeout).within_descriptors()
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, **limits.runner_kwargs(guards))
     await runner.setup()
     ssl_context = prep.web.ssl_context if prep.web else None
-    await web.SockSite(runner, sock, ssl_context=ssl_context).start()
+    site = GuardedSite(runner, sock, guards, limits, ssl_context=ssl_context)
+    await site.start()
+    web_reload = WebReload(getattr(args, "web_config_file", None), prep.web, gate, site)
+    reloader = Reloader(
+        lambda: (_config_or_error(args), web_reload.parse()),
+        lambda parsed: _apply_reload(args, exporter, status, web_reload, parsed),
+    )
     host, port = sock.getsockname()[:2]
     scheme = "https" if ssl_context else "http"
     log.info("listening on %s://%s:%d%s, %d target(s)", scheme, host, port, cfg.telemetry_path, len(cfg.targets))
@@ -191,7 +211,7 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
-    loop.add_signal_handler(signal.SIGHUP, reload, args, exporter, status)
+    loop.add_signal_handler(signal.SIGHUP, reloader.trigger)
     try:
         await stop.wait()
     finally:
@@ -199,6 +219,8 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
         await runner.cleanup()
+        if gate is not None:
+            gate.close()
         name = received[0].name if received else "none"
         up = time.monotonic() - started
         log.info(
@@ -216,6 +238,25 @@ def _uptime(seconds: float) -> str:
         if s >= 60
         else f"{seconds:.1f}s"
     )
+
+
+def _config_or_error(args: argparse.Namespace) -> Config | Exception:
+    """Runs in the reload thread: the new config, or why there is none."""
+    try:
+        return config_from_args(args)
+    except (ConfigError, OSError, ValueError) as e:
+        return e
+
+
+def _apply_reload(
+    args: argparse.Namespace, exporter: Exporter, status: ReloadStatus, web_reload: WebReload, parsed: object
+) -> None:
+    """On the loop: the target config (as `reload`), then the web config (users, TLS certificate)."""
+    if isinstance(parsed, tuple):
+        reload(args, exporter, status, parsed[0])
+        web_reload.apply(parsed[1])
+    else:  # the thread itself failed
+        reload(args, exporter, status, parsed if isinstance(parsed, Exception) else RuntimeError("reload"))
 
 
 def _prepare(args: argparse.Namespace) -> _Prepared:

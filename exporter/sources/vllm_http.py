@@ -8,7 +8,6 @@ own label. Credentials go only to the target, as basic auth or a bearer token.
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping
@@ -173,18 +172,30 @@ async def fetch_url(session: aiohttp.ClientSession, url: str, timeout: float, ma
 
 
 async def fetch_version(session: aiohttp.ClientSession, base_url: str, timeout: float, auth: Auth = None) -> str | None:
-    """`GET /version` → "0.26.0"; None when the server does not say (best effort, never raises;
-    a cross-origin redirect is logged, redacted, and not followed)."""
+    """`GET /version` → "0.26.0"; None when the server does not say (best effort, never raises: a failure
+    is counted in sources.version.VERSION_ERRORS and leaves the target up with version `unknown`)."""
+    from exporter.sources.version import MAX_VERSION_BODY, VersionError, count, parse_version
+
     try:
         async with same_origin_get(session, base_url + "/version", auth, client_timeout(timeout)) as resp:
             if resp.status != 200:
-                return None
-            data = json.loads(await _read_capped(resp, 64 * 1024))
-            v = data.get("version") if isinstance(data, dict) else None
-            return str(v) if v else None
+                raise VersionError("http_status", f"HTTP {resp.status}")
+            body = await resp.content.read(MAX_VERSION_BODY + 1)
+            while len(body) <= MAX_VERSION_BODY and (more := await resp.content.read(MAX_VERSION_BODY + 1 - len(body))):
+                body += more
+            return parse_version(body)
+    except VersionError as e:
+        reason, detail = e.reason, str(e)
     except ScrapeError as e:
-        if e.reason == "redirect":
-            log.warning("%s/version: %s", redact_url(base_url), e.detail)
-        return None
-    except (aiohttp.ClientError, TimeoutError, ValueError):
-        return None
+        reason, detail = e.reason, e.detail
+    except TimeoutError:
+        reason, detail = "timeout", f"no answer within {timeout}s"
+    except aiohttp.ClientError as e:
+        reason, detail = "connect", type(e).__name__
+    except Exception as e:  # never the target's failure
+        reason, detail = "internal", type(e).__name__
+    count(reason)
+    log.debug("%s/version: %s", redact_url(base_url), detail)
+    if reason == "redirect":
+        log.warning("%s/version: %s", redact_url(base_url), detail)
+    return None

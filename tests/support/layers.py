@@ -17,6 +17,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "exporter.limits",
         "exporter.logs",
         "exporter.backends",
+        "exporter.saferegex",
+        "exporter.yamlsafe",
+        "exporter.safewrite",
+        "exporter.configvalues",
     ),
     ("exporter.config", "exporter.model", "exporter.catalogue"),  # settings, snapshots, the metric catalogue
     # pure derivation and rendering: snapshot -> derived values -> findings -> exposition text
@@ -37,6 +41,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the running exporter (I/O) and the monitoring bundle
     (
         "exporter.sources",
+        "exporter.guards",
+        "exporter.listener",
+        "exporter.webauth",
+        "exporter.reloader",
         "exporter.targetpoller",
         "exporter.plugins",
         "exporter.poller",

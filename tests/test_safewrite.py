@@ -1,0 +1,78 @@
+"""Output files are never written through a symbolic link planted in the output directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.canary import evidence
+from exporter.cli import main
+from exporter.safewrite import write_file
+
+
+def test_writes_atomically_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    write_file(tmp_path / "a.txt", "one")
+    write_file(tmp_path / "a.txt", b"two")
+    assert (tmp_path / "a.txt").read_text() == "two"
+    assert sorted(os.listdir(tmp_path)) == ["a.txt"]
+
+
+def test_a_symlinked_target_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("keep")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "report.json").symlink_to(secret)
+    with pytest.raises(OSError, match="symbolic link"):
+        write_file(tmp_path / "out" / "report.json", "{}")
+    assert secret.read_text() == "keep"
+    assert sorted(os.listdir(tmp_path / "out")) == ["report.json"]  # no temp file left behind
+
+
+def test_a_symlinked_directory_under_the_root_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "alerts").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(OSError, match="symbolic link"):
+        write_file("alerts/rules.yaml", "x", root=out)
+    assert os.listdir(elsewhere) == []
+
+
+def test_relative_paths_may_not_climb_out_of_the_root(tmp_path: Path) -> None:
+    with pytest.raises(OSError, match="plain relative path"):
+        write_file("../x", "x", root=tmp_path / "out")
+
+
+def test_bundle_out_refuses_a_planted_link(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    victim = tmp_path / "victim.md"
+    victim.write_text("mine")
+    out = tmp_path / "out"
+    (out / "docs").mkdir(parents=True)
+    (out / "docs" / "metrics.md").symlink_to(victim)
+    assert main(["bundle", "--out", str(out)]) == 1
+    assert victim.read_text() == "mine"
+    assert "symbolic link" in capsys.readouterr().err
+
+
+def test_bundle_out_still_writes_a_fresh_directory(tmp_path: Path) -> None:
+    assert main(["bundle", "--out", str(tmp_path / "fresh")]) == 0
+    assert (tmp_path / "fresh" / "docs" / "metrics.md").is_file()
+
+
+def _evidence(doc: dict[str, Any]) -> evidence.Evidence:
+    return evidence.Evidence(result=None, doc=doc, text="", argv={})  # type: ignore[arg-type]  # --json needs doc only
+
+
+def test_check_json_refuses_a_symlinked_path(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    (tmp_path / "check.json").symlink_to(victim)
+    with pytest.raises(OSError, match="symbolic link"):
+        evidence.write(_evidence({"verdict": "x"}), str(tmp_path / "check.json"), None)
+    assert victim.read_text() == "mine"
+    evidence.write(_evidence({"verdict": "x"}), str(tmp_path / "plain.json"), None)
+    assert '"verdict": "x"' in (tmp_path / "plain.json").read_text()
