@@ -21,13 +21,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from exporter import derive
 from exporter.collector import TargetView, collect
+from exporter.exposition import LineCache
 from exporter.normalise import normalise
 
 CAPTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/h200-0.6b/A_12_final.prom"  # a real vLLM 0.26.0 body
 
 
+LINES = LineCache()  # the benchmarked target's own, as TargetPoller keeps one
+
+
 def pipeline(text: str, prev: derive.Point | None, t: float) -> tuple[derive.Point, str]:
-    snap = normalise(text)
+    snap = normalise(text, None, LINES)
     point = derive.advance(prev, snap, t)
     history = [prev, point] if prev else [point]
     derived = derive.derive(history, t, 300.0)

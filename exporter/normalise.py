@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from exporter import backends
-from exporter.exposition import Labels, LimitError, read, selector
+from exporter.exposition import Labels, LimitError, LineCache, read, selector
 from exporter.limits import Limits
 from exporter.model import OFFLOAD_SIGNALS, EngineSignals, Generation, Signal, Snapshot
 from exporter.samples import Hist as _Hist
@@ -141,12 +141,14 @@ _LINE_FACTOR = 32
 """A selected line may be this many label-value limits long (cache_config_info carries ~20 labels)."""
 
 
-def normalise(text: str, limits: Limits | None = None) -> Snapshot:
+def normalise(text: str, limits: Limits | None = None, cache: LineCache | None = None) -> Snapshot:
     """Read one vLLM exposition within `limits` (defaults when None). Pure and CPU-bound: the
-    poller runs it off the event loop. Raises exposition.ParseError (LimitError past a cap)."""
+    poller runs it off the event loop. Raises exposition.ParseError (LimitError past a cap).
+    `cache` is the target's own LineCache: the same result, with the series it sent before read faster."""
     lim = limits or Limits()
     max_len = lim.label_value_length_limit
-    samples, typed = read(text, _SELECTOR, _labels_reader(max_len), lim.sample_limit, _LINE_FACTOR * max_len + 1024)
+    line_cap = _LINE_FACTOR * max_len + 1024
+    samples, typed = read(text, _SELECTOR, _labels_reader(max_len), lim.sample_limit, line_cap, cache, max_len)
     families: set[str] = {f for f in typed if f in _FAMILY_SET or f in _BACKEND_SET}
     engines: dict[tuple[str, str], _Engine] = defaultdict(_Engine)
     raw: dict[tuple[str, str], list[backends.RawSample]] = defaultdict(list)

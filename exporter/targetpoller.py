@@ -16,7 +16,7 @@ import aiohttp
 from exporter import convoy, derive
 from exporter.collector import TargetView, target_fragment
 from exporter.config import Config, TargetConfig
-from exporter.exposition import ParseError, join_bodies
+from exporter.exposition import LineCache, ParseError, join_bodies
 from exporter.model import EngineKey, Snapshot
 from exporter.normalise import normalise
 from exporter.reasons import CanaryFacts
@@ -55,11 +55,12 @@ class TargetPoller:
         self.extra_errors: dict[str, int] | None = {} if cfg.extra_metrics_urls else None
         self._extra_logged: dict[str, str] = {}  # extra URL -> the failure reason last logged for it
         self.canary: CanaryFacts | None = None  # from a plugin (Exporter.report_facts): refines the reasons
+        self._lines = LineCache()  # the series this target sent before, read with one lookup each
 
     def _parse(self, text: str, now: float) -> Parsed:
         """CPU-bound part of a poll; runs in a worker thread."""
         try:  # capped by the limits: a hostile body costs bounded time and memory
-            snapshot = normalise(text, self.cfg.limits or self.config.limits)
+            snapshot = normalise(text, self.cfg.limits or self.config.limits, self._lines)
         except ParseError as e:
             raise ScrapeError(e.reason, str(e)) from e
         if not snapshot.families:
