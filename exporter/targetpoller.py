@@ -22,7 +22,15 @@ from exporter.normalise import normalise
 from exporter.reasons import CanaryFacts
 from exporter.redact import origin, redact_url
 from exporter.render import Fragment, Heads
-from exporter.sources.vllm_http import Auth, ScrapeError, fetch_metrics, fetch_url, fetch_version
+from exporter.sources.vllm_http import (
+    BODY_BUDGET,
+    Auth,
+    Reservation,
+    ScrapeError,
+    fetch_metrics,
+    fetch_url,
+    fetch_version,
+)
 
 log = logging.getLogger("kvoffload.poller")
 
@@ -80,17 +88,17 @@ class TargetPoller:
         return self._parse(text, now), None
 
     async def _fetch(
-        self, session: aiohttp.ClientSession, now: float, version: str | None
+        self, session: aiohttp.ClientSession, now: float, version: str | None, hold: Reservation
     ) -> tuple[str, list[str], str | None]:
         if version is None or now - self._version_checked > 300:  # /version can change on upgrade
             version = await fetch_version(session, self.cfg.url, self.config.timeout, self.cfg.source_auth()) or version
             self._version_checked = now
         auth = self.cfg.source_auth()
-        main = fetch_metrics(session, self.cfg.url, self.config.timeout, self.config.max_body_bytes, auth)
+        main = fetch_metrics(session, self.cfg.url, self.config.timeout, self.config.max_body_bytes, auth, hold)
         if not self.cfg.extra_metrics_urls:
             return await main, [], version
         urls = self.cfg.extra_metrics_urls
-        extras = [asyncio.ensure_future(self._fetch_extra(session, i, u)) for i, u in enumerate(urls)]
+        extras = [asyncio.ensure_future(self._fetch_extra(session, i, u, hold)) for i, u in enumerate(urls)]
         try:  # concurrent with vLLM's; a failed vLLM fetch (the target is down) cancels them
             text = await main
         except BaseException:
@@ -107,11 +115,11 @@ class TargetPoller:
             return own
         return self.cfg.source_auth() if origin(url) == origin(self.cfg.url) else None
 
-    async def _fetch_extra(self, session: aiohttp.ClientSession, i: int, url: str) -> str | None:
+    async def _fetch_extra(self, session: aiohttp.ClientSession, i: int, url: str, hold: Reservation) -> str | None:
         """One extra endpoint's body, or None: its failure is counted and logged, never the target's."""
         try:
             text = await fetch_url(
-                session, url, self.config.timeout, self.config.max_body_bytes, self._extra_auth(i, url)
+                session, url, self.config.timeout, self.config.max_body_bytes, self._extra_auth(i, url), hold
             )
         except ScrapeError as e:
             self._extra_failed(url, e)
@@ -136,9 +144,10 @@ class TargetPoller:
         started = self.timer()
         now = self.clock()
         version = self.view.version
+        hold = BODY_BUDGET.reserve()  # the bodies count against the process budget until parsed
         try:
             try:
-                text, extras, version = await self._fetch(session, now, version)
+                text, extras, version = await self._fetch(session, now, version, hold)
                 (snapshot, point, derived), join_error = await asyncio.to_thread(self._parse_all, text, extras, now)
             except ScrapeError:
                 raise
@@ -149,6 +158,7 @@ class TargetPoller:
             self._failed(e, version, started)
             return self.timer() - started
         finally:
+            hold.release()
             self.polls += 1
             self.last_poll = self.timer()
         self._last_error_logged = None
