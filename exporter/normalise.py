@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 from exporter import backends
 from exporter.exposition import Labels, LimitError, LineCache, read, selector
+from exporter.families import HISTOGRAMS as _TYPED_HISTOGRAMS
+from exporter.families import TABLE as _TABLE
 from exporter.limits import Limits
 from exporter.model import OFFLOAD_SIGNALS, EngineSignals, Generation, Signal, Snapshot
 from exporter.samples import Hist as _Hist
@@ -69,7 +71,6 @@ _LOOKUP_DELAY = "vllm:kv_offload_lookup_async_delay_seconds"
 _QUEUE_TIME = "vllm:request_queue_time_seconds"
 _FETCH_STAGE = "vllm:num_requests_kv_fetch_by_stage"
 
-HISTOGRAMS = frozenset({_TTFT, _LEGACY_SIZE, *_FLAT_SIZE, _LOOKUP_DELAY, _QUEUE_TIME, *_PREFILL})
 FAMILIES = tuple(
     sorted(
         {
@@ -92,9 +93,11 @@ FAMILIES = tuple(
     )
 )
 _FAMILY_SET = frozenset(FAMILIES)
+HISTOGRAMS = frozenset(f for f in FAMILIES if f in _TYPED_HISTOGRAMS)
 # Backend families (SimpleCPU, tiering, LMCache, KVBM, ...) go to exporter.backends, which owns their meaning.
 _BACKEND_SET = backends.FAMILIES
-_SELECTOR = selector(tuple(sorted(_FAMILY_SET | _BACKEND_SET)), HISTOGRAMS | backends.HISTOGRAMS)
+# One selection from the one family table: each sample is matched once, then routed to its readers.
+_SELECTOR = selector(tuple(sorted(_TABLE)), _TYPED_HISTOGRAMS)
 _OFFLOAD_FAMILY_PREFIX = "vllm:kv_offload_"
 
 _GEN_FLAT = frozenset({*_FLAT, *_FLAT_SIZE})
@@ -158,22 +161,18 @@ def normalise(text: str, limits: Limits | None = None, cache: LineCache | None =
     for fam, sfx, (key, rest, pid, le), value in samples:
         families.add(fam)
         multiprocess |= pid
-        if fam in _BACKEND_SET:
+        evidence, handler = _ROUTES[fam]
+        if evidence:
             raw[key].append((fam, sfx, rest, value))
-            if fam not in _FAMILY_SET:
-                continue
-        if fam in (_CACHE_INFO, _OFFLOAD_INFO):
+        if handler is not None:
+            handler(engines[key], fam, sfx, value, rest, le)
+        elif fam in _INFO:
             info = dict(rest)
             if fam == _CACHE_INFO and not key[0]:
                 engine_only[key[1]] = info
             else:
                 target = engines[key]
                 (target.cache_config if fam == _CACHE_INFO else target.offload_config).update(info)
-            continue
-        e = engines[key]
-        handler = _HANDLERS.get(fam)
-        if handler is not None:
-            handler(e, fam, sfx, value, rest, le)
 
     if len(engines) > lim.engine_limit:
         raise LimitError("sample_limit", f"{len(engines)} engines (limit {lim.engine_limit})")
@@ -348,3 +347,6 @@ _HANDLERS: dict[str, _Handler] = {
     _BY_SOURCE: _on_by_source,
     **{f: _on_prefill for f in _PREFILL},
 }
+_INFO = frozenset({_CACHE_INFO, _OFFLOAD_INFO})
+_ROUTES: dict[str, tuple[bool, _Handler | None]] = {f: (f in _BACKEND_SET, _HANDLERS.get(f)) for f in _TABLE}
+"""Family → (handed to the backend resolver, this module's handler): one lookup per sample."""
