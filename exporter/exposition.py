@@ -10,6 +10,7 @@ are reported by canonical name: `vllm_` (OpenMetrics-escaped) becomes `vllm:`, a
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -145,11 +146,12 @@ class LineCache:
     held = 0  # bytes held by every LineCache of the process (worker threads read concurrently: locked)
     _lock = threading.Lock()
 
-    __slots__ = ("key", "known", "overflow", "size")
+    __slots__ = ("key", "known", "last", "overflow", "size")
 
     def __init__(self) -> None:
         self.key: object = None
         self.known: Known = {}
+        self.last: object = None  # the caller's: what it made of the last read, to reuse when it repeats
         self.size = 0  # bytes this cache holds, as counted against BUDGET
         self.overflow = 0  # series the last read could not cache
 
@@ -179,6 +181,7 @@ class LineCache:
             LineCache.held -= self.size
         self.size = 0
         self.known = {}
+        self.last = None
 
     def __del__(self) -> None:
         self.clear()
@@ -228,23 +231,26 @@ def read(
     append = samples.append
     typed: set[str] = set()
     seen: set[str] = set()
+    mark = seen.add
     keys, names = sel
-    cap = max_samples if max_samples is not None else -1
-    limit = max_line if max_line is not None else -1
+    end = 5 + KEY
+    cap = max_samples if max_samples is not None else sys.maxsize
+    limit = max_line if max_line is not None else sys.maxsize
     known: Known = cache.for_reader(cache_key) if cache is not None else {}
+    recall = known.get
     for line in _lines(text):
         # One slice + set lookup per line: the cheapest filter that drops most unwanted families.
-        if line[5 : 5 + KEY] not in keys:
+        if line[5:end] not in keys:
             continue
-        if len(line) > limit >= 0:
+        if len(line) > limit:
             raise LimitError("label_limit", f"a {len(line)}-character line of a vLLM family (limit {limit})")
         if line[0] == "#":
-            fam = known.get(line) or _type_of(line, cache, known)
+            fam = recall(line) or _type_of(line, cache, known)
             if fam:
                 typed.add(fam)  # type: ignore[arg-type]
             continue
         key, sep, value = line.rpartition(" ")
-        hit = known.get(key, _MISS) if sep else _MISS
+        hit = recall(key, _MISS)  # never a key "": only lines with a space are remembered
         if hit is None:
             continue  # a series of an unselected family (its name decides, and `key` holds its name)
         # A known series and a plain decimal: float() reads exactly Prometheus' decimal syntax over
@@ -255,13 +261,13 @@ def read(
             except ValueError:
                 v = _INF
             if v - v == 0.0 and key not in seen:
-                seen.add(key)
+                mark(key)
                 append((*hit, v))  # type: ignore[misc]
-                if len(samples) > cap >= 0:
+                if len(samples) > cap:
                     raise _over(cap)
                 continue
         new = hit is _MISS and sep != ""
-        if _long_way(line, key, new, names, labels_of, cache, seen, append) and len(samples) > cap >= 0:
+        if _long_way(line, key, new, names, labels_of, cache, seen, append) and len(samples) > cap:
             raise _over(cap)
     return samples, typed
 

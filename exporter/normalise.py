@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from typing import NamedTuple
 
 from exporter import backends
-from exporter.exposition import Labels, LimitError, LineCache, read, selector
+from exporter.exposition import Labels, LimitError, LineCache, Sample, read, selector
 from exporter.families import HISTOGRAMS as _TYPED_HISTOGRAMS
 from exporter.families import TABLE as _TABLE
 from exporter.limits import Limits
@@ -152,6 +153,25 @@ def normalise(text: str, limits: Limits | None = None, cache: LineCache | None =
     max_len = lim.label_value_length_limit
     line_cap = _LINE_FACTOR * max_len + 1024
     samples, typed = read(text, _SELECTOR, _labels_reader(max_len), lim.sample_limit, line_cap, cache, max_len)
+    if cache is None:
+        return _snapshot(samples, typed, lim)
+    last = cache.last
+    if isinstance(last, _Last) and last.samples == samples and last.typed == typed and last.limits == lim:
+        return last.snapshot  # an idle target: the same samples make the same snapshot
+    snap = _snapshot(samples, typed, lim)
+    cache.last = _Last(samples, typed, lim, snap)
+    return snap
+
+
+class _Last(NamedTuple):
+    samples: list[Sample]
+    typed: set[str]
+    limits: Limits
+    snapshot: Snapshot
+
+
+def _snapshot(samples: list[Sample], typed: set[str], lim: Limits) -> Snapshot:
+    """The samples of one read, folded into signals and evidence per engine."""
     families: set[str] = {f for f in typed if f in _FAMILY_SET or f in _BACKEND_SET}
     engines: dict[tuple[str, str], _Engine] = defaultdict(_Engine)
     raw: dict[tuple[str, str], list[backends.RawSample]] = defaultdict(list)

@@ -71,16 +71,23 @@ class Hist:
         self.count = 0.0
 
     def add(self, sfx: str, value: float, le: float | None) -> None:
+        # finite() is called only to raise: the in-line range checks are the same test, cheaper.
         if sfx == "bucket":
             if le is None:
                 return
-            self.buckets[le] = finite(self.buckets.get(le, 0.0) + finite(value, "histogram bucket"), "bucket sum")
+            if not 0.0 <= value < _INF:
+                finite(value, "histogram bucket")
+            total = self.buckets.get(le, 0.0) + value
+            self.buckets[le] = total if total < _INF else finite(total, "bucket sum")
         elif sfx == "sum":
             self.sum += value
             if self.sum - self.sum != 0.0:
                 raise ParseError(f"non-finite histogram sum {self.sum}")
         elif sfx == "count":
-            self.count = finite(self.count + finite(value, "histogram count"), "histogram count")
+            if not 0.0 <= value < _INF:
+                finite(value, "histogram count")
+            total = self.count + value
+            self.count = total if total < _INF else finite(total, "histogram count")
 
     def freeze(self) -> Histogram:
         bounds = sorted(self.buckets)
