@@ -29,6 +29,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -127,10 +128,14 @@ def run(kinds: list[str], targets: int, seconds: float) -> dict[str, object]:
     exporter = None
     try:
         wait_up(f"http://127.0.0.1:{tport}/t0/metrics", 120.0)
-        urls = [a for i in range(targets) for a in ("--target", f"http://127.0.0.1:{tport}/t{i}")]
+        config = Path(tempfile.mkdtemp()) / "hostile.yaml"
+        config.write_text(
+            "targets:\n"
+            + "".join(f"  - {{url: 'http://127.0.0.1:{tport}/t{i}', name: t{i}}}\n" for i in range(targets))
+        )
         exporter = subprocess.Popen(
             [
-                sys.executable, "-m", "exporter", "serve", *urls,
+                sys.executable, "-m", "exporter", "serve", "--config", str(config),
                 "--listen", f"127.0.0.1:{eport}", "--poll-interval", "1", "--timeout", "5", "--no-gpu", "--no-host",
             ],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
