@@ -2,9 +2,10 @@
 
 Three processes: one cheap aiohttp server plays every target (a real vLLM 0.26.0 H200 capture whose
 counters advance on every request, each target with its own model_name unless --same-model), the
-exporter runs as a real `serve` subprocess, and this driver measures. Per target count it reports the exporter's CPU (% of one core, ms per target poll), RSS,
-`/metrics` p50/p99 under 10 concurrent scrapes (identity and gzip), body bytes and poll lag p99 (seen
-by the fake targets, so it does not trust the exporter's own clock). In the same run a plain
+exporter runs as a real `serve` subprocess, and this driver measures. Per target count it reports
+the exporter's CPU (% of one core, ms per target poll), RSS, polls made and due, `/metrics` p50/p99
+under 10 concurrent scrapes (identity and gzip), body bytes and poll lag p99 (seen by the fake
+targets, so it does not trust the exporter's own clock). In the same run a plain
 prometheus_client exporter serves the same series (parsed from the exporter's body) as the baseline.
 
     python bench/scale.py --targets 10,100,1000 --json bench-scale.json
