@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from typing import NamedTuple
 
 from exporter import backends
@@ -158,7 +159,7 @@ def normalise(text: str, limits: Limits | None = None, cache: LineCache | None =
     last = cache.last
     if isinstance(last, _Last) and last.samples == samples and last.typed == typed and last.limits == lim:
         return last.snapshot  # an idle target: the same samples make the same snapshot
-    snap = _snapshot(samples, typed, lim)
+    snap = _snapshot(samples, typed, lim, last.snapshot if isinstance(last, _Last) else None)
     cache.last = _Last(samples, typed, lim, snap)
     return snap
 
@@ -170,8 +171,10 @@ class _Last(NamedTuple):
     snapshot: Snapshot
 
 
-def _snapshot(samples: list[Sample], typed: set[str], lim: Limits) -> Snapshot:
-    """The samples of one read, folded into signals and evidence per engine."""
+def _snapshot(samples: list[Sample], typed: set[str], lim: Limits, prev: Snapshot | None = None) -> Snapshot:
+    """The samples of one read, folded into signals and evidence per engine. Parts equal to the target's
+    `prev` snapshot (family set, config labels) are that snapshot's objects: the history holds many
+    snapshots of one target, and these rarely change."""
     families: set[str] = {f for f in typed if f in _FAMILY_SET or f in _BACKEND_SET}
     engines: dict[tuple[str, str], _Engine] = defaultdict(_Engine)
     raw: dict[tuple[str, str], list[backends.RawSample]] = defaultdict(list)
@@ -203,16 +206,18 @@ def _snapshot(samples: list[Sample], typed: set[str], lim: Limits) -> Snapshot:
         if families & _GEN_LEGACY
         else Generation.NONE
     )
-    found = frozenset(families)
+    found = prev.families if prev is not None and prev.families == families else frozenset(families)
     present = backends.detect(found)
     rows = backends.rows_for(present, found)
     _attribute(raw, engines)
+    before = {(x.model_name, x.engine): x for x in prev.engines} if prev is not None else {}
     out = []
     for (model, engine), e in sorted(engines.items()):
         if not model and not engine:
             continue
         ev = backends.resolve(rows, raw.get((model, engine), ())) if rows else ({}, {})
-        out.append(_freeze(model, engine, e, generation, families, engine_only.get(engine, {}), ev))
+        e_signals = _freeze(model, engine, e, generation, families, engine_only.get(engine, {}), ev)
+        out.append(_shared_parts(e_signals, before.get((model, engine))) if before else e_signals)
     return Snapshot(
         generation=generation,
         engines=tuple(out),
@@ -220,6 +225,21 @@ def _snapshot(samples: list[Sample], typed: set[str], lim: Limits) -> Snapshot:
         multiprocess=multiprocess,
         backends=present,
         sources=backends.sources(rows),
+    )
+
+
+def _shared_parts(e: EngineSignals, prev: EngineSignals | None) -> EngineSignals:
+    """`e` holding `prev`'s config dicts where they are equal (the same ~20 labels every poll)."""
+    if prev is None:
+        return e
+    same_cache = prev.cache_config == e.cache_config
+    same_offload = prev.offload_config == e.offload_config
+    if not (same_cache or same_offload):
+        return e
+    return replace(
+        e,
+        cache_config=prev.cache_config if same_cache else e.cache_config,
+        offload_config=prev.offload_config if same_offload else e.offload_config,
     )
 
 

@@ -62,6 +62,11 @@ def finite(v: float, what: str) -> float:
     return v
 
 
+_BOUNDS: dict[tuple[float, ...], tuple[float, ...]] = {}
+"""Bucket layouts seen (a handful per vLLM version): every histogram of one layout shares one tuple."""
+_MAX_BOUNDS = 1024
+
+
 class Hist:
     __slots__ = ("buckets", "count", "sum")
 
@@ -92,6 +97,9 @@ class Hist:
     def freeze(self) -> Histogram:
         bounds = sorted(self.buckets)
         finite = tuple(b for b in bounds if b != float("inf"))
+        if len(_BOUNDS) >= _MAX_BOUNDS:  # a hostile target inventing layouts: start over
+            _BOUNDS.clear()
+        finite = _BOUNDS.setdefault(finite, finite)  # one tuple per distinct bucket layout
         counts = (*(self.buckets[b] for b in finite), self.buckets.get(float("inf"), self.count))
         if any(a > b for a, b in itertools.pairwise(counts)):
             raise ParseError("histogram buckets are not cumulative (a count decreases as le grows)")
