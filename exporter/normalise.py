@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import replace
+from operator import itemgetter
 from typing import NamedTuple
 
 from exporter import backends
@@ -142,6 +143,7 @@ def _transfer_direction(rest: Labels) -> int | None:
     return None
 
 
+_FAMILY_OF = itemgetter(0)
 _LINE_FACTOR = 32
 """A selected line may be this many label-value limits long (cache_config_info carries ~20 labels)."""
 
@@ -182,12 +184,15 @@ def _snapshot(samples: list[Sample], typed: set[str], lim: Limits, prev: Snapsho
     multiprocess = False
 
     for fam, sfx, (key, rest, pid, le), value in samples:
-        families.add(fam)
         multiprocess |= pid
         evidence, handler = _ROUTES[fam]
         if evidence:
             raw[key].append((fam, sfx, rest, value))
-        if handler is not None:
+        if handler is _on_hist:  # most samples: histogram buckets, added without a second call
+            hists = engines[key].hists
+            if sfx:
+                hists[fam].add(sfx, value, le)
+        elif handler is not None:
             handler(engines[key], fam, sfx, value, rest, le)
         elif fam in _INFO:
             info = dict(rest)
@@ -197,6 +202,7 @@ def _snapshot(samples: list[Sample], typed: set[str], lim: Limits, prev: Snapsho
                 target = engines[key]
                 (target.cache_config if fam == _CACHE_INFO else target.offload_config).update(info)
 
+    families.update(map(_FAMILY_OF, samples))
     if len(engines) > lim.engine_limit:
         raise LimitError("sample_limit", f"{len(engines)} engines (limit {lim.engine_limit})")
     generation = (
