@@ -6,7 +6,8 @@ histogram bucket, `_sum` and `_count` of the capture advances (as `bench/scale.p
 nothing is skipped as unchanged; the target keeps its LineCache between polls, as a TargetPoller does.
 
     python bench/pipeline.py --json          # the ratio, and the time per stage
-    python bench/pipeline.py --readme        # the README's performance row, from a fresh run
+    python bench/pipeline.py --record        # ... also written to bench/results/pipeline.json
+    python bench/pipeline.py --readme        # the README's row, from bench/results/pipeline.json
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ except ImportError:  # an older tree, measured for the before column
     LineCache = None  # type: ignore[assignment,misc]
 
 CAPTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/h200-0.6b/A_12_final.prom"  # a real vLLM 0.26.0 body
+RECORDED = Path(__file__).resolve().parent / "results" / "pipeline.json"
 TARGET_RATIO, STRETCH_RATIO = 25, 40
 STAGES = ("read", "normalise", "derive", "render", "merge", "gzip")
 _ADVANCING = re.compile(r"^(vllm:\S*?(?:_total|_count|_sum|_bucket)(?:\{[^}]*\})?) (\S+)$")
@@ -202,15 +204,19 @@ def readme_row(r: dict[str, Any]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--readme", action="store_true", help="print the README row for this run")
+    ap.add_argument("--record", action="store_true", help=f"also write the result to {RECORDED}")
+    ap.add_argument("--readme", action="store_true", help=f"print the README row of {RECORDED} (no run)")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args()
+    if args.readme:
+        print(readme_row(json.loads(RECORDED.read_text(encoding="utf-8"))))
+        return 0
     result = measure(args.rounds, args.reps)
+    if args.record:
+        RECORDED.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     if args.json:
         print(json.dumps(result, indent=2))
-    elif args.readme:
-        print(readme_row(result))
     else:
         for k, v in result.items():
             print(f"{k:36} {v}")
