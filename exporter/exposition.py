@@ -127,9 +127,8 @@ def selector(families: tuple[str, ...], histograms: frozenset[str]) -> Selector:
 _FLOAT_CHARS = "0123456789.eE+-"
 _MISS = object()
 
-Known = dict[str, tuple[str, str, Any] | str | None]
-"""Series text → (family, suffix, labels) of a selected series, None for a series `read` skips;
-a `# ...` line → the family its TYPE names, or "" for any other comment."""
+Known = dict[str, tuple[str, str, Any] | None]
+"""Series text → (family, suffix, labels) of a selected series, None for a series `read` skips."""
 
 
 class LineCache:
@@ -245,9 +244,9 @@ def read(
         if len(line) > limit:
             raise LimitError("label_limit", f"a {len(line)}-character line of a vLLM family (limit {limit})")
         if line[0] == "#":
-            fam = recall(line) or _type_of(line, cache, known)
+            fam = _type_of(line)
             if fam:
-                typed.add(fam)  # type: ignore[arg-type]
+                typed.add(fam)
             continue
         key, sep, value = line.rpartition(" ")
         hit = recall(key, _MISS)  # never a key "": only lines with a space are remembered
@@ -304,15 +303,27 @@ def _long_way(
     return True
 
 
-def _type_of(line: str, cache: LineCache | None, known: Known) -> str:
+_COMMENTS: dict[str, str] = {}
+"""Comment lines seen by any target → the family a TYPE line declares ("" for other comments). TYPE
+lines carry no labels, so every target of one vLLM version sends the same ones: one process-wide
+table, bounded in entries and line length (a hostile target inventing lines only starts it over)."""
+_MAX_COMMENTS, _MAX_COMMENT = 4096, 256
+
+
+def _type_of(line: str) -> str:
     """The canonical family a `# TYPE` line declares, "" for any other comment (remembered)."""
+    fam = _COMMENTS.get(line)
+    if fam is not None:
+        return fam
     fam = ""
     if line.startswith("# TYPE "):
         parts = line.split()
         if len(parts) >= 3:
             fam = canonical(parts[2])
-    if cache is not None and line not in known and cache.room(line):
-        known[line] = fam
+    if len(line) <= _MAX_COMMENT:
+        if len(_COMMENTS) >= _MAX_COMMENTS:
+            _COMMENTS.clear()
+        _COMMENTS[line] = fam
     return fam
 
 

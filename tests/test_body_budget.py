@@ -66,3 +66,20 @@ async def test_concurrent_bodies_past_the_budget_fail_too_large_and_release_thei
     for h in holds:
         h.release()
     assert (budget.used, budget.holders) == (0, 0)
+
+
+def test_reading_a_body_of_short_lines_never_holds_every_line_at_once() -> None:
+    """8 MiB of 2 M lines no selector matches: parsing it allocates a block's lines at a time (a few
+    MiB), not 2 M line objects (~110 MiB)."""
+    import tracemalloc
+
+    from exporter.normalise import normalise
+
+    body = "a 1\n" * (2 * 2**20)
+    tracemalloc.start()
+    try:
+        assert not normalise(body).families
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, f"{peak / 2**20:.0f} MiB allocated while reading an 8 MiB body"
