@@ -9,6 +9,7 @@ are reported by canonical name: `vllm_` (OpenMetrics-escaped) becomes `vllm:`, a
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import threading
@@ -183,7 +184,8 @@ class LineCache:
         self.last = None
 
     def __del__(self) -> None:
-        self.clear()
+        with contextlib.suppress(Exception):  # at interpreter exit the class may be torn down first
+            self.clear()
 
 
 def _lines(text: str, block: int = 1 << 18) -> Iterator[str] | list[str]:

@@ -6,7 +6,7 @@ Pure helpers of `normalise`, in their own module so that `normalise` keeps one j
 
 from __future__ import annotations
 
-import itertools
+import operator
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -95,13 +95,16 @@ class Hist:
             self.count = total if total < _INF else finite(total, "histogram count")
 
     def freeze(self) -> Histogram:
-        bounds = sorted(self.buckets)
-        finite = tuple(b for b in bounds if b != float("inf"))
+        buckets = self.buckets
+        bounds = sorted(buckets)  # bounds are never NaN (_bound), so +Inf can only be last
+        if bounds and bounds[-1] == _INF:
+            bounds.pop()
+        finite = tuple(bounds)
         if len(_BOUNDS) >= _MAX_BOUNDS:  # a hostile target inventing layouts: start over
             _BOUNDS.clear()
         finite = _BOUNDS.setdefault(finite, finite)  # one tuple per distinct bucket layout
-        counts = (*(self.buckets[b] for b in finite), self.buckets.get(float("inf"), self.count))
-        if any(a > b for a, b in itertools.pairwise(counts)):
+        counts = (*map(buckets.__getitem__, finite), buckets.get(_INF, self.count))
+        if any(map(operator.gt, counts, counts[1:])):
             raise ParseError("histogram buckets are not cumulative (a count decreases as le grows)")
         return Histogram(finite, counts, self.sum, self.count)
 

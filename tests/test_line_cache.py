@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fuzz_pipeline import BODIES, LIMITS
 
-from exporter.exposition import LineCache, ParseError
+from exporter.exposition import LineCache, ParseError, _lines
 from exporter.model import Snapshot
 from exporter.normalise import normalise
 
@@ -72,3 +72,9 @@ def test_the_cache_holds_what_a_real_body_repeats_and_no_more_than_its_budget() 
     size = cache.size
     del cache
     assert LineCache.held == before - size
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab\n ", max_size=60), st.integers(1, 8))
+def test_lines_a_block_at_a_time_are_the_lines_of_the_body(text: str, block: int) -> None:
+    assert list(_lines(text, block)) == text.split("\n")
