@@ -1,10 +1,11 @@
 """Benchmark: one exporter process polling N fake vLLM targets, against a plain prometheus_client baseline.
 
 Three processes: one cheap aiohttp server plays every target (a real vLLM 0.26.0 H200 capture whose
-counters advance on every request), the exporter runs as a real `serve` subprocess, and this driver
-measures. Per target count it reports the exporter's CPU (% of one core, ms per target poll), RSS,
-`/metrics` p50/p99 under 10 concurrent scrapes (identity and gzip), body bytes and poll lag p99 (seen
-by the fake targets, so it does not trust the exporter's own clock). In the same run a plain
+counters advance on every request, each target with its own model_name unless --same-model), the
+exporter runs as a real `serve` subprocess, and this driver measures. Per target count it reports
+the exporter's CPU (% of one core, ms per target poll), RSS, polls made and due, `/metrics` p50/p99
+under 10 concurrent scrapes (identity and gzip), body bytes and poll lag p99 (seen by the fake
+targets, so it does not trust the exporter's own clock). In the same run a plain
 prometheus_client exporter serves the same series (parsed from the exporter's body) as the baseline.
 
     python bench/scale.py --targets 10,100,1000 --json bench-scale.json
@@ -31,6 +32,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 CAPTURE = ROOT / "tests" / "fixtures" / "h200-0.6b" / "A_12_final.prom"
+_MODEL = 'model_name="Qwen/Qwen3-0.6B"'
 _ADVANCING = re.compile(r"^(vllm:\S*?(?:_total|_count|_sum|_bucket)(?:\{[^}]*\})?) (\S+)$")
 
 
@@ -68,8 +70,9 @@ class Capture:
         return "".join(out)
 
 
-def run_fake(port: int) -> None:
-    """Serve /t/<i>/metrics and /t/<i>/version for any i; /stats returns (and resets) arrival times."""
+def run_fake(port: int, distinct: bool = True) -> None:
+    """Serve /t/<i>/metrics and /t/<i>/version for any i; /stats returns (and resets) arrival times.
+    With `distinct`, target i's model is named `Qwen/Qwen3-0.6B-t<i>`, as in a fleet of different models."""
     from aiohttp import web
 
     cap = Capture(CAPTURE.read_text(encoding="utf-8"))
@@ -80,7 +83,10 @@ def run_fake(port: int) -> None:
         t = request.match_info["t"]
         n = requests[t] = requests.get(t, 0) + 1
         arrivals.setdefault(t, []).append(time.time())
-        return web.Response(text=cap.body(n), content_type="text/plain")
+        body = cap.body(n)
+        if distinct:  # each target its own model: no label set is shared between targets
+            body = body.replace(_MODEL, f'{_MODEL[:-1]}-{t}"')
+        return web.Response(text=body, content_type="text/plain")
 
     async def version(request: web.Request) -> web.Response:
         return web.json_response({"version": "0.26.0"})
@@ -241,9 +247,10 @@ async def _measure(n: int, fake_port: int, opts: argparse.Namespace, tmp: Path) 
         row["identity"] = await _scrape_load(url, False, opts.clients, opts.scrapes)
         row["gzip"] = await _scrape_load(url, True, opts.clients, opts.scrapes)
         _, body = await _get(url)
-        row["baseline"] = await _baseline(body, tmp, opts)
-        for enc in ("identity", "gzip"):
-            row[f"{enc}_p99_vs_baseline"] = row[enc]["p99_ms"] / row["baseline"][enc]["p99_ms"]
+        if not opts.no_baseline:
+            row["baseline"] = await _baseline(body, tmp, opts)
+            for enc in ("identity", "gzip"):
+                row[f"{enc}_p99_vs_baseline"] = row[enc]["p99_ms"] / row["baseline"][enc]["p99_ms"]
         row["gzip_ratio"] = row["identity"]["bytes"] / max(row["gzip"]["bytes"], 1)
     finally:
         _stop(exp)
@@ -276,7 +283,8 @@ async def _baseline(body: bytes, tmp: Path, opts: argparse.Namespace) -> dict[st
 
 async def drive(opts: argparse.Namespace) -> list[dict[str, Any]]:
     fake_port = free_port()
-    fake = _start([str(Path(__file__).resolve()), "fake", "--port", str(fake_port)])
+    fake_args = [str(Path(__file__).resolve()), "fake", "--port", str(fake_port)]
+    fake = _start(fake_args + (["--same-model"] if opts.same_model else []))
     rows = []
     try:
         deadline = time.monotonic() + 30
@@ -300,20 +308,21 @@ async def drive(opts: argparse.Namespace) -> list[dict[str, Any]]:
 
 def _table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| targets | CPU % of one core | CPU ms / poll | RSS MiB | missed polls | poll lag p99 s "
+        "| targets | CPU % of one core | CPU ms / poll | RSS MiB | polls made / due | missed polls | poll lag p99 s "
         "| /metrics p50/p99 ms identity | gzip | body bytes identity / gzip | baseline p99 ms identity / gzip |"
     )
-    out = [head, "|" + "---|" * 10]
+    out = [head, "|" + "---|" * 11]
     for r in rows:
         if "error" in r:
-            out.append(f"| {r['targets']} | {r['error']} |" + " |" * 8)
+            out.append(f"| {r['targets']} | {r['error']} |" + " |" * 9)
             continue
-        i, g, b = r["identity"], r["gzip"], r["baseline"]
+        i, g, b = r["identity"], r["gzip"], r.get("baseline")
+        base = f"{b['identity']['p99_ms']:.1f} / {b['gzip']['p99_ms']:.1f}" if b else "not run"
         out.append(
             f"| {r['targets']} | {r['cpu_pct_one_core']:.1f} | {r['cpu_ms_per_poll']:.2f} | {r['rss_mib']:.0f} "
-            f"| {r['missed_polls']}/{r['polls_expected']} | {r['poll_lag_p99_s']:.2f} "
-            f"| {i['p50_ms']:.1f}/{i['p99_ms']:.1f} | {g['p50_ms']:.1f}/{g['p99_ms']:.1f} "
-            f"| {i['bytes']:,} / {g['bytes']:,} | {b['identity']['p99_ms']:.1f} / {b['gzip']['p99_ms']:.1f} |"
+            f"| {r['polls']}/{r['polls_expected']} | {r['missed_polls']}/{r['polls_expected']} "
+            f"| {r['poll_lag_p99_s']:.2f} | {i['p50_ms']:.1f}/{i['p99_ms']:.1f} | {g['p50_ms']:.1f}/{g['p99_ms']:.1f} "
+            f"| {i['bytes']:,} / {g['bytes']:,} | {base} |"
         )
     return "\n".join(out)
 
@@ -331,9 +340,11 @@ def main() -> int:
     p.add_argument("--scrapes", type=int, default=20, help="scrapes per scraper and encoding")
     p.add_argument("--path", default="/metrics", help="the exporter's telemetry path")
     p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--same-model", action="store_true", help="every target the same model_name (default: distinct)")
+    p.add_argument("--no-baseline", action="store_true", help="skip the prometheus_client baseline scrapes")
     opts = p.parse_args()
     if opts.role == "fake":
-        run_fake(opts.port)
+        run_fake(opts.port, not opts.same_model)
         return 0
     if opts.role == "baseline":
         run_baseline(opts.port, opts.body)

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
+from operator import itemgetter
+from typing import NamedTuple
 
 from exporter import backends
-from exporter.exposition import Labels, LimitError, read, selector
+from exporter.exposition import Labels, LimitError, LineCache, Sample, read, selector
+from exporter.families import HISTOGRAMS as _TYPED_HISTOGRAMS
+from exporter.families import TABLE as _TABLE
 from exporter.limits import Limits
 from exporter.model import OFFLOAD_SIGNALS, EngineSignals, Generation, Signal, Snapshot
 from exporter.samples import Hist as _Hist
@@ -69,7 +74,6 @@ _LOOKUP_DELAY = "vllm:kv_offload_lookup_async_delay_seconds"
 _QUEUE_TIME = "vllm:request_queue_time_seconds"
 _FETCH_STAGE = "vllm:num_requests_kv_fetch_by_stage"
 
-HISTOGRAMS = frozenset({_TTFT, _LEGACY_SIZE, *_FLAT_SIZE, _LOOKUP_DELAY, _QUEUE_TIME, *_PREFILL})
 FAMILIES = tuple(
     sorted(
         {
@@ -92,9 +96,11 @@ FAMILIES = tuple(
     )
 )
 _FAMILY_SET = frozenset(FAMILIES)
+HISTOGRAMS = frozenset(f for f in FAMILIES if f in _TYPED_HISTOGRAMS)
 # Backend families (SimpleCPU, tiering, LMCache, KVBM, ...) go to exporter.backends, which owns their meaning.
 _BACKEND_SET = backends.FAMILIES
-_SELECTOR = selector(tuple(sorted(_FAMILY_SET | _BACKEND_SET)), HISTOGRAMS | backends.HISTOGRAMS)
+# One selection from the one family table: each sample is matched once, then routed to its readers.
+_SELECTOR = selector(tuple(sorted(_TABLE)), _TYPED_HISTOGRAMS)
 _OFFLOAD_FAMILY_PREFIX = "vllm:kv_offload_"
 
 _GEN_FLAT = frozenset({*_FLAT, *_FLAT_SIZE})
@@ -137,16 +143,40 @@ def _transfer_direction(rest: Labels) -> int | None:
     return None
 
 
+_FAMILY_OF = itemgetter(0)
 _LINE_FACTOR = 32
 """A selected line may be this many label-value limits long (cache_config_info carries ~20 labels)."""
 
 
-def normalise(text: str, limits: Limits | None = None) -> Snapshot:
+def normalise(text: str, limits: Limits | None = None, cache: LineCache | None = None) -> Snapshot:
     """Read one vLLM exposition within `limits` (defaults when None). Pure and CPU-bound: the
-    poller runs it off the event loop. Raises exposition.ParseError (LimitError past a cap)."""
+    poller runs it off the event loop. Raises exposition.ParseError (LimitError past a cap).
+    `cache` is the target's own LineCache: the same result, with the series it sent before read faster."""
     lim = limits or Limits()
     max_len = lim.label_value_length_limit
-    samples, typed = read(text, _SELECTOR, _labels_reader(max_len), lim.sample_limit, _LINE_FACTOR * max_len + 1024)
+    line_cap = _LINE_FACTOR * max_len + 1024
+    samples, typed = read(text, _SELECTOR, _labels_reader(max_len), lim.sample_limit, line_cap, cache, max_len)
+    if cache is None:
+        return _snapshot(samples, typed, lim)
+    last = cache.last
+    if isinstance(last, _Last) and last.samples == samples and last.typed == typed and last.limits == lim:
+        return last.snapshot  # an idle target: the same samples make the same snapshot
+    snap = _snapshot(samples, typed, lim, last.snapshot if isinstance(last, _Last) else None)
+    cache.last = _Last(samples, typed, lim, snap)
+    return snap
+
+
+class _Last(NamedTuple):
+    samples: list[Sample]
+    typed: set[str]
+    limits: Limits
+    snapshot: Snapshot
+
+
+def _snapshot(samples: list[Sample], typed: set[str], lim: Limits, prev: Snapshot | None = None) -> Snapshot:
+    """The samples of one read, folded into signals and evidence per engine. Parts equal to the target's
+    `prev` snapshot (family set, config labels) are that snapshot's objects: the history holds many
+    snapshots of one target, and these rarely change."""
     families: set[str] = {f for f in typed if f in _FAMILY_SET or f in _BACKEND_SET}
     engines: dict[tuple[str, str], _Engine] = defaultdict(_Engine)
     raw: dict[tuple[str, str], list[backends.RawSample]] = defaultdict(list)
@@ -154,25 +184,25 @@ def normalise(text: str, limits: Limits | None = None) -> Snapshot:
     multiprocess = False
 
     for fam, sfx, (key, rest, pid, le), value in samples:
-        families.add(fam)
         multiprocess |= pid
-        if fam in _BACKEND_SET:
+        evidence, handler = _ROUTES[fam]
+        if evidence:
             raw[key].append((fam, sfx, rest, value))
-            if fam not in _FAMILY_SET:
-                continue
-        if fam in (_CACHE_INFO, _OFFLOAD_INFO):
+        if handler is _on_hist:  # most samples: histogram buckets, added without a second call
+            hists = engines[key].hists
+            if sfx:
+                hists[fam].add(sfx, value, le)
+        elif handler is not None:
+            handler(engines[key], fam, sfx, value, rest, le)
+        elif fam in _INFO:
             info = dict(rest)
             if fam == _CACHE_INFO and not key[0]:
                 engine_only[key[1]] = info
             else:
                 target = engines[key]
                 (target.cache_config if fam == _CACHE_INFO else target.offload_config).update(info)
-            continue
-        e = engines[key]
-        handler = _HANDLERS.get(fam)
-        if handler is not None:
-            handler(e, fam, sfx, value, rest, le)
 
+    families.update(map(_FAMILY_OF, samples))
     if len(engines) > lim.engine_limit:
         raise LimitError("sample_limit", f"{len(engines)} engines (limit {lim.engine_limit})")
     generation = (
@@ -182,16 +212,18 @@ def normalise(text: str, limits: Limits | None = None) -> Snapshot:
         if families & _GEN_LEGACY
         else Generation.NONE
     )
-    found = frozenset(families)
+    found = prev.families if prev is not None and prev.families == families else frozenset(families)
     present = backends.detect(found)
     rows = backends.rows_for(present, found)
     _attribute(raw, engines)
+    before = {(x.model_name, x.engine): x for x in prev.engines} if prev is not None else {}
     out = []
     for (model, engine), e in sorted(engines.items()):
         if not model and not engine:
             continue
         ev = backends.resolve(rows, raw.get((model, engine), ())) if rows else ({}, {})
-        out.append(_freeze(model, engine, e, generation, families, engine_only.get(engine, {}), ev))
+        e_signals = _freeze(model, engine, e, generation, families, engine_only.get(engine, {}), ev)
+        out.append(_shared_parts(e_signals, before.get((model, engine))) if before else e_signals)
     return Snapshot(
         generation=generation,
         engines=tuple(out),
@@ -199,6 +231,21 @@ def normalise(text: str, limits: Limits | None = None) -> Snapshot:
         multiprocess=multiprocess,
         backends=present,
         sources=backends.sources(rows),
+    )
+
+
+def _shared_parts(e: EngineSignals, prev: EngineSignals | None) -> EngineSignals:
+    """`e` holding `prev`'s config dicts where they are equal (the same ~20 labels every poll)."""
+    if prev is None:
+        return e
+    same_cache = prev.cache_config == e.cache_config
+    same_offload = prev.offload_config == e.offload_config
+    if not (same_cache or same_offload):
+        return e
+    return replace(
+        e,
+        cache_config=prev.cache_config if same_cache else e.cache_config,
+        offload_config=prev.offload_config if same_offload else e.offload_config,
     )
 
 
@@ -346,3 +393,6 @@ _HANDLERS: dict[str, _Handler] = {
     _BY_SOURCE: _on_by_source,
     **{f: _on_prefill for f in _PREFILL},
 }
+_INFO = frozenset({_CACHE_INFO, _OFFLOAD_INFO})
+_ROUTES: dict[str, tuple[bool, _Handler | None]] = {f: (f in _BACKEND_SET, _HANDLERS.get(f)) for f in _TABLE}
+"""Family → (handed to the backend resolver, this module's handler): one lookup per sample."""

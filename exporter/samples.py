@@ -6,7 +6,7 @@ Pure helpers of `normalise`, in their own module so that `normalise` keeps one j
 
 from __future__ import annotations
 
-import itertools
+import operator
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -62,6 +62,11 @@ def finite(v: float, what: str) -> float:
     return v
 
 
+_BOUNDS: dict[tuple[float, ...], tuple[float, ...]] = {}
+"""Bucket layouts seen (a handful per vLLM version): every histogram of one layout shares one tuple."""
+_MAX_BOUNDS = 1024
+
+
 class Hist:
     __slots__ = ("buckets", "count", "sum")
 
@@ -71,22 +76,35 @@ class Hist:
         self.count = 0.0
 
     def add(self, sfx: str, value: float, le: float | None) -> None:
+        # finite() is called only to raise: the in-line range checks are the same test, cheaper.
         if sfx == "bucket":
             if le is None:
                 return
-            self.buckets[le] = finite(self.buckets.get(le, 0.0) + finite(value, "histogram bucket"), "bucket sum")
+            if not 0.0 <= value < _INF:
+                finite(value, "histogram bucket")
+            total = self.buckets.get(le, 0.0) + value
+            self.buckets[le] = total if total < _INF else finite(total, "bucket sum")
         elif sfx == "sum":
             self.sum += value
             if self.sum - self.sum != 0.0:
                 raise ParseError(f"non-finite histogram sum {self.sum}")
         elif sfx == "count":
-            self.count = finite(self.count + finite(value, "histogram count"), "histogram count")
+            if not 0.0 <= value < _INF:
+                finite(value, "histogram count")
+            total = self.count + value
+            self.count = total if total < _INF else finite(total, "histogram count")
 
     def freeze(self) -> Histogram:
-        bounds = sorted(self.buckets)
-        finite = tuple(b for b in bounds if b != float("inf"))
-        counts = (*(self.buckets[b] for b in finite), self.buckets.get(float("inf"), self.count))
-        if any(a > b for a, b in itertools.pairwise(counts)):
+        buckets = self.buckets
+        bounds = sorted(buckets)  # bounds are never NaN (_bound), so +Inf can only be last
+        if bounds and bounds[-1] == _INF:
+            bounds.pop()
+        finite = tuple(bounds)
+        if len(_BOUNDS) >= _MAX_BOUNDS:  # a hostile target inventing layouts: start over
+            _BOUNDS.clear()
+        finite = _BOUNDS.setdefault(finite, finite)  # one tuple per distinct bucket layout
+        counts = (*map(buckets.__getitem__, finite), buckets.get(_INF, self.count))
+        if any(map(operator.gt, counts, counts[1:])):
             raise ParseError("histogram buckets are not cumulative (a count decreases as le grows)")
         return Histogram(finite, counts, self.sum, self.count)
 

@@ -16,13 +16,21 @@ import aiohttp
 from exporter import convoy, derive
 from exporter.collector import TargetView, target_fragment
 from exporter.config import Config, TargetConfig
-from exporter.exposition import ParseError, join_bodies
+from exporter.exposition import LineCache, ParseError, join_bodies
 from exporter.model import EngineKey, Snapshot
 from exporter.normalise import normalise
 from exporter.reasons import CanaryFacts
 from exporter.redact import origin, redact_url
 from exporter.render import Fragment, Heads
-from exporter.sources.vllm_http import Auth, ScrapeError, fetch_metrics, fetch_url, fetch_version
+from exporter.sources.vllm_http import (
+    BODY_BUDGET,
+    Auth,
+    Reservation,
+    ScrapeError,
+    fetch_metrics,
+    fetch_url,
+    fetch_version,
+)
 
 log = logging.getLogger("kvoffload.poller")
 
@@ -55,11 +63,12 @@ class TargetPoller:
         self.extra_errors: dict[str, int] | None = {} if cfg.extra_metrics_urls else None
         self._extra_logged: dict[str, str] = {}  # extra URL -> the failure reason last logged for it
         self.canary: CanaryFacts | None = None  # from a plugin (Exporter.report_facts): refines the reasons
+        self._lines = LineCache()  # the series this target sent before, read with one lookup each
 
     def _parse(self, text: str, now: float) -> Parsed:
         """CPU-bound part of a poll; runs in a worker thread."""
         try:  # capped by the limits: a hostile body costs bounded time and memory
-            snapshot = normalise(text, self.cfg.limits or self.config.limits)
+            snapshot = normalise(text, self.cfg.limits or self.config.limits, self._lines)
         except ParseError as e:
             raise ScrapeError(e.reason, str(e)) from e
         if not snapshot.families:
@@ -79,17 +88,17 @@ class TargetPoller:
         return self._parse(text, now), None
 
     async def _fetch(
-        self, session: aiohttp.ClientSession, now: float, version: str | None
+        self, session: aiohttp.ClientSession, now: float, version: str | None, hold: Reservation
     ) -> tuple[str, list[str], str | None]:
         if version is None or now - self._version_checked > 300:  # /version can change on upgrade
             version = await fetch_version(session, self.cfg.url, self.config.timeout, self.cfg.source_auth()) or version
             self._version_checked = now
         auth = self.cfg.source_auth()
-        main = fetch_metrics(session, self.cfg.url, self.config.timeout, self.config.max_body_bytes, auth)
+        main = fetch_metrics(session, self.cfg.url, self.config.timeout, self.config.max_body_bytes, auth, hold)
         if not self.cfg.extra_metrics_urls:
             return await main, [], version
         urls = self.cfg.extra_metrics_urls
-        extras = [asyncio.ensure_future(self._fetch_extra(session, i, u)) for i, u in enumerate(urls)]
+        extras = [asyncio.ensure_future(self._fetch_extra(session, i, u, hold)) for i, u in enumerate(urls)]
         try:  # concurrent with vLLM's; a failed vLLM fetch (the target is down) cancels them
             text = await main
         except BaseException:
@@ -106,11 +115,11 @@ class TargetPoller:
             return own
         return self.cfg.source_auth() if origin(url) == origin(self.cfg.url) else None
 
-    async def _fetch_extra(self, session: aiohttp.ClientSession, i: int, url: str) -> str | None:
+    async def _fetch_extra(self, session: aiohttp.ClientSession, i: int, url: str, hold: Reservation) -> str | None:
         """One extra endpoint's body, or None: its failure is counted and logged, never the target's."""
         try:
             text = await fetch_url(
-                session, url, self.config.timeout, self.config.max_body_bytes, self._extra_auth(i, url)
+                session, url, self.config.timeout, self.config.max_body_bytes, self._extra_auth(i, url), hold
             )
         except ScrapeError as e:
             self._extra_failed(url, e)
@@ -137,9 +146,10 @@ class TargetPoller:
         started = self.timer()
         now = self.clock()
         version = self.view.version
+        hold = BODY_BUDGET.reserve()  # the bodies count against the process budget until parsed
         try:
             try:
-                text, extras, version = await self._fetch(session, now, version)
+                text, extras, version = await self._fetch(session, now, version, hold)
                 (snapshot, point, derived), join_error = await asyncio.to_thread(self._parse_all, text, extras, now)
             except ScrapeError:
                 raise
@@ -150,6 +160,7 @@ class TargetPoller:
             self._failed(e, version, started)
             return self.timer() - started
         finally:
+            hold.release()
             self.polls += 1
             self.last_poll = self.timer()
         self._last_error_logged = None

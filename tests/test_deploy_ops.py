@@ -78,7 +78,7 @@ def listen_port(side: dict[str, Any]) -> int:
 
 def test_sidecar_patch_has_liveness_but_no_readiness_probe():
     """A pod is ready only when every container is: an exporter readiness probe would drain vLLM from its
-    Service whenever the exporter is down (an OOM kill at the 128 Mi limit)."""
+    Service whenever the exporter is down (an OOM kill at the 256 Mi limit)."""
     (op,) = yaml.safe_load((K8S / "sidecar/exporter-container.yaml").read_text())
     side = op["value"]
     assert "readinessProbe" not in side and "startupProbe" not in side

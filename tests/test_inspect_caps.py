@@ -58,3 +58,18 @@ def test_inspect_refuses_too_many_series_with_sample_limit(tmp_path: Path) -> No
     f.write_text("".join(f'vllm:prefix_cache_hits_total{{engine="{i}",model_name="m"}} 1\n' for i in range(30_000)))
     r = _run("inspect", str(f))
     assert r.returncode != 0 and "sample_limit" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_inspect_joins_count_against_one_cap_in_memory_too() -> None:
+    """40 joined parts of an endless file read one cap in all (not 40), then are refused with one line."""
+    joined = "+".join(["/dev/zero"] * 40)
+    code = (
+        "import resource, runpy, sys\n"
+        f"sys.argv = ['kvoffload-exporter', 'inspect', {joined!r}]\n"
+        "try:\n    runpy.run_module('exporter', run_name='__main__')\n"
+        "except SystemExit as e:\n    print(e.code, file=sys.stderr)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "larger than" in r.stderr and "Traceback" not in r.stderr
+    assert int(r.stdout.split()[-1]) < 160 * 1024, "more than 160 MiB peak RSS for a refused 40-part join"

@@ -23,6 +23,7 @@ from exporter.backends.schema import (
     Source,
 )
 from exporter.exposition import ParseError, info_number
+from exporter.families import HISTOGRAMS as TYPED_HISTOGRAMS
 
 Labels = tuple[tuple[str, str], ...]
 RawSample = tuple[str, str, Labels, float]
@@ -43,7 +44,8 @@ TABLES: tuple[BackendTable, ...] = (
 _ALL_ROWS: tuple[Source, ...] = (*common.SHARED, *(r for t in TABLES for r in t.rows))
 FAMILIES: frozenset[str] = frozenset({r.family for r in _ALL_ROWS} | {f for t in TABLES for f in t.detect})
 """Every family the resolver reads (canonical names): normalise adds them to its selector."""
-HISTOGRAMS: frozenset[str] = frozenset({r.family for r in _ALL_ROWS if r.suffix} | {lmcache.MP_DURATION})
+HISTOGRAMS: frozenset[str] = FAMILIES & TYPED_HISTOGRAMS
+"""Of those, the histograms, typed by the one family table (exporter.families)."""
 
 
 @lru_cache(maxsize=64)

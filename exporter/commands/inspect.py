@@ -58,13 +58,13 @@ MAX_FILE_BYTES = Config().max_body_bytes
 """The exporter's body cap: a dump larger than a poll would accept is refused, not read."""
 
 
-def _read(path: str) -> bytes:
-    """At most the cap + 1 bytes of a file or, for `-`, of standard input (`curl … | inspect -`)."""
+def _read(path: str, room: int = MAX_FILE_BYTES) -> bytes:
+    """At most `room` + 1 bytes of a file or, for `-`, of standard input (`curl … | inspect -`)."""
     if path == "-":
-        return sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+        return sys.stdin.buffer.read(room + 1)
     try:
         with open(path, "rb") as f:
-            return f.read(MAX_FILE_BYTES + 1)
+            return f.read(room + 1)
     except OSError as e:
         raise SystemExit(f"kvoffload-exporter inspect: cannot read {path}: {e.strerror}") from None
 
@@ -74,7 +74,12 @@ def _read_all(path: str) -> list[bytes]:
     or the LMCache MP server's, scraped at the same moment): read as one exposition, under one cap."""
     if "+" not in path or path == "-" or os.path.exists(path):
         return [_read(path)]
-    return [_read(p) for p in path.split("+")]
+    parts: list[bytes] = []
+    room = MAX_FILE_BYTES
+    for p in path.split("+"):  # each part reads only what the cap has left: 40 parts cost one cap
+        parts.append(_read(p, max(room, 0)))
+        room -= len(parts[-1]) + 1
+    return parts
 
 
 def _load(path: str) -> Snapshot:

@@ -99,24 +99,77 @@ async def same_origin_get(
     raise ScrapeError("redirect", f"more than {MAX_REDIRECTS} redirects")
 
 
-async def _read_capped(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+class BodyBudget:
+    """Bytes of bodies held at once over every target of the process, from the first byte read until
+    the poll has parsed them (a body waiting for a parser thread is held too). Each target is capped
+    by `max_body_bytes`; this caps their sum, so 64 polls in flight cannot hold 64 full bodies. A poll
+    that would take the sum past `limit` fails `too_large` (counted like the per-target cap) unless it
+    is the only one holding bytes: the largest allowed body can always be read alone."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.holders = 0  # reservations holding bytes now
+
+    def reserve(self) -> Reservation:
+        return Reservation(self)
+
+
+class Reservation:
+    """One poll's share of a BodyBudget; `release` (idempotent) gives it all back."""
+
+    __slots__ = ("budget", "held")
+
+    def __init__(self, budget: BodyBudget) -> None:
+        self.budget = budget
+        self.held = 0
+
+    def take(self, n: int) -> None:
+        b = self.budget
+        alone = b.holders == (1 if self.held else 0)
+        if b.used + n > b.limit and not alone:
+            raise ScrapeError("too_large", f"bodies in flight would exceed the process budget of {b.limit} bytes")
+        if not self.held:
+            b.holders += 1
+        self.held += n
+        b.used += n
+
+    def release(self) -> None:
+        if self.held:
+            self.budget.used -= self.held
+            self.budget.holders -= 1
+            self.held = 0
+
+
+BODY_BUDGET = BodyBudget(32 << 20)
+"""The process's budget: two bodies at the default 16 MiB cap (a real vLLM body is ~70 KB)."""
+
+
+async def _read_capped(resp: aiohttp.ClientResponse, max_bytes: int, hold: Reservation | None = None) -> bytearray:
+    """The body, refused as soon as it passes `max_bytes` (or `hold`'s budget): read into one growing
+    buffer, never a list of chunks joined at the end (which would hold it twice)."""
     if resp.content_length is not None and resp.content_length > max_bytes:
         raise ScrapeError("too_large", f"Content-Length {resp.content_length} > {max_bytes}")
-    chunks: list[bytes] = []
-    size = 0
+    body = bytearray()
     async for chunk in resp.content.iter_chunked(1 << 16):
-        size += len(chunk)
-        if size > max_bytes:
+        if len(body) + len(chunk) > max_bytes:
             raise ScrapeError("too_large", f"body exceeds {max_bytes} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        if hold is not None:
+            hold.take(len(chunk))
+        body += chunk
+    return body
 
 
 async def fetch_metrics(
-    session: aiohttp.ClientSession, base_url: str, timeout: float, max_bytes: int, auth: Auth = None
+    session: aiohttp.ClientSession,
+    base_url: str,
+    timeout: float,
+    max_bytes: int,
+    auth: Auth = None,
+    hold: Reservation | None = None,
 ) -> str:
     """Body of exactly `/metrics` (never `/metrics/`, which negotiates OpenMetrics and renames `vllm:`)."""
-    return await fetch_url(session, base_url + "/metrics", timeout, max_bytes, auth)
+    return await fetch_url(session, base_url + "/metrics", timeout, max_bytes, auth, hold)
 
 
 def transport_text(e: BaseException) -> str:
@@ -138,9 +191,17 @@ def transport_text(e: BaseException) -> str:
     return text.replace(" ssl:default", "").replace(" ssl:None", "")
 
 
-async def fetch_url(session: aiohttp.ClientSession, url: str, timeout: float, max_bytes: int, auth: Auth = None) -> str:
+async def fetch_url(
+    session: aiohttp.ClientSession,
+    url: str,
+    timeout: float,
+    max_bytes: int,
+    auth: Auth = None,
+    hold: Reservation | None = None,
+) -> str:
     """Text exposition at exactly `url` (a target's `extra_metrics_urls` entry, or its `/metrics`), under
-    the same timeout, size cap, same-origin redirect rule and closed error reasons as every poll."""
+    the same timeout, size cap, same-origin redirect rule and closed error reasons as every poll; its
+    bytes are charged to `hold` (the caller releases them once the body is parsed)."""
     try:
         async with same_origin_get(
             session,
@@ -154,7 +215,7 @@ async def fetch_url(session: aiohttp.ClientSession, url: str, timeout: float, ma
             ctype = resp.headers.get("Content-Type", "")
             if ctype and not ctype.startswith(_TEXT_TYPES):
                 raise ScrapeError("content_type", f"unexpected Content-Type {ctype!r}")
-            body = await _read_capped(resp, max_bytes)
+            body = await _read_capped(resp, max_bytes, hold)
     except ScrapeError:
         raise
     except TimeoutError as e:  # aiohttp raises the builtin on total timeout
@@ -166,9 +227,11 @@ async def fetch_url(session: aiohttp.ClientSession, url: str, timeout: float, ma
     if body and not body.endswith(b"\n"):
         raise ScrapeError("truncated", "body does not end with a newline")
     try:
-        return body.decode("utf-8")
+        text = body.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ScrapeError("parse", "body is not UTF-8 text") from e
+    del body  # only the text is kept past this point
+    return text
 
 
 async def fetch_version(session: aiohttp.ClientSession, base_url: str, timeout: float, auth: Auth = None) -> str | None:

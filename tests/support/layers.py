@@ -10,6 +10,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "exporter.enums",
         "exporter.schema",
         "exporter.sections",
+        "exporter.families",
         "exporter.exposition",
         "exporter.webconfig",
         "exporter.credentials",
