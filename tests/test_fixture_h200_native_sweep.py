@@ -19,7 +19,7 @@ from types import ModuleType
 import pytest
 from conftest import FIXTURES, offload_bytes_oracle
 
-from exporter.commands.inspect import report as interval_report
+from exporter.intervalreport import report as interval_report
 from exporter.normalise import normalise
 
 DIR = FIXTURES / "vllm-0.26.0-h200-native"

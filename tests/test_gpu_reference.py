@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support.prom import Sample, offload_bytes_oracle, samples
 
-from exporter.commands.inspect import report as interval_report
+from exporter.intervalreport import report as interval_report
 from exporter.normalise import normalise
 
 ROOT = Path(__file__).resolve().parents[1]

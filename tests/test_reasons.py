@@ -10,9 +10,9 @@ import pytest
 
 from exporter.bundle import reasons_runbook
 from exporter.collector import TargetView, collect
-from exporter.commands.inspect import report
 from exporter.derive import advance, derive, interval
 from exporter.enums import Signal, State, StateReason
+from exporter.intervalreport import report
 from exporter.normalise import normalise
 from exporter.reasons import HINTS, NOT_STORING_RULES, RULES, CanaryFacts, explain
 from tests.support.prom import samples

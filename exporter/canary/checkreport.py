@@ -11,8 +11,8 @@ from exporter.canary import report, sweepreport
 from exporter.canary.advice import Advice, Evidence, LevelFact, advise, level_facts
 from exporter.canary.checkrun import CheckResult, redact
 from exporter.canary.stalls import stalled
-from exporter.commands.inspect import report as interval_report
 from exporter.exposition import ParseError
+from exporter.intervalreport import report as interval_report
 from exporter.normalise import normalise
 from exporter.payback import check_recommendation
 

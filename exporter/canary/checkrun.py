@@ -19,7 +19,8 @@ from typing import Any, TextIO
 
 from exporter.canary import sweep
 from exporter.canary.config import CanarySettings
-from exporter.canary.engine import CanaryEngine, Sleep, Transport
+from exporter.canary.context import Sleep, Transport
+from exporter.canary.engine import CanaryEngine
 from exporter.canary.errors import CanaryError
 from exporter.canary.plan import Prompts
 from exporter.canary.protocol import MetricsError

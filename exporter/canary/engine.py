@@ -21,18 +21,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Callable
 
 from exporter.canary import plan as planning
-from exporter.canary import preflight, schedule
+from exporter.canary import preflight
 from exporter.canary.budget import Backoff, Notices, TokenBudget
 from exporter.canary.config import CanarySettings
+from exporter.canary.context import Progress, Sleep, Transport
 from exporter.canary.cycle import Cycle
 from exporter.canary.errors import BudgetExhausted, CanaryError, CycleFailed
 from exporter.canary.prepared import PreparedRun
 from exporter.canary.pressure import PressureCycle
-from exporter.canary.protocol import Completion
 from exporter.canary.records import (
     CONTROL,
     TARGET,
@@ -50,19 +49,6 @@ from exporter.canary.wait import WaitCycle
 log = logging.getLogger("kvoffload.canary")
 
 CYCLES: dict[Strategy, Cycle] = {c.name: c for c in (PressureCycle(), WaitCycle())}
-
-
-class Transport(Protocol):
-    """What the engine needs from the HTTP client (client.CanaryClient implements it)."""
-
-    async def complete(self, base_url: str, body: dict[str, Any]) -> Completion: ...
-    async def get(self, base_url: str, path: str) -> tuple[int | None, object]: ...
-    async def metrics(self, base_url: str) -> str: ...
-    async def version(self, base_url: str) -> str | None: ...
-
-
-Sleep = Callable[[float], Awaitable[None]]
-Progress = Callable[[str, Any], None]
 
 
 class CanaryEngine:
@@ -210,11 +196,6 @@ class CanaryEngine:
             del self.cycles[:-20]
         self.state.recompute()
         self.progress("cycle", rec)
-
-    async def run_forever(self, on_cycle: Callable[[], None] = lambda: None) -> None:
-        """Cycles every `interval` seconds; preflight retried with back-off; budget waits; a failed loop
-        is restarted (schedule.py)."""
-        await schedule.supervise(self, on_cycle)
 
 
 __all__ = [

@@ -60,6 +60,7 @@ def make_plugin(settings: CanarySettings) -> Plugin:
     api_key = load_api_key(settings.api_key_file, settings.api_key_env)
 
     def plugin(host: PluginHost, session: Session) -> None:
+        from exporter.canary import schedule
         from exporter.canary.client import CanaryClient
         from exporter.canary.engine import CanaryEngine
         from exporter.canary.plan import Prompts
@@ -90,7 +91,7 @@ def make_plugin(settings: CanarySettings) -> Plugin:
 
         host.report_collector(CollectorName.CANARY, True, 0.0)
         for e in engines:
-            host.spawn(e.run_forever(on_cycle))
+            host.spawn(schedule.supervise(e, on_cycle))
 
     return plugin
 

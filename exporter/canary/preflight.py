@@ -11,11 +11,11 @@ from exporter.canary.protocol import parse_models
 from exporter.canary.records import CONTROL, TARGET, Conditions, ServerInfo
 from exporter.canary.types import Strategy
 
-if TYPE_CHECKING:  # typing only: the engine imports this module
-    from exporter.canary.engine import CanaryEngine
+if TYPE_CHECKING:
+    from exporter.canary.context import RunContext
 
 
-async def server_info(e: CanaryEngine, role: str, same_as: ServerInfo | None = None) -> ServerInfo:
+async def server_info(e: RunContext, role: str, same_as: ServerInfo | None = None) -> ServerInfo:
     """One server's facts; a control (`same_as` the target) must serve the target's model."""
     url = e.url_of(role)
     status, body = await e.client.get(url, "/health")
@@ -55,7 +55,7 @@ async def server_info(e: CanaryEngine, role: str, same_as: ServerInfo | None = N
     )
 
 
-async def conditions(e: CanaryEngine) -> Conditions:
+async def conditions(e: RunContext) -> Conditions:
     """Both servers' facts and the sizes of this target's prompts."""
     target = await server_info(e, TARGET)
     control = await server_info(e, CONTROL, same_as=target) if e.control_url else None

@@ -17,8 +17,8 @@ from exporter.canary.protocol import Completion
 from exporter.canary.records import TARGET, Conditions, PhaseRecord, RequestRecord, ServerInfo
 from exporter.canary.types import Strategy
 
-if TYPE_CHECKING:  # typing only: the engine imports this module
-    from exporter.canary.engine import CanaryEngine
+if TYPE_CHECKING:
+    from exporter.canary.context import RunContext
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,8 @@ class BurstTransport(Protocol):
 class PreparedRun:
     """A prepared engine: its conditions plus the request, flush and probe steps cycles are made of."""
 
-    def __init__(self, engine: CanaryEngine, conditions: Conditions):
-        self.engine = engine
+    def __init__(self, ctx: RunContext, conditions: Conditions):
+        self.ctx = ctx
         self.conditions = conditions
 
     # The conditions' parts, for callers that print or check them.
@@ -68,7 +68,7 @@ class PreparedRun:
 
     def tail(self, prefix: list[int]) -> list[int]:
         """A probe's prompt: the prefix plus the per-request tail."""
-        return prefix + self.engine.prompts.tail(self.sizing)
+        return prefix + self.ctx.prompts.tail(self.sizing)
 
     def probe_cost(self, probes: int) -> int:
         """Tokens of `probes` probes, each with its flush request."""
@@ -77,7 +77,7 @@ class PreparedRun:
 
     def base_probes(self) -> int:
         """Seeds, GPU revisit, offload revisit and cold control, plus the optional controls."""
-        e = self.engine
+        e = self.ctx
         return 4 + 1 + (1 if e.state.uses_recompute() else 0) + (1 if e.control_url else 0)
 
     def body(self, prompt: list[int], salt: str, kv: dict[str, Any] | None, role: str) -> dict[str, Any]:
@@ -91,7 +91,7 @@ class PreparedRun:
             "stream_options": {"include_usage": True},
             "return_token_ids": True,
             "cache_salt": salt,
-            "request_id": f"kvoffload-canary-{self.engine.prompts.nonce}-{self.engine.next_request_no()}",
+            "request_id": f"kvoffload-canary-{self.ctx.prompts.nonce}-{self.ctx.next_request_no()}",
         }
         if kv is not None:
             body["kv_transfer_params"] = kv
@@ -99,13 +99,13 @@ class PreparedRun:
 
     def _reserve(self, tokens: int) -> None:
         """The one budget check of every request: raises BudgetExhausted when `tokens` do not fit now."""
-        if not self.engine.budget.can_spend(tokens):
-            raise BudgetExhausted(self.engine.budget.seconds_until(tokens))
+        if not self.ctx.budget.can_spend(tokens):
+            raise BudgetExhausted(self.ctx.budget.seconds_until(tokens))
 
     def _account(
         self, cycle: int, phase: str, kind: str, role: str, prompt: list[int], fresh: bool, kv: Any, comp: Completion
     ) -> RequestRecord:
-        e = self.engine
+        e = self.ctx
         e.spend(comp.tokens_spent or (len(prompt) + 1 if comp.status == 200 else 0))
         rec = request_record(e.clock(), cycle, phase, kind, role, prompt, fresh, kv, comp)
         e.record_request(rec)
@@ -122,7 +122,7 @@ class PreparedRun:
         kv: dict[str, Any] | None = None,
     ) -> Completion:
         """One request within the budget; recorded; a failed request fails the cycle."""
-        e = self.engine
+        e = self.ctx
         self._reserve(len(prompt) + 1)
         body = self.body(prompt, salt if salt is not None else e.prompts.fresh_salt(kind), kv, role)
         comp = await e.client.complete(e.url_of(role), body)
@@ -137,7 +137,7 @@ class PreparedRun:
     ) -> tuple[list[Completion], list[RequestRecord]]:
         """`len(prompts)` requests at once (the load sweep), through the same budget, body and records as
         `send`; a failed request fails the round."""
-        e = self.engine
+        e = self.ctx
         self._reserve(sum(len(p) + 1 for p in prompts))
         client: BurstTransport = e.client  # type: ignore[assignment]
         comps = await client.burst(e.url_of(role), [self.body(p, salt, kv, role) for p in prompts])
@@ -155,7 +155,7 @@ class PreparedRun:
 
     async def flush(self, cycle: int, phase: str, role: str) -> int:
         """Settle, one tiny request (an engine step that reports finished stores), settle."""
-        e, s = self.engine, self.engine.settings
+        e, s = self.ctx, self.ctx.settings
         await e.sleep(s.settle)
         if not s.flush:
             return 0
@@ -166,7 +166,7 @@ class PreparedRun:
 
     async def probe(self, cycle: int, p: Probe) -> tuple[PhaseRecord, Classification]:
         """Counters before, the request, flush, counters after; the phase record and its class."""
-        e, sz = self.engine, self.sizing
+        e, sz = self.ctx, self.sizing
         before = await e.scrapes.before(p.role)
         salt = None if p.fresh_salt else e.prompts.salt
         comp = await self.send(cycle, p.phase, "probe", p.role, p.prompt, salt, p.kv)
@@ -201,7 +201,7 @@ class PreparedRun:
 
     async def displace(self, cycle: int) -> PhaseRecord:
         """Filler prompts, each with its own fresh salt, totalling more than the GPU cache."""
-        e, sz = self.engine, self.sizing
+        e, sz = self.ctx, self.sizing
         before = await e.scrapes.before(TARGET)
         own = 0
         for _ in range(sz.filler_count):

@@ -27,14 +27,14 @@ def count(run: PreparedRun, rec: PhaseRecord, cls: Classification, wanted: str) 
     """Put a probe's TTFT into the statistics of `rec.path` when its classification is `wanted`."""
     if rec.ttft_seconds is None or cls.ambiguous or cls.result != wanted:
         return
-    run.engine.state.samples[rec.path].append(rec.ttft_seconds)
+    run.ctx.state.samples[rec.path].append(rec.ttft_seconds)
     rec.counted = True
 
 
 def probe_done(run: PreparedRun, rec: PhaseRecord) -> None:
     """Count the probe's classification (seeds are not probes of the tier)."""
     if rec.phase not in ("seed", "seed_b") and rec.classification:
-        run.engine.state.probes[rec.classification] += 1
+        run.ctx.state.probes[rec.classification] += 1
 
 
 async def _seed(run: PreparedRun, c: int, rec: CycleRecord, prompt: list[int], phase: str) -> PhaseRecord:
@@ -46,16 +46,16 @@ async def _seed(run: PreparedRun, c: int, rec: CycleRecord, prompt: list[int], p
 def _learn(run: PreparedRun, phases: list[PhaseRecord], seeds: int) -> None:
     stored = sum(p.store_bytes for p in phases)
     if stored > 0 and seeds:
-        run.engine.state.learn_bytes_per_token(
+        run.ctx.state.learn_bytes_per_token(
             stored, seeds * run.sizing.prefix_tokens, sum(p.other_traffic_tokens for p in phases)
         )
 
 
 async def seed_and_revisit(run: PreparedRun, c: int, rec: CycleRecord) -> Seeded:
     """Seed prefix A (and B for the recompute control), revisit A on the GPU; learn bytes/token."""
-    prompts = run.engine.prompts
+    prompts = run.ctx.prompts
     a = prompts.prefix(run.sizing, c, "A")
-    b = prompts.prefix(run.sizing, c, "B") if run.engine.state.uses_recompute() else None
+    b = prompts.prefix(run.sizing, c, "B") if run.ctx.state.uses_recompute() else None
     seed = await _seed(run, c, rec, a, "seed")
     ph, cls = await run.probe(c, Probe("gpu_revisit", run.tail(a), expect=ProbeResult.GPU_HIT, path=CanaryPath.GPU_HIT))
     count(run, ph, cls, ProbeResult.GPU_HIT)
@@ -70,7 +70,7 @@ async def seed_and_revisit(run: PreparedRun, c: int, rec: CycleRecord) -> Seeded
 
 def revisit_done(run: PreparedRun, rev: PhaseRecord, cls: Classification) -> None:
     """A displaced revisit: counted for the offload path, an attempt of the tier."""
-    state = run.engine.state
+    state = run.ctx.state
     count(run, rev, cls, ProbeResult.OFFLOAD_HIT)
     if cls.result != ProbeResult.GPU_HIT:
         state.offload_attempts += 1  # displaced: the tier had its chance
@@ -81,7 +81,7 @@ def revisit_done(run: PreparedRun, rev: PhaseRecord, cls: Classification) -> Non
 
 def _recompute_seen(run: PreparedRun, ph: PhaseRecord, cls: Classification) -> None:
     """Never trust the request: the counters say whether the server honoured max_load_tokens 0."""
-    state = run.engine.state
+    state = run.ctx.state
     if cls.result == ProbeResult.OFFLOAD_HIT or (cls.result == ProbeResult.PARTIAL and ph.loaded):
         state.recompute_control = "ignored"
         ph.note = (ph.note + "; " if ph.note else "") + "max_load_tokens ignored by the server (loaded anyway)"
@@ -103,7 +103,7 @@ def _control_probes(run: PreparedRun, seeded: Seeded, idle: float | None) -> Ite
             "recompute", run.tail(seeded.b), expect=ProbeResult.MISS, path=CanaryPath.RECOMPUTE, kv=kv, idle=idle
         )
     yield Probe("cold", run.tail(seeded.a), expect=ProbeResult.MISS, path=CanaryPath.COLD, fresh_salt=True)
-    if run.engine.control_url:
+    if run.ctx.control_url:
         yield Probe(
             "control_target", run.tail(seeded.a), expect=ProbeResult.MISS, path=CanaryPath.CONTROL_TARGET, role=CONTROL
         )
@@ -124,7 +124,7 @@ async def revisit_and_controls(
 ) -> tuple[PhaseRecord, Classification, dict[str, float]]:
     """The displaced revisit and the controls, the revisit's place among them rotating by round: no path
     always runs first after the displacement (stores still draining, a warm scheduler) or last."""
-    slots = 2 + (seeded.b is not None) + (run.engine.control_url is not None)
+    slots = 2 + (seeded.b is not None) + (run.ctx.control_url is not None)
     at = (c - 1) % slots
     done: list[tuple[PhaseRecord, Classification]] = []
 
@@ -178,7 +178,7 @@ def judge(
             rec.detail = f"offload {ttft * 1000:.1f} ms vs control {ctl * 1000:.1f} ms"
         return
     gpu_part = cls.result == ProbeResult.PARTIAL and rev.gpu_hit_tokens > 0 and not rev.loaded
-    seen = run.engine.state.offload_hits_seen > 0 or rev.loaded
+    seen = run.ctx.state.offload_hits_seen > 0 or rev.loaded
     rec.reason = revisit_reason(cls.result, stored, seen, gpu_part)
     rec.detail = cls.note
 

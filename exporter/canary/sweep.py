@@ -47,18 +47,18 @@ def parse_levels(raw: str) -> tuple[int, ...]:
 
 def control_of(run: PreparedRun) -> str:
     """The in-band control when the ordinary rounds proved it honoured, else the existing controls."""
-    if run.engine.state.recompute_control == "honoured":
+    if run.ctx.state.recompute_control == "honoured":
         return "recompute"
-    return "control_target" if run.engine.control_url else "cold"
+    return "control_target" if run.ctx.control_url else "cold"
 
 
 async def _burst(
     run: PreparedRun, cycle: int, phase: str, role: str, prompts: list[list[int]], salt: str, kv: dict[str, Any] | None
 ) -> tuple[list[Completion], Deltas, list[RequestRecord]]:
-    before = await run.engine.scrapes.before(role)
+    before = await run.ctx.scrapes.before(role)
     comps, recs = await run.send_burst(cycle, phase, role, prompts, salt, kv)
     await run.flush(cycle, phase, role)
-    after = await run.engine.scrapes.scrape(role)
+    after = await run.ctx.scrapes.scrape(role)
     return comps, Deltas.between(before, after, run.conditions.server(role).model), recs
 
 
@@ -70,7 +70,7 @@ def _full(comps: Sequence[Completion], need: int) -> bool | None:
 def _judge_offload(run: PreparedRun, sz: Sizing, comps: list[Completion], d: Deltas, lv: Level) -> bool:
     """Counted when every revisit was a full hit and at least one whole prefix was loaded."""
     need = sz.prefix_tokens - sz.tolerance
-    bpt = run.engine.state.bytes_per_token
+    bpt = run.ctx.state.bytes_per_token
     loaded = d.load_bytes > 0 and (not bpt or d.load_bytes / bpt >= need)
     full = _full(comps, need)
     if not loaded:
@@ -96,7 +96,7 @@ def _judge_control(comps: list[Completion], d: Deltas, lv: Level) -> bool:
 
 
 async def _round(run: PreparedRun, lv: Level, cycle: int) -> None:
-    e, sz = run.engine, replace(run.sizing, prefix_tokens=lv.prefix_tokens)
+    e, sz = run.ctx, replace(run.sizing, prefix_tokens=lv.prefix_tokens)
     a = e.prompts.tokens(sz.prefix_tokens, "sweep", cycle, "A")
     b = e.prompts.tokens(sz.prefix_tokens, "sweep", cycle, "B") if lv.control == "recompute" else None
     for prefix in (a, b):
@@ -179,7 +179,7 @@ async def run(
 ) -> list[Level]:
     """Every level until it has `min_bursts` counted bursts per path (or 2 × min_bursts + 1 rounds); levels
     take turns. `rounds_level` stands for c = 1 at the rounds' prefix: the ordinary rounds, not re-measured."""
-    e, control = run_.engine, control_of(run_)
+    e, control = run_.ctx, control_of(run_)
     levels = [Level(c, p, control) for p in lengths(run_, req.prefixes) for c in req.levels]
     if rounds_level is not None:
         levels = [

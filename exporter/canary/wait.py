@@ -23,13 +23,13 @@ class WaitCycle:
     name = Strategy.WAIT
 
     def cost(self, run: PreparedRun) -> int:
-        s = run.engine.settings
+        s = run.ctx.settings
         extra = max(0, wait_steps(s.wait_initial, s.wait_max) - 1)
         return run.probe_cost(run.base_probes() + extra)
 
     async def run(self, run: PreparedRun, c: int, rec: CycleRecord) -> None:
         seeded = await steps.seed_and_revisit(run, c, rec)
-        e, s = run.engine, run.engine.settings
+        e, s = run.ctx, run.ctx.settings
         idle = s.wait_initial
         while True:
             await e.sleep(idle)

@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "exporter.reasons",
         "exporter.payback",
         "exporter.findings",
+        "exporter.intervalreport",
         "exporter.collector",
     ),
     # the running exporter (I/O) and the monitoring bundle
