@@ -11,8 +11,10 @@ from exporter.render import Exposition
 
 def _state() -> CanaryState:
     st = CanaryState("gpu0", CanarySettings(), max_samples=50)
-    st.samples["offload_hit"].extend([0.060, 0.062, 0.064] * 4)
-    st.samples["control_target"].extend([0.033, 0.034, 0.035] * 4)
+    for x in [0.060, 0.062, 0.064] * 4:
+        st.observe("offload_hit", x)
+    for x in [0.033, 0.034, 0.035] * 4:
+        st.observe("control_target", x)
     st.probes["offload_hit"] += 12
     st.cycles["loaded_but_slower"] += 12
     st.tokens_spent = 1234
@@ -59,3 +61,14 @@ def test_fresh_state_is_inconclusive_without_ttft_series() -> None:
     assert "kvoffload_canary_ttft_seconds" not in text
     assert 'kvoffload_canary_verdict{target="t",verdict="inconclusive"} 1.0' in text
     assert "kvoffload_canary_budget_remaining_tokens" not in text  # set by the engine once it runs
+
+
+def test_ttft_summary_count_and_sum_only_grow_past_the_rolling_window() -> None:
+    """The rolling samples keep the last 50; `_count`/`_sum` count every sample (a summary's contract)."""
+    st = CanaryState("gpu0", CanarySettings(), max_samples=50)
+    seen = []
+    for _ in range(60):
+        st.observe("offload_hit", 0.05)
+        line = next(ln for ln in _text([st]).splitlines() if ln.startswith("kvoffload_canary_ttft_seconds_count"))
+        seen.append(float(line.rsplit(" ", 1)[1]))
+    assert seen == [float(i + 1) for i in range(60)] and len(st.samples["offload_hit"]) == 50

@@ -66,9 +66,10 @@ def render(x: SampleSink, states: Iterable[CanaryState]) -> None:
         t = {"target": st.label}
         for path in CANARY_PATHS:
             xs = list(st.samples.get(path, ()))
-            if xs:  # a summary: quantiles of the recent samples, their count and sum
+            if xs:  # a summary: quantiles of the recent samples; count and sum of every counted TTFT (cumulative)
                 qs = {q: quantile(xs, q) for q in QUANTILES}
-                x.add_summary("kvoffload_canary_ttft_seconds", {**t, "path": path}, qs, float(len(xs)), sum(xs))
+                n, total = float(st.ttft_count[path]), st.ttft_sum.get(path, 0.0)
+                x.add_summary("kvoffload_canary_ttft_seconds", {**t, "path": path}, qs, n, total)
         verdict = st.verdict
         for name, est in sorted(verdict.estimates.items() if verdict else ()):
             x.add("kvoffload_canary_delta_ttft_seconds", est.delta, {**t, "control": name})

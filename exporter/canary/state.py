@@ -21,6 +21,9 @@ class CanaryState:
         maxlen = max_samples if max_samples is not None else settings.max_samples
         self.samples: dict[str, deque[float]] = {p: deque(maxlen=maxlen) for p in CANARY_PATHS}
         self.probes: Counter[str] = Counter()  # ProbeResult values
+        # Every counted TTFT since start, per path: the summary's _count/_sum only ever grow (rate() works).
+        self.ttft_count: Counter[str] = Counter()
+        self.ttft_sum: dict[str, float] = {}
         self.cycles: Counter[str] = Counter()  # CycleReason values
         self.offload_attempts = 0
         self.offload_hits_seen = 0
@@ -47,6 +50,12 @@ class CanaryState:
         self.errors: Counter[str] = Counter()  # ErrorReason values
         self.up = True
         self.restarts = 0
+
+    def observe(self, path: str, ttft: float) -> None:
+        """A counted TTFT: into the rolling samples (quantiles, verdict) and the cumulative count and sum."""
+        self.samples[path].append(ttft)
+        self.ttft_count[path] += 1
+        self.ttft_sum[path] = self.ttft_sum.get(path, 0.0) + ttft
 
     def learn_bytes_per_token(self, store_bytes: float, own_tokens: int, other_tokens: float) -> None:
         """Stored bytes over every prompt token that could have caused them: exact in a quiet window,

@@ -27,7 +27,7 @@ def count(run: PreparedRun, rec: PhaseRecord, cls: Classification, wanted: str) 
     """Put a probe's TTFT into the statistics of `rec.path` when its classification is `wanted`."""
     if rec.ttft_seconds is None or cls.ambiguous or cls.result != wanted:
         return
-    run.ctx.state.samples[rec.path].append(rec.ttft_seconds)
+    run.ctx.state.observe(rec.path, rec.ttft_seconds)
     rec.counted = True
 
 

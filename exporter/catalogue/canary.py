@@ -9,7 +9,8 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_canary_ttft_seconds",
         type=MetricType.SUMMARY,
-        help="Client-side canary TTFT (first token-bearing SSE event) per path: median of recent samples.",
+        help="Client-side canary TTFT (first token-bearing SSE event) per path: quantiles of recent samples; "
+        "_count and _sum over every counted sample since start.",
         labels=("target", "path", "quantile"),
         unit=Unit.SECONDS,
         group=Group.CANARY,
