@@ -22,7 +22,7 @@ RUN python -m venv /opt/kvoffload \
  && python -m venv /opt/build \
  && /opt/build/bin/pip install --require-hashes --only-binary=:all: --no-deps -r deploy/build-requirements.lock
 COPY pyproject.toml README.md ./
-COPY exporter exporter
+COPY kvoffload_exporter kvoffload_exporter
 # Build the wheel with the pinned setuptools (no build isolation: nothing is fetched unpinned), install
 # it without dependencies, prove the pinned set is complete, then drop pip from the runtime venv.
 RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \

@@ -14,7 +14,7 @@ test:
 	$(PYTHON) -m pytest --ignore=tests/e2e
 
 generate:
-	$(PYTHON) -m exporter bundle --out .
+	$(PYTHON) -m kvoffload_exporter bundle --out .
 
 check: lint type test
-	$(PYTHON) -m exporter bundle --out . --check
+	$(PYTHON) -m kvoffload_exporter bundle --out . --check

@@ -47,7 +47,17 @@ def _port() -> int:
 @contextmanager
 def _server(extra: list[str], seed: int) -> Iterator[str]:
     port = _port()
-    cmd = [sys.executable, "-m", "exporter", "simulate", "--listen", f"127.0.0.1:{port}", "--seed", str(seed), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kvoffload_exporter",
+        "simulate",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--seed",
+        str(seed),
+        *extra,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
@@ -66,7 +76,7 @@ def _server(extra: list[str], seed: int) -> Iterator[str]:
 
 
 def _check(target: str, control: str, levels: str, out: Path) -> dict[str, object]:
-    cmd = [sys.executable, "-m", "exporter", "check", "--target", target, "--control-target", control]
+    cmd = [sys.executable, "-m", "kvoffload_exporter", "check", "--target", target, "--control-target", control]
     cmd += ["--allow-pressure", "--quiet", "--json", str(out)]
     if levels:
         cmd += ["--concurrency", levels]

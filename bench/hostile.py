@@ -135,7 +135,7 @@ def run(kinds: list[str], targets: int, seconds: float) -> dict[str, object]:
         )
         exporter = subprocess.Popen(
             [
-                sys.executable, "-m", "exporter", "serve", "--config", str(config),
+                sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(config),
                 "--listen", f"127.0.0.1:{eport}", "--poll-interval", "1", "--timeout", "5", "--no-gpu", "--no-host",
             ],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -128,7 +128,16 @@ class Exporter:
         self.config = tmp / "config.yaml"
         self.config.write_text(config.format(up=self.upstream_url, port=self.port))
         self.log = tmp / "serve.log"
-        cmd = [sys.executable, "-m", "exporter", "serve", "--config", str(self.config), "--no-gpu", "--no-host"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "kvoffload_exporter",
+            "serve",
+            "--config",
+            str(self.config),
+            "--no-gpu",
+            "--no-host",
+        ]
         if web:
             (tmp / "web.yml").write_text(web)
             cmd += ["--web.config.file", str(tmp / "web.yml")]
@@ -318,7 +327,7 @@ def targets_10k(root: Path, tmp: Path) -> dict[str, object]:
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
     t0 = time.perf_counter()
     r = subprocess.run(
-        [sys.executable, "-m", "exporter", "serve", "--config", str(conf), "--config-check"],
+        [sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(conf), "--config-check"],
         env=env, capture_output=True, timeout=600, cwd=root,
     )  # fmt: skip
     return {"config_check_s": round(time.perf_counter() - t0, 2), "exit": r.returncode}

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from exporter.canary.sweepreport import crossover
-from exporter.sim.bursts import bursts
+from kvoffload_exporter.canary.sweepreport import crossover
+from kvoffload_exporter.sim.bursts import bursts
 
 CASES = (
     ("h200-qwen3-0.6b", "amortised (default)", {}),

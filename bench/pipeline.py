@@ -28,17 +28,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from exporter import derive
-from exporter import normalise as normalise_module
-from exporter.collector import TargetView, collect, shared_fragment, target_fragment
-from exporter.exposition import read
-from exporter.limits import Limits
-from exporter.normalise import normalise
-from exporter.render import merge
-from exporter.samples import labels_reader
+from kvoffload_exporter import derive
+from kvoffload_exporter import normalise as normalise_module
+from kvoffload_exporter.collector import TargetView, collect, shared_fragment, target_fragment
+from kvoffload_exporter.exposition import read
+from kvoffload_exporter.limits import Limits
+from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.render import merge
+from kvoffload_exporter.samples import labels_reader
 
 try:
-    from exporter.exposition import LineCache
+    from kvoffload_exporter.exposition import LineCache
 except ImportError:  # an older tree, measured for the before column
     LineCache = None  # type: ignore[assignment,misc]
 

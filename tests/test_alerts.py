@@ -14,14 +14,14 @@ import yaml
 
 pytest.importorskip("grafanalib")
 
-from exporter.bundle import render_bundle
-from exporter.bundle.grafana_alerts import EXEC_ERR_STATES, NO_DATA_STATES
-from exporter.bundle.promql import names_in, parse_selectors
-from exporter.bundle.rulefile import dump_yaml, prometheus_rules, prometheus_rules_yaml
-from exporter.bundle.rules import build
-from exporter.bundle.settings import DEFAULT, FIELDS, PRESETS, Kind, kind_of
-from exporter.catalogue import CATALOGUE
-from exporter.cli import main
+from kvoffload_exporter.bundle import render_bundle
+from kvoffload_exporter.bundle.grafana_alerts import EXEC_ERR_STATES, NO_DATA_STATES
+from kvoffload_exporter.bundle.promql import names_in, parse_selectors
+from kvoffload_exporter.bundle.rulefile import dump_yaml, prometheus_rules, prometheus_rules_yaml
+from kvoffload_exporter.bundle.rules import build
+from kvoffload_exporter.bundle.settings import DEFAULT, FIELDS, PRESETS, Kind, kind_of
+from kvoffload_exporter.catalogue import CATALOGUE
+from kvoffload_exporter.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "alerts/kvoffload.rules.yaml"

@@ -17,15 +17,15 @@ import bcrypt
 import pytest
 from aiohttp import web
 
-from exporter import webauth, webconfig
-from exporter.app import make_app
-from exporter.commands.serve import bind
-from exporter.config import Config
-from exporter.enums import HttpRejectReason
-from exporter.guards import GuardStats
-from exporter.listener import GuardedSite, ListenLimits
-from exporter.sources.vllm_http import basic_auth
-from exporter.webauth import AuthGate, WebReload
+from kvoffload_exporter import webauth, webconfig
+from kvoffload_exporter.app import make_app
+from kvoffload_exporter.commands.serve import bind
+from kvoffload_exporter.config import Config
+from kvoffload_exporter.enums import HttpRejectReason
+from kvoffload_exporter.guards import GuardStats
+from kvoffload_exporter.listener import GuardedSite, ListenLimits
+from kvoffload_exporter.sources.vllm_http import basic_auth
+from kvoffload_exporter.webauth import AuthGate, WebReload
 
 FIX = Path(__file__).parent / "fixtures" / "webconfig"
 HASH5 = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(5)).decode()
@@ -221,7 +221,16 @@ def test_every_invalid_field_is_one_line(tmp_path: Path, case: str) -> None:
 def test_serve_exits_2_with_one_line_and_never_prompts(tmp_path: Path, case: str) -> None:
     path = _write(tmp_path, INVALID[case][0])
     r = subprocess.run(
-        [sys.executable, "-m", "exporter", "serve", "--target", "http://127.0.0.1:1", "--web.config.file", path],
+        [
+            sys.executable,
+            "-m",
+            "kvoffload_exporter",
+            "serve",
+            "--target",
+            "http://127.0.0.1:1",
+            "--web.config.file",
+            path,
+        ],
         capture_output=True,
         text=True,
         timeout=60,  # a pass-phrase prompt would wait here for a terminal

@@ -13,10 +13,10 @@ import aiohttp
 import pytest
 from test_canary_sim import Sim, engine, phases
 
-from exporter.backends import Backend, Evidence
-from exporter.derive import interval
-from exporter.normalise import normalise
-from exporter.sim.simulator import SimOptions, Simulator
+from kvoffload_exporter.backends import Backend, Evidence
+from kvoffload_exporter.derive import interval
+from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.sim.simulator import SimOptions, Simulator
 
 BACKENDS = {
     "native": Backend.NATIVE,

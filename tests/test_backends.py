@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from exporter import backends
-from exporter.backends.resolve import _key
-from exporter.cli import main
-from exporter.commands.inspect import _load
+from kvoffload_exporter import backends
+from kvoffload_exporter.backends.resolve import _key
+from kvoffload_exporter.cli import main
+from kvoffload_exporter.commands.inspect import _load
 
 ROOT = Path(__file__).resolve().parents[1]
 RECON = ROOT / "tests" / "fixtures" / "reconstructed"
@@ -158,7 +158,7 @@ def test_cache_config_size_alone_is_configured() -> None:
         'kv_offloading_size="16.0"} 1.0\n# TYPE vllm:prompt_tokens_total counter\n'
         'vllm:prompt_tokens_total{engine="0",model_name="m"} 0.0\n'
     )
-    from exporter.normalise import normalise
+    from kvoffload_exporter.normalise import normalise
 
     assert normalise(body).offload_configured
     assert not normalise(body.replace('"16.0"', '"None"')).offload_configured
@@ -183,8 +183,8 @@ def test_sources_name_every_family_read(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def _exposition(d: Path, before: str, after: str) -> str:
-    from exporter.collector import TargetView, collect
-    from exporter.derive import interval
+    from kvoffload_exporter.collector import TargetView, collect
+    from kvoffload_exporter.derive import interval
 
     b, a = _load(_arg(d, before)), _load(_arg(d, after))
     return collect([TargetView(label="t", url="u", up=True, snapshot=a, derived=interval(b, a))], "5m")
@@ -222,7 +222,7 @@ def test_tiering_exposes_per_tier_drops_promotions_and_the_serving_tier() -> Non
 
 def test_cache_config_backend_label_alone_is_configured() -> None:
     """`--kv-offloading-backend lmcache` without a size (and before any LMCache family) is still offload."""
-    from exporter.normalise import normalise
+    from kvoffload_exporter.normalise import normalise
 
     body = (
         '# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{engine="0",kv_offloading_backend="lmcache",'
@@ -241,8 +241,8 @@ def test_text_output_names_the_native_units(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_negative_backend_counter_fails_the_poll_instead_of_poisoning_totals() -> None:
-    from exporter.exposition import ParseError
-    from exporter.normalise import normalise
+    from kvoffload_exporter.exposition import ParseError
+    from kvoffload_exporter.normalise import normalise
 
     body = (RECON / "simplecpu-0.33" / "after-hit.prom").read_text()
     bad = body.replace(

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from exporter.sources.vllm_http import BodyBudget, ScrapeError, fetch_metrics
+from kvoffload_exporter.sources.vllm_http import BodyBudget, ScrapeError, fetch_metrics
 
 BODY = "vllm:prefix_cache_hits_total 1\n" + "# filler\n" * 40_000  # ~360 KB
 
@@ -73,7 +73,7 @@ def test_reading_a_body_of_short_lines_never_holds_every_line_at_once() -> None:
     MiB), not 2 M line objects (~110 MiB)."""
     import tracemalloc
 
-    from exporter.normalise import normalise
+    from kvoffload_exporter.normalise import normalise
 
     body = "a 1\n" * (2 * 2**20)
     tracemalloc.start()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.canary.advice import Action, Evidence, LevelFact, advise
+from kvoffload_exporter.canary.advice import Action, Evidence, LevelFact, advise
 
 SLOW, FAST, OPEN = "offload_slower", "offload_faster", "inconclusive"
 

@@ -11,15 +11,15 @@ from typing import Any
 import aiohttp
 import pytest
 
-from exporter.canary import schedule
-from exporter.canary.client import CanaryClient
-from exporter.canary.engine import CanaryEngine
-from exporter.canary.expose import render
-from exporter.canary.plan import Prompts
-from exporter.canary.records import HIGH_RUNNING, CycleLoad, load_band
-from exporter.canary.types import LoadBand
-from exporter.model import EngineSignals, Generation, Snapshot
-from exporter.render import Exposition
+from kvoffload_exporter.canary import schedule
+from kvoffload_exporter.canary.client import CanaryClient
+from kvoffload_exporter.canary.engine import CanaryEngine
+from kvoffload_exporter.canary.expose import render
+from kvoffload_exporter.canary.plan import Prompts
+from kvoffload_exporter.canary.records import HIGH_RUNNING, CycleLoad, load_band
+from kvoffload_exporter.canary.types import LoadBand
+from kvoffload_exporter.model import EngineSignals, Generation, Snapshot
+from kvoffload_exporter.render import Exposition
 from tests.support.prom import samples
 from tests.test_canary_sim import Sim, session, settings
 

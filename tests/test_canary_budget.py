@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from exporter.canary.budget import Backoff, TokenBudget
+from kvoffload_exporter.canary.budget import Backoff, TokenBudget
 
 
 class Clock:
@@ -68,13 +68,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from exporter.canary import plan
-from exporter.canary.budget import HOUR, Notices, cycles_per_hour, minutes_to_verdict
-from exporter.canary.config import CanarySettings
-from exporter.canary.engine import CYCLES, CanaryEngine
-from exporter.canary.prepared import PreparedRun
-from exporter.canary.types import Strategy
-from exporter.sim.calibration import CALIBRATIONS
+from kvoffload_exporter.canary import plan
+from kvoffload_exporter.canary.budget import HOUR, Notices, cycles_per_hour, minutes_to_verdict
+from kvoffload_exporter.canary.config import CanarySettings
+from kvoffload_exporter.canary.engine import CYCLES, CanaryEngine
+from kvoffload_exporter.canary.prepared import PreparedRun
+from kvoffload_exporter.canary.types import Strategy
+from kvoffload_exporter.sim.calibration import CALIBRATIONS
 
 
 def _cycle_cost(calibration: str, strategy: Strategy, prefix: int | None, control: bool) -> int:
@@ -158,7 +158,7 @@ def test_serve_loop_logs_budget_and_eta_once(caplog: pytest.LogCaptureFixture) -
     """The engine's "no full cycle" line at INFO once, DEBUG after; the ETA line once (schedule.py)."""
     import asyncio
 
-    from exporter.canary import schedule
+    from kvoffload_exporter.canary import schedule
 
     s = CanarySettings(budget_tokens_per_hour=10, interval=300.0)
     e = CanaryEngine("http://127.0.0.1:1", s, None, plan.Prompts(b"k" * 32, "n"))  # type: ignore[arg-type]

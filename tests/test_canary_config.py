@@ -8,15 +8,15 @@ import stat
 
 import pytest
 
-from exporter.canary.config import CanarySettings, from_mapping
-from exporter.canary.plugin import add_arguments, settings_from_args
-from exporter.canary.secrets import (
+from kvoffload_exporter.canary.config import CanarySettings, from_mapping
+from kvoffload_exporter.canary.plugin import add_arguments, settings_from_args
+from kvoffload_exporter.canary.secrets import (
     ApiKey,
     SecretError,
     load_api_key,
     load_or_create_secret,
 )
-from exporter.config import Config, ConfigError, TargetConfig
+from kvoffload_exporter.config import Config, ConfigError, TargetConfig
 
 
 def test_valid_mapping() -> None:

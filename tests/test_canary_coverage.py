@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from exporter.canary.stats import MIN_BURSTS_CI, bootstrap_delta, cluster_delta
+from kvoffload_exporter.canary.stats import MIN_BURSTS_CI, bootstrap_delta, cluster_delta
 
 EXPERIMENTS = 1000
 BURSTS, PER_BURST = 10, 4

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from exporter.canary.config import CanarySettings
-from exporter.canary.engine import CanaryState
-from exporter.canary.expose import render
-from exporter.catalogue import CANARY_REASONS, CANARY_RESULTS, CATALOGUE
-from exporter.render import Exposition
+from kvoffload_exporter.canary.config import CanarySettings
+from kvoffload_exporter.canary.engine import CanaryState
+from kvoffload_exporter.canary.expose import render
+from kvoffload_exporter.catalogue import CANARY_REASONS, CANARY_RESULTS, CATALOGUE
+from kvoffload_exporter.render import Exposition
 
 
 def _state() -> CanaryState:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from exporter.cli import build_parser
-from exporter.commands.check import run_check
+from kvoffload_exporter.cli import build_parser
+from kvoffload_exporter.commands.check import run_check
 from tests.support.hostile_canary import ECHO, Hostile, hostile_vllm
 
 KEY = "sk-hostile-canary-0123456789"
@@ -120,7 +120,7 @@ async def test_a_hostile_preflight_answer_is_a_preflight_error(tmp_path: Path, p
 async def test_a_run_that_raises_still_writes_the_report_and_the_json(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from exporter.canary import checkreport
+    from kvoffload_exporter.canary import checkreport
 
     def broken(result: object) -> dict[str, Any]:
         raise KeyError("a field nothing foresaw")
@@ -136,7 +136,7 @@ async def test_a_run_that_raises_still_writes_the_report_and_the_json(
 
 
 async def test_a_preparation_that_raises_is_a_preflight_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from exporter.canary import preflight
+    from kvoffload_exporter.canary import preflight
 
     async def broken(e: object) -> object:
         raise RecursionError("deep")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.canary.plan import (
+from kvoffload_exporter.canary.plan import (
     CacheFacts,
     PlanError,
     Prompts,
@@ -13,7 +13,7 @@ from exporter.canary.plan import (
     parse_version,
     size,
 )
-from exporter.normalise import normalise
+from kvoffload_exporter.normalise import normalise
 from tests.conftest import fixture_text
 
 H200 = CacheFacts(block_size=16, num_gpu_blocks=640, max_model_len=8192, offload_configured=True)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.canary.protocol import (
+from kvoffload_exporter.canary.protocol import (
     MAX_LINE_BYTES,
     Completion,
     CompletionStream,

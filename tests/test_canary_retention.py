@@ -8,11 +8,11 @@ from typing import Any
 
 import aiohttp
 
-from exporter.canary.client import CanaryClient
-from exporter.canary.engine import CanaryEngine
-from exporter.canary.expose import render
-from exporter.canary.plan import Prompts
-from exporter.render import Exposition
+from kvoffload_exporter.canary.client import CanaryClient
+from kvoffload_exporter.canary.engine import CanaryEngine
+from kvoffload_exporter.canary.expose import render
+from kvoffload_exporter.canary.plan import Prompts
+from kvoffload_exporter.render import Exposition
 from tests.support.prom import samples
 from tests.test_canary_sim import Sim, evicting_sleep, session, settings
 

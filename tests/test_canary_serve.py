@@ -6,12 +6,12 @@ import asyncio
 import re
 from pathlib import Path
 
-from exporter.app import make_app
-from exporter.canary.config import from_mapping
-from exporter.canary.plugin import make_plugin
-from exporter.config import Config, TargetConfig
-from exporter.sim.server import start
-from exporter.sim.simulator import SimOptions, Simulator
+from kvoffload_exporter.app import make_app
+from kvoffload_exporter.canary.config import from_mapping
+from kvoffload_exporter.canary.plugin import make_plugin
+from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.sim.server import start
+from kvoffload_exporter.sim.simulator import SimOptions, Simulator
 
 
 def _value(text: str, series: str) -> float | None:

@@ -13,15 +13,15 @@ from typing import Any
 import aiohttp
 import pytest
 
-from exporter.canary.client import CanaryClient
-from exporter.canary.config import CanarySettings
-from exporter.canary.engine import CanaryEngine
-from exporter.canary.plan import Prompts
-from exporter.canary.protocol import Completion
-from exporter.sim.sender import send
-from exporter.sim.server import start
-from exporter.sim.simulator import SimOptions, Simulator
-from exporter.sim.traffic import TrafficSpec
+from kvoffload_exporter.canary.client import CanaryClient
+from kvoffload_exporter.canary.config import CanarySettings
+from kvoffload_exporter.canary.engine import CanaryEngine
+from kvoffload_exporter.canary.plan import Prompts
+from kvoffload_exporter.canary.protocol import Completion
+from kvoffload_exporter.sim.sender import send
+from kvoffload_exporter.sim.server import start
+from kvoffload_exporter.sim.simulator import SimOptions, Simulator
+from kvoffload_exporter.sim.traffic import TrafficSpec
 
 SCALE = 0.2  # simulated seconds run five times faster; classifications do not depend on time
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from exporter.canary.stats import bootstrap_delta, decide, median, quantile, summarize
+from kvoffload_exporter.canary.stats import bootstrap_delta, decide, median, quantile, summarize
 
 
 def test_quantile_matches_linear_interpolation() -> None:

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from exporter.canary import sweepreport
-from exporter.canary.sweep import parse_levels
-from exporter.cli import build_parser
-from exporter.commands.check import run_check
-from exporter.sim.bursts import bursts
-from exporter.sim.server import start
-from exporter.sim.simulator import SimOptions, Simulator
+from kvoffload_exporter.canary import sweepreport
+from kvoffload_exporter.canary.sweep import parse_levels
+from kvoffload_exporter.cli import build_parser
+from kvoffload_exporter.commands.check import run_check
+from kvoffload_exporter.sim.bursts import bursts
+from kvoffload_exporter.sim.server import start
+from kvoffload_exporter.sim.simulator import SimOptions, Simulator
 
 
 def _entry(c: int, delta_ms: float, verdict: str, prefix: int = 5120) -> dict[str, Any]:

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from exporter.canary import validate
-from exporter.canary.budget import TokenBudget
-from exporter.canary.protocol import Completion, CompletionStream, has_token
-from exporter.canary.secrets import ApiKey, scrub
-from exporter.canary.types import ErrorReason
+from kvoffload_exporter.canary import validate
+from kvoffload_exporter.canary.budget import TokenBudget
+from kvoffload_exporter.canary.protocol import Completion, CompletionStream, has_token
+from kvoffload_exporter.canary.secrets import ApiKey, scrub
+from kvoffload_exporter.canary.types import ErrorReason
 
 
 def _reason(raw: str) -> ErrorReason:
@@ -103,7 +103,7 @@ def test_scrub_removes_the_key_and_any_credential_value() -> None:
 
 
 def test_canary_log_lines_are_scrubbed(caplog: pytest.LogCaptureFixture) -> None:
-    from exporter.canary import schedule
+    from kvoffload_exporter.canary import schedule
 
     ApiKey("sk-log-scrub-77")
     with caplog.at_level("INFO", logger="kvoffload.canary"):

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from exporter.canary.plan import Prompts
-from exporter.cli import build_parser
-from exporter.commands.check import run_check
-from exporter.sim.server import start
-from exporter.sim.simulator import SimOptions, Simulator
+from kvoffload_exporter.canary.plan import Prompts
+from kvoffload_exporter.cli import build_parser
+from kvoffload_exporter.commands.check import run_check
+from kvoffload_exporter.sim.server import start
+from kvoffload_exporter.sim.simulator import SimOptions, Simulator
 
 
 async def _run(tmp_path: Path, *argv: str, sim: dict[str, Any] | None = None) -> tuple[int, dict[str, Any], str, str]:
@@ -158,7 +158,7 @@ def test_command_line_against_a_simulate_process(tmp_path: Path, free_port: Call
         [
             sys.executable,
             "-m",
-            "exporter",
+            "kvoffload_exporter",
             "simulate",
             "--listen",
             f"127.0.0.1:{port}",
@@ -187,7 +187,7 @@ def test_command_line_against_a_simulate_process(tmp_path: Path, free_port: Call
             [
                 sys.executable,
                 "-m",
-                "exporter",
+                "kvoffload_exporter",
                 "check",
                 "--target",
                 f"http://127.0.0.1:{port}",

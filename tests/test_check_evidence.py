@@ -10,11 +10,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from exporter.canary.stats import decide
-from exporter.cli import build_parser
-from exporter.commands.check import run_check
-from exporter.sim.server import start
-from exporter.sim.simulator import SimOptions, Simulator
+from kvoffload_exporter.canary.stats import decide
+from kvoffload_exporter.cli import build_parser
+from kvoffload_exporter.commands.check import run_check
+from kvoffload_exporter.sim.server import start
+from kvoffload_exporter.sim.simulator import SimOptions, Simulator
 
 
 async def _run(
@@ -81,7 +81,7 @@ async def test_unreachable_and_invalid_targets_are_one_clean_line(tmp_path: Path
 
 
 def test_redact_drops_userinfo_from_any_url() -> None:
-    from exporter.canary.checkrun import redact
+    from kvoffload_exporter.canary.checkrun import redact
 
     assert redact("GET http://alice:pw@h:8000/x and https://tok@h2/") == "GET http://***@h:8000/x and https://***@h2/"
 
@@ -111,7 +111,7 @@ def test_help_documents_the_exit_codes(capsys: Any) -> None:
 
 
 def test_short_samples_count_the_ambiguous_revisits() -> None:
-    from exporter.canary.checkreport import _short
+    from kvoffload_exporter.canary.checkreport import _short
 
     def ph(counted: bool, ambiguous: bool, cls: str) -> dict[str, Any]:
         return {"phase": "wait_revisit", "counted": counted, "ambiguous": ambiguous, "classification": cls}

@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from exporter.cli import build_parser
-from exporter.commands.check import run_check
-from exporter.sim.server import start
-from exporter.sim.simulator import SimOptions, Simulator
+from kvoffload_exporter.cli import build_parser
+from kvoffload_exporter.commands.check import run_check
+from kvoffload_exporter.sim.server import start
+from kvoffload_exporter.sim.simulator import SimOptions, Simulator
 
 EXPECTED = {
     "seed": "miss",

@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from exporter.cli import build_parser
-from exporter.commands.check import run_check
-from exporter.sim.server import start
-from exporter.sim.simulator import SimOptions, Simulator
+from kvoffload_exporter.cli import build_parser
+from kvoffload_exporter.commands.check import run_check
+from kvoffload_exporter.sim.server import start
+from kvoffload_exporter.sim.simulator import SimOptions, Simulator
 
 
 async def _why(tmp_path: Path, *argv: str) -> tuple[int, str, str]:

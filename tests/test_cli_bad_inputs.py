@@ -1,6 +1,6 @@
 """Bad input never ends in a traceback: one clean line on stderr and a non-zero exit, for every command.
 
-Each case runs the real CLI entry point in-process (`exporter.cli.main`); a case that crashed would
+Each case runs the real CLI entry point in-process (`kvoffload_exporter.cli.main`); a case that crashed would
 raise out of `main` and fail here, a case that printed more than one line or to stdout fails too."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import main
+from kvoffload_exporter.cli import main
 
 T = ("--target", "http://127.0.0.1:9")
 CC = ("--config-check",)

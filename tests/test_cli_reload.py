@@ -19,9 +19,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.app import EXPORTER, make_app
-from exporter.cli import build_parser
-from exporter.commands.serve import ReloadStatus, config_from_args, reload
+from kvoffload_exporter.app import EXPORTER, make_app
+from kvoffload_exporter.cli import build_parser
+from kvoffload_exporter.commands.serve import ReloadStatus, config_from_args, reload
 from tests.support.net import free_port
 
 BODY = (Path(__file__).parent / "fixtures" / "h200-0.6b" / "A_00_initial.prom").read_text()
@@ -150,7 +150,7 @@ def test_the_real_process_reloads_on_sighup_and_stops_on_sigterm(tmp_path: Path)
     _write(conf, ["http://127.0.0.1:9"], f"listen: 127.0.0.1:{port}\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "serve", "--config", str(conf)],
+        [sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(conf)],
         stderr=subprocess.PIPE,
         text=True,
         env=env,
@@ -191,7 +191,7 @@ def test_port_in_use_fails_before_listening_in_the_real_process() -> None:
             [
                 sys.executable,
                 "-m",
-                "exporter",
+                "kvoffload_exporter",
                 "serve",
                 "--target",
                 "http://127.0.0.1:9",

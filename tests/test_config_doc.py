@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.configdoc import render
+from kvoffload_exporter.configdoc import render
 
 DOC = Path(__file__).parent.parent / "docs" / "configuration.md"
 
 
 def test_configuration_reference_is_up_to_date() -> None:
-    assert DOC.read_text(encoding="utf-8") == render(), "run: python -m exporter.configdoc > docs/configuration.md"
+    assert DOC.read_text(encoding="utf-8") == render(), (
+        "run: python -m kvoffload_exporter.configdoc > docs/configuration.md"
+    )
 
 
 def test_reference_names_every_key_flag_and_variable() -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import MAX_CONFIG_BYTES, ConfigError, load_file
-from exporter.saferegex import SafeRegex, UnsafeRegex
+from kvoffload_exporter.config import MAX_CONFIG_BYTES, ConfigError, load_file
+from kvoffload_exporter.saferegex import SafeRegex, UnsafeRegex
 
 BOMB = (
     "\n".join(

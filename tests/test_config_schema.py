@@ -11,13 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from exporter.canary.config import CanarySettings
-from exporter.cli import build_parser
-from exporter.commands.serve import config_from_args
-from exporter.config import BasicAuth, BearerToken, Config, ConfigError, TargetConfig, from_mapping, redact_url
-from exporter.limits import Limits
-from exporter.logs import JsonFormatter, LogfmtFormatter, LogSettings
-from exporter.schema import env_name, specs
+from kvoffload_exporter.canary.config import CanarySettings
+from kvoffload_exporter.cli import build_parser
+from kvoffload_exporter.commands.serve import config_from_args
+from kvoffload_exporter.config import (
+    BasicAuth,
+    BearerToken,
+    Config,
+    ConfigError,
+    TargetConfig,
+    from_mapping,
+    redact_url,
+)
+from kvoffload_exporter.limits import Limits
+from kvoffload_exporter.logs import JsonFormatter, LogfmtFormatter, LogSettings
+from kvoffload_exporter.schema import env_name, specs
 
 
 def _serve(*argv: str) -> argparse.Namespace:
@@ -173,13 +181,13 @@ def test_exporter_toolkit_aliases() -> None:
     cfg = config_from_args(args, {})
     assert cfg.listen == ":9500" and cfg.listen_host_port == ("0.0.0.0", 9500) and cfg.telemetry_path == "/m"
     args = _serve("--log.level", "debug", "--log.format", "json")
-    from exporter.logs import from_args
+    from kvoffload_exporter.logs import from_args
 
     assert from_args(args) == LogSettings(level="DEBUG", format="json")
 
 
 async def test_telemetry_path_serves_the_metrics(aiohttp_client) -> None:  # type: ignore[no-untyped-def]
-    from exporter.app import make_app
+    from kvoffload_exporter.app import make_app
 
     app = make_app(Config(telemetry_path="/custom", host_enabled=False, gpu_enabled=False))
     client = await aiohttp_client(app)
@@ -204,7 +212,7 @@ def test_demo_help_shows_the_demo_defaults(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_check_flags_are_built_from_the_canary_declaration() -> None:
-    from exporter.commands.check import settings_from_args
+    from kvoffload_exporter.commands.check import settings_from_args
 
     args = build_parser().parse_args(
         ["check", "--target", "http://a:1/metrics", "--wait-initial", "1m", "--no-flush", "--budget-tokens", "9"]

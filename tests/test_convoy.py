@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.collector import TargetView, collect
-from exporter.convoy import derive as convoy
-from exporter.derive import advance, derive
-from exporter.normalise import normalise
+from kvoffload_exporter.collector import TargetView, collect
+from kvoffload_exporter.convoy import derive as convoy
+from kvoffload_exporter.derive import advance, derive
+from kvoffload_exporter.normalise import normalise
 from tests.support.prom import samples
 
 BASE = Path(__file__).parent / "fixtures" / "reconstructed" / "native-0.33"

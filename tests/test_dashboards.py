@@ -29,15 +29,17 @@ import pytest
 pytest.importorskip("grafanalib")
 jsonschema = pytest.importorskip("jsonschema")
 
-from exporter.bundle import dashboards, render_bundle
-from exporter.bundle.grafana_json import SCHEMA_VERSION
-from exporter.bundle.panels import RATIO_UNIT, UNBOUNDED_RATIOS
-from exporter.bundle.promql import names_in, parse_selectors
-from exporter.catalogue import CATALOGUE
-from exporter.cli import main
+from kvoffload_exporter.bundle import dashboards, render_bundle
+from kvoffload_exporter.bundle.grafana_json import SCHEMA_VERSION
+from kvoffload_exporter.bundle.panels import RATIO_UNIT, UNBOUNDED_RATIOS
+from kvoffload_exporter.bundle.promql import names_in, parse_selectors
+from kvoffload_exporter.catalogue import CATALOGUE
+from kvoffload_exporter.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-RENDER_AS_JSON = "import json, sys; from exporter.bundle import render_bundle; json.dump(render_bundle(), sys.stdout)"
+RENDER_AS_JSON = (
+    "import json, sys; from kvoffload_exporter.bundle import render_bundle; json.dump(render_bundle(), sys.stdout)"
+)
 SCHEMA = json.loads((ROOT / "tests/fixtures/grafana/dashboard.schema.json").read_text())
 
 ALLOWED_SCHEMA_VIOLATIONS: dict[str, str] = {
@@ -51,7 +53,7 @@ PANEL_KINDS = {"timeseries": "timeseries", "stat": "stat", "gauge": "gauge", "st
 # Accepted deviations from the foundation-sdk schemas: (schema file, JSON path regex, schema keyword, why).
 # A violation is allowed only when the schema, the full path and the failing keyword all match. Only cases where
 # the SDK's generated JSON schema is stricter than Grafana belong here; real problems are fixed in
-# exporter/bundle/grafana_json.py instead.
+# kvoffload_exporter/bundle/grafana_json.py instead.
 FOUNDATION_SDK_ALLOWED: list[tuple[str, str, str, str]] = [
     (
         "dashboard",

@@ -24,7 +24,17 @@ BUSY = ("--rate", "20", "--traffic-max-tokens", "256")
 def _start(*extra: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.Popen(
-        [sys.executable, "-m", "exporter", "demo", "--listen", "127.0.0.1:0", "--status-interval", "0.5", *extra],
+        [
+            sys.executable,
+            "-m",
+            "kvoffload_exporter",
+            "demo",
+            "--listen",
+            "127.0.0.1:0",
+            "--status-interval",
+            "0.5",
+            *extra,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -77,7 +87,7 @@ def test_demo_busy_port_names_the_listen_flag() -> None:
         port = s.getsockname()[1]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         res = subprocess.run(
-            [sys.executable, "-m", "exporter", "demo", "--listen", f"127.0.0.1:{port}", "--duration", "5"],
+            [sys.executable, "-m", "kvoffload_exporter", "demo", "--listen", f"127.0.0.1:{port}", "--duration", "5"],
             capture_output=True,
             text=True,
             env=env,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from exporter.commands.demo import status_lines
-from exporter.derive import EngineDerived
-from exporter.enums import State
+from kvoffload_exporter.commands.demo import status_lines
+from kvoffload_exporter.derive import EngineDerived
+from kvoffload_exporter.enums import State
 
 
 def _line(d: EngineDerived) -> str:
@@ -38,7 +38,7 @@ def test_demo_status_line_says_what_each_hit_share_is_of() -> None:
 
 
 def test_traffic_summary_adds_up() -> None:
-    from exporter.sim.sender import TrafficReport
+    from kvoffload_exporter.sim.sender import TrafficReport
 
     text = TrafficReport(sent=38, ok=36, errors=1, dropped=2).summary()
     assert text.startswith("38 sent = 36 ok + 1 failed + 1 in flight when stopped; 2 not sent (too many in flight)")

@@ -23,13 +23,13 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from exporter import __version__
-from exporter.app import make_app
-from exporter.bundle import deploy
-from exporter.bundle.settings import DEFAULT
-from exporter.cli import build_parser
-from exporter.commands.serve import config_from_args
-from exporter.config import Config, TargetConfig
+from kvoffload_exporter import __version__
+from kvoffload_exporter.app import make_app
+from kvoffload_exporter.bundle import deploy
+from kvoffload_exporter.bundle.settings import DEFAULT
+from kvoffload_exporter.cli import build_parser
+from kvoffload_exporter.commands.serve import config_from_args
+from kvoffload_exporter.config import Config, TargetConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_DIR = ROOT / "deploy/compose"
@@ -69,7 +69,7 @@ def app_routes() -> set[str]:
 
 def test_bundle_renders_the_deploy_files():
     pytest.importorskip("grafanalib")
-    from exporter.bundle import render_bundle
+    from kvoffload_exporter.bundle import render_bundle
 
     bundle = render_bundle()
     for path, text in deploy.render_deploy(sources_from_dir(ROOT)).items():
@@ -265,7 +265,9 @@ def test_dockerfile_shape():
         assert f"org.opencontainers.image.{key}" in labels
     assert labels["org.opencontainers.image.licenses"] == pyproject()["project"]["license"]
     final_args = dict(a.split("=", 1) for a in instr(final, "ARG") if "=" in a)
-    assert final_args["VERSION"] == __version__, "bump ARG VERSION in the Dockerfile with exporter.__version__"
+    assert final_args["VERSION"] == __version__, (
+        "bump ARG VERSION in the Dockerfile with kvoffload_exporter.__version__"
+    )
 
 
 def test_dockerfile_entrypoint_cmd_port_and_healthcheck_match_the_cli():
@@ -337,7 +339,7 @@ def test_build_context_holds_exactly_what_the_dockerfile_copies():
         ".venv/bin/python",
         "tests/test_app.py",
         "bench/pipeline.py",
-        "exporter/__pycache__/cli.cpython-312.pyc",
+        "kvoffload_exporter/__pycache__/cli.cpython-312.pyc",
         "deploy/compose/compose.yaml",
     ):
         assert dockerignore_excludes(kept_out), kept_out
@@ -367,10 +369,10 @@ def test_runtime_dependencies_suffice_for_the_entrypoint(tmp_path):
     code = f"""
 import json, sys
 sys.path[:] = {paths!r}
-from exporter.cli import main
+from kvoffload_exporter.cli import main
 assert main(json.loads(sys.argv[1]) + ["--config-check"]) == 0
-import exporter.app, exporter.poller, exporter.sources.vllm_http, exporter.sources.host, exporter.sources.gpu
-import exporter.canary.plugin, exporter.commands.simulate, exporter.sim.server
+import kvoffload_exporter.app, kvoffload_exporter.poller, kvoffload_exporter.sources.vllm_http, kvoffload_exporter.sources.host, kvoffload_exporter.sources.gpu
+import kvoffload_exporter.canary.plugin, kvoffload_exporter.commands.simulate, kvoffload_exporter.sim.server
 for m in ("grafanalib", "jsonschema", "pytest"):
     assert m not in sys.modules, m
 """
@@ -635,7 +637,7 @@ def test_kubernetes_objects_are_consistent(tmp_path):
     (tmp_path / rel).write_text(cm["data"][rel])
     args.config = str(tmp_path / rel)
     cfg = config_from_args(args)
-    from exporter.canary.plugin import settings_from_args
+    from kvoffload_exporter.canary.plugin import settings_from_args
 
     assert settings_from_args(args, cfg) is None, "the canary is opt-in"
     canary = cfg.canary  # typed CanarySettings, validated with the file

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.cli import build_parser
+from kvoffload_exporter.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "deploy/kubernetes"

@@ -64,7 +64,7 @@ def test_license_file_is_the_apache_2_text_pyproject_declares():
 
 
 def test_simulator_doc_lists_every_simulated_backend_as_modelled():
-    from exporter.sim.backends import BACKENDS
+    from kvoffload_exporter.sim.backends import BACKENDS
 
     text = (ROOT / "docs/simulator.md").read_text(encoding="utf-8")
     assert f"--backend {'|'.join(BACKENDS)}" in text

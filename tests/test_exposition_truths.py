@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from exporter.collector import TargetView, collect
-from exporter.derive import advance, derive
-from exporter.normalise import normalise
+from kvoffload_exporter.collector import TargetView, collect
+from kvoffload_exporter.derive import advance, derive
+from kvoffload_exporter.normalise import normalise
 from tests.support.prom import samples
 
 H200 = Path(__file__).parent / "fixtures" / "vllm-0.26.0-h200-native"
@@ -61,7 +61,7 @@ def test_no_sample_is_nan_or_infinite_even_when_the_target_sends_nan_gauges() ->
 
 
 def test_a_non_finite_value_from_any_source_leaves_the_series_absent() -> None:
-    from exporter.render import Exposition
+    from kvoffload_exporter.render import Exposition
 
     x = Exposition()
     for v in (math.nan, math.inf, -math.inf):

@@ -12,12 +12,12 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter import derive
-from exporter.collector import TargetView, collect
-from exporter.enums import ScrapeErrorReason
-from exporter.exposition import ParseError
-from exporter.limits import Limits
-from exporter.normalise import FAMILIES, HISTOGRAMS, normalise
+from kvoffload_exporter import derive
+from kvoffload_exporter.collector import TargetView, collect
+from kvoffload_exporter.enums import ScrapeErrorReason
+from kvoffload_exporter.exposition import ParseError
+from kvoffload_exporter.limits import Limits
+from kvoffload_exporter.normalise import FAMILIES, HISTOGRAMS, normalise
 from tests.support.prom import families
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -22,7 +22,7 @@ from types import ModuleType
 import pytest
 from support.prom import samples
 
-from exporter.cli import build_parser
+from kvoffload_exporter.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 GPUREF = ROOT / "tools" / "gpuref"
@@ -89,7 +89,7 @@ def test_serve_invocation_is_the_recorded_one(gpuref: dict[str, ModuleType]) -> 
 def test_check_invocation_parses_as_the_products_check(gpuref: dict[str, ModuleType]) -> None:
     spec = gpuref["spec"]
     argv = spec.check_argv("python3", spec.SERVERS, spec.Sweep(), json_path="J", evidence="E", secret="S", seed=0)
-    assert argv[:3] == ["python3", "-m", "exporter"]
+    assert argv[:3] == ["python3", "-m", "kvoffload_exporter"]
     ns = build_parser().parse_args(argv[3:])
     assert ns.concurrency and ns.allow_pressure and ns.control_target == spec.SERVERS[1].url
     assert ns.min_bursts == 10

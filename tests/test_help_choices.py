@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.cli import _parsers, build_parser
-from exporter.config import Config, TargetConfig
-from exporter.logs import LogSettings
-from exporter.schema import described, specs
+from kvoffload_exporter.cli import _parsers, build_parser
+from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.logs import LogSettings
+from kvoffload_exporter.schema import described, specs
 
 PARSERS = {p.prog.split()[-1]: p for p in _parsers(build_parser()) if " " in p.prog}
 
 
 def _closed_flags() -> list[tuple[str, str, tuple[str, ...]]]:
-    from exporter.canary.config import CanarySettings
+    from kvoffload_exporter.canary.config import CanarySettings
 
     out = []
     for cls in (Config, TargetConfig, LogSettings, CanarySettings):

@@ -65,7 +65,7 @@ class Hostile:
         self.log.unlink()
         self.exporter = subprocess.Popen(
             [
-                sys.executable, "-m", "exporter", "serve",
+                sys.executable, "-m", "kvoffload_exporter", "serve",
                 "--target", f"http://127.0.0.1:{self.up_port}",
                 "--listen", f"127.0.0.1:{self.port}",
                 "--poll-interval", "1", "--timeout", "5", "--no-gpu", "--no-host",

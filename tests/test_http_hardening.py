@@ -12,9 +12,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from conftest import fixture_text
 from support.polls import metrics_after_polls
 
-from exporter.app import make_app
-from exporter.config import Config, TargetConfig
-from exporter.sources.vllm_http import ScrapeError, fetch_metrics, fetch_version
+from kvoffload_exporter.app import make_app
+from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.sources.vllm_http import ScrapeError, fetch_metrics, fetch_version
 
 GOOD = fixture_text("h200-0.6b/A_12_final.prom")
 
@@ -135,8 +135,8 @@ async def test_url_userinfo_never_in_labels_page_or_logs(caplog) -> None:  # typ
 
 
 async def test_canary_requests_never_follow_a_redirect(pair) -> None:  # type: ignore[no-untyped-def]
-    from exporter.canary.client import CanaryClient
-    from exporter.canary.secrets import ApiKey
+    from kvoffload_exporter.canary.client import CanaryClient
+    from kvoffload_exporter.canary.secrets import ApiKey
 
     target, other, (url, other_url) = pair
     target.routes["/v1/completions"] = other_url + "/v1/completions"

@@ -11,7 +11,9 @@ LB = 'engine="0",model_name="m"'
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "kvoffload_exporter", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def _strict_json(text: str) -> object:
@@ -66,7 +68,7 @@ def test_inspect_joins_count_against_one_cap_in_memory_too() -> None:
     code = (
         "import runpy, sys\n"
         f"sys.argv = ['kvoffload-exporter', 'inspect', {joined!r}]\n"
-        "try:\n    runpy.run_module('exporter', run_name='__main__')\n"
+        "try:\n    runpy.run_module('kvoffload_exporter', run_name='__main__')\n"
         "except SystemExit as e:\n    print(e.code, file=sys.stderr)\n"
         # VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over exec from the (large) pytest parent
         "print(next(ln.split()[1] for ln in open('/proc/self/status') if ln.startswith('VmHWM:')))\n"

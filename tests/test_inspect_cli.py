@@ -9,12 +9,12 @@ import sys
 import pytest
 from conftest import FIXTURES
 
-from exporter import __version__
-from exporter.cli import main
+from kvoffload_exporter import __version__
+from kvoffload_exporter.cli import main
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "exporter", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "kvoffload_exporter", *args], capture_output=True, text=True)
 
 
 def test_version_and_help() -> None:
@@ -74,7 +74,9 @@ def test_serve_config_errors_listed_together(tmp_path) -> None:  # type: ignore[
 
 
 def _run_stdin(stdin: bytes, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "exporter", *args], input=stdin, capture_output=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "kvoffload_exporter", *args], input=stdin, capture_output=True, timeout=120
+    )
 
 
 def test_inspect_reads_stdin_as_either_file() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import main
+from kvoffload_exporter.cli import main
 
 FIX = Path(__file__).parent / "fixtures" / "reconstructed"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import exporter.sim
+import kvoffload_exporter.sim
 from tests.support.layers import LAYERS, layer_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,11 +44,11 @@ CANARY_PURE = [
     *("schedule", "checkrun", "checkreport", "evidence"),
 ]
 SIM_IO = {"server", "sender"}
-SIM_PURE = sorted(m.name for m in pkgutil.iter_modules(exporter.sim.__path__) if m.name not in SIM_IO)
+SIM_PURE = sorted(m.name for m in pkgutil.iter_modules(kvoffload_exporter.sim.__path__) if m.name not in SIM_IO)
 PURE = (
     [f"exporter.{m}" for m in CORE_PURE]
-    + [f"exporter.canary.{m}" for m in CANARY_PURE]
-    + [f"exporter.sim.{m}" for m in SIM_PURE]
+    + [f"kvoffload_exporter.canary.{m}" for m in CANARY_PURE]
+    + [f"kvoffload_exporter.sim.{m}" for m in SIM_PURE]
 )
 
 
@@ -93,7 +93,7 @@ def test_pure_module_has_no_io_imports(module: str) -> None:
 def test_only_the_named_modules_import_aiohttp(package: str, allowed: set[str]) -> None:
     users = {
         p.stem
-        for p in (ROOT / "exporter" / package).glob("*.py")
+        for p in (ROOT / "kvoffload_exporter" / package).glob("*.py")
         if "aiohttp" in {i.split(".")[0] for i in _imports(p)}
     }
     assert users <= allowed, users - allowed
@@ -111,7 +111,7 @@ KNOWN_CLIMBS: list[tuple[str, str]] = []
 
 def _modules() -> dict[str, Path]:
     out = {}
-    for p in sorted((ROOT / "exporter").rglob("*.py")):
+    for p in sorted((ROOT / "kvoffload_exporter").rglob("*.py")):
         parts = p.relative_to(ROOT).with_suffix("").parts
         out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
     return out
@@ -200,16 +200,22 @@ def test_no_import_climbs_to_a_higherlayer_of() -> None:
 
 
 def test_the_core_never_imports_the_canary() -> None:
-    core = [m for m in MODULES if layer_of(m) < layer_of("exporter.canary")]
-    found = sorted((m, i) for m in core for i in GRAPH[m] if i.startswith("exporter.canary"))
+    core = [m for m in MODULES if layer_of(m) < layer_of("kvoffload_exporter.canary")]
+    found = sorted((m, i) for m in core for i in GRAPH[m] if i.startswith("kvoffload_exporter.canary"))
     assert core and not found, found
 
 
 def test_the_loop_and_climb_checks_can_fail() -> None:
     """An import back (payback -> collector) is a loop; config -> canary.config climbs a layer; an import
     inside a function is an edge like any other (poller imports sources.gpu only where it starts NVML)."""
-    graph = {**GRAPH, "exporter.payback": GRAPH["exporter.payback"] | {"exporter.collector"}}
-    assert any({"exporter.payback", "exporter.collector"} <= loop for loop in _loops(graph))
-    graph = {**GRAPH, "exporter.config": GRAPH["exporter.config"] | {"exporter.canary.config"}}
-    assert ("exporter.config", "exporter.canary.config") in _climbs(graph)
-    assert "exporter.sources.gpu" in GRAPH["exporter.poller"]
+    graph = {
+        **GRAPH,
+        "kvoffload_exporter.payback": GRAPH["kvoffload_exporter.payback"] | {"kvoffload_exporter.collector"},
+    }
+    assert any({"kvoffload_exporter.payback", "kvoffload_exporter.collector"} <= loop for loop in _loops(graph))
+    graph = {
+        **GRAPH,
+        "kvoffload_exporter.config": GRAPH["kvoffload_exporter.config"] | {"kvoffload_exporter.canary.config"},
+    }
+    assert ("kvoffload_exporter.config", "kvoffload_exporter.canary.config") in _climbs(graph)
+    assert "kvoffload_exporter.sources.gpu" in GRAPH["kvoffload_exporter.poller"]

@@ -8,13 +8,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from conftest import fixture_text
 from support.polls import metrics_after_polls
 
-from exporter.app import make_app
-from exporter.config import Config, ConfigError, TargetConfig, from_mapping
-from exporter.limits import Limits
+from kvoffload_exporter.app import make_app
+from kvoffload_exporter.config import Config, ConfigError, TargetConfig, from_mapping
+from kvoffload_exporter.limits import Limits
 
 
 def test_limits_global_and_per_target_from_the_config_file() -> None:
-    from exporter.limits import Limits
+    from kvoffload_exporter.limits import Limits
 
     cfg = from_mapping(
         {
@@ -44,7 +44,7 @@ def test_invalid_limits_are_config_errors(raw: dict[str, object], msg: str) -> N
 
 
 async def test_per_target_sample_limit_reaches_the_poll_and_is_counted() -> None:
-    from exporter.limits import Limits
+    from kvoffload_exporter.limits import Limits
 
     good = fixture_text("h200-0.6b/A_12_final.prom")
 
@@ -87,15 +87,15 @@ async def test_per_target_sample_limit_reaches_the_poll_and_is_counted() -> None
     ],
 )
 def test_redact_url_drops_userinfo_and_masks_query_values(url: str, out: str) -> None:
-    from exporter.redact import redact_text, redact_url
+    from kvoffload_exporter.redact import redact_text, redact_url
 
     assert redact_url(url) == out
     assert "s3cr3t" not in redact_text("cannot reach http://me:s3cr3t@h:1", "http://me:s3cr3t@h:1")
 
 
 def test_top_level_limits_come_from_flags_and_environment_like_every_setting(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from exporter.cli import build_parser
-    from exporter.commands.serve import config_from_args
+    from kvoffload_exporter.cli import build_parser
+    from kvoffload_exporter.commands.serve import config_from_args
 
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("limits: {sample_limit: 500, engine_limit: 4}\ntargets: [http://a:1]\n")

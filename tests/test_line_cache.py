@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fuzz_pipeline import BODIES, LIMITS
 
-from exporter.exposition import LineCache, ParseError, _lines
-from exporter.model import Snapshot
-from exporter.normalise import normalise
+from kvoffload_exporter.exposition import LineCache, ParseError, _lines
+from kvoffload_exporter.model import Snapshot
+from kvoffload_exporter.normalise import normalise
 
 CAPTURE = Path(__file__).parent / "fixtures" / "h200-0.6b" / "A_12_final.prom"
 

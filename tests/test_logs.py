@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter import logs
-from exporter.config import Config, TargetConfig
+from kvoffload_exporter import logs
+from kvoffload_exporter.config import Config, TargetConfig
 
 RFC3339_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(Z|[+-]\d\d:\d\d)$")
 HOSTILE = "vllm\r\nINFO forged line \x1b[31mred\x1b[0m"
@@ -99,7 +99,7 @@ def test_real_serve_logs_json_errors_reload_and_shutdown(tmp_path, sig):
     conf = tmp_path / "c.yaml"
     _write(conf, [f"http://user:pw@127.0.0.1:{dead}"], port, "0.05")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    cmd = [sys.executable, "-m", "exporter", "serve", "--config", str(conf), "--log.format", "json"]
+    cmd = [sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(conf), "--log.format", "json"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline, body = time.monotonic() + 30, ""

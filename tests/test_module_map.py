@@ -1,4 +1,4 @@
-"""One module map (docs/design.md), held against the tree: every module of `exporter/` has a row, no row
+"""One module map (docs/design.md), held against the tree: every module of `kvoffload_exporter/` has a row, no row
 names a file that is gone, and each row's layer is the one tests/test_layering.py gives the module. Code
 and docs cite no issues, briefs or changes: they say why in their own words."""
 
@@ -12,11 +12,11 @@ from tests.support.layers import LAYER_NAMES, layer_of
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = ROOT / "docs" / "design.md"
-ROW = re.compile(r"^\| `(exporter/[^`]+)` \| .+ \| (\w+) \|$")
+ROW = re.compile(r"^\| `(kvoffload_exporter/[^`]+)` \| .+ \| (\w+) \|$")
 
 
 def _expand(path: str) -> list[str]:
-    """`exporter/a/{b,c}.py` → [`exporter/a/b.py`, `exporter/a/c.py`]."""
+    """`kvoffload_exporter/a/{b,c}.py` → [`kvoffload_exporter/a/b.py`, `kvoffload_exporter/a/c.py`]."""
     m = re.fullmatch(r"(.*)\{([^}]+)\}(.*)", path)
     return [f"{m.group(1)}{part}{m.group(3)}" for part in m.group(2).split(",")] if m else [path]
 
@@ -33,7 +33,7 @@ def rows(text: str) -> dict[str, list[str]]:
 
 
 def _modules() -> set[str]:
-    return {str(p.relative_to(ROOT)) for p in (ROOT / "exporter").rglob("*.py") if p.name != "__init__.py"}
+    return {str(p.relative_to(ROOT)) for p in (ROOT / "kvoffload_exporter").rglob("*.py") if p.name != "__init__.py"}
 
 
 def _dotted(path: str) -> str:
@@ -58,12 +58,12 @@ def test_every_row_gives_the_layer_the_layering_test_uses() -> None:
 
 def test_the_map_check_can_fail() -> None:
     text = DESIGN.read_text()
-    assert "exporter/app.py" in rows(text)
-    trimmed = "\n".join(ln for ln in text.splitlines() if not ln.startswith("| `exporter/app.py`"))
-    assert "exporter/app.py" not in rows(trimmed)
-    assert rows("## Module map\n| `exporter/{a,b}.py` | x | data |\n") == {
-        "exporter/a.py": ["data"],
-        "exporter/b.py": ["data"],
+    assert "kvoffload_exporter/app.py" in rows(text)
+    trimmed = "\n".join(ln for ln in text.splitlines() if not ln.startswith("| `kvoffload_exporter/app.py`"))
+    assert "kvoffload_exporter/app.py" not in rows(trimmed)
+    assert rows("## Module map\n| `kvoffload_exporter/{a,b}.py` | x | data |\n") == {
+        "kvoffload_exporter/a.py": ["data"],
+        "kvoffload_exporter/b.py": ["data"],
     }
 
 

@@ -8,11 +8,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 400
-MODULES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "exporter").rglob("*.py"))
+MODULES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "kvoffload_exporter").rglob("*.py"))
 
 
 def test_the_walk_sees_the_package() -> None:
-    assert "exporter/cli.py" in MODULES and "exporter/sim/profiles.py" in MODULES
+    assert "kvoffload_exporter/cli.py" in MODULES and "kvoffload_exporter/sim/profiles.py" in MODULES
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, offload_bytes_oracle
 
-from exporter.derive import interval
-from exporter.normalise import normalise
+from kvoffload_exporter.derive import interval
+from kvoffload_exporter.normalise import normalise
 
 CHAINS = ("h200-0.6b", "h200-32b")
 

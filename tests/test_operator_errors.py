@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.cli import main
-from exporter.schema import did_you_mean, human, integer, number
+from kvoffload_exporter.cli import main
+from kvoffload_exporter.schema import did_you_mean, human, integer, number
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 from conftest import FIXTURES
 
-from exporter.canary import report
-from exporter.collector import TargetView, collect
-from exporter.derive import advance, compare
-from exporter.enums import Recommendation, Signal
-from exporter.normalise import normalise
-from exporter.payback import GIB, TierUse, check_recommendation, engine_payback, recommend
+from kvoffload_exporter.canary import report
+from kvoffload_exporter.collector import TargetView, collect
+from kvoffload_exporter.derive import advance, compare
+from kvoffload_exporter.enums import Recommendation, Signal
+from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.payback import GIB, TierUse, check_recommendation, engine_payback, recommend
 
 WINDOW = 300.0
 

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import aiohttp
 
-from exporter.canary.config import CanarySettings, from_mapping
-from exporter.canary.engine import CanaryState
-from exporter.canary.expose import CanaryCollector, render
-from exporter.canary.plugin import make_plugin
-from exporter.collector import Collector, collect
-from exporter.config import Config, TargetConfig
-from exporter.enums import CollectorName
-from exporter.plugins import PluginHost
-from exporter.poller import Exporter
-from exporter.reasons import CanaryFacts
-from exporter.render import Exposition
+from kvoffload_exporter.canary.config import CanarySettings, from_mapping
+from kvoffload_exporter.canary.engine import CanaryState
+from kvoffload_exporter.canary.expose import CanaryCollector, render
+from kvoffload_exporter.canary.plugin import make_plugin
+from kvoffload_exporter.collector import Collector, collect
+from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.enums import CollectorName
+from kvoffload_exporter.plugins import PluginHost
+from kvoffload_exporter.poller import Exporter
+from kvoffload_exporter.reasons import CanaryFacts
+from kvoffload_exporter.render import Exposition
 
 
 class FakeHost:

@@ -35,10 +35,10 @@ import yaml
 
 pytest.importorskip("grafanalib")
 
-from exporter.bundle import dashboards, render_bundle
-from exporter.bundle.promql import template_free
-from exporter.bundle.rules import build
-from exporter.bundle.settings import DEFAULT, FIELDS, Kind, kind_of
+from kvoffload_exporter.bundle import dashboards, render_bundle
+from kvoffload_exporter.bundle.promql import template_free
+from kvoffload_exporter.bundle.rules import build
+from kvoffload_exporter.bundle.settings import DEFAULT, FIELDS, Kind, kind_of
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = [
@@ -152,7 +152,7 @@ class Stack:
             [
                 sys.executable,
                 "-m",
-                "exporter",
+                "kvoffload_exporter",
                 "simulate",
                 "--listen",
                 f"127.0.0.1:{port}",
@@ -201,7 +201,7 @@ class Stack:
         args = [
             sys.executable,
             "-m",
-            "exporter",
+            "kvoffload_exporter",
             "serve",
             "--config",
             str(self.tmp / f"{name}.yaml"),

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from exporter.canary.advice import Action
-from exporter.canary.stats import cluster_delta
+from kvoffload_exporter.canary.advice import Action
+from kvoffload_exporter.canary.stats import cluster_delta
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = FIXTURES / "vllm-0.26.0-h200-sweep"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.bundle import readme
-from exporter.bundle.rules import build
-from exporter.catalogue import CATALOGUE
-from exporter.cli import main
+from kvoffload_exporter.bundle import readme
+from kvoffload_exporter.bundle.rules import build
+from kvoffload_exporter.catalogue import CATALOGUE
+from kvoffload_exporter.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

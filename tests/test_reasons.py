@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from exporter.bundle import reasons_runbook
-from exporter.collector import TargetView, collect
-from exporter.derive import advance, derive, interval
-from exporter.enums import Signal, State, StateReason
-from exporter.intervalreport import report
-from exporter.normalise import normalise
-from exporter.reasons import HINTS, NOT_STORING_RULES, RULES, CanaryFacts, explain
+from kvoffload_exporter.bundle import reasons_runbook
+from kvoffload_exporter.collector import TargetView, collect
+from kvoffload_exporter.derive import advance, derive, interval
+from kvoffload_exporter.enums import Signal, State, StateReason
+from kvoffload_exporter.intervalreport import report
+from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.reasons import HINTS, NOT_STORING_RULES, RULES, CanaryFacts, explain
 from tests.support.prom import samples
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -130,8 +130,8 @@ def test_runbook_has_a_section_per_reason() -> None:
 
 def test_serve_canary_facts_reach_the_exported_reason() -> None:
     """The canary plugin reports its facts through the host; the next render explains with them."""
-    from exporter.config import Config, TargetConfig
-    from exporter.poller import Exporter
+    from kvoffload_exporter.config import Config, TargetConfig
+    from kvoffload_exporter.poller import Exporter
 
     before, after, canary = _chain("evicted_before_reuse")
     assert canary is not None

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter import __version__
+from kvoffload_exporter import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
-BUNDLE_CHECK = [sys.executable, "-m", "exporter", "bundle", "--check", "--out"]
+BUNDLE_CHECK = [sys.executable, "-m", "kvoffload_exporter", "bundle", "--check", "--out"]
 
 # Recorded evidence from other machines: its image tags are history, not this release's. Its machine paths
 # were replaced by placeholders (<repo>, <store>, <out>), so the path check covers it like every other file.
@@ -36,10 +36,10 @@ def _tracked() -> list[str]:
 
 
 def test_one_version_source() -> None:
-    """exporter.__version__ feeds the package; the image tags and build argument must repeat it exactly."""
+    """kvoffload_exporter.__version__ feeds the package; the image tags and build argument must repeat it exactly."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert "version" in project["project"]["dynamic"] and "version" not in project["project"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "exporter.__version__"}
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "kvoffload_exporter.__version__"}
     docker = (ROOT / "Dockerfile").read_text(encoding="utf-8")
     assert re.findall(r"^ARG VERSION=(\S+)$", docker, re.M) == [__version__]
     compose = yaml.safe_load((ROOT / "deploy/compose/compose.yaml").read_text(encoding="utf-8"))
@@ -81,7 +81,7 @@ def test_machine_path_pattern_catches_what_it_must() -> None:
 
 
 def test_calibration_cites_documents_in_the_repository() -> None:
-    text = (ROOT / "exporter/sim/calibration.py").read_text(encoding="utf-8")
+    text = (ROOT / "kvoffload_exporter/sim/calibration.py").read_text(encoding="utf-8")
     cited = set(re.findall(r"\b((?:docs|tests/fixtures)/[\w./-]*\w)", text))
     assert {"docs/real-runs.md", "docs/simulator.md"} <= cited
     assert all((ROOT / c).exists() for c in cited), sorted(c for c in cited if not (ROOT / c).exists())
@@ -112,7 +112,7 @@ def test_bundle_check_lists_the_files_that_differ(tmp_path: Path) -> None:
     r = subprocess.run([*BUNDLE_CHECK, str(tmp_path)], capture_output=True, text=True, check=False)
     assert r.returncode == 1 and "stale: docs/metrics.md" in r.stderr
     subprocess.run(
-        [sys.executable, "-m", "exporter", "bundle", "--out", str(tmp_path)], check=True, capture_output=True
+        [sys.executable, "-m", "kvoffload_exporter", "bundle", "--out", str(tmp_path)], check=True, capture_output=True
     )
     assert subprocess.run([*BUNDLE_CHECK, str(tmp_path)], capture_output=True, check=False).returncode == 0
     (tmp_path / "docs/metrics.md").write_text("edited\n", encoding="utf-8")

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from exporter import poller as poller_module
-from exporter.cli import build_parser
-from exporter.commands.serve import ReloadStatus, config_from_args, reload
-from exporter.config import Config, TargetConfig
-from exporter.poller import Exporter
+from kvoffload_exporter import poller as poller_module
+from kvoffload_exporter.cli import build_parser
+from kvoffload_exporter.commands.serve import ReloadStatus, config_from_args, reload
+from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.poller import Exporter
 
 
 class _Clock:

@@ -15,10 +15,10 @@ import yaml
 
 pytest.importorskip("grafanalib")
 
-from exporter.bundle import ruletests
-from exporter.bundle import testvalues as tv
-from exporter.bundle.promql import parse_selector
-from exporter.cli import main
+from kvoffload_exporter.bundle import ruletests
+from kvoffload_exporter.bundle import testvalues as tv
+from kvoffload_exporter.bundle.promql import parse_selector
+from kvoffload_exporter.cli import main
 
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")

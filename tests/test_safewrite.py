@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from exporter.canary import evidence
-from exporter.cli import main
-from exporter.safewrite import write_file
+from kvoffload_exporter.canary import evidence
+from kvoffload_exporter.cli import main
+from kvoffload_exporter.safewrite import write_file
 
 
 def test_writes_atomically_and_leaves_no_temp_file(tmp_path: Path) -> None:

@@ -14,10 +14,10 @@ from conftest import fixture_text
 from support.chain import ChainServer, ManualClock
 from support.prom import families
 
-from exporter.app import EXPORTER, make_app
-from exporter.config import Config, ConfigError, TargetConfig, from_mapping
-from exporter.poller import Exporter
-from exporter.render import CATALOGUE, Exposition, accepts_gzip, merge, wants_openmetrics
+from kvoffload_exporter.app import EXPORTER, make_app
+from kvoffload_exporter.config import Config, ConfigError, TargetConfig, from_mapping
+from kvoffload_exporter.poller import Exporter
+from kvoffload_exporter.render import CATALOGUE, Exposition, accepts_gzip, merge, wants_openmetrics
 
 CAPTURES = [fixture_text("h200-0.6b/A_00_initial.prom"), fixture_text("h200-0.6b/A_12_final.prom")]
 PROMTOOL = shutil.which("promtool")
@@ -214,7 +214,7 @@ async def test_probe_refuses_targets_outside_the_allow_list() -> None:
             assert resp.status == 403, url
         assert (await client.get("/probe")).status == 400
         probes = client.server.app[EXPORTER]
-        from exporter.app import PROBES
+        from kvoffload_exporter.app import PROBES
 
         allowed = client.server.app[PROBES].allowed
         assert allowed("http://10.0.0.1:8000") and allowed("http://vllm-7:8000") and allowed("http://127.0.0.1:9")
@@ -247,7 +247,7 @@ async def test_probe_answers_with_that_target_only_keeps_history_and_evicts_when
             assert poller.polls == 2
             assert 'kvoffload_targets{kind="probed"} 1.0' in exp.body.decode()
             timer.t += 601
-            from exporter.app import PROBES
+            from kvoffload_exporter.app import PROBES
 
             assert client.server.app[PROBES].evict() == 1
             assert not exp.probed
@@ -321,7 +321,7 @@ def test_a_probe_only_replica_needs_no_targets(tmp_path) -> None:
     cfg = tmp_path / "probe.yaml"
     cfg.write_text("probe:\n  allow_regex: 'http://10\\.[0-9.]+:8000'\n", encoding="utf-8")
     res = subprocess.run(
-        [sys.executable, "-m", "exporter", "serve", "--config", str(cfg), "--config-check"],
+        [sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(cfg), "--config-check"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -330,7 +330,7 @@ def test_a_probe_only_replica_needs_no_targets(tmp_path) -> None:
     empty = tmp_path / "empty.yaml"
     empty.write_text("poll_interval: 5\n", encoding="utf-8")
     res = subprocess.run(
-        [sys.executable, "-m", "exporter", "serve", "--config", str(empty), "--config-check"],
+        [sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(empty), "--config-check"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import build_parser, main
+from kvoffload_exporter.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_both_commands_are_registered() -> None:
-    from exporter.commands import demo, simulate
+    from kvoffload_exporter.commands import demo, simulate
 
     parser = build_parser()
     # Each name dispatches to its own module's `run` (a listing in the help text would not prove that).
@@ -72,8 +72,8 @@ def test_simulate_rejects_bad_options(argv: list[str], capsys: pytest.CaptureFix
 
 
 def test_simulate_options_reach_the_engine() -> None:
-    from exporter.commands.simulate import options_from_args
-    from exporter.sim.simulator import Simulator
+    from kvoffload_exporter.commands.simulate import options_from_args
+    from kvoffload_exporter.sim.simulator import Simulator
 
     args = build_parser().parse_args(
         [
@@ -132,7 +132,7 @@ def test_demo_stops_cleanly_on_ctrl_c() -> None:
         [
             sys.executable,
             "-m",
-            "exporter",
+            "kvoffload_exporter",
             "demo",
             "--listen",
             "127.0.0.1:0",

@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-from exporter.sim.cache import CpuTier, GpuPrefixCache, block_hashes, chunk_hashes
-from exporter.sim.calibration import H200_QWEN3_0_6B, H200_QWEN3_32B, QWEN3_0_6B, QWEN3_32B
-from exporter.sim.engine import Engine, EngineConfig, SimRequest
-from exporter.sim.timing import TimeModel
-from exporter.sim.versions import behaviour, parse_version
+from kvoffload_exporter.sim.cache import CpuTier, GpuPrefixCache, block_hashes, chunk_hashes
+from kvoffload_exporter.sim.calibration import H200_QWEN3_0_6B, H200_QWEN3_32B, QWEN3_0_6B, QWEN3_32B
+from kvoffload_exporter.sim.engine import Engine, EngineConfig, SimRequest
+from kvoffload_exporter.sim.timing import TimeModel
+from kvoffload_exporter.sim.versions import behaviour, parse_version
 
 
 class Clock:

@@ -9,13 +9,13 @@ import pytest
 from support.prom import series
 from support.scenario import ManualClock
 
-from exporter.derive import interval
-from exporter.normalise import normalise
-from exporter.sim.engine import SimRequest
-from exporter.sim.faults import FAULTS, FaultError, parse_fault
-from exporter.sim.server import make_app
-from exporter.sim.simulator import SimOptions, Simulator, pad, truncate
-from exporter.sources.vllm_http import ScrapeError, fetch_metrics
+from kvoffload_exporter.derive import interval
+from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.sim.engine import SimRequest
+from kvoffload_exporter.sim.faults import FAULTS, FaultError, parse_fault
+from kvoffload_exporter.sim.server import make_app
+from kvoffload_exporter.sim.simulator import SimOptions, Simulator, pad, truncate
+from kvoffload_exporter.sources.vllm_http import ScrapeError, fetch_metrics
 
 P = tuple(range(1000, 7000))
 KEY = ("Qwen/Qwen3-0.6B", "0")

@@ -10,9 +10,9 @@ from conftest import FIXTURES, fixture_text
 from support.prom import deltas, series
 from support.scenario import ManualClock, run_chain
 
-from exporter.sim.engine import SimRequest
-from exporter.sim.profiles import render
-from exporter.sim.simulator import SimOptions, Simulator
+from kvoffload_exporter.sim.engine import SimRequest
+from kvoffload_exporter.sim.profiles import render
+from kvoffload_exporter.sim.simulator import SimOptions, Simulator
 
 _HELP = re.compile(r"^# HELP (\S+) (.*)$")
 _TYPE = re.compile(r"^# TYPE (\S+) (\S+)$")

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from support.prom import series
 
-from exporter.canary.protocol import SseReader
-from exporter.sim.server import make_app
-from exporter.sim.simulator import SimOptions, Simulator
+from kvoffload_exporter.canary.protocol import SseReader
+from kvoffload_exporter.sim.server import make_app
+from kvoffload_exporter.sim.simulator import SimOptions, Simulator
 
 P = list(range(1000, 7000))
 SCALE = 0.01  # simulated time runs 100× faster than the wall clock

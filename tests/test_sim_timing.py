@@ -11,8 +11,8 @@ import pytest
 from conftest import FIXTURES
 from support.scenario import modelled_ttft_ms
 
-from exporter.sim.calibration import FITTED_KINDS, H200_QWEN3_0_6B, H200_QWEN3_32B, REAL_TTFT_MS, Calibration
-from exporter.sim.timing import TimeModel, expected_client_ttft_ms
+from kvoffload_exporter.sim.calibration import FITTED_KINDS, H200_QWEN3_0_6B, H200_QWEN3_32B, REAL_TTFT_MS, Calibration
+from kvoffload_exporter.sim.timing import TimeModel, expected_client_ttft_ms
 
 TOLERANCE = 0.15
 

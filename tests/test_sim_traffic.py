@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from support.prom import series
 
-from exporter.sim.sender import check_loopback, send
-from exporter.sim.server import make_app
-from exporter.sim.simulator import SimOptions, Simulator
-from exporter.sim.traffic import TrafficSpec, arrivals, zipf_weights
+from kvoffload_exporter.sim.sender import check_loopback, send
+from kvoffload_exporter.sim.server import make_app
+from kvoffload_exporter.sim.simulator import SimOptions, Simulator
+from kvoffload_exporter.sim.traffic import TrafficSpec, arrivals, zipf_weights
 
 
 def test_arrivals_are_seeded_and_bounded() -> None:

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter import procmem
-from exporter.app import EXPORTER, make_app
-from exporter.collector import TargetView, collect
-from exporter.config import Config, TargetConfig
-from exporter.enums import Generation, MemorySource, ProcessRole
-from exporter.model import EngineSignals, HostMemory, Snapshot
-from exporter.sources import host
-from exporter.sources.gpu import GpuUnavailable, Nvml
+from kvoffload_exporter import procmem
+from kvoffload_exporter.app import EXPORTER, make_app
+from kvoffload_exporter.collector import TargetView, collect
+from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.enums import Generation, MemorySource, ProcessRole
+from kvoffload_exporter.model import EngineSignals, HostMemory, Snapshot
+from kvoffload_exporter.sources import host
+from kvoffload_exporter.sources.gpu import GpuUnavailable, Nvml
 from tests.support.prom import one, samples
 
 STATUS = """Name:\tpython3

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from exporter import derive
-from exporter.catalogue import CATALOGUE
-from exporter.config import ConfigError, from_mapping, load_file, parse_duration
-from exporter.exposition import ParseError
-from exporter.normalise import normalise
-from exporter.render import Exposition
+from kvoffload_exporter import derive
+from kvoffload_exporter.catalogue import CATALOGUE
+from kvoffload_exporter.config import ConfigError, from_mapping, load_file, parse_duration
+from kvoffload_exporter.exposition import ParseError
+from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.render import Exposition
 
 
 def expo(
@@ -318,8 +318,8 @@ def test_durations(raw: object, sec: float) -> None:
 
 
 def test_tier_bytes_precedence() -> None:
-    from exporter.capacity import tier_bytes
-    from exporter.model import EngineSignals
+    from kvoffload_exporter.capacity import tier_bytes
+    from kvoffload_exporter.model import EngineSignals
 
     def e(offload: str | None = None, size: str | None = None) -> EngineSignals:
         return EngineSignals(

@@ -10,9 +10,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from conftest import fixture_text
 
-from exporter.app import EXPORTER, make_app
-from exporter.config import Config, TargetConfig
-from exporter.sources.version import VersionError, parse_version
+from kvoffload_exporter.app import EXPORTER, make_app
+from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.sources.version import VersionError, parse_version
 
 GOOD = fixture_text("h200-0.6b/A_12_final.prom")
 

@@ -14,9 +14,9 @@ import bcrypt
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.app import make_app
-from exporter.config import Config
-from exporter.webauth import AuthGate
+from kvoffload_exporter.app import make_app
+from kvoffload_exporter.config import Config
+from kvoffload_exporter.webauth import AuthGate
 
 
 def basic_auth(user: str, password: str) -> str:
@@ -36,7 +36,7 @@ def _write(tmp_path: Path, text: str) -> str:
 
 
 async def test_basic_auth_protects_every_endpoint(tmp_path: Path) -> None:
-    from exporter import webconfig
+    from kvoffload_exporter import webconfig
 
     wc = webconfig.load(_write(tmp_path, f"basic_auth_users:\n  prometheus: '{HASH}'\n"))
     app = make_app(Config(gpu_enabled=False, host_enabled=False), middlewares=(AuthGate(wc.users).middleware,))
@@ -54,7 +54,7 @@ async def test_basic_auth_protects_every_endpoint(tmp_path: Path) -> None:
 
 
 async def test_tls_with_required_client_certificate(tmp_path: Path) -> None:
-    from exporter import webconfig
+    from kvoffload_exporter import webconfig
 
     wc = webconfig.load(
         _write(
@@ -106,7 +106,7 @@ async def test_tls_with_required_client_certificate(tmp_path: Path) -> None:
     ],
 )
 def test_invalid_web_config_is_refused_with_one_line(tmp_path: Path, text: str, msg: str) -> None:
-    from exporter import webconfig
+    from kvoffload_exporter import webconfig
 
     with pytest.raises(webconfig.WebConfigError) as err:
         webconfig.load(_write(tmp_path, text))
@@ -117,7 +117,16 @@ def test_invalid_web_config_is_refused_with_one_line(tmp_path: Path, text: str, 
 def test_serve_refuses_an_invalid_web_config_at_start_with_one_line(tmp_path: Path) -> None:
     path = _write(tmp_path, "basic_auth_users:\n  prometheus: plaintext-password\n")
     r = subprocess.run(
-        [sys.executable, "-m", "exporter", "serve", "--target", "http://127.0.0.1:1", "--web.config.file", path],
+        [
+            sys.executable,
+            "-m",
+            "kvoffload_exporter",
+            "serve",
+            "--target",
+            "http://127.0.0.1:1",
+            "--web.config.file",
+            path,
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,8 +1,8 @@
 """Stdlib HTTP client for the e2e tests: GET endpoints, streamed completions, and counter reads from /metrics.
 
 The tests compare the exporter against the engine's own counters, so the counter reader is the tests' own
-(support.prom, prometheus_client's parser), deliberately not exporter.exposition. Streams are split by the
-project's one SSE parser (exporter.canary.protocol.SseReader).
+(support.prom, prometheus_client's parser), deliberately not kvoffload_exporter.exposition. Streams are split by the
+project's one SSE parser (kvoffload_exporter.canary.protocol.SseReader).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from support.prom import samples, total
 
-from exporter.canary.protocol import SseReader
+from kvoffload_exporter.canary.protocol import SseReader
 
 __all__ = ["samples", "total"]
 

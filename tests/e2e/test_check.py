@@ -45,7 +45,7 @@ def run_check(target: str, tmp: Path, *extra: str) -> tuple[subprocess.Completed
     args = [
         sys.executable,
         "-m",
-        "exporter",
+        "kvoffload_exporter",
         "check",
         "--target",
         target,

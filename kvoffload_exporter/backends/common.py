@@ -1,0 +1,34 @@
+"""vLLM-side rows every backend shares: which tier served the hit, requests waiting on KV loads, and the
+external-prefix counters that are the fallback hit/lookup signal where a backend has no own one."""
+
+from __future__ import annotations
+
+from kvoffload_exporter.backends.schema import Evidence, Kind, NativeUnit, Source
+
+E, U = Evidence, NativeUnit
+BY_SOURCE = "vllm:prompt_tokens_cached_by_source_total"
+EXT_QUERIES = "vllm:external_prefix_cache_queries_total"
+EXT_HITS = "vllm:external_prefix_cache_hits_total"
+KV_FETCH = "vllm:num_requests_kv_fetch_by_stage"
+
+
+def by_source(source: str, *, tier: str = "", connector: str = "", group: str = "") -> Source:
+    """A hit row from cached_by_source (0.32+): the preferred "which tier served it" signal."""
+    return Source(BY_SOURCE, E.HITS, U.TOKENS, match=(("source", source),), tier=tier, connector=connector, group=group)
+
+
+def ext_queries(group: str = "lookups_tokens") -> Source:
+    return Source(EXT_QUERIES, E.LOOKUPS, U.TOKENS, group=group)
+
+
+def ext_hits(group: str = "hits_tokens") -> Source:
+    return Source(EXT_HITS, E.HITS, U.TOKENS, group=group)
+
+
+SHARED: tuple[Source, ...] = (
+    # All sources, device included: a breakdown of where cached tokens came from, never added to hits.
+    Source(BY_SOURCE, E.SERVED_BY, U.TOKENS, detail_label="source"),
+    Source(KV_FETCH, E.KV_FETCH, U.REQUESTS, kind=Kind.GAUGE, detail_label="stage"),
+    Source(KV_FETCH, E.IN_FLIGHT, U.REQUESTS, kind=Kind.GAUGE, match=(("stage", "in_progress"),)),
+)
+"""Rows added whenever any backend is present."""

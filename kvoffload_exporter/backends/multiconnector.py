@@ -1,0 +1,40 @@
+"""MultiConnector with a second OffloadingConnector registered by llm-d's fs backend: that child's
+counters and histograms carry a suffix before `_total` (`vllm:kv_offload_load_bytes_sharedstorage_total`;
+suffix = spec name without OffloadingSpec, lower-cased). Each child is one `connector`; stock vLLM
+merges same-class children into one set (read as `native`). Known suffixes are listed here: a name
+built at run time cannot be matched before it is seen."""
+
+from __future__ import annotations
+
+from kvoffload_exporter.backends import native
+from kvoffload_exporter.backends.common import by_source, ext_queries
+from kvoffload_exporter.backends.schema import Backend, BackendTable, Evidence, NativeUnit, Source
+
+E, U = Evidence, NativeUnit
+SUFFIXES = ("sharedstorage",)
+DEFAULT = "default"  # the unsuffixed child (whichever registered first)
+LOOKUP = "vllm_llmd_fs_metadata_cache_lookup_blocks_total"
+
+
+def _child(sfx: str) -> tuple[Source, ...]:
+    return native.transfer_rows(f"_{sfx}", connector=sfx)
+
+
+ROWS: tuple[Source, ...] = (
+    *native.transfer_rows(connector=DEFAULT),
+    *(r for sfx in SUFFIXES for r in _child(sfx)),
+    *native.in_flight(connector=DEFAULT),
+    by_source("host", connector=DEFAULT),
+    by_source("external_unspecified", connector=SUFFIXES[0]),
+    ext_queries(),
+    Source(LOOKUP, E.LOOKUPS, U.BLOCKS, connector=SUFFIXES[0]),
+    Source(LOOKUP, E.HITS, U.BLOCKS, match=(("result", "fs_hit"),), connector=SUFFIXES[0], tier="fs"),
+    Source(LOOKUP, E.HITS, U.BLOCKS, match=(("result", "mem_hit"),), connector=SUFFIXES[0], tier="mem"),
+)
+
+TABLE = BackendTable(
+    Backend.MULTICONNECTOR,
+    detect=frozenset(s.family for sfx in SUFFIXES for s in _child(sfx)),
+    rows=ROWS,
+    supersedes=frozenset({Backend.NATIVE}),
+)

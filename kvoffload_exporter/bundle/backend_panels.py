@@ -1,0 +1,116 @@
+"""Overview row for the one evidence schema across backends: per tier, in each backend's native unit.
+
+Why separate: these panels read only the backend-neutral `kvoffload_offload_*` families (kvoffload_exporter.backends),
+so SimpleCPU blocks, LMCache tokens, KVBM blocks and tiering bytes/chunks all land in the same panels;
+rates are shown per `unit` and never summed across units.
+"""
+
+from __future__ import annotations
+
+from kvoffload_exporter.bundle.panels import Layout, timeseries
+from kvoffload_exporter.bundle.promql import Matcher, Query
+
+
+def _bytes() -> str:
+    return str(Matcher("unit", "=", "bytes"))
+
+
+def _tiered(expr: str) -> str:
+    """Single-tier backends export `tier=""`, which Prometheus drops: name it so every legend label exists."""
+    return f'label_replace({expr}, "tier", "single", "tier", "")'
+
+
+def backend_rows(L: Layout, q: Query, eng: str) -> None:
+    """Add the "Per-tier offload" row to the overview layout `L` (imported lazily by dashboards.overview)."""
+    r = "[$__rate_interval]"
+    by = "sum by (job, instance, target, model_name, engine, unit, tier, connector)"
+    L.row("Per-tier offload (every backend, native units)")
+    L.add(
+        timeseries(
+            "Stored and loaded by tier",
+            "GPU ↔ tier traffic per second in the backend's own unit (bytes for the OffloadingConnector and "
+            "tiering, blocks for SimpleCPU and KVBM, tokens for LMCache, chunks for the LMCache MP server). "
+            "kvoffload_source_metric_info names the upstream series. Never add across units.",
+            [
+                (
+                    _tiered(f"{by} (rate({q('kvoffload_offload_stored_total')}{r}))"),
+                    f"stored {{{{unit}}}} {{{{tier}}}} {eng}",
+                ),
+                (
+                    _tiered(f"{by} (rate({q('kvoffload_offload_loaded_total')}{r}))"),
+                    f"loaded {{{{unit}}}} {{{{tier}}}} {eng}",
+                ),
+            ],
+            "cps",
+        ),
+        w=12,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Which tier served the hit",
+            "Cached prompt tokens per second by the tier that supplied them (vllm:prompt_tokens_cached_by_source, "
+            "0.32+): device = GPU prefix cache, host = CPU tier, disk = fs/secondary tier, p2p, "
+            "external_unspecified = a connector that does not say (LMCache, KVBM, llm-d).",
+            [(f"rate({q('kvoffload_prompt_tokens_cached_by_source_total')}{r})", f"{{{{source}}}} {eng}")],
+            "suffix: tokens/s",
+            stack=True,
+        ),
+        w=12,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Cascaded and promoted bytes by tier",
+            "Tiering: bytes written down into a secondary tier (cascade primary → fs) and read back up "
+            "(promotion fs → primary), per second. Breakdowns of where stored/loaded KV went, not extra "
+            "GPU traffic.",
+            [
+                (
+                    f"rate({q('kvoffload_offload_cascaded_total', _bytes())}{r})",
+                    f"cascaded {{{{tier}}}} {eng}",
+                ),
+                (
+                    f"rate({q('kvoffload_offload_promoted_total', _bytes())}{r})",
+                    f"promoted {{{{tier}}}} {eng}",
+                ),
+            ],
+            "Bps",
+        ),
+        w=8,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Drops by tier and reason",
+            "Offload writes dropped per second, by closed reason: backpressure = a slow secondary tier shedding "
+            "cascade writes (tiering 0.31+), cpu_full / request_gone / null_block / not_hashed = SimpleCPU save "
+            "outcomes, allocation_failure = tier full of in-flight chunks. Alert: KVOffloadTierDroppingWrites.",
+            [
+                (
+                    _tiered(f"rate({q('kvoffload_offload_dropped_total')}{r})"),
+                    f"{{{{reason}}}} {{{{tier}}}} {{{{unit}}}} {eng}",
+                )
+            ],
+            "cps",
+        ),
+        w=8,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Promotion latency (mean)",
+            "Mean time a promotion from a secondary tier to the primary took (vllm:kv_offload_tiering_"
+            "promotion_latency_seconds, 0.33+), by tier and result.",
+            [
+                (
+                    f"rate({q('kvoffload_tier_promotion_seconds_total')}{r})"
+                    f" / rate({q('kvoffload_tier_promotions_total')}{r})",
+                    f"{{{{tier}}}} {{{{result}}}} {eng}",
+                )
+            ],
+            "s",
+        ),
+        w=8,
+        h=8,
+    )

@@ -1,0 +1,308 @@
+"""The two Grafana dashboards, built with grafanalib from catalogue names and post-processed for Grafana ≥ 10.
+
+*KV offload overview* answers "is offloading paying off?"; *KV offload exporter health* says whether the
+answer can be trusted. Every panel has a description naming its metrics, a unit and a `noValue`; uids
+are fixed so links and provisioned copies stay stable. The building blocks are in panels.py; only these
+two modules (and grafana_alerts) import grafanalib.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import grafanalib.core as G
+
+from kvoffload_exporter.bundle.grafana_json import dumps
+from kvoffload_exporter.bundle.health_dashboard import HEALTH_UID, exporter_health
+from kvoffload_exporter.bundle.panels import (
+    RATIO_UNIT,
+    UNITS,
+    Ctx,
+    Layout,
+    dashboard,
+    mt,
+    stat,
+    state_timeline,
+    targets,
+    timeseries,
+    variables,
+)
+from kvoffload_exporter.bundle.promql import Matcher
+from kvoffload_exporter.catalogue import STATES
+from kvoffload_exporter.enums import State
+
+OVERVIEW_UID = "kvoffload-overview"
+
+STATE_COLORS: dict[State, str] = {
+    State.NOT_CONFIGURED: "text",
+    State.IDLE: "blue",
+    State.NOT_STORING: "orange",
+    State.STORING: "yellow",
+    State.STORE_WITHOUT_LOAD: "red",
+    State.HIT: "green",
+}
+
+__all__ = ["DASHBOARDS", "HEALTH_UID", "OVERVIEW_UID", "UNITS", "render"]
+
+
+def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
+    c = Ctx.of(selectors)
+    q = c.q
+    eng = "{{target}} {{model_name}} e{{engine}}"
+    L = Layout()
+
+    L.row("Is offloading paying off?")
+    state_expr = (
+        "max without (state) ("
+        + " or ".join(f"{q('kvoffload_state', mt('state', '=', s))} * {i}" for i, s in enumerate(STATES) if i)
+        + ")"
+    )
+    L.add(
+        state_timeline(
+            "Offload evidence state per engine",
+            "Exporter's verdict per engine over its window: hit = loads from the tier happened; "
+            "store_without_load = stores but no loads while prefixes were reused (the failure "
+            "mode of vllm-project/vllm#47890); storing = stores, no reuse visible (also the warm-up "
+            "state: no stores older than the window yet); not storing = offload configured, prompts "
+            "computed, nothing stored (a tier smaller than a prompt, stores skipped or dropped); idle = "
+            "nothing moved; not configured = no offload metrics.",
+            targets([(state_expr, eng)]),
+            {i: (s.replace("_", " "), STATE_COLORS[s]) for i, s in enumerate(STATES)},
+        ),
+        w=24,
+        h=6,
+    )
+    L.add(
+        timeseries(
+            "Load/store ratio",
+            "Offload bytes loaded back ÷ bytes stored over the exporter window, a plain ratio (8.1 = each "
+            "stored byte loaded 8.1 times). Near 0 with steady stores means the tier is written but never "
+            "read; > 1 means stored blocks are reused several times.",
+            [(q("kvoffload_load_store_ratio"), eng)],
+            RATIO_UNIT,
+            decimals=2,
+        ),
+        w=8,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Offload traffic",
+            "Bytes per second moved between GPU KV cache and the offload tier "
+            "(Prometheus rate of the exporter's de-duplicated counters; loads up, stores down).",
+            [
+                (f"rate({q('kvoffload_offload_load_bytes_total')}[$__rate_interval])", f"load {eng}"),
+                (f"-rate({q('kvoffload_offload_store_bytes_total')}[$__rate_interval])", f"store {eng}"),
+            ],
+            "Bps",
+        ),
+        w=8,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Transfer bandwidth",
+            "Bytes per transfer-second of loads and stores over the window (per-worker "
+            "mean with TP > 1). H200 reference: ~38-47 GB/s host to device.",
+            [
+                (q("kvoffload_offload_load_bandwidth_bytes_per_second"), f"load {eng}"),
+                (q("kvoffload_offload_store_bandwidth_bytes_per_second"), f"store {eng}"),
+            ],
+            "Bps",
+        ),
+        w=8,
+        h=8,
+    )
+
+    L.row("Prefix cache and TTFT")
+    L.add(
+        timeseries(
+            "GPU vs external prefix hit ratio",
+            "Share of looked-up prompt tokens served from the GPU prefix "
+            "cache and from the external (offload) cache over the window. From vLLM 0.16 the external ratio "
+            "is a share of what the GPU cache missed.",
+            [
+                (q("kvoffload_gpu_prefix_hit_ratio"), f"GPU {eng}"),
+                (q("kvoffload_external_prefix_hit_ratio"), f"external {eng}"),
+            ],
+            "percentunit",
+        ),
+        w=12,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Server TTFT quantiles",
+            "Time to first token from vLLM's histogram over the exporter window "
+            "(includes the queue wait while offloaded KV loads).",
+            [(q("kvoffload_ttft_seconds"), f"q{{{{quantile}}}} {eng}")],
+            "s",
+        ),
+        w=12,
+        h=8,
+    )
+
+    L.row("Canary")
+    L.add(
+        timeseries(
+            "Canary TTFT per path",
+            "Client-side time to first token of the canary's probes: cold, GPU hit, "
+            "offload hit, recompute and a no-offload control target (median of recent samples).",
+            [(q("kvoffload_canary_ttft_seconds"), "{{target}} {{path}} q{{quantile}}")],
+            "s",
+        ),
+        w=10,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "ΔTTFT offload hit vs control",
+            "TTFT(offload hit) − TTFT(control): above 0 (red line) offloading "
+            "made the request slower than the control. H200 reference: +27.7 ms on Qwen3-0.6B (slower), "
+            "−546 ms on Qwen3-32B (7x faster). Dashed: bootstrap CI bounds.",
+            [
+                (q("kvoffload_canary_delta_ttft_seconds"), "{{target}} vs {{control}}"),
+                (q("kvoffload_canary_delta_ttft_ci_seconds"), "{{target}} vs {{control}} CI {{bound}}"),
+            ],
+            "s",
+            thresholds_line=True,
+            fill=0,
+            overrides=[
+                {
+                    "matcher": {"id": "byFrameRefID", "options": "B"},
+                    "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}}],
+                }
+            ],
+        ),
+        w=10,
+        h=8,
+        steps=[("green", None), ("red", 0.0)],
+    )
+    L.add(
+        stat(
+            "Canary verdict",
+            "The canary's conclusion per target: offload faster, offload slower, no offload "
+            "hit on revisit, or inconclusive (confidence interval spans 0).",
+            [(f"{q('kvoffload_canary_verdict')} == 1", "{{target}}: {{verdict}}")],
+            "none",
+            text_mode="name",
+            color_mode="background",
+            mappings=[],
+        ),
+        w=4,
+        h=8,
+        steps=[("blue", None)],
+    )
+
+    L.row("Memory")
+    L.add(
+        timeseries(
+            "Host RAM headroom vs configured tier",
+            "Memory that can still be allocated (min of host available "
+            "and cgroup limit − usage) next to the pinned offload tier configured on that host. Headroom far "
+            "below the tier means a restart that re-pins it, or any spike, risks an OOM kill.",
+            [
+                (c.per_exporter(q("kvoffload_host_memory_headroom_bytes")), "headroom {{instance}}"),
+                (c.per_exporter(q("kvoffload_host_memory_available_bytes")), "available {{instance}}"),
+                (f"sum by (job, instance) ({q('kvoffload_offload_tier_bytes')})", "configured tier {{instance}}"),
+            ],
+            "bytes",
+        ),
+        w=12,
+        h=8,
+    )
+    vram = f"{q('kvoffload_gpu_memory_used_bytes')} / {q('kvoffload_gpu_memory_total_bytes')}"
+    L.add(
+        G.GaugePanel(
+            title="VRAM used per GPU",
+            description="Framebuffer used ÷ total per GPU (NVML) on the exporters of the selected targets.",
+            targets=targets([(c.per_exporter(vram), "GPU {{gpu}} {{name}}")], instant=True),
+            format="percentunit",
+            min=0,
+            max=1,
+            calc="lastNotNull",
+            thresholdMarkers=True,
+        ),
+        w=6,
+        h=8,
+        steps=[("green", None), ("orange", 0.9), ("red", 0.97)],
+    )
+    L.add(
+        timeseries(
+            "VRAM per GPU",
+            "Framebuffer used and total per GPU (NVML).",
+            [
+                (c.per_exporter(q("kvoffload_gpu_memory_used_bytes")), "used GPU {{gpu}}"),
+                (c.per_exporter(q("kvoffload_gpu_memory_total_bytes")), "total GPU {{gpu}}"),
+            ],
+            "bytes",
+            fill=0,
+        ),
+        w=6,
+        h=8,
+    )
+
+    from kvoffload_exporter.bundle.backend_panels import backend_rows  # one focused hook; the row lives there
+
+    backend_rows(L, q, eng)
+
+    L.row("Offload tier pressure")
+    L.add(
+        timeseries(
+            "Allocation failures and skipped stores",
+            "Store allocations that failed because the tier was full "
+            "of in-flight chunks, and stores skipped by reuse gating (store_threshold ≥ 2), per second.",
+            [
+                (f"rate({q('kvoffload_offload_allocation_failures_total')}[$__rate_interval])", f"failed {eng}"),
+                (f"rate({q('kvoffload_offload_stores_skipped_total')}[$__rate_interval])", f"skipped {eng}"),
+            ],
+            "cps",
+        ),
+        w=12,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Tier chunks pinned by in-flight transfers",
+            "Share of offload-tier chunks held by transfers in "
+            "flight. NOT the fill level (vLLM exports none); advisory in multiprocess mode.",
+            [(q("kvoffload_offload_inflight_ratio"), eng)],
+            "percentunit",
+        ),
+        w=12,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Is the tier worth its RAM?",
+            "Prefill seconds the tier saved per GiB-hour it was held, over the exporter's window: (loaded tokens "
+            "x measured prefill cost per token - load seconds) / (tier GiB x window hours). Below 0 with loads: "
+            "disable; kvoffload_offload_recommendation says grow/keep/shrink/disable (rules in docs/memory.md). "
+            "Absent while the tier size or the prefill cost is unknown.",
+            [(q("kvoffload_offload_payback_seconds_per_gib_hour"), f"payback {eng}")],
+            "s",
+        ),
+        w=24,
+        h=8,
+    )
+
+    from kvoffload_exporter.bundle import reason_panels  # imports panels.py only; kept out of this module's length
+
+    reason_panels.add(L, q, eng)
+
+    return dashboard(
+        "KV offload overview",
+        OVERVIEW_UID,
+        "Is vLLM KV-cache offloading paying off? Evidence state, load/store ratio, bandwidth, hit ratios, "
+        "TTFT, canary ΔTTFT and memory headroom, from kvoffload-exporter.",
+        L,
+        variables(c, engine_vars=True),
+    )
+
+
+DASHBOARDS = {"kvoffload-overview.json": overview, "kvoffload-exporter-health.json": exporter_health}
+
+
+def render(selectors: Sequence[Matcher] = ()) -> dict[str, str]:
+    return {f"dashboards/{name}": dumps(fn(selectors)) for name, fn in DASHBOARDS.items()}

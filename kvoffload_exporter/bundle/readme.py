@@ -1,0 +1,83 @@
+"""Counts and lists in the README, generated: each `<!-- gen:NAME -->…<!-- /gen -->` block is rendered from
+the code that defines it (alert rules, catalogue, simulator), so the README cannot say 13 alerts when the rules
+have 14. `bundle --out DIR` rewrites the blocks of DIR/README.md when it has any, and `--check` compares
+them like every other generated file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+
+PATH = "README.md"
+_BLOCK = re.compile(r"<!-- gen:([a-z-]+) -->(.*?)<!-- /gen -->", re.S)
+
+
+def _alerts() -> str:
+    from kvoffload_exporter.bundle.rules import build
+
+    records, alerts = build()
+    return f"{len(records)} recording rules and {len(alerts)} alerts ({', '.join(f'`{a.alert}`' for a in alerts)})"
+
+
+def _metrics() -> str:
+    from kvoffload_exporter.catalogue import CATALOGUE
+
+    return f"{len(CATALOGUE)} metric families"
+
+
+def _scrape_errors() -> str:
+    from kvoffload_exporter.catalogue import SCRAPE_ERROR_REASONS
+
+    return ", ".join(f"`{r}`" for r in SCRAPE_ERROR_REASONS)
+
+
+def _states() -> str:
+    from kvoffload_exporter.catalogue import STATES
+
+    return ", ".join(f"`{s}`" for s in STATES)
+
+
+def _faults() -> str:
+    from kvoffload_exporter.sim.faults import FAULTS
+
+    return ", ".join(f"`{f}`" for f in FAULTS)
+
+
+def _backends() -> str:
+    from kvoffload_exporter.sim.backends import BACKENDS
+
+    return "|".join(BACKENDS)
+
+
+def _calibrations() -> str:
+    from kvoffload_exporter.sim.calibration import CALIBRATIONS, DEFAULT_CALIBRATION
+
+    return ", ".join(f"`{c}`" + (" (the default)" if c == DEFAULT_CALIBRATION else "") for c in CALIBRATIONS)
+
+
+BLOCKS: Mapping[str, Callable[[], str]] = {
+    "alerts": _alerts,
+    "metrics": _metrics,
+    "scrape-errors": _scrape_errors,
+    "states": _states,
+    "sim-faults": _faults,
+    "sim-backends": _backends,
+    "calibrations": _calibrations,
+}
+
+
+def has_blocks(text: str) -> bool:
+    return _BLOCK.search(text) is not None
+
+
+def patch(text: str) -> str:
+    """`text` with every generated block re-rendered (ValueError on a block name nothing renders)."""
+
+    def one(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in BLOCKS:
+            raise ValueError(f"README.md: unknown generated block {name!r}; known: {', '.join(BLOCKS)}")
+        return f"<!-- gen:{name} -->{BLOCKS[name]()}<!-- /gen -->"
+
+    return _BLOCK.sub(one, text)

@@ -1,0 +1,140 @@
+"""Overview rows "Why no loads?" and "Payoff under load": state reasons, per-engine imbalance, the tier's
+retention horizon, the canary's ΔTTFT by load band and the passive convoy view.
+
+Kept apart from the rest of the overview so the rows can move as a block; `dashboards.overview()` calls
+`add()` once. `panels.finish` appends the metric names and the `serve --canary` note to descriptions.
+"""
+
+from __future__ import annotations
+
+from kvoffload_exporter.bundle.panels import Layout, mt, state_timeline, targets, timeseries
+from kvoffload_exporter.bundle.promql import Query
+from kvoffload_exporter.catalogue import STATE_REASONS
+from kvoffload_exporter.enums import StateReason as R
+
+_REASON_COLORS: dict[R, str] = {
+    R.METRIC_MISSING: "red",
+    R.WARMING_UP: "orange",
+    R.TIER_SMALLER_THAN_PREFIX: "light-purple",
+    R.STORES_SKIPPED: "light-yellow",
+    R.STORES_DROPPED: "yellow",
+    R.TIER_SMALLER_THAN_GPU_POOL: "purple",
+    R.PREFIX_SHORTER_THAN_BLOCK: "blue",
+    R.LOADS_SKIPPED_BY_REQUEST: "dark-orange",
+    R.EVICTED_BEFORE_REUSE: "dark-red",
+    R.NO_REUSE_IN_WORKLOAD: "text",
+    R.LOOKUP_ALWAYS_MISSES: "dark-purple",
+}
+
+
+def _why_no_loads(L: Layout, q: Query, eng: str) -> None:
+    L.row("Why no loads?")
+    reason_expr = (
+        "max without (reason) ("
+        + " or ".join(
+            f"{q('kvoffload_state_reason', mt('reason', '=', r))} * {i}" for i, r in enumerate(STATE_REASONS, 1)
+        )
+        + ")"
+    )
+    mappings = {0: ("nothing to explain", "green")}
+    mappings.update({i: (r.replace("_", " "), _REASON_COLORS[r]) for i, r in enumerate(STATE_REASONS, 1)})
+    L.add(
+        state_timeline(
+            "Why this engine stores without loading",
+            "kvoffload_state_reason: the rule that explains a store_without_load or not_storing state (or "
+            "a hit that loses stores); one section per reason in alerts/runbook.md (State reasons).",
+            targets([(reason_expr, eng)]),
+            mappings,
+        ),
+        w=24,
+        h=6,
+    )
+    L.add(
+        timeseries(
+            "Per-engine offload loads vs stores (last hour)",
+            "Bytes loaded and stored per engine (DP rank) over the last hour. One engine storing with its "
+            "load line at 0 while its siblings load is KVOffloadEngineImbalance.",
+            [
+                (f"increase({q('kvoffload_offload_load_bytes_total')}[1h])", f"load {eng}"),
+                (f"increase({q('kvoffload_offload_store_bytes_total')}[1h])", f"store {eng}"),
+            ],
+            "bytes",
+            fill=0,
+        ),
+        w=12,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Tier retention horizon",
+            "kvoffload_tier_retention_seconds: the largest idle time after which the canary's displaced "
+            "prefix still loaded from the tier (wait strategy, recent cycles). Reuse that comes later than "
+            "this misses the tier (reason evicted_before_reuse).",
+            [(q("kvoffload_tier_retention_seconds"), "{{target}}")],
+            "s",
+            fill=0,
+        ),
+        w=12,
+        h=8,
+    )
+
+
+def _payoff_under_load(L: Layout, q: Query, eng: str) -> None:
+    L.row("Payoff under load")
+    L.add(
+        timeseries(
+            "Canary ΔTTFT by load band",
+            "Offload hit minus control TTFT medians per load band the canary cycles ran under (idle: no "
+            "other request; low: fewer than 8 running, none waiting; high: otherwise). Above 0 in the "
+            "band the target is in now is KVOffloadSlowerUnderLoad.",
+            [(q("kvoffload_canary_band_delta_ttft_seconds"), "{{target}} {{load_band}} vs {{control}}")],
+            "s",
+            fill=0,
+            thresholds_line=True,
+        ),
+        w=12,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Offload lookup delay p99",
+            "p99 of how long a request's offload lookup stayed deferred over the window: loads queueing "
+            "behind loads (the convoy of vllm#44294). vLLM 0.33+.",
+            [(q("kvoffload_offload_lookup_async_delay_seconds"), eng)],
+            "s",
+            fill=0,
+        ),
+        w=12,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Requests waiting on KV fetch by stage",
+            "Waiting requests by async KV-load stage: waiting_to_start and in_progress growing together "
+            "with the queue time means concurrent requests are serialised behind loads.",
+            [(q("kvoffload_requests_kv_fetch"), f"{{{{stage}}}} {eng}")],
+            "short",
+            stack=True,
+        ),
+        w=12,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "Queue time quantiles",
+            "Request queue-time quantiles over the window (vllm:request_queue_time_seconds).",
+            [(q("kvoffload_request_queue_time_seconds"), f"p{{{{quantile}}}} {eng}")],
+            "s",
+            fill=0,
+        ),
+        w=12,
+        h=8,
+    )
+
+
+def add(L: Layout, q: Query, eng: str) -> None:
+    _why_no_loads(L, q, eng)
+    _payoff_under_load(L, q, eng)
+
+
+__all__ = ["add"]

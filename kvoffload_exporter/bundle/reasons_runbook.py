@@ -1,0 +1,121 @@
+"""The runbook's "Reason" sections: how to read each `kvoffload_state_reason` and what to do about it.
+
+Pure text, one section per `StateReason` (the rule itself lives in kvoffload_exporter/reasons.py); appended to
+alerts/runbook.md by kvoffload_exporter/bundle/runbook.py (below the alert sections, one heading level down, so the
+"one `##` section per alert" check holds); KVOffloadStoreWithoutLoad's description points here when the
+alert carries a `reason` label. tests/test_reasons.py checks the runbook holds every section.
+"""
+
+from __future__ import annotations
+
+from kvoffload_exporter.enums import StateReason
+
+_HEAD = """### State reasons
+
+`kvoffload_state_reason{target,model_name,engine,window,reason}` is one-hot: 1 on the reason whose rule
+holds for an engine in `store_without_load` or `not_storing` (or `stores_dropped` for a degraded `hit`), all
+0 when nothing needs explaining. `inspect BEFORE AFTER` prints it (`state_reason` in `--json`);
+KVOffloadStoreWithoutLoad and KVOffloadNotStoring carry it as their `reason` label. Each state has its
+own rules (`not_storing`: `metric_missing`, `tier_smaller_than_prefix`, `stores_skipped`, `stores_dropped`),
+tried in the order below; the first that holds wins, so a missing metric is never read as a property of
+the workload. The three canary-backed facts (wait-ladder
+evictions, revisits that never load) sharpen `lookup_always_misses` into `evicted_before_reuse`.
+"""
+
+SECTIONS: dict[StateReason, tuple[str, str, str]] = {
+    StateReason.METRIC_MISSING: (
+        "The engine exports store counters but no load family (`vllm:kv_offload_load_*`: no HELP, TYPE or "
+        "sample), or external prefix queries without external hits (ai-dynamo/dynamo#4549). Loads may "
+        "happen and simply be invisible.",
+        "`inspect` one dump: which `vllm:kv_offload_*` families exist; the vLLM / connector version.",
+        "Upgrade or configure the connector so it exports loads; until then the state proves nothing.",
+    ),
+    StateReason.WARMING_UP: (
+        "Fewer prompt tokens since the engine started than `num_gpu_blocks × block_size`. With "
+        "store-on-compute the tier is a superset of the GPU cache (vllm#43946): nothing stored has left "
+        "the GPU yet, so nothing can be loaded back.",
+        "`kvoffload_prompt_tokens_total` against `kvoffload_gpu_kv_cache_blocks × kvoffload_gpu_kv_block_size_tokens`.",
+        "Wait; the reason clears once the GPU pool has turned over once.",
+    ),
+    StateReason.TIER_SMALLER_THAN_PREFIX: (
+        "`not_storing`: the tier's known size (`kvoffload_offload_tier_bytes`, exported or the target's "
+        "`tier_bytes` setting) is below the KV bytes of the typical computed prompt (computed prompt tokens "
+        "per request × KV bytes per token). A store that cannot fit is never made, so the tier stays empty "
+        "(H200, Qwen3-0.6B: a 300 MB tier under 5,120-token prefixes of 587 MB stored nothing in 12 million "
+        "computed tokens).",
+        "`kvoffload_offload_tier_bytes` against the prompt lengths the engine computes; the connector's "
+        "`cpu_bytes_to_use` / `kv_offloading_size`.",
+        "Make the tier several prompts large (and larger than the GPU pool), or disable it: at this size it "
+        "costs pinned memory and can never help.",
+    ),
+    StateReason.STORES_SKIPPED: (
+        "`not_storing`: the connector counted stores it skipped (`vllm:kv_offload_stores_skipped`) and made "
+        "none: the tier refuses what it is offered (full of in-flight chunks, or a store policy that skips).",
+        "`kvoffload_offload_stores_skipped_total`; the tier size and `store_threshold`.",
+        "Enlarge the tier or relax the store policy; until then the tier holds nothing.",
+    ),
+    StateReason.STORES_DROPPED: (
+        "The tier is losing stores: allocation failures, stores skipped, a backend's own drops (tiering "
+        "backpressure, a full SimpleCPU tier), or every chunk pinned by in-flight transfers (backpressure). "
+        "On a `hit` engine this is the degraded hit: it loads, but not all it could.",
+        "`kvoffload_offload_allocation_failures_total`, `kvoffload_offload_stores_skipped_total`, "
+        "`kvoffload_offload_dropped_total`, `kvoffload_offload_inflight_ratio` near 1.",
+        "Enlarge the tier or lower the store rate (`store_threshold` ≥ 2 stores only reused blocks).",
+    ),
+    StateReason.TIER_SMALLER_THAN_GPU_POOL: (
+        "The tier holds fewer tokens (`kv_offload_config_info` `cpu_kv_cache_size_tokens`, or the tier bytes "
+        "over the GPU cache's bytes per token) than the GPU pool. A prefix is evicted from the GPU only "
+        "after newer blocks filled it, and those newer blocks already pushed it out of the smaller tier "
+        "(vllm#56871: 500 GiB of host held 3.3 M tokens under a 5.29 M-token GPU pool).",
+        "`kvoffload_offload_tier_bytes` against the GPU pool; the tier size per TP rank.",
+        "Make the tier clearly larger than the GPU pool, or disable offload: at this size it cannot hit.",
+    ),
+    StateReason.PREFIX_SHORTER_THAN_BLOCK: (
+        "The GPU prefix hits per request are shorter than one offload chunk (`cpu_blocks_per_chunk × "
+        "block_size`): the GPU matches 16-token blocks, the tier only whole chunks, so shared prefixes "
+        "never reach it (vllm#54607).",
+        "GPU hit tokens ÷ requests (TTFT count) against the chunk size in `kv_offload_config_info`.",
+        "Use a smaller offload block size, or accept that this workload's prefixes are too short to offload.",
+    ),
+    StateReason.LOADS_SKIPPED_BY_REQUEST: (
+        "Fewer than half of the prompt tokens were looked up in the prefix cache: requests skip reading "
+        "the cache (prompt logprobs, `kv_transfer_params.max_load_tokens: 0`, router policies such as "
+        "llm-d-router#2833; vllm#57596).",
+        "`kvoffload_gpu_prefix_queries_tokens_total` against `kvoffload_prompt_tokens_total`; the clients' "
+        "request options.",
+        "If the skip is intended (selective loading), the stores are wasted: stop offloading those "
+        "requests' blocks or raise `store_threshold`.",
+    ),
+    StateReason.EVICTED_BEFORE_REUSE: (
+        "The canary's wait ladder saw its displaced prefix miss the tier although this target has loaded "
+        "before: real reuse comes later than the tier keeps blocks.",
+        "`kvoffload_tier_retention_seconds` (how long the tier keeps a prefix) against the workload's "
+        'revisit interval; `kvoffload_canary_cycles_total{reason="evicted_from_tier"}`.',
+        "Grow the tier until the retention horizon covers the revisit interval, or disable it.",
+    ),
+    StateReason.NO_REUSE_IN_WORKLOAD: (
+        "The GPU prefix hit ratio is below 5 % and nothing came from the tier: the workload barely repeats "
+        "prefixes, so stores are pure cost.",
+        "*GPU vs external prefix hit ratio* over a day: is it always this low?",
+        "Set `store_threshold` ≥ 2 (only reused blocks are stored) or disable offloading for this model.",
+    ),
+    StateReason.LOOKUP_ALWAYS_MISSES: (
+        "The tier is asked (external prefix queries grow) and never answers (external hits stay 0), or "
+        "the canary's displaced prefix was not loaded on revisit on a target that never loaded: the "
+        "load path is broken (vllm#47890 hybrid KV groups, vllm#53498 SimpleCPU).",
+        "`kvoffload-exporter check` against the target: a `no_load` cycle reason confirms it.",
+        "Compare the vLLM version with the known issues; check `kv_connector_extra_config`; disable "
+        "offload until fixed.",
+    ),
+}
+
+
+def render() -> str:
+    """The Markdown appended to alerts/runbook.md."""
+    parts = [_HEAD]
+    for reason, (meaning, check, act) in SECTIONS.items():
+        parts.append(f"#### Reason {reason}\n\n**Meaning.** {meaning}\n\n**Check.** {check}\n\n**Act.** {act}\n")
+    return "\n".join(parts)
+
+
+__all__ = ["SECTIONS", "render"]

@@ -1,0 +1,48 @@
+"""`render_bundle()`: every generated file of the bundle, as {relative path: text}, for given selectors.
+
+Later generators (Kubernetes, compose) add their files here; the CLI and the drift tests need no change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from kvoffload_exporter.bundle.promql import parse_selectors
+from kvoffload_exporter.bundle.settings import DEFAULT, Settings
+
+RULES_PATH = "alerts/kvoffload.rules.yaml"
+METRICS_DOC_PATH = "docs/metrics.md"
+
+
+def render_bundle(
+    selectors: Iterable[str] | Mapping[str, str] | None = None, settings: Settings = DEFAULT
+) -> dict[str, str]:
+    """Render the bundle. `selectors`: `["job=vllm-sidecar", ...]` or `{"job": "vllm-sidecar"}`.
+
+    Raises ImportError when grafanalib (the `bundle` extra) is missing, ValueError on a bad selector."""
+    from kvoffload_exporter.bundle import (
+        alerts_doc,
+        dashboards,
+        grafana_alerts,
+        metrics_doc,
+        mixin,
+        rulefile,
+        ruletests,
+        runbook,
+    )
+    from kvoffload_exporter.bundle.deploy import render_deploy
+    from kvoffload_exporter.bundle.rules import build
+
+    matchers = parse_selectors(selectors)
+    files: dict[str, str] = {
+        RULES_PATH: rulefile.prometheus_rules_yaml(settings, matchers),
+        METRICS_DOC_PATH: metrics_doc.render(),
+        runbook.PATH: runbook.render(settings),
+        alerts_doc.PATH: alerts_doc.render(settings),
+    }
+    files.update(ruletests.render(settings, matchers, build(settings, matchers)[1]))
+    files.update(dashboards.render(matchers))
+    files.update(grafana_alerts.render(settings, matchers))
+    files.update(render_deploy(files, settings))
+    files[mixin.PATH] = mixin.render(files)
+    return dict(sorted(files.items()))

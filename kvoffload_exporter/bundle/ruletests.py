@@ -1,0 +1,400 @@
+"""promtool unit tests for the rules as rendered (`alerts/tests/rendered-<alert>.test.yaml`): one firing
+and one silent case per alert, built from the same settings and selectors as the rules, so a bundle
+rendered with `--set`/`--selector` can be checked with `promtool test rules` like the committed one.
+
+Series are shaped from the thresholds and evaluated after the window and `for` have passed; label values
+satisfy the user's selectors. The hand-written `alerts/tests/kvoffload.test.yaml` (real failure replays)
+stays the independent check. A case the rendered rules cannot make fire (a selector on a label its series
+never carry, `absent_for` not shorter than `absent_memory`) is left out and named in the file's header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kvoffload_exporter.bundle import testvalues as tv
+from kvoffload_exporter.bundle.promql import Matcher
+from kvoffload_exporter.bundle.rules import AlertRule
+from kvoffload_exporter.bundle.settings import Settings
+
+DIR = "alerts/tests"
+BASE = {"job": "kvoffload", "instance": "sidecar:9466", "target": "vllm-a", "model_name": "m", "engine": "0"}
+J3 = ("job", "instance", "target")
+B5 = (*J3, "model_name", "engine")
+OWN = {"state", "window", "quantile", "unit", "tier", "connector", "reason", "control", "verdict", "load_band"}
+OWN |= {"bound", "generation", "vllm_version", "result"}
+GIB = 1073741824
+
+
+@dataclass
+class Case:
+    name: str
+    series: list[tuple[str, dict[str, str], str]] = field(default_factory=list)
+    expected: list[tuple[dict[str, str], float]] = field(default_factory=list)
+    fits: bool = True
+
+
+class _Env:
+    """Settings, selectors and the time grid shared by every case."""
+
+    def __init__(self, s: Settings, selectors: Sequence[Matcher]):
+        self.s, self.sel = s, tuple(selectors)
+        self.step = 1000
+        extra = {m.label for m in self.sel} - set(BASE) - OWN
+        self.extra = {lb: tv.label_value(lb, "", self.sel) for lb in sorted(extra)}
+
+    def at(self, *durations: str, plus: int = 2) -> int:
+        """An evaluation time (ms, on the grid) after the sum of `durations`, plus `plus` steps."""
+        ms = sum(tv.duration_ms(d) for d in durations)
+        return -(-ms // self.step) * self.step + plus * self.step
+
+    def n(self, t_ms: int) -> int:
+        return t_ms // self.step
+
+    def labels(self, case: Case, keys: Sequence[str], **own: str) -> dict[str, str]:
+        """Labels of a series carrying the base `keys` (selector-satisfying values) and its own labels."""
+        out: dict[str, str] = {}
+        for k in keys:
+            v = tv.label_value(k, own.pop(k, BASE.get(k, k)), self.sel)
+            if v is None:
+                case.fits = False
+            elif v:
+                out[k] = v
+        for k, v in {**self.extra, **own}.items():
+            if v is None:
+                case.fits = False
+            elif v:
+                out[k] = v
+        if not all(tv.matches(m, out.get(m.label, "")) for m in self.sel):
+            case.fits = False
+        return out
+
+
+def _counter(rate: float, n: int) -> str:
+    return f"0+{_v(rate)}x{n}"
+
+
+def _gauge(v: float, n: int) -> str:
+    return f"{_v(v)}x{n}"
+
+
+def _v(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() and abs(v) < 2**53 else repr(float(v))
+
+
+Builder = Callable[[_Env, bool], tuple[Case, int]]
+
+
+RECORDED_STEP_MAX = 240_000
+"""Alerts reading recorded series need a step within the 5m lookback: rule groups see each other's samples
+of the previous evaluation."""
+
+
+def _dividing(window: str, most: int = 10**15) -> int:
+    """A step that divides the window into >= 4 (exact `increase()` values: no extrapolation), <= `most`."""
+    ms = tv.duration_ms(window)
+    return ms // next((k for k in range(4, ms + 1) if ms % k == 0 and ms // k <= most), 1) if ms >= 4 else 1
+
+
+def _quarter(for_: str) -> int:
+    """A step for a gauge alert: the `for` passes in about four steps."""
+    return max(1000, tv.duration_ms(for_) // 4)
+
+
+def _absent_step(s: Settings) -> int:
+    """Steps short enough that the alert fires while the old series is still within `absent_memory`
+    (when no step can, the one that keeps the silent case short)."""
+    for_, memory = tv.duration_ms(s.absent_for), tv.duration_ms(s.absent_memory)
+    quarter = _quarter(s.absent_for)
+    steps = (quarter, max(1, memory // 8), max(1, (memory - for_) // 4))
+    return next((x for x in steps if 2 * x + -(-for_ // x) * x <= memory), quarter)
+
+
+def _store_without_load(e: _Env, fire: bool) -> tuple[Case, int]:
+    s, w = e.s, tv.duration_ms(e.s.reuse_window)
+    rate = max(682622976, int(s.store_without_load_min_bytes * e.step / w) + 1)
+    t = e.at(s.reuse_window, s.store_without_load_for)
+    c = Case("stores clear the minimum in the window, zero loads, prefix reuse" if fire else "loads happen")
+    lb = e.labels(c, B5)
+    c.series = [
+        ("kvoffload_offload_store_bytes_total", lb, _counter(rate, e.n(t))),
+        ("kvoffload_offload_load_bytes_total", lb, _counter(0 if fire else 1000, e.n(t))),
+        ("kvoffload_gpu_prefix_hits_tokens_total", lb, _counter(100, e.n(t))),
+    ]
+    c.expected = [(lb, rate * (w // e.step))] if fire else []
+    return c, t
+
+
+def _engine_imbalance(e: _Env, fire: bool) -> tuple[Case, int]:
+    s, w = e.s, tv.duration_ms(e.s.reuse_window)
+    rate = max(682622976, int(s.store_without_load_min_bytes * e.step / w) + 1)
+    t = e.at(s.reuse_window, s.store_without_load_for)
+    c = Case("engine 1 stores and never loads while engine 0 loads" if fire else "both engines load")
+    e0, e1 = e.labels(c, B5, engine="0"), e.labels(c, B5, engine="1")
+    c.fits &= e0 != e1
+    c.series = [("kvoffload_offload_store_bytes_total", lb, _counter(rate, e.n(t))) for lb in (e0, e1)]
+    c.series += [
+        ("kvoffload_offload_load_bytes_total", e0, _counter(rate, e.n(t))),
+        ("kvoffload_offload_load_bytes_total", e1, _counter(0 if fire else rate, e.n(t))),
+    ]
+    c.expected = [(e1, rate * (w // e.step))] if fire else []
+    return c, t
+
+
+def _control(e: _Env) -> str:
+    """A canary control the rules' `slower_controls` regex selects."""
+    m = Matcher("control", "=~", e.s.slower_controls)
+    return next((x for x in [*tv._examples(e.s.slower_controls), "recompute"] if tv.matches(m, x)), "recompute")
+
+
+def _slower(e: _Env, fire: bool) -> tuple[Case, int]:
+    s, t = e.s, e.at(e.s.slower_for)
+    delta = s.slower_min_delta_seconds + (0.0277 if fire else -0.5)
+    c = Case(f"offload hit {delta:+g} s vs the control, verdict offload_slower")
+    lb = e.labels(c, J3, control=_control(e))
+    c.series = [
+        ("kvoffload_canary_delta_ttft_seconds", lb, _gauge(delta, e.n(t))),
+        ("kvoffload_canary_verdict", e.labels(c, J3, verdict="offload_slower"), _gauge(1, e.n(t))),
+    ]
+    c.expected = [(lb, delta)] if fire else []
+    return c, t
+
+
+def _slower_under_load(e: _Env, fire: bool) -> tuple[Case, int]:
+    s, t = e.s, e.at(e.s.slower_for)
+    delta = s.slower_min_delta_seconds + 0.04
+    c = Case("slower in the high band, the band the target is in" if fire else "slower only in a band not current")
+    lb = e.labels(c, J3, control=_control(e), load_band="high")
+    c.series = [
+        ("kvoffload_canary_band_delta_ttft_seconds", lb, _gauge(delta, e.n(t))),
+        ("kvoffload_canary_band_delta_ttft_ci_seconds", {**lb, "bound": "lower"}, _gauge(0.01, e.n(t))),
+        ("kvoffload_canary_load_band", e.labels(c, J3, load_band="high"), _gauge(1 if fire else 0, e.n(t))),
+        ("kvoffload_canary_load_band", e.labels(c, J3, load_band="low"), _gauge(0 if fire else 1, e.n(t))),
+    ]
+    c.fits &= all(tv.matches(m, lb.get(m.label, "")) for m in e.sel if m.label == "bound")
+    c.expected = [(lb, delta)] if fire else []
+    return c, t
+
+
+def _ttft_regression(e: _Env, fire: bool) -> tuple[Case, int]:
+    s, t, ctl = e.s, e.at(e.s.ttft_regression_for), 0.1
+    slow = round(max(ctl * s.ttft_control_ratio, ctl + s.ttft_regression_min_seconds) + 0.2, 3) if fire else ctl
+    c = Case(f"offload target {slow:g} s vs a no-offload control serving the same model at {ctl:g} s")
+    q = {"window": "5m", "quantile": s.ttft_quantile}
+    off, con = e.labels(c, B5, **q), e.labels(c, B5, target="vllm-control", **q)
+    c.fits &= off.get("target") != con.get("target")
+    for lb, v, nc in ((off, slow, 0), (con, ctl, 1)):
+        c.series.append(("kvoffload_ttft_seconds", lb, _gauge(v, e.n(t))))
+        state = {k: x for k, x in lb.items() if k not in q}
+        c.series.append(("kvoffload_state", {**state, "state": "not_configured"}, _gauge(nc, e.n(t))))
+    c.expected = [(off, slow)] if fire else []
+    return c, t
+
+
+def _metrics_absent(e: _Env, fire: bool) -> tuple[Case, int]:
+    s = e.s
+    t = 2 * e.step + e.at(s.absent_for, plus=0)
+    c = Case("upgrade drops the offload families (generation flat -> none)" if fire else "never had offload")
+    c.fits &= not fire or t <= tv.duration_ms(s.absent_memory)
+    new = e.labels(c, J3, vllm_version="0.34.0", generation="none")
+    old = e.labels(c, J3, vllm_version="0.26.0", generation="flat")
+    c.series = [("kvoffload_target_info", new, f"_x2 1x{e.n(t)}" if fire else _gauge(1, e.n(t)))]
+    c.series += [("kvoffload_target_info", old, "1x1")] if fire else []
+    c.expected = [(new, 1)] if fire else []
+    return c, t
+
+
+def _gauge_case(metric: str, keys: Sequence[str], bad: float, good: float, for_: str, what: str) -> Builder:
+    def build(e: _Env, fire: bool) -> tuple[Case, int]:
+        t = e.at(getattr(e.s, for_))
+        c = Case(f"{what} {_v(bad if fire else good)}")
+        lb = e.labels(c, keys)
+        c.series = [(metric, lb, _gauge(bad if fire else good, e.n(t)))]
+        c.expected = [(lb, bad)] if fire else []
+        return c, t
+
+    return build
+
+
+def _headroom(e: _Env, fire: bool) -> tuple[Case, int]:
+    s, t, tier = e.s, e.at(e.s.headroom_for), 8_000_000_000
+    head = (int(s.headroom_min_tier_ratio * tier / 2) if s.headroom_min_tier_ratio > 0 else -GIB) if fire else None
+    head = head if head is not None else int(s.headroom_min_tier_ratio * tier * 2) + GIB
+    c = Case(f"headroom {head} B next to an {tier} B tier")
+    lb = e.labels(c, ("job", "instance"))
+    c.series = [
+        ("kvoffload_host_memory_headroom_bytes", lb, _gauge(head, e.n(t))),
+        ("kvoffload_offload_tier_bytes", e.labels(c, B5), _gauge(tier, e.n(t))),
+    ]
+    c.expected = [(lb, head)] if fire else []
+    return c, t
+
+
+def _overcommitted(e: _Env, fire: bool) -> tuple[Case, int]:
+    limit = e.s.tier_footprint_max_ratio
+    return _gauge_case(
+        "kvoffload_offload_tier_footprint_ratio", J3, limit + 0.38, limit / 2, "tier_footprint_for", "footprint ratio"
+    )(e, fire)
+
+
+def _oom(e: _Env, fire: bool) -> tuple[Case, int]:
+    t = e.at(e.s.oom_risk_for)
+    head = GIB // 2 if fire else 10 * GIB
+    c = Case(f"cgroup headroom {head} B, growth step {GIB} B")
+    lb = e.labels(c, J3)
+    c.series = [
+        ("kvoffload_process_tree_cgroup_headroom_bytes", lb, _gauge(head, e.n(t))),
+        ("kvoffload_process_tree_growth_step_bytes", lb, _gauge(GIB, e.n(t))),
+    ]
+    c.expected = [(lb, head)] if fire else []
+    return c, t
+
+
+def _failing_counter(metric: str, own: Mapping[str, str]) -> Builder:
+    def build(e: _Env, fire: bool) -> tuple[Case, int]:
+        s = e.s
+        t = e.at(s.allocation_window, s.allocation_for)
+        c = Case("one more every step" if fire else "counter flat")
+        lb = e.labels(c, B5, **own)
+        c.series = [(metric, lb, _counter(1, e.n(t)) if fire else _gauge(5, e.n(t)))]
+        c.expected = [(lb, tv.duration_ms(s.allocation_window) // e.step)] if fire else []
+        return c, t
+
+    return build
+
+
+def _canary_failing(e: _Env, fire: bool) -> tuple[Case, int]:
+    t = e.at(e.s.canary_for)
+    c = Case("a token budget and no successful cycle ever" if fire else "a cycle succeeds every step")
+    lb = e.labels(c, J3)
+    c.series = [("kvoffload_canary_budget_remaining_tokens", lb, _gauge(1000, e.n(t)))]
+    if not fire:  # the timestamp runs one second ahead of the clock: never stale
+        c.series.append(("kvoffload_canary_last_success_timestamp_seconds", lb, f"1+{_v(e.step / 1000)}x{e.n(t)}"))
+    c.expected = [(lb, 1000)] if fire else []
+    return c, t
+
+
+def _no_offload_hit(e: _Env, fire: bool) -> tuple[Case, int]:
+    t = e.at(e.s.canary_for)
+    c = Case("verdict no_offload_hit" if fire else "verdict no_offload_hit cleared")
+    lb = e.labels(c, J3, verdict="no_offload_hit")
+    c.series = [("kvoffload_canary_verdict", lb, _gauge(1 if fire else 0, e.n(t)))]
+    c.expected = [(lb, 1)] if fire else []
+    return c, t
+
+
+def _not_storing(e: _Env, fire: bool) -> tuple[Case, int]:
+    t = e.at(e.s.not_storing_for)
+    c = Case("state not_storing" if fire else "state storing")
+    lb = e.labels(c, B5)
+    c.series = [("kvoffload_state", {**lb, "state": "not_storing" if fire else "storing"}, _gauge(1, e.n(t)))]
+    c.expected = [(lb, 1)] if fire else []
+    return c, t
+
+
+BUILDERS: Mapping[str, Builder] = {
+    "KVOffloadStoreWithoutLoad": _store_without_load,
+    "KVOffloadNotStoring": _not_storing,
+    "KVOffloadEngineImbalance": _engine_imbalance,
+    "KVOffloadSlowerThanRecompute": _slower,
+    "KVOffloadSlowerUnderLoad": _slower_under_load,
+    "KVOffloadTTFTRegression": _ttft_regression,
+    "KVOffloadMetricsAbsent": _metrics_absent,
+    "KVOffloadExporterTargetDown": _gauge_case("kvoffload_up", J3, 0, 1, "target_down_for", "up"),
+    "KVOffloadHostMemoryHeadroomLow": _headroom,
+    "KVOffloadTierOvercommitted": _overcommitted,
+    "KVOffloadOOMRisk": _oom,
+    "KVOffloadAllocationFailures": _failing_counter("kvoffload_offload_allocation_failures_total", {}),
+    "KVOffloadTierDroppingWrites": _failing_counter(
+        "kvoffload_offload_dropped_total", {"unit": "chunks", "tier": "1:fs", "reason": "backpressure"}
+    ),
+    "KVOffloadCanaryFailing": _canary_failing,
+    "KVOffloadCanaryNoOffloadHit": _no_offload_hit,
+}
+"""One case builder per alert; tests/test_alerts.py fails when an alert has none."""
+
+STEPS: Mapping[str, Callable[[Settings], int]] = {
+    "KVOffloadStoreWithoutLoad": lambda s: _dividing(s.reuse_window, RECORDED_STEP_MAX),
+    "KVOffloadNotStoring": lambda s: _quarter(s.not_storing_for),
+    "KVOffloadEngineImbalance": lambda s: _dividing(s.reuse_window, RECORDED_STEP_MAX),
+    "KVOffloadSlowerThanRecompute": lambda s: _quarter(s.slower_for),
+    "KVOffloadSlowerUnderLoad": lambda s: _quarter(s.slower_for),
+    "KVOffloadTTFTRegression": lambda s: min(_quarter(s.ttft_regression_for), RECORDED_STEP_MAX),
+    "KVOffloadMetricsAbsent": _absent_step,
+    "KVOffloadExporterTargetDown": lambda s: _quarter(s.target_down_for),
+    "KVOffloadHostMemoryHeadroomLow": lambda s: _quarter(s.headroom_for),
+    "KVOffloadTierOvercommitted": lambda s: _quarter(s.tier_footprint_for),
+    "KVOffloadOOMRisk": lambda s: _quarter(s.oom_risk_for),
+    "KVOffloadAllocationFailures": lambda s: _dividing(s.allocation_window),
+    "KVOffloadTierDroppingWrites": lambda s: _dividing(s.allocation_window),
+    "KVOffloadCanaryFailing": lambda s: _quarter(s.canary_for),
+    "KVOffloadCanaryNoOffloadHit": lambda s: _quarter(s.canary_for),
+}
+"""Each alert's evaluation step (its own file: promtool has one evaluation_interval per file)."""
+
+
+def _series_text(metric: str, labels: Mapping[str, str]) -> str:
+    def quote(v: str) -> str:
+        return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    return metric + "{" + ",".join(f'{k}="{quote(v)}"' for k, v in labels.items()) + "}"
+
+
+def path(alert: str) -> str:
+    return f"{DIR}/rendered-{alert.lower()}.test.yaml"
+
+
+def tests(s: Settings, selectors: Sequence[Matcher], a: AlertRule) -> tuple[dict[str, object], list[str]]:
+    """One alert's promtool test document and the names of the cases left out (cannot fire as rendered)."""
+    e = _Env(s, selectors)
+    e.step = STEPS[a.alert](s)
+    out: list[dict[str, object]] = []
+    left_out: list[str] = []
+    for fire in (True, False):
+        case, t = BUILDERS[a.alert](e, fire)
+        name = f"{a.alert} {'fires' if fire else 'stays silent'}: {case.name}"
+        if not case.fits:
+            left_out.append(name)
+            continue
+        exp = [
+            {
+                "exp_labels": {"severity": a.severity, **labels},
+                "exp_annotations": {
+                    "summary": a.summary,
+                    "description": tv.render(a.description, labels, value),
+                    "runbook_url": a.runbook_url(s.runbook_url),
+                },
+            }
+            for labels, value in case.expected
+        ]
+        out.append(
+            {
+                "name": name,
+                "interval": tv.fmt_duration(e.step),
+                "input_series": [{"series": _series_text(m, lb), "values": v} for m, lb, v in case.series],
+                "alert_rule_test": [{"eval_time": tv.fmt_duration(t), "alertname": a.alert, "exp_alerts": exp}],
+            }
+        )
+    doc: dict[str, object] = {
+        "rule_files": ["../kvoffload.rules.yaml"],
+        "evaluation_interval": tv.fmt_duration(e.step),
+        "tests": out,
+    }
+    return doc, left_out
+
+
+def render(s: Settings, selectors: Sequence[Matcher], alerts: Sequence[AlertRule]) -> dict[str, str]:
+    """{path: text}: one test file per alert, named after it (a re-render overwrites every one)."""
+    from kvoffload_exporter.bundle.rulefile import dump_yaml
+
+    files = {}
+    for a in alerts:
+        doc, left_out = tests(s, selectors, a)
+        header = (
+            f"# Generated by `kvoffload-exporter bundle` with the rules beside it (same --set/--selector): {a.alert}.\n"
+            "# `promtool test rules alerts/tests/*.yaml` runs it with the hand-written kvoffload.test.yaml.\n"
+        )
+        header += "".join(f"# Left out (cannot fire as rendered): {n}\n" for n in left_out)
+        files[path(a.alert)] = header + dump_yaml(doc)
+    return files

@@ -1,0 +1,188 @@
+"""One decision, one piece of advice: `check`'s evidence (headline interval, sweep levels, payback, state)
+turned into the single `advice` the report prints; pure.
+
+The rules (docs/canary.md, "Advice"): an interval that includes 0 supports exactly one action, measure
+longer; a level counts only when its interval excludes 0; "skip loads below c = N" needs a decidedly slower
+level below a decidedly faster one; disabling loads needs every measured level decidedly slower. When the
+payback model and the measured ΔTTFT disagree, the measured ΔTTFT wins (it is measured at the load the
+operator runs; the model assumes a per-token prefill cost and ignores queueing) and `why` says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+FASTER, SLOWER = "offload_faster", "offload_slower"
+
+
+class Action(StrEnum):
+    KEEP = "keep"
+    DISABLE_LOADS = "disable_loads"
+    SKIP_LOADS_BELOW = "skip_loads_below"
+    GROW_TIER = "grow_tier"
+    SHRINK_TIER = "shrink_tier"
+    MEASURE_LONGER = "measure_longer"
+
+
+@dataclass(frozen=True)
+class Advice:
+    action: Action
+    concurrency: int | None
+    why: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"action": str(self.action), "concurrency": self.concurrency, "why": self.why}
+
+    def line(self) -> str:
+        at = f" (c = {self.concurrency})" if self.concurrency is not None else ""
+        return f"advice: {self.action}{at} - {self.why}"
+
+
+@dataclass(frozen=True)
+class LevelFact:
+    """One measured concurrency at the rounds' prefix length."""
+
+    concurrency: int
+    verdict: str
+    delta: float | None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the decision may look at (typed; built from the result objects, never from prose)."""
+
+    verdict: str  # the headline verdict (the ordinary rounds, c = 1)
+    verdict_why: str
+    levels: tuple[LevelFact, ...] = ()  # sweep levels at the rounds' prefix, c = 1 included when measured
+    payback_action: str | None = None  # the payback model's action over the run (kvoffload_exporter.payback)
+    payback_why: str | None = None
+    state_reasons: tuple[str, ...] = ()  # the exporter's state reasons over the run, per engine
+    error: str | None = None
+
+
+def _cs(cs: Sequence[int]) -> str:
+    return ", ".join(str(c) for c in cs)
+
+
+def _from_levels(levels: Sequence[LevelFact]) -> Advice:
+    rows = sorted(levels, key=lambda lv: lv.concurrency)
+    faster = [lv.concurrency for lv in rows if lv.verdict == FASTER]
+    slower = [lv.concurrency for lv in rows if lv.verdict == SLOWER]
+    open_ = [lv.concurrency for lv in rows if lv.verdict not in (FASTER, SLOWER)]
+    tail = f"; undecided at c = {_cs(open_)} (interval includes 0 or too few bursts)" if open_ else ""
+    if not faster and not slower:
+        return Advice(
+            Action.MEASURE_LONGER,
+            None,
+            f"no measured level decided (c = {_cs([lv.concurrency for lv in rows])}): every interval includes 0 "
+            "or has too few bursts; offload pays off at no measured level - re-run with more bursts "
+            "(`--min-bursts`) before acting",
+        )
+    if faster and not slower:
+        return Advice(Action.KEEP, None, f"loads pay off at c = {_cs(faster)} and are slower at no level{tail}")
+    if slower and not faster:
+        if open_:
+            return Advice(
+                Action.MEASURE_LONGER,
+                None,
+                f"loads are slower at c = {_cs(slower)} and pay off at no measured level{tail}: measure those "
+                "levels longer before disabling loads",
+            )
+        return Advice(
+            Action.DISABLE_LOADS,
+            None,
+            f"loads are slower than the control at every measured level (c = {_cs(slower)}) and pay off at no "
+            "measured level: disable loading (`max_load_tokens: 0`) or the tier, or re-measure with longer prefixes",
+        )
+    if max(slower) < min(faster):
+        n = min(faster)
+        return Advice(
+            Action.SKIP_LOADS_BELOW,
+            n,
+            f"loads are slower at c = {_cs(slower)} and pay off from c = {n}{tail}: skip loads while fewer than "
+            f"{n} requests run (per request `kv_transfer_params: {{max_load_tokens: 0}}`, e.g. a router rule)",
+        )
+    if max(faster) < min(slower):
+        return Advice(
+            Action.KEEP,
+            None,
+            f"loads pay off up to c = {max(faster)} and are slower at c = {_cs(slower)}{tail}: keep the tier and "
+            "cap loads under high concurrency (`max_load_tokens` below the prefix while many requests are in "
+            "flight; concurrent loads of one prefix queue, vllm#44294)",
+        )
+    return Advice(
+        Action.MEASURE_LONGER,
+        None,
+        f"decided levels disagree without one crossover (faster at c = {_cs(faster)}, slower at c = "
+        f"{_cs(slower)}): measure longer before acting",
+    )
+
+
+def _from_headline(ev: Evidence) -> Advice:
+    if ev.verdict == FASTER:
+        return Advice(Action.KEEP, None, f"loads pay off: {ev.verdict_why}")
+    if ev.verdict == SLOWER:
+        return Advice(
+            Action.DISABLE_LOADS,
+            None,
+            f"{ev.verdict_why}; measured at c = 1 only: add `--concurrency` to see whether it pays off under load "
+            "before disabling loads for all traffic",
+        )
+    if ev.verdict == "no_offload_hit":
+        return Advice(
+            Action.MEASURE_LONGER,
+            None,
+            f"{ev.verdict_why}: the tier served none of the displaced revisits, so there is no payoff to weigh; "
+            "see the state reason before acting",
+        )
+    return Advice(Action.MEASURE_LONGER, None, f"the run did not decide: {ev.verdict_why}")
+
+
+def _payback_note(advice: Advice, ev: Evidence) -> str:
+    """Say which evidence wins when the payback model points elsewhere."""
+    pb = ev.payback_action
+    if pb is None:
+        return ""
+    agrees = {
+        Action.KEEP: ("keep", "grow"),
+        Action.DISABLE_LOADS: ("disable",),
+        Action.SKIP_LOADS_BELOW: ("keep", "disable"),
+        Action.GROW_TIER: ("grow", "keep"),
+        Action.SHRINK_TIER: ("shrink",),
+    }.get(advice.action, ())
+    if advice.action == Action.MEASURE_LONGER:
+        return f"; the payback model alone ({pb}) is not acted on: it models what the measurement did not decide"
+    if pb in agrees:
+        return ""
+    return (
+        f"; the payback model says {pb} ({ev.payback_why}), but the measured dTTFT wins: it is measured at this "
+        "load, the model assumes a per-token prefill cost and ignores queueing"
+    )
+
+
+def advise(ev: Evidence) -> Advice:
+    """The run's one advice."""
+    if ev.error is not None:
+        return Advice(Action.MEASURE_LONGER, None, f"the run could not measure ({ev.error}): fix that and re-run")
+    if "tier_smaller_than_prefix" in ev.state_reasons:
+        return Advice(
+            Action.GROW_TIER,
+            None,
+            "the CPU tier is smaller than one typical prompt's KV, so it can never store or serve it: grow it "
+            "above the prefix (and the GPU pool) or remove it",
+        )
+    advice = _from_levels(ev.levels) if len(ev.levels) > 1 else _from_headline(ev)
+    note = _payback_note(advice, ev)
+    return Advice(advice.action, advice.concurrency, advice.why + note) if note else advice
+
+
+def level_facts(entries: Sequence[Mapping[str, Any]], prefix_tokens: int | None) -> tuple[LevelFact, ...]:
+    """The sweep entries at the rounds' prefix length (`load_sweep` rows)."""
+    rows = [e for e in entries if prefix_tokens is None or int(e["prefix_tokens"]) == prefix_tokens]
+    return tuple(LevelFact(int(e["concurrency"]), str(e["verdict"]), e.get("delta_ttft_seconds")) for e in rows)
+
+
+__all__ = ["Action", "Advice", "Evidence", "LevelFact", "advise", "level_facts"]

@@ -1,0 +1,166 @@
+"""`check`'s verdict document from a CheckResult (report.build does the statistics and the text)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kvoffload_exporter.canary import report, sweepreport
+from kvoffload_exporter.canary.advice import Advice, Evidence, LevelFact, advise, level_facts
+from kvoffload_exporter.canary.checkrun import CheckResult, redact
+from kvoffload_exporter.canary.stalls import stalled
+from kvoffload_exporter.exposition import ParseError
+from kvoffload_exporter.intervalreport import report as interval_report
+from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.payback import check_recommendation
+
+
+def error_document(why: str) -> dict[str, Any]:
+    """The document when not even the procedure could start (bad flags, keys or secret)."""
+    return {"verdict": "error", "exit_code": 3, "why": redact(why)}
+
+
+def _first_event(phases: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Counted probes' TTFT to the first event, by path."""
+    out: dict[str, list[float]] = {}
+    for p in phases:
+        if p["counted"] and p["ttft_first_event_seconds"] is not None:
+            out.setdefault(p["path"], []).append(p["ttft_first_event_seconds"])
+    return out
+
+
+def _interval(result: CheckResult) -> dict[str, Any] | None:
+    """The target's counters between the first and the closing scrape (evidence only)."""
+    before, after = result.engine.first_snapshot.get("target"), result.after.get("target")
+    if before is None or after is None:
+        return None
+    try:
+        return interval_report(normalise(before), normalise(after))
+    except ParseError:
+        return None
+
+
+def _left_out(phases: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Displaced revisits that did not enter the offload statistics, by why."""
+    out = {"ambiguous": 0, "not_displaced": 0, "no_hit": 0}
+    for p in phases:
+        if p["phase"] not in ("offload_revisit", "wait_revisit") or p["counted"]:
+            continue
+        if p["ambiguous"]:
+            out["ambiguous"] += 1
+        elif p["classification"] == "gpu_hit":
+            out["not_displaced"] += 1
+        else:
+            out["no_hit"] += 1
+    return out
+
+
+def _short(doc: dict[str, Any], min_samples: int, rounds: int) -> list[str]:
+    """Too few offload-hit samples: say how many were left out and why, and what to change."""
+    n = (doc["ttft_seconds"].get("offload_hit") or {}).get("n", 0)
+    lost = _left_out(doc["phases"])
+    parts = [f"{v} {k.replace('_', ' ')}" for k, v in lost.items() if v]
+    if parts:
+        doc["why"] += " (revisits left out: " + ", ".join(parts)
+        doc["why"] += "; ambiguous = other traffic could explain the hit)" if lost["ambiguous"] else ")"
+    per_round = n / rounds if rounds and n else 0.0
+    need = math.ceil(rounds * min_samples / n) if per_round else None
+    hints = [f"--rounds {need} (about {per_round:.1f} counted samples per round so far)"] if need else []
+    cond = doc.get("conditions") or {}
+    if cond.get("strategy") == "wait":
+        hints.append("--allow-pressure (staging: fillers displace the prefix, no other traffic needed)")
+    ctl = [p for p in ("recompute", "control_target", "cold") if (doc["ttft_seconds"].get(p) or {}).get("n", 0)]
+    if not cond.get("control") and not ctl:
+        hints.append("--control-target URL (the same model without the connector) for a control path")
+    return hints
+
+
+def _explain(doc: dict[str, Any], result: CheckResult) -> None:
+    """Never an answer without evidence: say why a verdict is missing and what would get one."""
+    reasons = {k: v for k, v in doc["reasons"].items() if k != "error"}
+    s = result.request.settings
+    hints: list[str] = []
+    if doc["verdict"] == "inconclusive" and reasons and set(reasons) == {"not_displaced"}:
+        doc["why"] = (
+            f"nothing displaced the prefix from the GPU in {reasons['not_displaced']} rounds, so the tier was never "
+            "needed: this says nothing about offloading"
+        )
+        hints.append("--allow-pressure (staging) or run while real traffic fills the GPU cache")
+    elif doc["verdict"] == "inconclusive" and result.engine.state.verdict and result.engine.state.verdict.short:
+        hints += _short(doc, s.min_samples, int(doc["rounds_completed"]))
+    doc["hints"] = hints
+
+
+def _sweep(doc: dict[str, Any], result: CheckResult) -> None:
+    s, req = result.request.settings, result.request.sweep
+    need = req.min_bursts if req is not None else 0
+    entries = [sweepreport.entry(lv, need, s.seed, s.bootstrap, s.confidence) for lv in result.sweep]
+    doc["load_sweep"] = entries if req is not None else None
+    doc["load_sweep_summary"] = sweepreport.section(entries) if entries else None
+
+
+def _advice(doc: dict[str, Any], result: CheckResult) -> Advice:
+    """The one advice, from the typed verdict, the sweep rows at the rounds' prefix, payback and state."""
+    run = result.engine.prepared
+    prefix = run.sizing.prefix_tokens if run is not None else None
+    levels = level_facts(doc.get("load_sweep") or [], prefix)
+    if levels and all(lv.concurrency != 1 for lv in levels):  # the rounds are the c = 1 measurement
+        levels = (LevelFact(1, doc["verdict"], doc.get("delta_ttft_seconds")), *levels)
+    rec = doc.get("recommendation") or {}
+    engines = (doc.get("interval") or {}).get("engines") or ()
+    return advise(
+        Evidence(
+            verdict=doc["verdict"],
+            verdict_why=doc["why"],
+            levels=levels,
+            payback_action=rec.get("action"),
+            payback_why=rec.get("why"),
+            state_reasons=tuple(str(e["state_reason"]) for e in engines if e.get("state_reason")),
+            error=result.error,
+        )
+    )
+
+
+def document(result: CheckResult) -> dict[str, Any]:
+    """The JSON verdict document (`--json`, `report.json`)."""
+    engine, state = result.engine, result.engine.state
+    phases = result.phases()
+    extra = {
+        "recompute_control": state.recompute_control,
+        "bytes_per_token": state.bytes_per_token,
+        "tokens_spent": state.tokens_spent,
+        "offload_attempts": state.offload_attempts,
+        "residency_seconds": dict(state.residency),
+        "rounds_requested": result.request.rounds,
+        "rounds_completed": sum(1 for c in engine.cycles if c.reason != "error"),
+        "rounds_failed": sum(1 for c in engine.cycles if c.reason == "error"),
+        "duration_seconds": round(result.finished - result.started, 3),
+        "interval": _interval(result),
+    }
+    doc = report.build(
+        state.verdict,
+        state.samples,
+        _first_event(phases),
+        phases,
+        result.cycles(),
+        engine.conditions.as_dict() if engine.conditions else None,
+        extra,
+        result.error,
+    )
+    _sweep(doc, result)
+    _explain(doc, result)
+    if doc.get("conditions"):  # no user:password@ of a URL in any file
+        doc["conditions"] = json.loads(redact(json.dumps(doc["conditions"])))
+    before, after = result.engine.first_snapshot.get("target"), result.after.get("target")
+    doc["recommendation"] = check_recommendation(doc, before, after)  # docs/memory.md: payback
+    doc["stalled_requests"] = stalled(result.engine.requests)
+    advice = _advice(doc, result)
+    doc["advice"] = advice.as_dict()
+    if doc["recommendation"]:
+        doc["recommendation"]["model_only"] = True  # evidence for `advice`, which decides
+    return doc
+
+
+__all__ = ["document", "error_document"]

@@ -1,0 +1,292 @@
+"""`check`'s procedure: keys, preflight, N canary rounds, the closing scrapes; returns a CheckResult.
+
+No aiohttp and no flags here: commands/check.py parses the flags into a CheckRequest and hands in a
+transport (client.open_client); checkreport.py turns the result into the verdict document and
+evidence.py writes the files. Output goes to the given stream only (progress, never the secret).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import secrets
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
+
+from kvoffload_exporter.canary import sweep
+from kvoffload_exporter.canary.config import CanarySettings
+from kvoffload_exporter.canary.context import Sleep, Transport
+from kvoffload_exporter.canary.engine import CanaryEngine
+from kvoffload_exporter.canary.errors import CanaryError
+from kvoffload_exporter.canary.plan import Prompts
+from kvoffload_exporter.canary.protocol import MetricsError
+from kvoffload_exporter.canary.secrets import ApiKey, SecretError, load_api_key, load_or_create_secret
+from kvoffload_exporter.canary.stats import CONTROL_ORDER
+from kvoffload_exporter.canary.sweepreport import Level
+from kvoffload_exporter.canary.types import CycleReason
+
+PREFIX = "kvoffload-exporter check"
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """What one check run needs, from the flags."""
+
+    target: str
+    rounds: int
+    settings: CanarySettings
+    quiet: bool = False
+    sweep: sweep.SweepRequest | None = None  # `--concurrency`: the load sweep after the rounds
+    allow_no_offload: bool = False  # measure a target whose preflight found no offload metrics
+
+
+@dataclass(frozen=True)
+class Keys:
+    api_key: ApiKey | None
+    secret: bytes = field(repr=False)
+
+
+@dataclass
+class CheckResult:
+    """Everything the report and the evidence are built from."""
+
+    request: CheckRequest
+    engine: CanaryEngine
+    prompts: Prompts
+    started: float
+    finished: float
+    error: str | None = None  # why there is no verdict (preflight failed, every round failed)
+    after: dict[str, str] = field(default_factory=dict)  # role → closing /metrics text
+    sweep: list[Level] = field(default_factory=list)
+
+    @property
+    def ran(self) -> bool:
+        """At least one canary round was attempted (preflight passed)."""
+        return bool(self.engine.cycles)
+
+    def phases(self) -> list[dict[str, Any]]:
+        return [asdict(p) for c in self.engine.cycles for p in c.phases]
+
+    def cycles(self) -> list[dict[str, Any]]:
+        return [{k: v for k, v in asdict(c).items() if k != "phases"} for c in self.engine.cycles]
+
+
+def load_keys(settings: CanarySettings, stderr: TextIO) -> Keys:
+    """The API key and the salt secret; raises ConfigError/SecretError for the caller to report."""
+    api_key = load_api_key(settings.api_key_file, settings.api_key_env)
+    try:
+        secret = load_or_create_secret(settings.secret_file)
+    except SecretError as e:
+        if settings.secret_file:
+            raise
+        # A one-off check on a read-only home still works; its salt just differs from serve's.
+        print(f"{PREFIX}: {e}; using a one-off salt secret", file=stderr)
+        secret = secrets.token_hex(32).encode()
+    return Keys(api_key, secret)
+
+
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
+
+
+def redact(text: str) -> str:
+    """URLs in messages and documents without `user:password@` (a secret must never be printed)."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def _eta(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def _eta_text(per_round: float, left: int) -> str:
+    """An ETA with its basis, so a reader can see why it moves."""
+    return f"~{_eta(per_round * left)} ({left} rounds left at {per_round:.1f} s each)"
+
+
+class Progress:
+    """Live progress: one line per round with what the verdict waits for (`counted 7/10`) and a stable ETA
+    (median round time × the rounds still needed at the observed counting rate); on a terminal the current
+    phase is redrawn in place."""
+
+    def __init__(self, stream: TextIO, rounds: int, quiet: bool, need: int = 0):
+        self.stream, self.rounds, self.quiet, self.need = stream, rounds, quiet, need
+        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.parts: list[str] = []
+        self.done = 0
+        self.durations: list[float] = []
+        self.counted: Callable[[], int] = lambda: 0
+
+    def _rounds_left(self) -> int:
+        counted = self.counted()
+        left = max(0, self.rounds - self.done)
+        if self.need and counted < self.need:
+            rate = counted / self.done if self.done and counted else 0.5  # counted samples per round
+            left = max(left, math.ceil((self.need - counted) / rate))
+        return left
+
+    def __call__(self, kind: str, obj: Any) -> None:
+        if self.quiet:
+            return
+        if kind == "cycle_start":
+            self.parts = []
+        elif kind == "phase":
+            ttft = f" {obj.ttft_seconds * 1000:.0f}ms" if obj.ttft_seconds is not None else ""
+            self.parts.append(f"{obj.phase}:{obj.classification or 'done'}{ttft}")
+            if self.tty:
+                self.stream.write(f"\r\x1b[K round {self.done + 1}: " + " ".join(self.parts[-4:]))
+                self.stream.flush()
+        elif kind == "cycle":
+            if obj.reason != CycleReason.ERROR:
+                self.done += 1
+            self.durations.append(max(0.0, obj.finished - obj.started))
+            left = self._rounds_left()
+            eta = f", ETA {_eta_text(statistics.median(self.durations), left)}" if left else ""
+            counted = f", counted {min(self.counted(), self.need)}/{self.need}" if self.need else ""
+            prefix = "\r\x1b[K" if self.tty else ""
+            self.stream.write(
+                f"{prefix}round {obj.cycle} ({self.done} done{counted}{eta}): {obj.result}, "
+                f"{obj.reason}" + (f" - {redact(obj.detail)}" if obj.detail else "") + "\n"
+            )
+            self.stream.flush()
+
+
+ANNOUNCE_SECONDS = 10.0
+
+
+def announced(sleep: Sleep, stream: TextIO, what: str) -> Sleep:
+    """`sleep` that says what it waits for and until when whenever the wait is longer than 10 s."""
+
+    async def wait(seconds: float) -> None:
+        if seconds > ANNOUNCE_SECONDS:
+            until = time.strftime("%H:%M:%S", time.gmtime(time.time() + seconds))
+            print(f"{PREFIX}: waiting {seconds:.0f} s, until {until} UTC, for {what}", file=stream, flush=True)
+        await sleep(seconds)
+
+    return wait
+
+
+def round_cap(rounds: int, min_samples: int) -> int:
+    """Completed rounds at most: `--rounds`, or more while the counted samples are short of `--min-samples`
+    (one ambiguous revisit must not make the default run inconclusive), up to 3 × min_samples."""
+    return max(rounds, 3 * min_samples)
+
+
+def _counted(engine: CanaryEngine) -> int:
+    """Counted samples the verdict still waits for: the fewer of the offload path and the best control."""
+    s = engine.state.samples
+    controls = [len(s[p]) for p in CONTROL_ORDER if p in s]
+    return min(len(s["offload_hit"]), max(controls, default=0))
+
+
+async def _rounds(engine: CanaryEngine, rounds: int, stderr: TextIO, sleep: Sleep) -> str | None:
+    """At least `rounds` completed cycles, then on until `min_samples` are counted (round_cap, budget); as
+    many failures as the cap allowed. The error when none completed."""
+    need = engine.settings.min_samples
+    cap = round_cap(rounds, need)
+    done = errors = 0
+    while (done < rounds or _counted(engine) < need) and done < cap and errors <= cap:
+        if done >= rounds and engine.state.offload_hits_seen == 0:
+            break  # past --rounds, only a tier that does serve revisits earns more rounds
+        rec = await engine.run_cycle()
+        if rec is None:
+            print(f"{PREFIX}: token budget exhausted after {done} rounds", file=stderr)
+            break
+        if rec.reason == CycleReason.ERROR:
+            errors += 1
+            # The plan is kept: a failed request does not change the server's shape.
+            await sleep(engine.backoff.failure(engine.retry_after))
+            continue
+        done += 1
+    if done == 0 and errors:
+        return f"every round failed ({errors}); last: {engine.cycles[-1].detail}"
+    return None
+
+
+def rounds_level(engine: CanaryEngine, control: str, prefix_tokens: int) -> Level:
+    """The ordinary rounds as the sweep's c = 1 level: each counted probe a burst of one, against the
+    headline verdict's control, so the c = 1 row and the verdict come from the same samples."""
+    lv = Level(1, prefix_tokens, control, source="rounds", attempts=engine.state.offload_attempts)
+    lv.rounds = sum(1 for c in engine.cycles if c.reason != CycleReason.ERROR)
+    for c in engine.cycles:
+        for ph in c.phases:
+            if not ph.counted or ph.ttft_seconds is None:
+                continue
+            if ph.path == "offload_hit":
+                lv.offload_bursts.append([ph.ttft_seconds])
+                lv.offload_cycles.append(ph.cycle)
+            elif ph.path == control:
+                lv.control_bursts.append([ph.ttft_seconds])
+                lv.control_cycles.append(ph.cycle)
+    lv.hit_bursts = len(lv.offload_bursts)
+    return lv
+
+
+async def _closing_scrapes(engine: CanaryEngine, client: Transport, stderr: TextIO) -> dict[str, str]:
+    after: dict[str, str] = {}
+    for role, url in (("target", engine.url), ("control", engine.control_url)):
+        if url:
+            try:
+                after[role] = await client.metrics(url)
+            except MetricsError as e:  # the verdict stands without the closing snapshot
+                print(f"{PREFIX}: final /metrics of {url} failed: {e}", file=stderr)
+    return after
+
+
+async def run(
+    req: CheckRequest, client: Transport, keys: Keys, *, stderr: TextIO, sleep: Sleep = asyncio.sleep
+) -> CheckResult:
+    """Preflight, the rounds and the closing scrapes; failures end up in `result.error`, not raised."""
+    s = req.settings
+    prompts = Prompts(keys.secret, secrets.token_hex(4), s.id_range)
+    progress = Progress(stderr, req.rounds, req.quiet, s.min_samples)
+    if not req.quiet:
+        sleep = announced(sleep, stderr, "the canary's next step (wait-strategy idle time or a retry back-off)")
+    engine = CanaryEngine(
+        req.target,
+        s,
+        client,
+        prompts,
+        control_url=s.control_target,
+        progress=progress,
+        max_samples=s.max_samples,
+        sleep=sleep,
+    )
+    progress.counted = lambda: _counted(engine)
+    result = CheckResult(req, engine, prompts, started=time.time(), finished=0.0)
+    try:
+        run_ = await engine.prepare()
+    except CanaryError as e:
+        result.error = redact(f"preflight failed ({e.reason}): {e.detail}")
+    else:
+        snap = engine.scrapes.last("target")
+        if snap is not None and not snap.offload_configured and not req.allow_no_offload:
+            result.error = redact(
+                f"no offload connector: preflight found no offload metrics on {run_.target.url} "
+                "(`--allow-no-offload` measures anyway)"
+            )
+            result.finished = time.time()
+            return result
+        if not req.quiet:
+            t, sz = run_.target, run_.sizing
+            print(
+                f"target {redact(t.url)}: vLLM {t.version or '?'}, model {t.model}, offload metrics {t.generation}; "
+                f"strategy {run_.strategy}, prompt {sz.prefix_tokens}+{sz.tail_tokens} tokens; "
+                f"~{engine.cycle_cost():,} tokens per round",
+                file=stderr,
+            )
+        result.error = await _rounds(engine, req.rounds, stderr, sleep)
+        if result.error is None and req.sweep is not None:
+            verdict = engine.state.verdict
+            control = verdict.control if verdict and verdict.control else sweep.control_of(run_)
+            c1 = rounds_level(engine, control, run_.sizing.prefix_tokens)
+            result.sweep = await sweep.run(run_, req.sweep, None if req.quiet else stderr, c1, _eta_text)
+        result.error = redact(result.error) if result.error else None
+        result.after = await _closing_scrapes(engine, client, stderr)
+    result.finished = time.time()
+    return result
+
+
+__all__ = ["CheckRequest", "CheckResult", "Keys", "Progress", "load_keys", "run"]

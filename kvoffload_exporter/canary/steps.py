@@ -1,0 +1,196 @@
+"""Cycle steps both strategies share: seed and GPU revisit, the controls, the revisit's bookkeeping
+and the cycle's judgement. Each step appends its phase records to the cycle record it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+
+from kvoffload_exporter.canary.classify import Classification, revisit_reason
+from kvoffload_exporter.canary.prepared import PreparedRun, Probe
+from kvoffload_exporter.canary.records import CONTROL, CycleRecord, PhaseRecord
+from kvoffload_exporter.canary.stats import CONTROL_ORDER
+from kvoffload_exporter.canary.types import CanaryPath, CycleReason, ProbeResult
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """What the seed steps leave for the rest of a cycle: both prefixes and whether anything stored."""
+
+    a: list[int]
+    b: list[int] | None
+    stored: bool
+
+
+def count(run: PreparedRun, rec: PhaseRecord, cls: Classification, wanted: str) -> None:
+    """Put a probe's TTFT into the statistics of `rec.path` when its classification is `wanted`."""
+    if rec.ttft_seconds is None or cls.ambiguous or cls.result != wanted:
+        return
+    run.ctx.state.observe(rec.path, rec.ttft_seconds)
+    rec.counted = True
+
+
+def probe_done(run: PreparedRun, rec: PhaseRecord) -> None:
+    """Count the probe's classification (seeds are not probes of the tier)."""
+    if rec.phase not in ("seed", "seed_b") and rec.classification:
+        run.ctx.state.probes[rec.classification] += 1
+
+
+async def _seed(run: PreparedRun, c: int, rec: CycleRecord, prompt: list[int], phase: str) -> PhaseRecord:
+    ph, _ = await run.probe(c, Probe(phase, run.tail(prompt), expect=ProbeResult.MISS, path=CanaryPath.COLD))
+    rec.phases.append(ph)  # never pooled into the cold control: a seed runs at another point of the cycle
+    return ph
+
+
+def _learn(run: PreparedRun, phases: list[PhaseRecord], seeds: int) -> None:
+    stored = sum(p.store_bytes for p in phases)
+    if stored > 0 and seeds:
+        run.ctx.state.learn_bytes_per_token(
+            stored, seeds * run.sizing.prefix_tokens, sum(p.other_traffic_tokens for p in phases)
+        )
+
+
+async def seed_and_revisit(run: PreparedRun, c: int, rec: CycleRecord) -> Seeded:
+    """Seed prefix A (and B for the recompute control), revisit A on the GPU; learn bytes/token."""
+    prompts = run.ctx.prompts
+    a = prompts.prefix(run.sizing, c, "A")
+    b = prompts.prefix(run.sizing, c, "B") if run.ctx.state.uses_recompute() else None
+    seed = await _seed(run, c, rec, a, "seed")
+    ph, cls = await run.probe(c, Probe("gpu_revisit", run.tail(a), expect=ProbeResult.GPU_HIT, path=CanaryPath.GPU_HIT))
+    count(run, ph, cls, ProbeResult.GPU_HIT)
+    probe_done(run, ph)
+    rec.phases.append(ph)
+    # B is seeded after A's GPU revisit: A and B together may not fit the GPU cache.
+    seed_b = await _seed(run, c, rec, b, "seed_b") if b is not None else None
+    seeded = [seed, ph] + ([seed_b] if seed_b else [])
+    _learn(run, seeded, 2 if seed_b else 1)
+    return Seeded(a, b, any(p.stored for p in seeded))
+
+
+def revisit_done(run: PreparedRun, rev: PhaseRecord, cls: Classification) -> None:
+    """A displaced revisit: counted for the offload path, an attempt of the tier."""
+    state = run.ctx.state
+    count(run, rev, cls, ProbeResult.OFFLOAD_HIT)
+    if cls.result != ProbeResult.GPU_HIT:
+        state.offload_attempts += 1  # displaced: the tier had its chance
+    if cls.result == ProbeResult.OFFLOAD_HIT:
+        state.offload_hits_seen += 1
+    probe_done(run, rev)
+
+
+def _recompute_seen(run: PreparedRun, ph: PhaseRecord, cls: Classification) -> None:
+    """Never trust the request: the counters say whether the server honoured max_load_tokens 0."""
+    state = run.ctx.state
+    if cls.result == ProbeResult.OFFLOAD_HIT or (cls.result == ProbeResult.PARTIAL and ph.loaded):
+        state.recompute_control = "ignored"
+        ph.note = (ph.note + "; " if ph.note else "") + "max_load_tokens ignored by the server (loaded anyway)"
+        state.offload_hits_seen += 1
+    elif cls.result == ProbeResult.MISS and not ph.loaded:
+        # Without offload families no load was possible: that proves nothing about the key.
+        state.recompute_control = "honoured" if run.target.generation != "none" else "no_connector"
+        count(run, ph, cls, ProbeResult.MISS)
+
+
+def _control_probes(run: PreparedRun, seeded: Seeded, idle: float | None) -> Iterator[Probe]:
+    """Recompute (B with max_load_tokens 0), cold (A with a fresh salt), A on the control target.
+
+    A generator: each prompt's tail is drawn only when its probe runs, after the previous one's.
+    """
+    if seeded.b is not None:
+        kv = {"max_load_tokens": 0}
+        yield Probe(
+            "recompute", run.tail(seeded.b), expect=ProbeResult.MISS, path=CanaryPath.RECOMPUTE, kv=kv, idle=idle
+        )
+    yield Probe("cold", run.tail(seeded.a), expect=ProbeResult.MISS, path=CanaryPath.COLD, fresh_salt=True)
+    if run.ctx.control_url:
+        yield Probe(
+            "control_target", run.tail(seeded.a), expect=ProbeResult.MISS, path=CanaryPath.CONTROL_TARGET, role=CONTROL
+        )
+
+
+async def revisit(run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded) -> tuple[PhaseRecord, Classification]:
+    """The displaced revisit of prefix A (pressure strategy)."""
+    rev, cls = await run.probe(
+        c, Probe("offload_revisit", run.tail(seeded.a), expect=ProbeResult.OFFLOAD_HIT, path=CanaryPath.OFFLOAD_HIT)
+    )
+    revisit_done(run, rev, cls)
+    rec.phases.append(rev)
+    return rev, cls
+
+
+async def revisit_and_controls(
+    run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded
+) -> tuple[PhaseRecord, Classification, dict[str, float]]:
+    """The displaced revisit and the controls, the revisit's place among them rotating by round: no path
+    always runs first after the displacement (stores still draining, a warm scheduler) or last."""
+    slots = 2 + (seeded.b is not None) + (run.ctx.control_url is not None)
+    at = (c - 1) % slots
+    done: list[tuple[PhaseRecord, Classification]] = []
+
+    async def first() -> None:
+        done.append(await revisit(run, c, rec, seeded))
+
+    got = await controls(run, c, rec, seeded, before=(at, first))
+    if not done:
+        await first()
+    rev, cls = done[0]
+    return rev, cls, got
+
+
+async def controls(
+    run: PreparedRun,
+    c: int,
+    rec: CycleRecord,
+    seeded: Seeded,
+    idle: float | None = None,
+    before: tuple[int, Callable[[], Awaitable[None]]] | None = None,
+) -> dict[str, float]:
+    """Run the control probes; their counted TTFTs by path. `before` (index, step): run `step` just before
+    the control at that index."""
+    got: dict[str, float] = {}
+    for i, p in enumerate(_control_probes(run, seeded, idle)):
+        if before is not None and before[0] == i:
+            await before[1]()
+        ph, cls = await run.probe(c, p)
+        if p.path == "recompute":
+            _recompute_seen(run, ph, cls)
+        else:
+            count(run, ph, cls, ProbeResult.MISS)
+        probe_done(run, ph)
+        rec.phases.append(ph)
+        if ph.counted and ph.ttft_seconds is not None:
+            got[p.path] = ph.ttft_seconds
+    return got
+
+
+def judge(
+    run: PreparedRun, rec: CycleRecord, rev: PhaseRecord, cls: Classification, stored: bool, got: dict[str, float]
+) -> None:
+    """The cycle's result and reason from the displaced revisit and the controls."""
+    rec.result = ProbeResult(cls.result)
+    if cls.result == ProbeResult.OFFLOAD_HIT:
+        ctl = next((got[k] for k in CONTROL_ORDER if k in got), None)
+        ttft = rev.ttft_seconds
+        slower = ctl is not None and ttft is not None and ttft > ctl
+        rec.reason = CycleReason.LOADED_BUT_SLOWER if slower else CycleReason.OK
+        if ctl is not None and ttft is not None:
+            rec.detail = f"offload {ttft * 1000:.1f} ms vs control {ctl * 1000:.1f} ms"
+        return
+    gpu_part = cls.result == ProbeResult.PARTIAL and rev.gpu_hit_tokens > 0 and not rev.loaded
+    seen = run.ctx.state.offload_hits_seen > 0 or rev.loaded
+    rec.reason = revisit_reason(cls.result, stored, seen, gpu_part)
+    rec.detail = cls.note
+
+
+__all__ = [
+    "Seeded",
+    "controls",
+    "count",
+    "judge",
+    "probe_done",
+    "revisit",
+    "revisit_and_controls",
+    "revisit_done",
+    "seed_and_revisit",
+]

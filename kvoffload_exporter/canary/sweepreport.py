@@ -1,0 +1,229 @@
+"""The load sweep's statistics, crossover and text (`check --concurrency`); pure.
+
+Why a sweep and not one verdict: the payoff of a CPU-tier hit can move with load (vllm#44294: loads of
+one prefix serialised under concurrency). Each level is decided from its own burst-level interval; a
+crossover is stated only between decided levels, and what to do is left to the run's one advice
+(canary/advice.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvoffload_exporter.canary.stats import METHOD, ClusterDelta, cluster_delta, median, quantile
+from kvoffload_exporter.canary.texttable import ms, table
+
+DECISIVE = ("offload_faster", "offload_slower")
+
+
+@dataclass
+class Level:
+    """One (concurrency, prefix length) cell of the sweep and what its bursts collected.
+
+    The burst is the unit: `offload_bursts`/`control_bursts` hold the TTFTs of each counted burst; the
+    c = 1 level of the rounds' prefix is the ordinary rounds themselves (`source` "rounds", bursts of one),
+    so it and the headline verdict come from the same samples."""
+
+    concurrency: int
+    prefix_tokens: int
+    control: str  # recompute | control_target | cold
+    offload_bursts: list[list[float]] = field(default_factory=list)
+    control_bursts: list[list[float]] = field(default_factory=list)
+    rounds: int = 0
+    attempts: int = 0  # offload bursts that were displaced (the tier had its chance)
+    hit_bursts: int = 0
+    left_out: int = 0  # bursts not counted (not displaced, other traffic, control loaded)
+    errors: int = 0
+    notes: list[str] = field(default_factory=list)
+    source: str = "sweep"  # sweep | rounds
+    offload_cycles: list[int] = field(default_factory=list)  # request records' `cycle` of each counted burst
+    control_cycles: list[int] = field(default_factory=list)
+
+    @property
+    def offload(self) -> list[float]:
+        return [x for b in self.offload_bursts for x in b]
+
+    @property
+    def controls(self) -> list[float]:
+        return [x for b in self.control_bursts for x in b]
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 6)
+
+
+def _verdict(lv: Level, est: ClusterDelta, min_bursts: int) -> str:
+    if not lv.offload_bursts and lv.attempts >= 3:
+        return "no_offload_hit"
+    if min(est.bursts_offload, est.bursts_control) < min_bursts or not est.has_interval:
+        return "inconclusive"
+    assert est.low is not None and est.high is not None
+    if est.low > 0:
+        return "offload_slower"
+    return "offload_faster" if est.high < 0 else "inconclusive"
+
+
+def entry(lv: Level, min_bursts: int, seed: int = 0, n_boot: int = 2000, confidence: float = 0.95) -> dict[str, Any]:
+    """One `load_sweep` entry: ΔTTFT = median(offload) − median(control) over pooled requests, its cluster
+    (burst-level) bootstrap interval and the same for Δp90; no interval under `min_bursts` bursts a path."""
+    est = cluster_delta(lv.offload_bursts, lv.control_bursts, confidence=confidence, n_boot=n_boot, seed=seed)
+    enough = min(est.bursts_offload, est.bursts_control) >= min_bursts
+    notes = list(lv.notes)
+    if not enough and lv.offload_bursts:
+        notes.append(
+            f"{est.bursts_offload}/{est.bursts_control} bursts (offload/control) < --min-bursts {min_bursts}: "
+            "no interval, no verdict"
+        )
+    a, b = lv.offload, lv.controls
+    return {
+        "concurrency": lv.concurrency,
+        "prefix_tokens": lv.prefix_tokens,
+        "control": lv.control,
+        "source": lv.source,
+        "n": min(len(a), len(b)),
+        "n_offload": len(a),
+        "n_control": len(b),
+        "bursts_offload": est.bursts_offload,
+        "bursts_control": est.bursts_control,
+        "min_bursts": min_bursts,
+        "delta_ttft_seconds": _r(est.delta),
+        "ci_low_seconds": _r(est.low) if enough else None,
+        "ci_high_seconds": _r(est.high) if enough else None,
+        "delta_p90_seconds": _r(est.p90_delta),
+        "ci_p90_low_seconds": _r(est.p90_low) if enough else None,
+        "ci_p90_high_seconds": _r(est.p90_high) if enough else None,
+        "confidence": confidence,
+        "interval_method": METHOD,
+        "offload_median_seconds": _r(median(a)) if a else None,
+        "control_median_seconds": _r(median(b)) if b else None,
+        "offload_p90_seconds": _r(quantile(a, 0.9)) if a else None,
+        "control_p90_seconds": _r(quantile(b, 0.9)) if b else None,
+        "verdict": _verdict(lv, est, min_bursts),
+        "rounds": lv.rounds,
+        "bursts_left_out": lv.left_out,
+        "counted_cycles": {"offload": list(lv.offload_cycles), "control": list(lv.control_cycles)},
+        "errors": lv.errors,
+        "notes": list(dict.fromkeys(notes)),
+    }
+
+
+def _levels(cs: Sequence[int]) -> str:
+    return ", ".join(str(c) for c in cs)
+
+
+def crossover(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Where the payoff changes sign over concurrency (entries of one prefix length), from decided levels only.
+
+    A level counts only when its interval excludes 0 (verdict offload_faster/offload_slower); point estimates
+    of undecided levels never make a crossover. kind: `from` (decidedly slower at low load, decidedly faster
+    from c = N), `up_to` (faster up to c = N, decidedly slower above), `always` / `never` (every level decided,
+    one sign), `partial` (decided levels share one sign, others undecided), `undecided` (no level decided) or
+    `unclear` (the decided sign flips more than once). `indicative` is true when any level is undecided."""
+    rows = sorted(entries, key=lambda e: int(e["concurrency"]))
+    cs = [int(e["concurrency"]) for e in rows]
+    dec = [e for e in rows if e["verdict"] in DECISIVE]
+    open_ = [int(e["concurrency"]) for e in rows if e["verdict"] not in DECISIVE]
+    undecided = f"; undecided at c = {_levels(open_)} (interval includes 0 or too few bursts)" if open_ else ""
+    out: dict[str, Any] = {"concurrency": None, "indicative": bool(open_)}
+    if not dec:
+        text = f"no level decided (c = {_levels(cs)}): every interval includes 0 or has too few bursts"
+        return {**out, "kind": "undecided" if rows else "unclear", "text": text if rows else "no level measured"}
+    faster = [int(e["concurrency"]) for e in dec if e["verdict"] == "offload_faster"]
+    slower = [int(e["concurrency"]) for e in dec if e["verdict"] == "offload_slower"]
+    signs = [e["verdict"] == "offload_faster" for e in dec]
+    flips = sum(1 for i in range(1, len(signs)) if signs[i] != signs[i - 1])
+    if flips == 0:
+        verb = "pays off" if faster else "is slower than the control"
+        kind = ("always" if faster else "never") if not open_ else "partial"
+        at = "at every measured level" if not open_ else "at c = " + _levels(faster or slower)
+        return {**out, "kind": kind, "text": f"offload {verb} {at}{undecided}"}
+    if flips > 1:
+        text = f"no single crossover: decided levels change sign {flips} times (faster at c = {_levels(faster)}, "
+        return {**out, "kind": "unclear", "text": text + f"slower at c = {_levels(slower)}){undecided}"}
+    if not signs[0]:  # slower first, then faster
+        text = f"offload is slower at c = {_levels(slower)} and pays off from c = {faster[0]}{undecided}"
+        return {**out, "kind": "from", "concurrency": faster[0], "text": text}
+    text = f"offload pays off up to c = {faster[-1]} and is slower at c = {_levels(slower)}{undecided}"
+    return {**out, "kind": "up_to", "concurrency": faster[-1], "text": text}
+
+
+def length_threshold(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Length sweep at the lowest concurrency: the shortest prefix from which loads decidedly pay off (a
+    finding; what to do is the run's one `advice`)."""
+    if len({e["prefix_tokens"] for e in entries}) < 2:
+        return None
+    low = min(int(e["concurrency"]) for e in entries)
+    rows = sorted((e for e in entries if e["concurrency"] == low), key=lambda e: e["prefix_tokens"])
+    pays = [e for e in rows if e["verdict"] == "offload_faster"]
+    first = pays[0]["prefix_tokens"] if pays else None
+    if first is None:
+        return {
+            "concurrency": low,
+            "min_prefix_tokens": None,
+            "text": f"at c = {low} no measured prefix length pays off",
+        }
+    shorter = [f"{e['prefix_tokens']:,} ({e['verdict']})" for e in rows if e["prefix_tokens"] < first]
+    return {
+        "concurrency": low,
+        "min_prefix_tokens": first,
+        "text": f"at c = {low} loads pay off from prefixes of {first:,} tokens"
+        + (f"; shorter: {', '.join(shorter)}" if shorter else ""),
+    }
+
+
+def section(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """`load_sweep_summary`: the crossover per prefix length and the length threshold (findings, no advice)."""
+    by_len: dict[int, list[Mapping[str, Any]]] = {}
+    for e in entries:
+        by_len.setdefault(int(e["prefix_tokens"]), []).append(e)
+    return {
+        "crossover": {str(k): crossover(v) for k, v in sorted(by_len.items())},
+        "length_threshold": length_threshold(entries),
+    }
+
+
+def _ci(lo: float | None, hi: float | None) -> str:
+    return "-" if lo is None or hi is None else f"[{ms(lo, True)}, {ms(hi, True)}]"
+
+
+def text_lines(entries: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> list[str]:
+    """The sweep's table and its findings, for the text report (the advice line is printed once, by report)."""
+    if not entries:
+        return []
+    pct = round(float(entries[0]["confidence"]) * 100)
+    heads = ["c", "prefix", "bursts", "n", "offload ms", "control ms", "dTTFT ms", f"{pct}% CI ms", "dp90 ms"]
+    heads += [f"{pct}% CI ms", "verdict"]
+    rows = []
+    for e in entries:
+        rows.append(
+            [
+                str(e["concurrency"]) + ("*" if e.get("source") == "rounds" else ""),
+                f"{e['prefix_tokens']:,}",
+                f"{e.get('bursts_offload', '?')}/{e.get('bursts_control', '?')}",
+                f"{e['n_offload']}/{e['n_control']}",
+                ms(e["offload_median_seconds"]),
+                ms(e["control_median_seconds"]),
+                ms(e["delta_ttft_seconds"], True),
+                _ci(e["ci_low_seconds"], e["ci_high_seconds"]),
+                ms(e.get("delta_p90_seconds"), True),
+                _ci(e.get("ci_p90_low_seconds"), e.get("ci_p90_high_seconds")),
+                e["verdict"],
+            ]
+        )
+    out = [
+        "load sweep: bursts of c concurrent revisits of one offloaded prefix vs the same with "
+        f"{entries[0]['control']}; interval: bursts resampled (min {entries[0].get('min_bursts', '?')} bursts a path)"
+    ]
+    out += table(heads, rows, [i not in (1, len(heads) - 1) for i in range(len(heads))])
+    if any(e.get("source") == "rounds" for e in entries):
+        out.append("* the ordinary rounds (each a burst of one): the same samples as the headline verdict")
+    for length, cross in (summary.get("crossover") or {}).items():
+        out.append(f"crossover ({int(length):,}-token prefix): {cross['text']}")
+    if summary.get("length_threshold"):
+        out.append(f"prefix length: {summary['length_threshold']['text']}")
+    return [*out, ""]
+
+
+__all__ = ["DECISIVE", "Level", "crossover", "entry", "length_threshold", "section", "text_lines"]

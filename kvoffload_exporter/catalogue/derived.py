@@ -1,0 +1,131 @@
+"""Windowed derivations over the exporter's `--window` (computed in kvoffload_exporter/derive.py)."""
+
+from __future__ import annotations
+
+from kvoffload_exporter.catalogue.metric import ENGINE, WINDOWED, Metric
+from kvoffload_exporter.enums import Group, MetricType, Unit
+
+METRICS: tuple[Metric, ...] = (
+    Metric(
+        name="kvoffload_state",
+        type=MetricType.STATESET,
+        help="Offload evidence state per engine over the window: not_configured, idle, storing, "
+        "store_without_load (stores, no loads, while reuse is visible) or hit.",
+        labels=(*ENGINE, "state"),
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_state_reason",
+        type=MetricType.STATESET,
+        help="Why the engine is in store_without_load, or why a hit is degraded (closed set, one rule each: "
+        "kvoffload_exporter/reasons.py); every series 0 when nothing needs explaining.",
+        labels=(*WINDOWED, "reason"),
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_load_store_ratio",
+        type=MetricType.GAUGE,
+        help="Offload load bytes / store bytes over the window (absent when nothing was stored).",
+        labels=WINDOWED,
+        unit=Unit.RATIO,
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_offload_load_bandwidth_bytes_per_second",
+        type=MetricType.GAUGE,
+        help="Offload load bytes / load transfer seconds over the window (per-worker mean when TP > 1).",
+        labels=WINDOWED,
+        unit=Unit.BYTES_PER_SECOND,
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_offload_store_bandwidth_bytes_per_second",
+        type=MetricType.GAUGE,
+        help="Offload store bytes / store transfer seconds over the window.",
+        labels=WINDOWED,
+        unit=Unit.BYTES_PER_SECOND,
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_gpu_prefix_hit_ratio",
+        type=MetricType.GAUGE,
+        help="GPU prefix-cache hit tokens / queried tokens over the window.",
+        labels=WINDOWED,
+        unit=Unit.RATIO,
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_external_prefix_hit_ratio",
+        type=MetricType.GAUGE,
+        help="External (offload) prefix-cache hit tokens / queried tokens over the window (from vLLM 0.16 a share "
+        "of the tokens the GPU cache missed).",
+        labels=WINDOWED,
+        unit=Unit.RATIO,
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_ttft_seconds",
+        type=MetricType.SUMMARY,
+        help="Server-side time to first token quantiles over the window, interpolated from the vLLM histogram; "
+        "_count and _sum are vLLM's own, cumulative.",
+        labels=(*WINDOWED, "quantile"),
+        unit=Unit.SECONDS,
+        source="vllm:time_to_first_token_seconds",
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_prefill_seconds_per_token",
+        type=MetricType.GAUGE,
+        help="Measured prefill cost: prefill seconds / prefilled tokens over the window (a mean: includes each "
+        "request's fixed step time; absent under 1,024 prefilled tokens).",
+        labels=WINDOWED,
+        unit=Unit.SECONDS,
+        source="vllm:request_prefill_time_seconds_sum / vllm:request_prefill_kv_computed_tokens_sum",
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_offload_payback_seconds_per_gib_hour",
+        type=MetricType.GAUGE,
+        help="Is the tier worth its RAM: (loaded tokens x prefill seconds per token - load seconds) / (tier GiB x "
+        "window hours); absent when an input is unknown or the window had too little prefill (docs/memory.md).",
+        labels=WINDOWED,
+        source="vllm:external_prefix_cache_hits, kv_offload_load_time, request_prefill_time_seconds, tier size",
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_offload_recommendation",
+        type=MetricType.STATESET,
+        help="What to do with the tier over the window: grow, keep, shrink or disable (rules in docs/memory.md).",
+        labels=(*WINDOWED, "recommendation"),
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_offload_lookup_async_delay_seconds",
+        type=MetricType.SUMMARY,
+        help="p99 over the window of the time a request's offload lookup stayed deferred (loads queueing "
+        "behind loads: the convoy view), interpolated from the vLLM histogram; _count and _sum are vLLM's own, "
+        "cumulative.",
+        labels=(*WINDOWED, "quantile"),
+        unit=Unit.SECONDS,
+        source="vllm:kv_offload_lookup_async_delay_seconds",
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_request_queue_time_seconds",
+        type=MetricType.SUMMARY,
+        help="Request queue-time quantiles over the window, interpolated from the vLLM histogram; _count and _sum "
+        "are vLLM's own, cumulative.",
+        labels=(*WINDOWED, "quantile"),
+        unit=Unit.SECONDS,
+        source="vllm:request_queue_time_seconds",
+        group=Group.DERIVED,
+    ),
+    Metric(
+        name="kvoffload_window_seconds",
+        type=MetricType.GAUGE,
+        help="Time actually covered by the window's first and last polls.",
+        labels=WINDOWED,
+        unit=Unit.SECONDS,
+        group=Group.DERIVED,
+    ),
+)

@@ -1,0 +1,78 @@
+"""Command-line entry point: discovers sub-commands in `kvoffload_exporter.commands` and dispatches."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import logging
+import pkgutil
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from kvoffload_exporter import __version__, commands
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line usage error (the full usage is one `--help` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}{self._suggest(message)} (see {self.prog} --help)\n")
+
+    def _suggest(self, message: str) -> str:
+        """ "did you mean …?" for a mistyped flag (argparse of Python < 3.14 has none)."""
+        if not message.startswith("unrecognized arguments: "):
+            return ""
+        words = message.split(": ", 1)[1].split()
+        known = sorted({o for p in _parsers(self) for a in p._actions for o in a.option_strings})
+        for w in (w.split("=", 1)[0] for w in words if w.startswith("--")):
+            hint = difflib.get_close_matches(w, known, n=1, cutoff=0.75)
+            if hint:
+                return f" (did you mean {hint[0]}?)"
+        return ""
+
+
+def _parsers(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found = [p]
+    for a in p._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                found += _parsers(sub)
+    return found
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="kvoffload-exporter",
+        description="Prometheus exporter, canary and dashboards for vLLM KV-cache offloading.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # Each module in kvoffload_exporter/commands/ registers one sub-command: new commands need no edit here.
+    mods = [importlib.import_module(f"{commands.__name__}.{m.name}") for m in pkgutil.iter_modules(commands.__path__)]
+    for mod in sorted(mods, key=lambda m: getattr(m, "ORDER", 100)):
+        mod.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `... | head` closed stdout early
+        return 0
+    except Exception as e:  # last resort: bad input must never end in a traceback
+        logging.getLogger("kvoffload").debug("unexpected error", exc_info=True)
+        print(f"kvoffload-exporter {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""Pure collector: the exporter's current state (targets, memory, self-metrics) → exposition text.
+
+No I/O here: the poller hands in frozen views after each poll and serves the returned text from memory.
+A failed source omits its series (never zeros); `kvoffload_up` and the collector gauges say why.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
+
+from kvoffload_exporter import __version__
+from kvoffload_exporter.backends.schema import Evidence, EvidenceKey
+from kvoffload_exporter.catalogue import (
+    COLLECTORS,
+    EVIDENCE_METRICS,
+    RECOMMENDATIONS,
+    SCRAPE_ERROR_REASONS,
+    SIGNAL_METRICS,
+    STATE_REASONS,
+    STATES,
+)
+from kvoffload_exporter.convoy import ConvoyView
+from kvoffload_exporter.derive import EngineDerived
+from kvoffload_exporter.findings import EngineFindings, TargetView
+from kvoffload_exporter.model import EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory
+from kvoffload_exporter.procmem import footprint_ratio, growth_step
+from kvoffload_exporter.render import Exposition, Heads
+
+
+def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | None, window: str) -> None:
+    lb = {"target": t.label, "model_name": e.model_name, "engine": e.engine}
+    found = t.engines.get(e.key) or EngineFindings()
+    for sig, m in SIGNAL_METRICS:  # every catalogue row that names a signal: counters and gauges
+        x.add(m.name, e.value(sig), lb)
+    for source, v in sorted(e.prompt_tokens_by_source.items()):
+        x.add("kvoffload_prompt_tokens_by_source_total", v, {**lb, "source": source})
+    x.add("kvoffload_offload_tier_bytes", found.tier_bytes, lb)
+    x.add("kvoffload_gpu_kv_cache_blocks", found.gpu_blocks, lb)
+    x.add("kvoffload_gpu_kv_block_size_tokens", found.block_size, lb)
+    _evidence(x, lb, e, found)
+    if d is None:
+        return
+    _convoy(x, e, t.convoy.get(e.key), {**lb, "window": window})
+    x.add_states("kvoffload_state", lb, STATES, d.state)
+    wl = {**lb, "window": window}
+    x.add_states("kvoffload_state_reason", wl, STATE_REASONS, found.reason)
+    x.add("kvoffload_window_seconds", d.window_seconds, wl)
+    x.add("kvoffload_load_store_ratio", d.load_store_ratio, wl)
+    x.add("kvoffload_offload_load_bandwidth_bytes_per_second", d.load_bandwidth, wl)
+    x.add("kvoffload_offload_store_bandwidth_bytes_per_second", d.store_bandwidth, wl)
+    x.add("kvoffload_gpu_prefix_hit_ratio", d.gpu_hit_ratio, wl)
+    x.add("kvoffload_external_prefix_hit_ratio", d.external_hit_ratio, wl)
+    x.add("kvoffload_prefill_seconds_per_token", d.prefill_seconds_per_token, wl)
+    pb = found.payback
+    if pb is not None:
+        x.add("kvoffload_offload_payback_seconds_per_gib_hour", pb.seconds_per_gib_hour, wl)
+        x.add_states("kvoffload_offload_recommendation", wl, RECOMMENDATIONS, pb.action)
+    if d.ttft_quantiles and e.ttft is not None:  # quantiles over the window; _count/_sum: vLLM's, cumulative
+        x.add_summary("kvoffload_ttft_seconds", wl, d.ttft_quantiles, e.ttft.count, e.ttft.sum)
+
+
+def _convoy(x: Exposition, e: EngineSignals, c: ConvoyView | None, wl: Mapping[str, str]) -> None:
+    """Summaries like kvoffload_ttft_seconds: window quantiles, vLLM's own cumulative _count and _sum."""
+    if c is None:
+        return
+    delay, queue = e.lookup_async_delay, e.queue_time
+    if c.lookup_delay_p99 is not None and delay is not None:
+        x.add_summary(
+            "kvoffload_offload_lookup_async_delay_seconds", wl, {0.99: c.lookup_delay_p99}, delay.count, delay.sum
+        )
+    if c.queue_time and queue is not None:
+        x.add_summary("kvoffload_request_queue_time_seconds", wl, c.queue_time, queue.count, queue.sum)
+
+
+def _evidence_labels(lb: Mapping[str, str], k: EvidenceKey) -> dict[str, str]:
+    """Each evidence row's catalogue labels: detail is the result, source or stage of its signal."""
+    if k.signal in (Evidence.PROMOTION_SECONDS, Evidence.PROMOTIONS):
+        return {**lb, "tier": k.tier, "result": k.detail}
+    if k.signal == Evidence.SERVED_BY:
+        return {**lb, "source": k.detail}
+    if k.signal == Evidence.KV_FETCH:
+        return {**lb, "stage": k.detail}
+    out = {**lb, "unit": str(k.unit), "tier": k.tier, "connector": k.connector}
+    if k.signal == Evidence.DROPPED:
+        out["reason"] = k.reason
+    return out
+
+
+def _evidence(x: Exposition, lb: Mapping[str, str], e: EngineSignals, found: EngineFindings) -> None:
+    """The one evidence schema (kvoffload_exporter.backends), raw cumulative values like every engine counter."""
+    for series in (e.evidence, e.evidence_gauges):
+        for k, v in sorted(series.items()):
+            x.add(EVIDENCE_METRICS[k.signal], v, _evidence_labels(lb, k))
+    for (unit, basis), v in sorted(found.unit_bytes.items()):
+        x.add("kvoffload_offload_unit_bytes", v, {**lb, "unit": str(unit), "basis": basis})
+
+
+def _target(x: Exposition, t: TargetView, window: str) -> None:
+    x.add("kvoffload_up", 1.0 if t.up else 0.0, {"target": t.label})
+    for reason in SCRAPE_ERROR_REASONS:  # pre-created so rate() works from the first error
+        x.add("kvoffload_scrape_errors_total", float(t.errors.get(reason, 0)), {"target": t.label, "reason": reason})
+    if t.extra_errors is not None:  # only targets with extra_metrics_urls: no new series elsewhere
+        for reason in SCRAPE_ERROR_REASONS:
+            v = float(t.extra_errors.get(reason, 0))
+            x.add("kvoffload_extra_endpoint_errors_total", v, {"target": t.label, "reason": reason})
+    x.add("kvoffload_scrape_duration_seconds", t.duration, {"target": t.label})
+    x.add("kvoffload_scrape_body_bytes", t.body_bytes, {"target": t.label})
+    x.add("kvoffload_last_success_timestamp_seconds", t.last_success, {"target": t.label})
+    if not t.up or t.snapshot is None:
+        return
+    x.add(
+        "kvoffload_target_info",
+        1.0,
+        {"target": t.label, "vllm_version": t.version or "unknown", "generation": t.snapshot.generation},
+    )
+    for backend in t.snapshot.backends:
+        x.add("kvoffload_offload_backend_info", 1.0, {"target": t.label, "backend": str(backend)})
+    for signal, name, unit in t.snapshot.sources:
+        x.add(
+            "kvoffload_source_metric_info",
+            1.0,
+            {"target": t.label, "signal": signal, "resolved_name": name, "unit": unit},
+        )
+    for e in t.snapshot.engines:
+        _engine(x, t, e, t.derived.get(e.key), window)
+
+
+def _host(x: Exposition, m: HostMemory) -> None:
+    x.add("kvoffload_host_memory_total_bytes", m.total)
+    x.add("kvoffload_host_memory_available_bytes", m.available)
+    x.add("kvoffload_container_memory_limit_bytes", m.cgroup_limit)
+    x.add("kvoffload_container_memory_usage_bytes", m.cgroup_usage)
+    x.add("kvoffload_host_memory_headroom_bytes", m.headroom)
+    for p in m.processes:  # role/rank, not pid: a restarted engine keeps its series
+        lb = {"target": p.target, "role": p.role, "rank": p.rank}
+        x.add("kvoffload_process_resident_memory_bytes", p.rss, lb)
+        x.add("kvoffload_process_locked_memory_bytes", p.locked, lb)
+        x.add("kvoffload_process_pinned_memory_bytes", p.pinned, lb)
+    for t in m.trees:
+        _tree(x, t)
+
+
+def _tree(x: Exposition, t: ProcessTreeMemory) -> None:
+    lb = {"target": t.target}
+    x.add("kvoffload_process_tree_memory_info", 1.0, {**lb, "source": t.source})
+    x.add("kvoffload_process_tree_processes", float(t.processes), lb)
+    x.add("kvoffload_process_tree_shmem_bytes", t.shmem, lb)
+    x.add("kvoffload_process_tree_pss_bytes", t.pss, lb)
+    x.add("kvoffload_process_tree_anon_bytes", t.anon, lb)
+    x.add("kvoffload_process_tree_resident_sum_bytes", t.rss_sum, lb)
+    x.add("kvoffload_process_tree_locked_bytes", t.locked, lb)
+    x.add("kvoffload_process_tree_pinned_bytes", t.pinned, lb)
+    x.add("kvoffload_process_tree_cgroup_headroom_bytes", t.cgroup_headroom, lb)
+    x.add("kvoffload_process_tree_growth_step_bytes", growth_step(t), lb)
+    x.add("kvoffload_offload_tier_footprint_ratio", footprint_ratio(t), lb)
+
+
+def _gpu(x: Exposition, devices: Sequence[GpuMemory]) -> None:
+    for d in devices:
+        lb = {"gpu": d.index, "uuid": d.uuid, "name": d.name}
+        x.add("kvoffload_gpu_memory_total_bytes", d.total, lb)
+        x.add("kvoffload_gpu_memory_used_bytes", d.used, lb)
+        x.add("kvoffload_gpu_memory_free_bytes", d.free, lb)
+        for pid, used in d.processes:
+            x.add("kvoffload_gpu_process_memory_used_bytes", used, {"gpu": d.index, "uuid": d.uuid, "pid": str(pid)})
+
+
+class SampleSink(Protocol):
+    """Where collectors write samples (`render.Exposition`): names and label keys must be the catalogue's."""
+
+    def add(self, name: str, value: float | None, labels: Mapping[str, str] | None = None) -> None: ...
+
+    def add_states(self, name: str, labels: Mapping[str, str], states: Iterable[str], current: str | None) -> None: ...
+
+    def add_summary(
+        self, name: str, labels: Mapping[str, str], quantiles: Mapping[float, float], count: float, total: float | None
+    ) -> None: ...
+
+
+class Collector(Protocol):
+    """A source of samples added to every render after the built-in ones (plugins: the canary)."""
+
+    def collect(self, x: SampleSink) -> None: ...
+
+
+def _shared(
+    x: Exposition,
+    host: HostMemory | None,
+    gpu: Sequence[GpuMemory] | None,
+    collectors: Mapping[str, tuple[bool, float]] | None,
+    extras: Sequence[Collector],
+) -> None:
+    x.add("kvoffload_exporter_build_info", 1.0, {"version": __version__, "python": platform.python_version()})
+    for name in COLLECTORS:
+        if collectors and name in collectors:
+            ok, dur = collectors[name]
+            x.add("kvoffload_collector_success", 1.0 if ok else 0.0, {"collector": name})
+            x.add("kvoffload_collector_duration_seconds", dur, {"collector": name})
+    if host is not None:
+        _host(x, host)
+    if gpu is not None:
+        _gpu(x, gpu)
+    for extra in extras:
+        extra.collect(x)
+
+
+def collect(
+    targets: Sequence[TargetView],
+    window: str,
+    host: HostMemory | None = None,
+    gpu: Sequence[GpuMemory] | None = None,
+    collectors: Mapping[str, tuple[bool, float]] | None = None,
+    extras: Sequence[Collector] = (),
+) -> str:
+    """Render the whole exposition. `collectors` maps collector name → (success, duration seconds)."""
+    x = Exposition()
+    _shared(x, host, gpu, collectors, extras)  # no family mixes shared and per-target series
+    for t in targets:
+        _target(x, t, window)
+    return x.text()
+
+
+def target_fragment(t: TargetView, window: str, heads: Heads | None = None) -> dict[str, str]:
+    """One target's series per family: rebuilt only when that target polls, merged by `render.merge`."""
+    x = Exposition(heads)
+    _target(x, t, window)
+    return x.fragment()
+
+
+def shared_fragment(
+    host: HostMemory | None,
+    gpu: Sequence[GpuMemory] | None,
+    collectors: Mapping[str, tuple[bool, float]],
+    extras: Sequence[Collector] = (),
+) -> dict[str, str]:
+    """Everything that is not one target's: build info, collectors, host/GPU memory, plugins."""
+    x = Exposition()
+    _shared(x, host, gpu, collectors, extras)
+    return x.fragment()
+
+
+__all__ = ["Collector", "SampleSink", "TargetView", "collect", "shared_fragment", "target_fragment"]

@@ -1,0 +1,135 @@
+"""`bundle`: render dashboards, Prometheus rules and Grafana alert provisioning for the user's labels."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from kvoffload_exporter.safewrite import write_file
+
+if TYPE_CHECKING:
+    from kvoffload_exporter.bundle.settings import Settings
+
+ORDER = 60
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "bundle",
+        help="write Grafana dashboards, Prometheus/Grafana alert rules for your labels",
+        description="Render the monitoring bundle (dashboards/*.json, alerts/*.yaml, Grafana alert "
+        "provisioning, docs/metrics.md) into DIR. `--out .` in a checkout regenerates the "
+        "committed files.",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (created if missing)")
+    p.add_argument(
+        "--selector",
+        action="append",
+        default=[],
+        metavar="LABEL=VALUE",
+        help="label matcher added to every PromQL selector, e.g. job=vllm-sidecar (also !=, =~, !~; repeatable)",
+    )
+    p.add_argument(
+        "--runbook-url",
+        metavar="URL",
+        help="where you host alerts/runbook.md (written with the rules), so each alert's runbook_url is a "
+        "clickable link URL#<alert> (default: the relative path alerts/runbook.md, not a link)",
+    )
+    p.add_argument(
+        "--preset",
+        metavar="NAME",
+        help="apply a named list of --set values first: rehearsal (minute-scale windows for a staging "
+        "rehearsal; docs/alerts.md)",
+    )
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one alert setting, e.g. reuse_window=2h (repeatable; every key in docs/alerts.md)",
+    )
+    p.add_argument(
+        "--grafana-datasource-uid",
+        metavar="UID",
+        help="Prometheus datasource uid for Grafana-managed alerts (default 'prometheus')",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if any file in DIR differs from what would be written",
+    )
+    p.set_defaults(func=run)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """--preset, then --set in order, then the dedicated flags (ValueError: one line for the user)."""
+    from kvoffload_exporter.bundle.settings import DEFAULT
+
+    settings = DEFAULT.preset(args.preset) if args.preset else DEFAULT
+    settings = settings.with_sets(args.sets)
+    if args.runbook_url:
+        settings = replace(settings, runbook_url=args.runbook_url.rstrip("/"))
+    if args.grafana_datasource_uid:
+        settings = replace(settings, grafana_datasource_uid=args.grafana_datasource_uid)
+    return settings
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        from kvoffload_exporter.bundle import render_bundle
+
+        files = render_bundle(args.selector, _settings(args))
+        files.update(_readme(args.out))
+    except ImportError as e:
+        print(
+            f"kvoffload-exporter bundle: {e}; install the extra: pip install 'kvoffload-exporter[bundle]'",
+            file=sys.stderr,
+        )
+        return 2
+    except ValueError as e:
+        print(f"kvoffload-exporter bundle: {e}", file=sys.stderr)
+        return 2
+    try:
+        stale = _write_or_compare(files, args.out, args.check)
+    except OSError as e:
+        print(f"kvoffload-exporter bundle: cannot write under {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    if args.check:
+        for rel in stale:
+            print(f"stale: {rel}", file=sys.stderr)
+        return 1 if stale else 0
+    print(f"wrote {len(files)} files under {args.out}")
+    return 0
+
+
+def _readme(out: str) -> dict[str, str]:
+    """DIR/README.md with its generated blocks re-rendered, when it has any (a checkout); else nothing."""
+    from kvoffload_exporter.bundle import readme
+
+    try:
+        with open(os.path.join(out, readme.PATH), encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return {}
+    return {readme.PATH: readme.patch(text)} if readme.has_blocks(text) else {}
+
+
+def _write_or_compare(files: dict[str, str], out: str, check: bool) -> list[str]:
+    """Write every file under `out` or, with `check`, list those that differ."""
+    stale = []
+    for rel, text in files.items():
+        path = os.path.join(out, rel)
+        if check:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    if f.read() != text:
+                        stale.append(rel)
+            except FileNotFoundError:
+                stale.append(rel)
+            continue
+        write_file(rel, text, root=out)  # never through a link planted under `out`
+    return stale

@@ -1,0 +1,244 @@
+"""`check`: the whole offload verification in one run — preflight, N canary rounds, verdict, evidence.
+
+Exit codes: 0 offload pays off (offload_faster), 1 it does not (offload_slower, or no_offload_hit),
+2 usage error (argparse, and output paths or target URLs refused before the first request), 3 could not
+run (preflight, a control serving another model, every round failed), 4 inconclusive. `--json FILE`
+holds the machine-readable verdict, `--out DIR` the evidence bundle (both /metrics snapshots, every
+request, the conditions, the report and a TTFT plot); `--concurrency` adds the load sweep.
+
+This module is the flags; the procedure is canary.checkrun, the document canary.checkreport and the
+files canary.evidence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from kvoffload_exporter.config import ConfigError
+
+if TYPE_CHECKING:
+    from kvoffload_exporter.canary.config import CanarySettings
+
+ORDER = 35
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "check",
+        help="verify end to end whether KV offloading pays off (canary rounds and a verdict)",
+        description="Preflight (/health, /v1/models, /version, /metrics), N canary rounds, a second /metrics "
+        "snapshot, then a verdict table and a TTFT plot. Exit codes: 0 offload pays off; 1 it does not (slower "
+        "than the control, or the tier never served a hit); 2 usage error (bad flags, output paths, target URL); "
+        "3 could not run (unreachable target, preflight, a control serving another model); 4 inconclusive "
+        "(too few samples, interval includes 0, nothing displaced the prefix).",
+    )
+    p.add_argument("--target", required=True, metavar="URL", help="vLLM base URL with the offload connector")
+    p.add_argument("--rounds", type=int, default=10, metavar="N", help="canary cycles to complete (default 10)")
+    p.add_argument(
+        "--allow-pressure",
+        action="store_true",
+        help="displace the prefix with filler requests (evicts users' GPU cache: staging only); "
+        "without it the wait strategy lets real traffic evict it",
+    )
+    p.add_argument("--json", metavar="FILE", help="write the verdict document here")
+    p.add_argument("--out", metavar="DIR", help="write the evidence bundle into this directory")
+    p.add_argument("--quiet", action="store_true", help="no live progress on stderr")
+    p.add_argument(
+        "--concurrency",
+        type=_levels,
+        metavar="C[,C...]",
+        help="load sweep after the rounds: at each level C concurrent revisits of an offloaded prefix vs the "
+        "same with loads disabled, --min-samples per path (needs --allow-pressure; default: none, the rounds "
+        "are the c=1 measurement); with --prefix-tokens N,M,... it is a length sweep too (the rounds use the "
+        "first length)",
+    )
+    p.add_argument(
+        "--min-bursts",
+        type=_min_bursts,
+        default=10,
+        metavar="N",
+        help="load sweep: counted bursts per path and level before a level can decide (default 10, at least 3; "
+        "the interval resamples bursts, so fewer bursts give no interval)",
+    )
+    p.add_argument(
+        "--allow-no-offload",
+        action="store_true",
+        help="measure even when preflight finds no offload metrics on the target (default: exit 3 at once)",
+    )
+    from kvoffload_exporter.canary.config import CanarySettings
+    from kvoffload_exporter.schema import add_flags
+
+    add_flags(p, CanarySettings, "check", defaults=_base().public(), env=False)
+    p.set_defaults(func=run)
+
+
+def _min_bursts(raw: str) -> int:
+    try:
+        n = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {raw!r}") from None
+    if n < 3:
+        raise argparse.ArgumentTypeError("must be >= 3 (no interval from fewer bursts)")
+    return n
+
+
+def _levels(raw: str) -> tuple[int, ...]:
+    from kvoffload_exporter.canary.sweep import parse_levels
+
+    try:
+        return parse_levels(raw)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _prefix_lengths(args: argparse.Namespace, errors: list[str]) -> tuple[int, ...]:
+    """`--prefix-tokens N,M,...`: the sweep's lengths; the rounds (and the settings) get the first."""
+    raw = getattr(args, "prefix_tokens", None)
+    if not isinstance(raw, str) or "," not in raw:
+        return ()
+    try:
+        lengths = tuple(int(x) for x in raw.split(",") if x.strip())
+    except ValueError:
+        errors.append(f"--prefix-tokens: not an integer or a comma-separated list of integers: {raw!r}")
+        return ()
+    args.prefix_tokens = str(lengths[0])
+    return lengths
+
+
+def _base() -> CanarySettings:
+    """check's own defaults: no budget unless asked, quick retries within one run."""
+    from kvoffload_exporter.canary.config import CanarySettings
+
+    return CanarySettings(enabled=True, budget_tokens_per_hour=None, backoff_initial=1.0, backoff_max=30.0)
+
+
+def settings_from_args(args: argparse.Namespace) -> CanarySettings:
+    """check's flags on its defaults, validated by the same declaration as serve's; errors name the flag."""
+    from kvoffload_exporter.canary.config import CanarySettings, check
+    from kvoffload_exporter.config import parse_targets
+    from kvoffload_exporter.schema import Where, apply, overrides
+
+    errors = [] if args.rounds >= 1 else ["--rounds: must be an integer >= 1"]
+    args.sweep_prefix_tokens = _prefix_lengths(args, errors)
+    targets = parse_targets([args.target], errors, Where("--target", dotted=False))
+    if targets and targets[0].auth is not None:  # refused: check's outputs would carry the URL
+        errors.append("--target: user:password@ is not supported by check (the canary uses --api-key-file)")
+    elif targets:
+        args.target = targets[0].url  # a trailing /metrics stripped, like serve
+    values = overrides(CanarySettings, args, "check", errors)
+    if errors:
+        raise ConfigError(errors)
+    settings = replace(
+        apply(_base(), values),
+        strategy="pressure" if args.allow_pressure else "wait",
+        allow_pressure=bool(args.allow_pressure),
+    )
+    settings = replace(settings, max_samples=max(settings.min_samples, 1_000_000))
+    check(settings)
+    return settings
+
+
+async def run_check(
+    args: argparse.Namespace,
+    stdout: TextIO = sys.stdout,
+    stderr: TextIO = sys.stderr,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> tuple[int, dict[str, Any]]:
+    """The procedure; returns (exit code, JSON document). Usable from a running event loop (tests).
+
+    Flags → CheckRequest here; the run, the document and the files are canary.checkrun,
+    canary.checkreport and canary.evidence.
+    """
+    from kvoffload_exporter.canary import checkreport, checkrun, evidence, report
+    from kvoffload_exporter.canary.client import open_client
+    from kvoffload_exporter.canary.secrets import SecretError, scrub
+    from kvoffload_exporter.canary.sweep import SweepRequest
+
+    try:
+        settings = settings_from_args(args)  # URLs included (config.parse_targets)
+        usage = _usage_errors(args)
+        if usage:  # before the first request: nothing is spent on a run whose results cannot be written
+            raise ConfigError(usage)
+        keys = checkrun.load_keys(settings, stderr)
+    except (ConfigError, SecretError) as e:
+        print(f"kvoffload-exporter check: {checkrun.redact(str(e))}", file=stderr)
+        code = 2 if isinstance(e, ConfigError) else 3  # a bad flag value or output path is a usage error
+        return code, {**checkreport.error_document(str(e)), "exit_code": code}
+    sweep = None
+    if args.concurrency:
+        lengths = tuple(getattr(args, "sweep_prefix_tokens", ()) or ())
+        sweep = SweepRequest(args.concurrency, lengths, args.min_bursts)
+    req = checkrun.CheckRequest(
+        args.target, args.rounds, settings, quiet=args.quiet, sweep=sweep, allow_no_offload=args.allow_no_offload
+    )
+    try:  # whatever the target answered, the report and the JSON are written, with the error
+        async with open_client(keys.api_key, settings.request_timeout) as client:
+            result = await checkrun.run(req, client, keys, stderr=stderr, sleep=sleep)
+        doc = checkreport.document(result)
+        text = scrub(report.text(doc))
+    except Exception as e:  # a bug or an answer nothing foresaw: exit 3, with the report
+        doc = {**checkreport.error_document(f"internal error ({type(e).__name__})"), "exit_code": 3}
+        print(f"kvoffload-exporter check: {scrub(str(doc['why']))}", file=stderr)
+        evidence.write_error(doc, scrub(report.text(doc)), args.json, args.out)
+        return 3, doc
+    if result.ran:  # nothing ran (preflight failed): the one-line error on stderr is the whole answer
+        stdout.write(text)
+    if doc.get("verdict") == "error":
+        print(f"kvoffload-exporter check: {scrub(str(doc['why']))}", file=stderr)
+    evidence.write(evidence.Evidence(result, doc, text, _public_argv(args)), args.json, args.out)
+    return int(doc["exit_code"]), doc
+
+
+def _writable(path: Path) -> str | None:
+    """Why `path` cannot be created (None when it can): the nearest existing ancestor must be a writable
+    directory."""
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    return None if os.access(parent, os.W_OK) else f"{parent} is not writable"
+
+
+def _usage_errors(args: argparse.Namespace) -> list[str]:
+    """Output paths (and the sweep's precondition), checked before the first request (exit 2); the URLs
+    were checked with the settings."""
+    errors = []
+    if args.json:
+        p = Path(args.json)
+        why = f"{p} is a directory" if p.is_dir() else None if p.exists() else _writable(p)
+        if why or (p.exists() and not os.access(p, os.W_OK)):
+            errors.append(f"--json: cannot write {p}: {why or 'not writable'}")
+    if args.out:
+        p = Path(args.out)
+        why = (None if os.access(p, os.W_OK) else "not writable") if p.is_dir() else _writable(p)
+        if p.exists() and not p.is_dir():
+            why = "it exists and is not a directory"
+        if why:
+            errors.append(f"--out: cannot write the bundle into {p}: {why}")
+    if args.concurrency and not args.allow_pressure:
+        errors.append("--concurrency: the load sweep displaces its prefixes with fillers: add --allow-pressure")
+    return errors
+
+
+def _public_argv(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: v for k, v in vars(args).items() if k != "func"}
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        code, _ = asyncio.run(run_check(args, stdout=sys.stdout, stderr=sys.stderr))
+    except OSError as e:
+        print(f"kvoffload-exporter check: {e}", file=sys.stderr)
+        return 3
+    return code
+
+
+__all__ = ["register", "run", "run_check", "settings_from_args"]

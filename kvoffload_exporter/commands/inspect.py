@@ -1,0 +1,196 @@
+"""`inspect`: read saved /metrics dumps — one file: cumulative signals; two: the interval and its state."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from kvoffload_exporter.config import Config
+from kvoffload_exporter.exposition import ParseError, join_bodies
+from kvoffload_exporter.intervalreport import report
+from kvoffload_exporter.limits import Limits
+from kvoffload_exporter.model import Snapshot
+from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.reasons import HINTS
+
+ORDER = 20
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "inspect",
+        help="explain saved /metrics dumps (one file, or before and after)",
+        description="One FILE: cumulative offload signals per engine. FILE FILE2 "
+        "(before, after): the interval's deltas and evidence state.",
+    )
+    p.add_argument("file", help="a saved /metrics dump; - reads standard input")
+    p.add_argument("file2", nargs="?", help="a later dump of the same server (one of the two may be -)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+MAX_FILE_BYTES = Config().max_body_bytes
+"""The exporter's body cap: a dump larger than a poll would accept is refused, not read."""
+
+
+def _read(path: str, room: int = MAX_FILE_BYTES) -> bytes:
+    """At most `room` + 1 bytes of a file or, for `-`, of standard input (`curl … | inspect -`)."""
+    if path == "-":
+        return sys.stdin.buffer.read(room + 1)
+    try:
+        with open(path, "rb") as f:
+            return f.read(room + 1)
+    except OSError as e:
+        raise SystemExit(f"kvoffload-exporter inspect: cannot read {path}: {e.strerror}") from None
+
+
+def _read_all(path: str) -> list[bytes]:
+    """One dump, or several joined with `+` (vLLM /metrics plus a backend's own endpoint such as KVBM's
+    or the LMCache MP server's, scraped at the same moment): read as one exposition, under one cap."""
+    if "+" not in path or path == "-" or os.path.exists(path):
+        return [_read(path)]
+    parts: list[bytes] = []
+    room = MAX_FILE_BYTES
+    for p in path.split("+"):  # each part reads only what the cap has left: 40 parts cost one cap
+        parts.append(_read(p, max(room, 0)))
+        room -= len(parts[-1]) + 1
+    return parts
+
+
+def _load(path: str) -> Snapshot:
+    """Read one dump (or `a+b`) under the exporter's caps (file size, kvoffload_exporter.limits defaults)."""
+    parts = _read_all(path)
+    path = "standard input" if path == "-" else path
+    if sum(map(len, parts)) + len(parts) - 1 > MAX_FILE_BYTES:
+        raise SystemExit(f"kvoffload-exporter inspect: {path} is larger than {MAX_FILE_BYTES} bytes")
+    try:
+        text = join_bodies([p.decode("utf-8") for p in parts])
+    except UnicodeDecodeError:
+        raise SystemExit(f"kvoffload-exporter inspect: {path} is not UTF-8 text") from None
+    try:
+        snap = normalise(text, Limits())
+    except ParseError as e:
+        raise SystemExit(f"kvoffload-exporter inspect: {path}: {e} ({e.reason})") from None
+    if not snap.families:
+        raise SystemExit(f"kvoffload-exporter inspect: {path} contains no vllm: metrics")
+    return snap
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if v == int(v) else f"{v:.4g}"
+    return str(v)
+
+
+def went_backwards(before: Snapshot, after: Snapshot) -> list[str]:
+    """`model/engine` of every engine with a counter (or the TTFT count) lower in `after` than in `before`.
+
+    The interval still counts it as a reset (that is what a restart looks like), but two files given in
+    the wrong order look exactly the same, so the operator is told instead of silently shown a reset.
+    """
+    out = []
+    for a in after.engines:
+        b = before.engine(a.key)
+        if b is None:
+            continue
+        down = any(v < b.counters[k] for k, v in a.counters.items() if k in b.counters)
+        down = down or any(
+            v < b.prompt_tokens_by_source[k]
+            for k, v in a.prompt_tokens_by_source.items()
+            if k in b.prompt_tokens_by_source
+        )
+        if down or (a.ttft is not None and b.ttft is not None and a.ttft.count < b.ttft.count):
+            out.append(f"{a.model_name}/{a.engine}")
+    return out
+
+
+def _load_pair(first: str, second: str) -> tuple[Snapshot, Snapshot]:
+    if first == second == "-":
+        raise SystemExit("kvoffload-exporter inspect: only one of the two files can be - (standard input)")
+    before, after = _load(first), _load(second)
+    if before.generation != after.generation:
+        print(f"note: offload metric generation changed: {before.generation} -> {after.generation}", file=sys.stderr)
+    back = went_backwards(before, after)
+    if back:
+        print(
+            f"warning: counters went backwards between the two files for {', '.join(back)} "
+            "(engine restart or files in the wrong order?); counted as a reset",
+            file=sys.stderr,
+        )
+    return before, after
+
+
+def _ttft_line(e: dict[str, Any]) -> str:
+    """`TTFT m/0: p50 41.0 ms, p90 55.0 ms (n=37)`: a quantile means little without its sample count."""
+    qs = ", ".join(f"p{float(q) * 100:g} {v * 1000:.1f} ms" for q, v in e["ttft_seconds"].items() if v is not None)
+    n = e.get("ttft_count")
+    return f"TTFT {e['model_name']}/{e['engine']}: {qs} (n={'?' if n is None else f'{n:.0f}'})"
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.file2:
+        before, after = _load_pair(args.file, args.file2)
+    else:
+        before, after = None, _load(args.file)
+    doc = report(before, after)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2, sort_keys=True, allow_nan=False)
+        print()
+        return 0
+    mode = "interval (after - before)" if before else "cumulative since engine start"
+    print(
+        f"{mode}; offload metric generation: {doc['generation']}"
+        + (" (multiprocess exposition)" if doc["multiprocess"] else "")
+    )
+    cols = [
+        "model_name",
+        "engine",
+        "state",
+        "state_reason",
+        "offload_load_bytes",
+        "offload_store_bytes",
+        "load_store_ratio",
+        "gpu_prefix_hits",
+        "external_prefix_hits",
+        "gpu_prefix_hit_ratio",
+        "external_prefix_hit_ratio",
+    ]
+    heads = [
+        "model",
+        "engine",
+        "state",
+        "reason",
+        "load bytes",
+        "store bytes",
+        "load/store",
+        "GPU hit tok",
+        "ext hit tok",
+        "GPU hit ratio",
+        "ext hit ratio",
+    ]
+    rows = [[_fmt(e.get(c)) for c in cols] for e in doc["engines"]]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
+    print("  ".join(h.ljust(w) for h, w in zip(heads, widths)))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    if doc["second_endpoint_missing"]:
+        print(f"missing second endpoint: {doc['second_endpoint_missing']}")
+    for e in doc["engines"]:
+        if e["state_reason"]:
+            print(f"why {e['model_name']}/{e['engine']} {e['state']}: {e['state_reason']} - {HINTS[e['state_reason']]}")
+    for e in doc["engines"]:
+        moved = [
+            f"{x['signal']} {_fmt(x['delta'])} {x['unit']}" + (f" ({x['tier']})" if x["tier"] else "")
+            for x in e["evidence"]
+            if x["signal"] in ("stored", "loaded", "dropped") and x.get("delta")
+        ]
+        if moved:
+            print(f"evidence {e['model_name']}/{e['engine']} ({', '.join(doc['backends'])}): {'; '.join(moved)}")
+        if e["ttft_seconds"]:
+            print(_ttft_line(e))
+    return 0

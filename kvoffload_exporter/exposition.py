@@ -1,0 +1,370 @@
+"""Fast Prometheus text-format reader that keeps only the families it is asked for.
+
+prometheus_client's parser handles every family and costs ~8 ms on a real vLLM body; a poller only
+needs a few dozen families, so each line is filtered by one slice of its name looked up in a set
+(`Selector.keys`) before any parsing, and kept only when its exact sample name is selected. Families
+are reported by canonical name: `vllm_` (OpenMetrics-escaped) becomes `vllm:`, and a trailing
+`_total` is dropped so names with or without it match.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
+
+Labels = tuple[tuple[str, str], ...]
+
+
+class ParseError(ValueError):
+    """The body is not a Prometheus text exposition we can read. `reason` is a closed scrape error
+    reason (catalogue.SCRAPE_ERROR_REASONS): `parse`, or the cap that was hit."""
+
+    reason = "parse"
+
+
+class LimitError(ParseError):
+    """The body is readable but exceeds a cap of kvoffload_exporter.limits.Limits (`sample_limit`, `label_limit`)."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+
+
+Sample = tuple[str, str, Any, float]
+"""(canonical family, suffix "" | "bucket" | "sum" | "count", labels as `labels_of` returned them, value).
+A plain tuple: a NamedTuple's constructor costs more than parsing the line."""
+
+
+# The label block up to its closing brace, quote-aware: a `}` inside a value or an OpenMetrics
+# exemplar (`... 1 # {trace_id="x"} 0.5`) after the value must not end it.
+_BLOCK_RE = re.compile(r'(?:[^"}]|"(?:[^"\\]|\\.)*")*\}')
+# Prometheus float syntax (Go's ParseFloat, decimal form), ASCII digits only: no `1_000`, no `١`.
+_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NON_FINITE = frozenset(
+    {"nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
+)  # as Prometheus spells them, any case
+_INF = float("inf")
+_LABEL_RE = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+def parse_labels(text: str) -> Labels:
+    """`a="1",b="x"` → (("a","1"),("b","x")). Not cached here: callers cache what they derive from it
+    (normalise caches its split of each label text), so one label set is never held twice."""
+    out = []
+    pos = 0
+    n = len(text)
+    while pos < n:
+        m = _LABEL_RE.match(text, pos)
+        if not m:
+            if text[pos:].strip(" ,"):
+                raise ParseError(f"bad label set {{{text}}}")
+            break
+        value = m.group(2)
+        if "\\" in value:
+            value = re.sub(r'\\[\\"n]', lambda e: _ESCAPES[e.group(0)], value)
+        out.append((m.group(1), value))
+        pos = m.end()
+    return tuple(out)
+
+
+def parse_float(text: str, what: str) -> float:
+    """A float in Prometheus syntax (decimal, or NaN/±Inf spelled out, which callers then refuse
+    or drop); Python-only forms and a decimal that overflows (`1e999`, as Go's ParseFloat) fail."""
+    if _FLOAT_RE.fullmatch(text):
+        v = float(text)
+        if v - v == 0.0:  # false for inf (inf - inf is nan)
+            return v
+        raise ParseError(f"{what}: {text!r} overflows a float")
+    if text.lower() in _NON_FINITE:
+        return float(text)
+    raise ParseError(f"{what}: not a Prometheus float: {text[:40]!r}")
+
+
+def canonical(name: str) -> str:
+    if name.startswith("vllm_"):
+        name = "vllm:" + name[5:]
+    return name[:-6] if name.endswith("_total") else name
+
+
+KEY = 12
+"""Characters of a family name after `vllm:`/`vllm_` used as a set key to drop unwanted lines cheaply."""
+
+_HIST_SUFFIXES = ("bucket", "sum", "count")
+
+
+class Selector(NamedTuple):
+    """What `read` keeps: a cheap per-line key set and the exact sample names it maps to families."""
+
+    keys: frozenset[str]
+    names: dict[str, tuple[str, str]]  # raw sample name -> (canonical family, suffix)
+
+
+def _spellings(fam: str) -> tuple[str, ...]:
+    """`vllm:` families are also read OpenMetrics-escaped (`vllm_`); other prefixes (lmcache:, kvbm_) as is."""
+    return (fam, "vllm_" + fam[5:]) if fam.startswith("vllm:") else (fam,)
+
+
+def selector(families: tuple[str, ...], histograms: frozenset[str]) -> Selector:
+    """Accept each family as `vllm:` or `vllm_`, with or without `_total`, histograms by suffix."""
+    assert all(len(f) >= 5 + KEY for f in families), "family name shorter than the filter key"
+    names: dict[str, tuple[str, str]] = {}
+    for fam in families:
+        for base in _spellings(fam):
+            if fam in histograms:
+                for sfx in _HIST_SUFFIXES:
+                    names[f"{base}_{sfx}"] = (fam, sfx)
+            else:
+                names[base] = names[base + "_total"] = (fam, "")
+    # TYPE lines of the same families share the per-line key: "# TYPE vllm:prefix_cache_..."[5:17].
+    type_keys = {f"E {base}"[:KEY] for f in families for base in _spellings(f)}
+    return Selector(frozenset(f[5 : 5 + KEY] for f in families) | type_keys, names)
+
+
+_FLOAT_CHARS = "0123456789.eE+-"
+_MISS = object()
+
+Known = dict[str, tuple[str, str, Any] | None]
+"""Series text → (family, suffix, labels) of a selected series, None for a series `read` skips."""
+
+
+class LineCache:
+    """One target's readings of the series it sent before. A vLLM body repeats the same series every
+    poll with new values, so a known series costs one dict lookup instead of splitting and parsing its
+    label block again. Bounded in bytes, per target (`MAX_BYTES`) and over every target of the process
+    (`BUDGET`), keys included, so no body can grow it; what is not cached is read the long way, with
+    the same checks."""
+
+    MAX_KEY = 2048  # characters of one key (cache_config_info lines are ~700)
+    ENTRY = 120  # bytes an entry costs besides its key's characters (measured: ~90 on CPython 3.11)
+    MAX_BYTES = 1 << 20
+    BUDGET = 64 << 20
+    held = 0  # bytes held by every LineCache of the process (worker threads read concurrently: locked)
+    _lock = threading.Lock()
+
+    __slots__ = ("key", "known", "last", "overflow", "size")
+
+    def __init__(self) -> None:
+        self.key: object = None
+        self.known: Known = {}
+        self.last: object = None  # the caller's: what it made of the last read, to reuse when it repeats
+        self.size = 0  # bytes this cache holds, as counted against BUDGET
+        self.overflow = 0  # series the last read could not cache
+
+    def for_reader(self, key: object) -> Known:
+        """The entries valid for the label reader `key`; a new reader, or a last read that found more
+        new series than it could cache (label sets churn), starts over."""
+        if key != self.key or self.overflow > len(self.known) // 2:
+            self.clear()
+            self.key = key
+        self.overflow = 0
+        return self.known
+
+    def room(self, key: str) -> bool:
+        """Whether `key` may be kept (and counted against both budgets if so)."""
+        cost = len(key) + self.ENTRY
+        if len(key) <= self.MAX_KEY and self.size + cost <= self.MAX_BYTES:
+            with self._lock:
+                if LineCache.held + cost <= self.BUDGET:
+                    LineCache.held += cost
+                    self.size += cost
+                    return True
+        self.overflow += 1
+        return False
+
+    def clear(self) -> None:
+        with self._lock:
+            LineCache.held -= self.size
+        self.size = 0
+        self.known = {}
+        self.last = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter exit the class may be torn down first
+            self.clear()
+
+
+def _lines(text: str, block: int = 1 << 18) -> Iterator[str] | list[str]:
+    """The lines of `text`, split a block at a time: never a list of every line of a huge body."""
+    if len(text) <= block:
+        return text.split("\n")
+    return _blocks(text, block)
+
+
+def _blocks(text: str, block: int) -> Iterator[str]:
+    n = len(text)
+    pos = 0
+    while pos < n:
+        end = text.find("\n", pos + block)
+        if end < 0:
+            yield from text[pos:].split("\n")
+            return
+        yield from text[pos:end].split("\n")
+        pos = end + 1
+    yield ""  # the text ended with a newline: split() gives a last empty line too
+
+
+def read(
+    text: str,
+    sel: Selector,
+    labels_of: Callable[[str], Any] = parse_labels,
+    max_samples: int | None = None,
+    max_line: int | None = None,
+    cache: LineCache | None = None,
+    cache_key: object = None,
+) -> tuple[list[Sample], set[str]]:
+    """Return the samples of the selected families and the families named in TYPE lines.
+
+    `_created` samples and look-alike families are dropped by exact name. `labels_of` turns the text
+    between the braces into the sample's labels (a cached caller-specific reading saves a second pass
+    over every label set). Raises ParseError on a selected line that cannot be read or that repeats a
+    series exactly, LimitError past `max_samples` (checked while reading, so a huge body costs no
+    more than the cap) or on a selected line longer than `max_line` (reason `label_limit`: refused
+    before any regex runs over it, which would cost seconds and gigabytes on a 20 MB label).
+    `cache` (with `cache_key` naming `labels_of`) remembers the series of earlier reads: a line
+    `<known series> <plain decimal>` is read with one lookup and `float()`; anything else the long way.
+    """
+    samples: list[Sample] = []
+    append = samples.append
+    typed: set[str] = set()
+    seen: set[str] = set()
+    mark = seen.add
+    keys, names = sel
+    end = 5 + KEY
+    cap = max_samples if max_samples is not None else sys.maxsize
+    limit = max_line if max_line is not None else sys.maxsize
+    known: Known = cache.for_reader(cache_key) if cache is not None else {}
+    recall = known.get
+    for line in _lines(text):
+        # One slice + set lookup per line: the cheapest filter that drops most unwanted families.
+        if line[5:end] not in keys:
+            continue
+        if len(line) > limit:
+            raise LimitError("label_limit", f"a {len(line)}-character line of a vLLM family (limit {limit})")
+        if line[0] == "#":
+            fam = _type_of(line)
+            if fam:
+                typed.add(fam)
+            continue
+        key, sep, value = line.rpartition(" ")
+        hit = recall(key, _MISS)  # never a key "": only lines with a space are remembered
+        if hit is None:
+            continue  # a series of an unselected family (its name decides, and `key` holds its name)
+        # A known series and a plain decimal: float() reads exactly Prometheus' decimal syntax over
+        # these characters; a repeat, an overflow or anything else goes the long way for its error.
+        if hit is not _MISS and not value.strip(_FLOAT_CHARS):
+            try:
+                v = float(value)
+            except ValueError:
+                v = _INF
+            if v - v == 0.0 and key not in seen:
+                mark(key)
+                append((*hit, v))  # type: ignore[misc]
+                if len(samples) > cap:
+                    raise _over(cap)
+                continue
+        new = hit is _MISS and sep != ""
+        if _long_way(line, key, new, names, labels_of, cache, seen, append) and len(samples) > cap:
+            raise _over(cap)
+    return samples, typed
+
+
+def _over(cap: int) -> LimitError:
+    return LimitError("sample_limit", f"more than {cap} samples of the selected vLLM families")
+
+
+def _long_way(
+    line: str,
+    key: str,
+    new: bool,
+    names: dict[str, tuple[str, str]],
+    labels_of: Callable[[str], Any],
+    cache: LineCache | None,
+    seen: set[str],
+    append: Callable[[Sample], None],
+) -> bool:
+    """One sample line with every check; a `new` series is remembered under `key` (the text before the
+    line's last space) when that is exactly the series, or when the line is not selected. Appends the
+    sample and says so; False for a line of an unselected family."""
+    target, series, labels, rest = _split_line(line, names, labels_of)
+    if cache is not None and new and (target is None or series == key) and cache.room(key):
+        cache.known[key] = None if target is None else (*target, labels)
+    if target is None:
+        return False
+    if series in seen:
+        raise ParseError(f"duplicate series: {line[:120]!r}")
+    seen.add(series)
+    fields = rest.split()
+    if not fields:
+        raise ParseError(f"sample without value: {line[:120]!r}")
+    append((target[0], target[1], labels, parse_float(fields[0], series[:120])))
+    return True
+
+
+_COMMENTS: dict[str, str] = {}
+"""Comment lines seen by any target → the family a TYPE line declares ("" for other comments). TYPE
+lines carry no labels, so every target of one vLLM version sends the same ones: one process-wide
+table, bounded in entries and line length (a hostile target inventing lines only starts it over)."""
+_MAX_COMMENTS, _MAX_COMMENT = 4096, 256
+
+
+def _type_of(line: str) -> str:
+    """The canonical family a `# TYPE` line declares, "" for any other comment (remembered)."""
+    fam = _COMMENTS.get(line)
+    if fam is not None:
+        return fam
+    fam = ""
+    if line.startswith("# TYPE "):
+        parts = line.split()
+        if len(parts) >= 3:
+            fam = canonical(parts[2])
+    if len(line) <= _MAX_COMMENT:
+        if len(_COMMENTS) >= _MAX_COMMENTS:
+            _COMMENTS.clear()
+        _COMMENTS[line] = fam
+    return fam
+
+
+def _split_line(
+    line: str, names: dict[str, tuple[str, str]], labels_of: Callable[[str], Any]
+) -> tuple[tuple[str, str] | None, str, Any, str]:
+    """(family target or None when not selected, series text, labels, text after the series)."""
+    brace = line.find("{")
+    space = line.find(" ")
+    if brace >= 0 and (space < 0 or brace < space):
+        target = names.get(line[:brace])
+        if target is None:
+            return None, "", None, ""
+        m = _BLOCK_RE.match(line, brace + 1)
+        if m is None:
+            raise ParseError(f"unterminated label set: {line[:120]!r}")
+        close = m.end() - 1
+        return target, line[: close + 1], labels_of(line[brace + 1 : close]), line[close + 1 :]
+    raw_name, _, rest = line.partition(" ")
+    target = names.get(raw_name)
+    if target is None:
+        return None, "", None, ""
+    return target, raw_name, labels_of(""), rest
+
+
+def info_number(raw: str | None) -> float | None:
+    """A count or size carried in an info label (cache_config_info, kv_offload_config_info, backend info);
+    None when absent, empty, "None", not a number or not finite and >= 0 (never NaN, Inf or < 0 out)."""
+    if raw is None or raw in ("", "None"):
+        return None
+    try:
+        v = float(raw)
+    except ValueError:
+        return None
+    return v if 0.0 <= v < float("inf") else None
+
+
+def join_bodies(bodies: Sequence[str]) -> str:
+    """Expositions scraped at one moment (vLLM's /metrics plus a backend's own endpoint such as KVBM's
+    or the LMCache MP server's) read as one: `inspect a+b` and `serve`'s extra_metrics_urls join them
+    alike, so a dump pair and a live target resolve the same backends."""
+    return "\n".join(bodies)

@@ -1,0 +1,398 @@
+"""vLLM `/metrics` text → version-agnostic `Snapshot` of logical signals per (model_name, engine).
+
+Handles every vLLM generation from 0.10 to 0.33: flat offload families (0.24+) are preferred and the
+`transfer_type` generation (0.16+, mirrored since 0.24) is used only when no flat family exists, so
+bytes are never counted twice; `gpu_*` aliases (0.10/0.11) only when the new name is absent; names
+with or without `_total`; `_created` ignored; `pid`-split series (multiprocess mode) summed for
+counters and histograms, max for advisory gauges. Unknown families are ignored.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import replace
+from operator import itemgetter
+from typing import NamedTuple
+
+from kvoffload_exporter import backends
+from kvoffload_exporter.exposition import Labels, LimitError, LineCache, Sample, read, selector
+from kvoffload_exporter.families import HISTOGRAMS as _TYPED_HISTOGRAMS
+from kvoffload_exporter.families import TABLE as _TABLE
+from kvoffload_exporter.limits import Limits
+from kvoffload_exporter.model import OFFLOAD_SIGNALS, EngineSignals, Generation, Signal, Snapshot
+from kvoffload_exporter.samples import Hist as _Hist
+from kvoffload_exporter.samples import finite as _finite
+from kvoffload_exporter.samples import labels_reader as _labels_reader
+
+# Canonical family -> counter signal. Order matters only for the alias families below.
+_FLAT = {
+    "vllm:kv_offload_load_bytes": Signal.OFFLOAD_LOAD_BYTES,
+    "vllm:kv_offload_store_bytes": Signal.OFFLOAD_STORE_BYTES,
+    "vllm:kv_offload_load_time": Signal.OFFLOAD_LOAD_SECONDS,
+    "vllm:kv_offload_store_time": Signal.OFFLOAD_STORE_SECONDS,
+}
+_FLAT_SIZE = {"vllm:kv_offload_load_size": "load", "vllm:kv_offload_store_size": "store"}
+_LEGACY = {
+    "vllm:kv_offload_total_bytes": (Signal.OFFLOAD_LOAD_BYTES, Signal.OFFLOAD_STORE_BYTES),
+    "vllm:kv_offload_total_time": (Signal.OFFLOAD_LOAD_SECONDS, Signal.OFFLOAD_STORE_SECONDS),
+}
+_LEGACY_SIZE = "vllm:kv_offload_size"
+_COUNTERS = {
+    "vllm:kv_offload_allocation_failure": Signal.OFFLOAD_ALLOCATION_FAILURES,
+    "vllm:kv_offload_stores_skipped": Signal.OFFLOAD_STORES_SKIPPED,
+    "vllm:prefix_cache_queries": Signal.GPU_PREFIX_QUERIES,
+    "vllm:prefix_cache_hits": Signal.GPU_PREFIX_HITS,
+    "vllm:external_prefix_cache_queries": Signal.EXTERNAL_PREFIX_QUERIES,
+    "vllm:external_prefix_cache_hits": Signal.EXTERNAL_PREFIX_HITS,
+    "vllm:prompt_tokens": Signal.PROMPT_TOKENS,
+}
+# Deprecated aliases (0.10 default, 0.11 hidden): used only when the current name is absent.
+_ALIASES = {
+    "vllm:gpu_prefix_cache_queries": "vllm:prefix_cache_queries",
+    "vllm:gpu_prefix_cache_hits": "vllm:prefix_cache_hits",
+    "vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc",
+}
+_GAUGES = {
+    "vllm:kv_cache_usage_perc": Signal.GPU_KV_CACHE_USAGE,
+    "vllm:gpu_cache_usage_perc": Signal.GPU_KV_CACHE_USAGE,
+    "vllm:kv_offload_cpu_cache_usage_perc": Signal.OFFLOAD_INFLIGHT,
+    "vllm:num_requests_running": Signal.REQUESTS_RUNNING,
+    "vllm:num_requests_waiting": Signal.REQUESTS_WAITING,
+}
+_TTFT = "vllm:time_to_first_token_seconds"
+_BY_SOURCE = "vllm:prompt_tokens_by_source"
+_CACHE_INFO = "vllm:cache_config_info"
+_OFFLOAD_INFO = "vllm:kv_offload_config_info"
+# Per-request prefill histograms (0.26+): only their `_sum` is kept, as a counter (the payback's cost per token).
+_PREFILL = {
+    "vllm:request_prefill_time_seconds": Signal.PREFILL_SECONDS,
+    "vllm:request_prefill_kv_computed_tokens": Signal.PREFILL_COMPUTED_TOKENS,
+}
+
+_LOOKUP_DELAY = "vllm:kv_offload_lookup_async_delay_seconds"
+_QUEUE_TIME = "vllm:request_queue_time_seconds"
+_FETCH_STAGE = "vllm:num_requests_kv_fetch_by_stage"
+
+FAMILIES = tuple(
+    sorted(
+        {
+            *_FLAT,
+            *_FLAT_SIZE,
+            *_LEGACY,
+            _LEGACY_SIZE,
+            *_COUNTERS,
+            *_PREFILL,
+            *_ALIASES,
+            *_GAUGES,
+            _TTFT,
+            _BY_SOURCE,
+            _CACHE_INFO,
+            _OFFLOAD_INFO,
+            _LOOKUP_DELAY,
+            _QUEUE_TIME,
+            _FETCH_STAGE,
+        }
+    )
+)
+_FAMILY_SET = frozenset(FAMILIES)
+HISTOGRAMS = frozenset(f for f in FAMILIES if f in _TYPED_HISTOGRAMS)
+# Backend families (SimpleCPU, tiering, LMCache, KVBM, ...) go to kvoffload_exporter.backends, which owns their meaning.
+_BACKEND_SET = backends.FAMILIES
+# One selection from the one family table: each sample is matched once, then routed to its readers.
+_SELECTOR = selector(tuple(sorted(_TABLE)), _TYPED_HISTOGRAMS)
+_OFFLOAD_FAMILY_PREFIX = "vllm:kv_offload_"
+
+_GEN_FLAT = frozenset({*_FLAT, *_FLAT_SIZE})
+_GEN_LEGACY = frozenset({*_LEGACY, _LEGACY_SIZE})
+
+
+def _gauge(prev: float | None, value: float) -> float | None:
+    """max of pid children; a NaN/±Inf gauge is dropped (absent, never exported), not a failed poll."""
+    if value - value != 0.0:
+        return prev
+    return value if prev is None else max(prev, value)
+
+
+class _Engine:
+    """Mutable accumulator for one engine while a scrape is being read."""
+
+    def __init__(self) -> None:
+        self.counters: dict[Signal, float] = {}
+        self.legacy: dict[Signal, float] = {}
+        self.alias_counters: dict[Signal, float] = {}  # from deprecated families, by the current signal
+        self.alias_gauges: dict[Signal, float] = {}
+        self.by_source: dict[str, float] = defaultdict(float)
+        self.gauges: dict[Signal, float] = {}
+        self.hists: dict[str, _Hist] = defaultdict(_Hist)
+        self.cache_config: dict[str, str] = {}
+        self.offload_config: dict[str, str] = {}
+        self.fetch_stage: dict[str, float] = {}
+
+
+def _transfer_direction(rest: Labels) -> int | None:
+    """Index 0 = load (CPU_to_GPU, or anything *_to_GPU), 1 = store (GPU_to_*); labels are mixed case."""
+    for k, v in rest:
+        if k == "transfer_type":
+            src, _, dst = v.lower().partition("_to_")
+            if dst == "gpu":
+                return 0
+            if src == "gpu":
+                return 1
+            return None
+    return None
+
+
+_FAMILY_OF = itemgetter(0)
+_LINE_FACTOR = 32
+"""A selected line may be this many label-value limits long (cache_config_info carries ~20 labels)."""
+
+
+def normalise(text: str, limits: Limits | None = None, cache: LineCache | None = None) -> Snapshot:
+    """Read one vLLM exposition within `limits` (defaults when None). Pure and CPU-bound: the
+    poller runs it off the event loop. Raises exposition.ParseError (LimitError past a cap).
+    `cache` is the target's own LineCache: the same result, with the series it sent before read faster."""
+    lim = limits or Limits()
+    max_len = lim.label_value_length_limit
+    line_cap = _LINE_FACTOR * max_len + 1024
+    samples, typed = read(text, _SELECTOR, _labels_reader(max_len), lim.sample_limit, line_cap, cache, max_len)
+    if cache is None:
+        return _snapshot(samples, typed, lim)
+    last = cache.last
+    if isinstance(last, _Last) and last.samples == samples and last.typed == typed and last.limits == lim:
+        return last.snapshot  # an idle target: the same samples make the same snapshot
+    snap = _snapshot(samples, typed, lim, last.snapshot if isinstance(last, _Last) else None)
+    cache.last = _Last(samples, typed, lim, snap)
+    return snap
+
+
+class _Last(NamedTuple):
+    samples: list[Sample]
+    typed: set[str]
+    limits: Limits
+    snapshot: Snapshot
+
+
+def _snapshot(samples: list[Sample], typed: set[str], lim: Limits, prev: Snapshot | None = None) -> Snapshot:
+    """The samples of one read, folded into signals and evidence per engine. Parts equal to the target's
+    `prev` snapshot (family set, config labels) are that snapshot's objects: the history holds many
+    snapshots of one target, and these rarely change."""
+    families: set[str] = {f for f in typed if f in _FAMILY_SET or f in _BACKEND_SET}
+    engines: dict[tuple[str, str], _Engine] = defaultdict(_Engine)
+    raw: dict[tuple[str, str], list[backends.RawSample]] = defaultdict(list)
+    engine_only: dict[str, dict[str, str]] = {}  # cache_config_info has `engine` but no model_name
+    multiprocess = False
+
+    for fam, sfx, (key, rest, pid, le), value in samples:
+        multiprocess |= pid
+        evidence, handler = _ROUTES[fam]
+        if evidence:
+            raw[key].append((fam, sfx, rest, value))
+        if handler is _on_hist:  # most samples: histogram buckets, added without a second call
+            hists = engines[key].hists
+            if sfx:
+                hists[fam].add(sfx, value, le)
+        elif handler is not None:
+            handler(engines[key], fam, sfx, value, rest, le)
+        elif fam in _INFO:
+            info = dict(rest)
+            if fam == _CACHE_INFO and not key[0]:
+                engine_only[key[1]] = info
+            else:
+                target = engines[key]
+                (target.cache_config if fam == _CACHE_INFO else target.offload_config).update(info)
+
+    families.update(map(_FAMILY_OF, samples))
+    if len(engines) > lim.engine_limit:
+        raise LimitError("sample_limit", f"{len(engines)} engines (limit {lim.engine_limit})")
+    generation = (
+        Generation.FLAT
+        if families & _GEN_FLAT
+        else Generation.TRANSFER_TYPE
+        if families & _GEN_LEGACY
+        else Generation.NONE
+    )
+    found = prev.families if prev is not None and prev.families == families else frozenset(families)
+    present = backends.detect(found)
+    rows = backends.rows_for(present, found)
+    _attribute(raw, engines)
+    before = {(x.model_name, x.engine): x for x in prev.engines} if prev is not None else {}
+    out = []
+    for (model, engine), e in sorted(engines.items()):
+        if not model and not engine:
+            continue
+        ev = backends.resolve(rows, raw.get((model, engine), ())) if rows else ({}, {})
+        e_signals = _freeze(model, engine, e, generation, families, engine_only.get(engine, {}), ev)
+        out.append(_shared_parts(e_signals, before.get((model, engine))) if before else e_signals)
+    return Snapshot(
+        generation=generation,
+        engines=tuple(out),
+        families=found,
+        multiprocess=multiprocess,
+        backends=present,
+        sources=backends.sources(rows),
+    )
+
+
+def _shared_parts(e: EngineSignals, prev: EngineSignals | None) -> EngineSignals:
+    """`e` holding `prev`'s config dicts where they are equal (the same ~20 labels every poll)."""
+    if prev is None:
+        return e
+    same_cache = prev.cache_config == e.cache_config
+    same_offload = prev.offload_config == e.offload_config
+    if not (same_cache or same_offload):
+        return e
+    return replace(
+        e,
+        cache_config=prev.cache_config if same_cache else e.cache_config,
+        offload_config=prev.offload_config if same_offload else e.offload_config,
+    )
+
+
+def _attribute(raw: dict[tuple[str, str], list[backends.RawSample]], engines: dict[tuple[str, str], _Engine]) -> None:
+    """Backend series without `engine` (lmcache:* has model_name only, kvbm_* no labels) belong to the one
+    engine of that model; with several candidates they stay apart (never copied: no double count)."""
+    for key in [k for k in raw if not k[1]]:
+        cands = [k for k in engines if k[1] and (not key[0] or k[0] == key[0])]
+        if len(cands) == 1:
+            raw[cands[0]].extend(raw.pop(key))
+        elif key[0]:
+            engines.setdefault(key, _Engine())
+
+
+def _freeze(
+    model: str,
+    engine: str,
+    e: _Engine,
+    generation: Generation,
+    families: set[str],
+    engine_info: dict[str, str],
+    evidence: tuple[dict[backends.EvidenceKey, float], dict[backends.EvidenceKey, float]],
+) -> EngineSignals:
+    counters = dict(e.counters)
+    if generation == Generation.TRANSFER_TYPE:
+        counters.update(e.legacy)
+    for alias, current in _ALIASES.items():
+        sig = _COUNTERS.get(current)
+        if sig and current not in families and alias in families and sig in e.alias_counters:
+            counters[sig] = e.alias_counters[sig]
+    if generation != Generation.NONE:
+        # A registered offload family without a child for this engine means nothing moved yet.
+        for sig in OFFLOAD_SIGNALS:
+            counters.setdefault(sig, 0.0)
+    for fam, sig in (*_COUNTERS.items(), *_PREFILL.items()):
+        if fam in families and not fam.startswith(_OFFLOAD_FAMILY_PREFIX):
+            counters.setdefault(sig, 0.0)
+    gauges = e.gauges
+    size = e.hists
+    load_size = size.get("vllm:kv_offload_load_size") if generation == Generation.FLAT else size.get("legacy:load")
+    store_size = size.get("vllm:kv_offload_store_size") if generation == Generation.FLAT else size.get("legacy:store")
+    ttft = size.get(_TTFT)
+    # Operation counts come from the transfer-size histograms (one observation per worker job).
+    if load_size is not None:
+        counters[Signal.OFFLOAD_LOADS] = load_size.count
+    if store_size is not None:
+        counters[Signal.OFFLOAD_STORES] = store_size.count
+    return EngineSignals(
+        model_name=model,
+        engine=engine,
+        counters=counters,
+        prompt_tokens_by_source=dict(e.by_source),
+        gpu_kv_cache_usage=gauges.get(Signal.GPU_KV_CACHE_USAGE, e.alias_gauges.get(Signal.GPU_KV_CACHE_USAGE)),
+        offload_inflight=gauges.get(Signal.OFFLOAD_INFLIGHT),
+        requests_running=gauges.get(Signal.REQUESTS_RUNNING),
+        requests_waiting=gauges.get(Signal.REQUESTS_WAITING),
+        ttft=ttft.freeze() if ttft else None,
+        offload_load_size=load_size.freeze() if load_size else None,
+        offload_store_size=store_size.freeze() if store_size else None,
+        cache_config={**engine_info, **e.cache_config},
+        offload_config=dict(e.offload_config),
+        lookup_async_delay=size[_LOOKUP_DELAY].freeze() if _LOOKUP_DELAY in size else None,
+        queue_time=size[_QUEUE_TIME].freeze() if _QUEUE_TIME in size else None,
+        kv_fetch_by_stage=dict(e.fetch_stage),
+        evidence=evidence[0],
+        evidence_gauges=evidence[1],
+    )
+
+
+def _add(d: dict[Signal, float], k: Signal, v: float) -> None:
+    d[k] = _finite(d.get(k, 0.0) + _finite(v, k), k)  # sums children that differ only by pid
+
+
+def _on_flat(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
+    _add(e.counters, _FLAT[fam], value)
+
+
+def _on_legacy(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
+    d = _transfer_direction(rest)
+    if d is not None:
+        _add(e.legacy, _LEGACY[fam][d], value)
+
+
+def _on_counter(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
+    _add(e.counters, _COUNTERS[fam], value)
+
+
+def _on_prefill(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
+    if sfx == "sum":
+        _add(e.counters, _PREFILL[fam], value)
+
+
+def _on_alias(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
+    current = _ALIASES[fam]
+    if current in _GAUGES:
+        v = _gauge(e.alias_gauges.get(_GAUGES[current]), value)
+        if v is not None:
+            e.alias_gauges[_GAUGES[current]] = v
+    else:
+        _add(e.alias_counters, _COUNTERS[current], value)
+
+
+def _on_gauge(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
+    sig = _GAUGES[fam]
+    # pid-split gauges (multiprocess mode) go stale per process: max is advisory, never a sum.
+    v = _gauge(e.gauges.get(sig), value)
+    if v is not None:
+        e.gauges[sig] = v
+
+
+def _on_hist(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
+    if sfx:
+        e.hists[fam].add(sfx, value, le)
+
+
+def _on_legacy_size(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
+    d = _transfer_direction(rest)
+    if d is not None and sfx:
+        e.hists["legacy:load" if d == 0 else "legacy:store"].add(sfx, value, le)
+
+
+def _on_by_source(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
+    for k, v in rest:
+        if k == "source":
+            e.by_source[v] = _finite(e.by_source[v] + _finite(value, fam), fam)
+
+
+def _on_fetch_stage(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
+    for k, v in rest:
+        if k == "stage":
+            prev = e.fetch_stage.get(v)
+            e.fetch_stage[v] = value if prev is None else max(prev, value)  # a gauge: max over pids
+
+
+_Handler = Callable[[_Engine, str, str, float, Labels, float | None], None]
+_HANDLERS: dict[str, _Handler] = {
+    **{f: _on_flat for f in _FLAT},
+    **{f: _on_legacy for f in _LEGACY},
+    **{f: _on_counter for f in _COUNTERS},
+    **{f: _on_alias for f in _ALIASES},
+    **{f: _on_gauge for f in _GAUGES if f not in _ALIASES},
+    **{f: _on_hist for f in (*_FLAT_SIZE, _TTFT, _LOOKUP_DELAY, _QUEUE_TIME)},
+    _FETCH_STAGE: _on_fetch_stage,
+    _LEGACY_SIZE: _on_legacy_size,
+    _BY_SOURCE: _on_by_source,
+    **{f: _on_prefill for f in _PREFILL},
+}
+_INFO = frozenset({_CACHE_INFO, _OFFLOAD_INFO})
+_ROUTES: dict[str, tuple[bool, _Handler | None]] = {f: (f in _BACKEND_SET, _HANDLERS.get(f)) for f in _TABLE}
+"""Family → (handed to the backend resolver, this module's handler): one lookup per sample."""

@@ -1,0 +1,208 @@
+"""Exposition writer driven by the catalogue: HELP/TYPE come from there, never from call sites.
+
+Samples are collected per catalogue family into *fragments* (family → ready text of its sample
+lines). A target's fragment is rebuilt only when that target polls; `/metrics` merges the fragments
+of all targets with one HELP/TYPE header per family (`merge`). Sample lines are the same in text
+0.0.4 and OpenMetrics 1.0: only the headers and the `# EOF` trailer differ, so one fragment serves
+both formats.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+from kvoffload_exporter.catalogue import CATALOGUE, Metric
+from kvoffload_exporter.enums import MetricType
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+Fragment = Mapping[str, str]
+"""Catalogue family name → its sample lines, each ending in a newline."""
+
+Heads = dict[tuple[str, ...], str]
+"""(sample name, label values...) → `name{k="v",...}`; label keys are fixed per name."""
+
+_HEADS: Heads = {}  # shared by short-lived expositions; pollers pass their own
+_MAX_HEADS = 50_000
+
+
+def _escape(v: str) -> str:
+    if "\\" in v or '"' in v or "\n" in v:
+        v = v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return v
+
+
+def format_value(v: float) -> str:
+    if v - v == 0.0:  # finite (the common case first: one test instead of isnan and isinf)
+        if v == int(v) and abs(v) < 1e15:
+            return f"{int(v)}.0"
+        return repr(float(v))
+    if v != v:
+        return "NaN"
+    return "+Inf" if v > 0 else "-Inf"
+
+
+class Exposition:
+    """Collects samples per catalogue metric; `fragment()` for merging, `text()` for a whole body."""
+
+    def __init__(self, heads: Heads | None = None) -> None:
+        self._lines: dict[str, list[str]] = {}
+        self._heads = _HEADS if heads is None else heads
+
+    def add(self, name: str, value: float | None, labels: Mapping[str, str] | None = None) -> None:
+        """Add one sample; a None or non-finite value is skipped (undefined, not zero, never NaN or ±Inf,
+        whichever source computed it). Labels must match the catalogue."""
+        if value is None or not math.isfinite(value):
+            return
+        m = CATALOGUE[name]
+        labels = labels or {}
+        if tuple(labels) != m.labels:
+            raise ValueError(f"{name}: labels {tuple(labels)} != catalogue {m.labels}")
+        self._lines.setdefault(name, []).append(self._line(name, labels, value))
+
+    def add_states(self, name: str, labels: Mapping[str, str], states: Iterable[str], current: str | None) -> None:
+        """A state set: one series per state, 1 for the current one (none when `current` is None)."""
+        m = CATALOGUE[name]
+        state_label = m.labels[-1]
+        for s in states:
+            self.add(name, 1.0 if s == current else 0.0, {**labels, state_label: s})
+
+    def add_histogram(
+        self,
+        name: str,
+        labels: Mapping[str, str],
+        bounds: Sequence[float],
+        cumulative: Sequence[float],
+        total: float,
+    ) -> None:
+        """A histogram family: `cumulative[i]` counts observations <= bounds[i]; the last is the +Inf
+        bucket and the `_count`."""
+        self._check(name, labels, len(bounds) + 1 == len(cumulative))
+        out = self._lines.setdefault(name, [])
+        for b, c in zip((*bounds, math.inf), cumulative):
+            out.append(self._line(name + "_bucket", {**labels, "le": format_value(b)}, c))
+        out.append(self._line(name + "_sum", labels, total))
+        out.append(self._line(name + "_count", labels, cumulative[-1]))
+
+    def add_summary(
+        self,
+        name: str,
+        labels: Mapping[str, str],
+        quantiles: Mapping[float, float],
+        count: float,
+        total: float | None = None,
+    ) -> None:
+        """A summary family: quantile samples, `_count` and (when it can be known) `_sum`, both cumulative
+        (a summary's count never goes down but at a restart). The catalogue lists `quantile` as the last
+        label; `labels` are the others. Non-finite values are left out, as in `add`."""
+        self._check(name, {**labels, "quantile": ""}, True)
+        out = self._lines.setdefault(name, [])
+        for q, v in quantiles.items():
+            if math.isfinite(v):
+                out.append(self._line(name, {**labels, "quantile": str(q)}, v))
+        if total is not None and math.isfinite(total):
+            out.append(self._line(name + "_sum", labels, total))
+        if math.isfinite(count):
+            out.append(self._line(name + "_count", labels, count))
+
+    @staticmethod
+    def _check(name: str, labels: Mapping[str, str], ok: bool) -> None:
+        m = CATALOGUE[name]
+        if tuple(labels) != m.labels or not ok:
+            raise ValueError(f"{name}: labels {tuple(labels)} != catalogue {m.labels} or bad bucket count")
+
+    def _line(self, name: str, labels: Mapping[str, str], value: float) -> str:
+        key = (name, *labels.values())
+        head = self._heads.get(key)
+        if head is None:
+            # The same series are written after every poll: format each series name once.
+            if len(self._heads) > _MAX_HEADS:
+                self._heads.clear()
+            body = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
+            head = self._heads[key] = f"{name}{{{body}}}" if labels else name
+        return f"{head} {format_value(value)}"
+
+    def fragment(self) -> dict[str, str]:
+        return {name: "\n".join(lines) + "\n" for name, lines in self._lines.items() if lines}
+
+    def text(self) -> str:
+        return merge([self.fragment()])
+
+
+def _help(m: Metric, openmetrics: bool) -> str:
+    text = m.help.replace("\\", "\\\\").replace("\n", "\\n")
+    return text.replace('"', '\\"') if openmetrics else text
+
+
+def _om_family(m: Metric) -> tuple[str, str]:
+    """OpenMetrics family name and type: counters and infos lose their sample suffix in the family
+    name. A stateset stays a gauge: OpenMetrics wants the state label named like the family, and the
+    series must be the same whichever format Prometheus negotiates."""
+    if m.type == MetricType.COUNTER:
+        return m.name.removesuffix("_total"), "counter"
+    if m.type == MetricType.INFO:
+        return m.name.removesuffix("_info"), "info"
+    return m.name, "gauge" if m.type == MetricType.STATESET else m.prom_type
+
+
+def header(m: Metric, openmetrics: bool = False) -> str:
+    name, typ = _om_family(m) if openmetrics else (m.name, m.prom_type)
+    return f"# HELP {name} {_help(m, openmetrics)}\n# TYPE {name} {typ}\n"
+
+
+_HEADERS = {om: {name: header(m, om) for name, m in CATALOGUE.items()} for om in (False, True)}
+_ORDER = tuple(CATALOGUE)
+
+
+def merge(fragments: Iterable[Fragment], openmetrics: bool = False, foreign: str = "") -> str:
+    """One body from many fragments: catalogue order, HELP/TYPE once per family, fragments in the
+    order given. `foreign` is text already encoded in the same format (prometheus_client's own
+    collectors), placed after the catalogue families."""
+    by_family: dict[str, list[str]] = {}
+    for frag in fragments:
+        for name, lines in frag.items():
+            by_family.setdefault(name, []).append(lines)
+    heads = _HEADERS[openmetrics]
+    out: list[str] = []
+    for name in _ORDER:
+        chunks = by_family.get(name)
+        if chunks:
+            out.append(heads[name])
+            out.extend(chunks)
+    out.append(foreign)
+    if openmetrics:
+        out.append("# EOF\n")
+    return "".join(out)
+
+
+def _media_ranges(header: str) -> list[tuple[str, dict[str, str]]]:
+    out = []
+    for part in header.split(","):
+        kind, *params = (p.strip() for p in part.split(";"))
+        if kind:
+            out.append((kind.lower(), dict(p.partition("=")[::2] for p in params if "=" in p)))
+    return out
+
+
+def _q(params: Mapping[str, str]) -> float:
+    try:
+        return float(params.get("q", "1"))
+    except ValueError:
+        return 0.0
+
+
+def wants_openmetrics(accept: str) -> bool:
+    """OpenMetrics when the Accept header ranks it at least as high as the text format."""
+    om, text = 0.0, 0.0
+    for kind, params in _media_ranges(accept):
+        if kind == "application/openmetrics-text" and params.get("version", "1.0.0") in ("1.0.0", "0.0.1"):
+            om = max(om, _q(params))
+        elif kind in ("text/plain", "*/*", "text/*"):
+            text = max(text, _q(params))
+    return om > 0 and om >= text
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    return any(kind == "gzip" and _q(params) > 0 for kind, params in _media_ranges(accept_encoding))

@@ -1,0 +1,136 @@
+"""Simulated offload backends other than the native OffloadingConnector, as exposition rewrites.
+
+Why a rewrite and not a second engine model: the engine already decides what is stored, loaded and hit;
+a backend changes only how that is *reported* (families, units, labels). `reshape` turns the native
+body into SimpleCPU (blocks, no kv_offload_* family), tiering (CPU primary + a slow `1:fs` secondary
+that sheds half of its cascade writes under backpressure) or LMCache in-process (`lmcache:*` tokens,
+no `engine` label). Family names, labels and units follow tests/fixtures/reconstructed/*. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvoffload_exporter.sim.family import EngineView
+
+BACKENDS = ("native", "simplecpu", "tiering", "lmcache")
+_OFFLOAD = ("vllm:kv_offload_", "vllm_kv_offload_")
+FS = "1:fs"
+SHED = 0.5  # share of the fs tier's cascade writes the slow tier drops (backpressure)
+
+
+def _drop_offload(text: str) -> list[str]:
+    """The native body without any vllm:kv_offload_* line (SimpleCPU and LMCache register none)."""
+    out = []
+    for line in text.splitlines():
+        name = line.split(" ", 3)[2] if line.startswith("# ") and len(line.split(" ", 3)) > 2 else line
+        if not name.startswith(_OFFLOAD):
+            out.append(line)
+    return out
+
+
+def _family(out: list[str], name: str, kind: str, text: str, samples: Sequence[tuple[str, float]]) -> None:
+    out.append(f"# HELP {name} {text}")
+    out.append(f"# TYPE {name} {kind}")
+    out.extend(f"{name}{{{labels}}} {value!r}" for labels, value in samples)
+
+
+def _lb(e: EngineView, extra: str = "") -> str:
+    base = f'engine="{e.index}",model_name="{e.cfg.model_name}"'
+    return f"{base},{extra}" if extra else base
+
+
+def _simplecpu(out: list[str], engines: Sequence[EngineView]) -> None:
+    per_block = {e.index: e.cfg.kv_bytes_per_token * e.cfg.block_size for e in engines}
+
+    def blocks(e: EngineView, fam: str) -> float:
+        return float(int(e.stats.counter(fam) // per_block[e.index]))
+
+    _family(
+        out,
+        "vllm:simple_kv_offload_save_outcomes_total",
+        "counter",
+        "Store admission decisions in SimpleCPUOffloadConnector, by outcome.",
+        [(_lb(e, 'outcome="stored"'), blocks(e, "kv_offload_store_bytes")) for e in engines],
+    )
+    loads = [(_lb(e), blocks(e, "kv_offload_load_bytes")) for e in engines if e.stats.counter("kv_offload_load_bytes")]
+    _family(out, "vllm:simple_kv_offload_load_blocks_total", "counter", "KV blocks restored to GPU.", loads)
+    _family(
+        out,
+        "vllm:simple_kv_offload_pending_store_blocks",
+        "gauge",
+        "Offload blocks in pending stores.",
+        [(_lb(e), 0.0) for e in engines],
+    )
+    cap = [(_lb(e, f'capacity_blocks="{e.cfg.cpu_bytes // per_block[e.index]}"'), 1.0) for e in engines]
+    _family(out, "vllm:simple_kv_offload_info", "gauge", "SimpleCPUOffloadConnector configuration.", cap)
+
+
+def _tiering(text: str, engines: Sequence[EngineView]) -> list[str]:
+    out = text.splitlines()
+    chunk = {e.index: e.cfg.chunk_bytes for e in engines}
+    written = [(e, e.stats.counter("kv_offload_store_bytes")) for e in engines]
+    cascaded = [(_lb(e, f'tier="{FS}"'), float(int(v * (1 - SHED)))) for e, v in written if v]
+    _family(out, "vllm:kv_offload_tiering_write_bytes_total", "counter", "Bytes written to a tier.", cascaded)
+    shed = [(e, v * SHED) for e, v in written if v]
+    blk = [(_lb(e, f'tier="{FS}"'), float(int(v // (e.cfg.kv_bytes_per_token * e.cfg.block_size)))) for e, v in shed]
+    _family(
+        out,
+        "vllm:kv_offload_tiering_backpressure_blocks_dropped_total",
+        "counter",
+        "Blocks dropped by tier backpressure (a slow tier shedding writes).",
+        blk,
+    )
+    jobs = [(_lb(e, f'tier="{FS}"'), float(int(v // max(1, chunk[e.index] * 16)) + 1)) for e, v in shed]
+    _family(
+        out,
+        "vllm:kv_offload_tiering_backpressure_stores_dropped_total",
+        "counter",
+        "Store jobs dropped by tier backpressure.",
+        jobs,
+    )
+    _family(
+        out,
+        "vllm:kv_offload_tiering_active_cascade_jobs",
+        "gauge",
+        "Active cascade jobs.",
+        [(_lb(e, f'tier="{FS}"'), 0.0) for e in engines],
+    )
+    return out
+
+
+def _lmcache(out: list[str], engines: Sequence[EngineView]) -> None:
+    def lb(e: EngineView, role: str) -> str:
+        m = e.cfg.model_name
+        return f'model_name="{m}",role="{role}",served_model_name="{m}",worker_id="{e.index}"'
+
+    def tokens(e: EngineView, fam: str) -> float:
+        return float(int(e.stats.counter(fam) // e.cfg.kv_bytes_per_token))
+
+    rows = (
+        ("lmcache:num_stored_tokens_total", "worker", "kv_offload_store_bytes", "Stored tokens."),
+        ("lmcache:num_hit_tokens_total", "worker", "kv_offload_load_bytes", "Tokens retrieved from LMCache."),
+    )
+    for name, role, fam, help_text in rows:
+        _family(out, name, "counter", help_text, [(lb(e, role), tokens(e, fam)) for e in engines])
+    lookups = [(lb(e, "scheduler"), e.stats.counter("external_prefix_cache_queries")) for e in engines]
+    _family(out, "lmcache:num_lookup_tokens_total", "counter", "Tokens looked up.", lookups)
+    hits = [(lb(e, "scheduler"), e.stats.counter("external_prefix_cache_hits")) for e in engines]
+    _family(out, "lmcache:num_lookup_hits_total", "counter", "Tokens hit on lookup.", hits)
+
+
+def reshape(text: str, backend: str, engines: Sequence[EngineView]) -> str:
+    """The native body as `backend` would expose the same engine activity."""
+    live = [e for e in engines if e.connector]
+    if backend == "native" or not live:
+        return text
+    if backend == "tiering":
+        return "\n".join(_tiering(text, live)) + "\n"
+    out = _drop_offload(text)
+    if backend == "simplecpu":
+        _simplecpu(out, live)
+    elif backend == "lmcache":
+        _lmcache(out, live)
+    else:
+        raise ValueError(f"unknown simulated backend {backend!r}; known: {', '.join(BACKENDS)}")
+    return "\n".join(out) + "\n"

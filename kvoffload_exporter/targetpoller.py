@@ -1,0 +1,219 @@
+"""One vLLM target's poll: fetch, normalise in a worker thread, advance its totals, derive, re-render.
+
+`poller.Exporter` schedules these; `probe` runs one for a `/probe` request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+
+import aiohttp
+
+from kvoffload_exporter import convoy, derive
+from kvoffload_exporter.collector import TargetView, target_fragment
+from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.exposition import LineCache, ParseError, join_bodies
+from kvoffload_exporter.model import EngineKey, Snapshot
+from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.reasons import CanaryFacts
+from kvoffload_exporter.redact import origin, redact_url
+from kvoffload_exporter.render import Fragment, Heads
+from kvoffload_exporter.sources.vllm_http import (
+    BODY_BUDGET,
+    Auth,
+    Reservation,
+    ScrapeError,
+    fetch_metrics,
+    fetch_url,
+    fetch_version,
+)
+
+log = logging.getLogger("kvoffload.poller")
+
+Parsed = tuple[Snapshot, derive.Point, dict[EngineKey, derive.EngineDerived]]
+
+
+class TargetPoller:
+    """One vLLM target: poll → normalise → advance totals → derive over the window → its fragment."""
+
+    def __init__(
+        self,
+        cfg: TargetConfig,
+        config: Config,
+        clock: Callable[[], float] = time.time,
+        timer: Callable[[], float] = time.monotonic,
+    ):
+        self.cfg = cfg
+        self.config = config
+        self.clock = clock
+        self.timer = timer
+        self.history: deque[derive.Point] = deque(maxlen=config.history_len)
+        self.view = TargetView(label=cfg.label, url=cfg.url, tier_bytes=cfg.tier_bytes)
+        self.errors: dict[str, int] = {}
+        self.polls = 0
+        self.last_poll: float | None = None  # timer() at the end of the last poll
+        self._heads: Heads = {}  # this target's formatted series names, reused every poll
+        self.fragment: Fragment = target_fragment(self.view, config.window_label, self._heads)
+        self._version_checked = 0.0
+        self._last_error_logged: str | None = None
+        self.extra_errors: dict[str, int] | None = {} if cfg.extra_metrics_urls else None
+        self._extra_logged: dict[str, str] = {}  # extra URL -> the failure reason last logged for it
+        self.canary: CanaryFacts | None = None  # from a plugin (Exporter.report_facts): refines the reasons
+        self._lines = LineCache()  # the series this target sent before, read with one lookup each
+
+    def _parse(self, text: str, now: float) -> Parsed:
+        """CPU-bound part of a poll; runs in a worker thread."""
+        try:  # capped by the limits: a hostile body costs bounded time and memory
+            snapshot = normalise(text, self.cfg.limits or self.config.limits, self._lines)
+        except ParseError as e:
+            raise ScrapeError(e.reason, str(e)) from e
+        if not snapshot.families:
+            raise ScrapeError("parse", "no vllm: metrics in the body")
+        prev = self.history[-1] if self.history else None
+        point = derive.advance(prev, snapshot, now)
+        return snapshot, point, derive.derive([*self.history, point], now, self.config.window)
+
+    def _parse_all(self, text: str, extras: list[str], now: float) -> tuple[Parsed, ScrapeError | None]:
+        """vLLM's body joined with the extra ones (as `inspect a+b`); if only the join fails to parse,
+        vLLM's body alone, with the extra endpoints' error: their bad body never takes the target down."""
+        if extras:
+            try:
+                return self._parse(join_bodies([text, *extras]), now), None
+            except ScrapeError as e:
+                return self._parse(text, now), e
+        return self._parse(text, now), None
+
+    async def _fetch(
+        self, session: aiohttp.ClientSession, now: float, version: str | None, hold: Reservation
+    ) -> tuple[str, list[str], str | None]:
+        if version is None or now - self._version_checked > 300:  # /version can change on upgrade
+            version = await fetch_version(session, self.cfg.url, self.config.timeout, self.cfg.source_auth()) or version
+            self._version_checked = now
+        auth = self.cfg.source_auth()
+        main = fetch_metrics(session, self.cfg.url, self.config.timeout, self.config.max_body_bytes, auth, hold)
+        if not self.cfg.extra_metrics_urls:
+            return await main, [], version
+        urls = self.cfg.extra_metrics_urls
+        extras = [asyncio.ensure_future(self._fetch_extra(session, i, u, hold)) for i, u in enumerate(urls)]
+        try:  # concurrent with vLLM's; a failed vLLM fetch (the target is down) cancels them
+            text = await main
+        except BaseException:
+            for t in extras:
+                t.cancel()
+            raise
+        bodies = await asyncio.gather(*extras)  # never raise: a failure is counted and gives None
+        return text, [b for b in bodies if b is not None], version
+
+    def _extra_auth(self, i: int, url: str) -> Auth:
+        """The URL's own userinfo, else the target's credentials only where the origin is the target's."""
+        own = self.cfg.extra_auth[i] if i < len(self.cfg.extra_auth) else None
+        if own is not None:
+            return own
+        return self.cfg.source_auth() if origin(url) == origin(self.cfg.url) else None
+
+    async def _fetch_extra(self, session: aiohttp.ClientSession, i: int, url: str, hold: Reservation) -> str | None:
+        """One extra endpoint's body, or None: its failure is counted and logged, never the target's."""
+        try:
+            text = await fetch_url(
+                session, url, self.config.timeout, self.config.max_body_bytes, self._extra_auth(i, url), hold
+            )
+        except ScrapeError as e:
+            self._extra_failed(url, e)
+            return None
+        except Exception as e:  # a bug: counted like the target's own, never stops the poll
+            log.exception("target %s: unexpected error while fetching an extra endpoint", self.cfg.label)
+            self._extra_failed(url, ScrapeError("internal", f"{type(e).__name__}: {e}"))
+            return None
+        self._extra_logged.pop(url, None)
+        return text
+
+    def _extra_failed(self, url: str, e: ScrapeError, shown: str | None = None) -> None:
+        if self.extra_errors is None:  # the config changed under a running poller: nothing to count into
+            return
+        self.extra_errors[e.reason] = self.extra_errors.get(e.reason, 0) + 1
+        if self._extra_logged.get(url) != e.reason:  # once per failure kind, not every poll
+            where = shown or redact_url(url)
+            fields = {"target": self.cfg.label, "reason": e.reason, "url": url or None, "error": e.detail}
+            log.warning("target %s extra endpoint %s: %s", self.cfg.label, where, e, extra=fields)
+            self._extra_logged[url] = e.reason
+
+    async def poll_once(self, session: aiohttp.ClientSession) -> float:
+        """Poll and rebuild this target's fragment; returns the poll's duration in seconds."""
+        started = self.timer()
+        now = self.clock()
+        version = self.view.version
+        hold = BODY_BUDGET.reserve()  # the bodies count against the process budget until parsed
+        try:
+            try:
+                text, extras, version = await self._fetch(session, now, version, hold)
+                (snapshot, point, derived), join_error = await asyncio.to_thread(self._parse_all, text, extras, now)
+            except ScrapeError:
+                raise
+            except Exception as e:  # a bug must never stop polling or leave `up` stale
+                log.exception("target %s: unexpected error while polling", self.cfg.label)
+                raise ScrapeError("internal", f"{type(e).__name__}: {e}") from e
+        except ScrapeError as e:
+            self._failed(e, version, started)
+            return self.timer() - started
+        finally:
+            hold.release()
+            self.polls += 1
+            self.last_poll = self.timer()
+        self._last_error_logged = None
+        if join_error is not None:
+            self._extra_failed("", join_error, "bodies (read with vLLM's)")
+        self.history.append(point)
+        self._set_view(
+            TargetView(
+                label=self.cfg.label,
+                url=self.cfg.url,
+                up=True,
+                errors=dict(self.errors),
+                duration=self.timer() - started,
+                body_bytes=len(text),
+                last_success=now,
+                version=version,
+                snapshot=snapshot,
+                derived=derived,
+                tier_bytes=self.cfg.tier_bytes,
+                convoy=convoy.derive(self.history, now, self.config.window),
+                canary=self.canary,
+                extra_errors=self._extra_errors(),
+            )
+        )
+        return self.timer() - started
+
+    def _extra_errors(self) -> dict[str, int] | None:
+        return None if self.extra_errors is None else dict(self.extra_errors)
+
+    def _failed(self, e: ScrapeError, version: str | None, started: float) -> None:
+        self.errors[e.reason] = self.errors.get(e.reason, 0) + 1
+        if e.detail != self._last_error_logged:  # log a failure once, not every poll
+            url = redact_url(self.cfg.url) + "/metrics"
+            fields = {"target": self.cfg.label, "reason": e.reason, "url": url, "error": e.detail}
+            log.warning("target %s (%s): %s", self.cfg.label, url, e, extra=fields)
+            self._last_error_logged = e.detail
+        self._set_view(
+            TargetView(
+                label=self.cfg.label,
+                url=self.cfg.url,
+                up=False,
+                errors=dict(self.errors),
+                duration=self.timer() - started,
+                last_success=self.view.last_success,
+                version=version,
+                tier_bytes=self.cfg.tier_bytes,
+                last_error=e.reason,
+                extra_errors=self._extra_errors(),
+            )
+        )
+
+    def _set_view(self, view: TargetView) -> None:
+        self.view = view
+        if len(self._heads) > 20_000:  # labels churn (model renamed, engines come and go): start over
+            self._heads.clear()
+        self.fragment = target_fragment(view, self.config.window_label, self._heads)
