@@ -189,6 +189,9 @@ CASES: list[tuple[str, tuple[str, ...], Files, str]] = [
     ("check-wait-initial-zero", ("check", *T, "--wait-initial", "0"), {}, "--wait-initial: must be > 0"),
     ("check-timeout-negative", ("check", *T, "--timeout", "-1"), {}, "--timeout: not a duration"),
     ("check-min-samples", ("check", *T, "--min-samples", "3"), {}, "--min-samples: must be an integer >= 5"),
+    # /proc passes an access() check for root; only a real write finds out, and it must before the run
+    ("check-out-proc", ("check", *T, "--out", "/proc/kvoffload-x"), {}, "--out: cannot write the bundle into"),
+    ("check-json-proc", ("check", *T, "--json", "/proc/kvoffload-x/c.json"), {}, "--json: cannot write"),
     ("check-settle-nan", ("check", *T, "--settle", "nan"), {}, "--settle: not a duration"),
     ("check-prefix-tokens", ("check", *T, "--prefix-tokens", "0"), {}, "--prefix-tokens"),
     ("check-api-key-missing", ("check", *T, "--api-key-file", "{tmp}/nokey"), {}, "cannot read API key"),

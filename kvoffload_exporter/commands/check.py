@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import os
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -196,15 +197,23 @@ async def run_check(
     return int(doc["exit_code"]), doc
 
 
-def _writable(path: Path) -> str | None:
-    """Why `path` cannot be created (None when it can): the nearest existing ancestor must be a writable
-    directory."""
-    parent = path.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        return f"{parent} is not a directory"
-    return None if os.access(parent, os.W_OK) else f"{parent} is not writable"
+def _writable(directory: Path) -> str | None:
+    """Why files cannot be written into `directory` (None when they can), found by doing it: the folder is
+    created if missing and a probe file is created and removed. `os.access` says yes to /proc and to
+    read-only mounts for root; a write does not."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".kvoffload-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
 
 
 def _usage_errors(args: argparse.Namespace) -> list[str]:
@@ -213,14 +222,12 @@ def _usage_errors(args: argparse.Namespace) -> list[str]:
     errors = []
     if args.json:
         p = Path(args.json)
-        why = f"{p} is a directory" if p.is_dir() else None if p.exists() else _writable(p)
+        why = f"{p} is a directory" if p.is_dir() else _writable(p.parent)
         if why or (p.exists() and not os.access(p, os.W_OK)):
             errors.append(f"--json: cannot write {p}: {why or 'not writable'}")
     if args.out:
         p = Path(args.out)
-        why = (None if os.access(p, os.W_OK) else "not writable") if p.is_dir() else _writable(p)
-        if p.exists() and not p.is_dir():
-            why = "it exists and is not a directory"
+        why = "it exists and is not a directory" if p.exists() and not p.is_dir() else _writable(p)
         if why:
             errors.append(f"--out: cannot write the bundle into {p}: {why}")
     if args.concurrency and not args.allow_pressure:
