@@ -66,3 +66,10 @@ def test_a_failed_run_advises_nothing_but_measuring() -> None:
 def test_the_dict_has_exactly_the_documented_keys() -> None:
     d = advise(Evidence(FAST, "x")).as_dict()
     assert set(d) == {"action", "concurrency", "why"} and d["action"] in {a.value for a in Action}
+
+
+def test_every_check_document_has_one_advice_even_when_nothing_could_start() -> None:
+    from kvoffload_exporter.canary.checkreport import error_document
+
+    doc = error_document("--target: not a URL")
+    assert doc["advice"]["action"] == "measure_longer" and "--target" in doc["advice"]["why"]

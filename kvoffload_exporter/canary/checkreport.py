@@ -18,8 +18,10 @@ from kvoffload_exporter.payback import check_recommendation
 
 
 def error_document(why: str) -> dict[str, Any]:
-    """The document when not even the procedure could start (bad flags, keys or secret)."""
-    return {"verdict": "error", "exit_code": 3, "why": redact(why)}
+    """The document when not even the procedure could start (bad flags, keys or secret); its advice is the
+    only one such a run supports."""
+    advice = advise(Evidence("error", why, error=redact(why)))
+    return {"verdict": "error", "exit_code": 3, "why": redact(why), "advice": advice.as_dict()}
 
 
 def _first_event(phases: list[dict[str, Any]]) -> dict[str, list[float]]:
