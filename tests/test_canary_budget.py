@@ -182,3 +182,13 @@ def test_serve_loop_logs_budget_and_eta_once(caplog: pytest.LogCaptureFixture) -
     assert [r.levelno for r in budget] == [logging.INFO] + [logging.DEBUG] * 4
     eta = [r for r in caplog.records if "verdict" in r.getMessage()]
     assert len(eta) == 1 and eta[0].levelno == logging.INFO and "does not fit" in eta[0].getMessage()
+
+
+def test_verdict_eta_follows_the_counting_rate_and_states_its_basis() -> None:
+    """Half the cycles counted: twice the minutes, said with its basis, and not re-said as it counts down."""
+    from kvoffload_exporter.canary.budget import Notices
+
+    n = Notices()
+    msg = n.verdict_eta(0.0, 10, 10_000, None, 60.0, per_cycle=0.5)
+    assert msg is not None and msg.startswith("next verdict in ~20 min") and "0.50 counted a cycle" in msg
+    assert n.verdict_eta(60.0, 9, 10_000, None, 60.0, per_cycle=0.5) is None  # on its own countdown

@@ -92,11 +92,14 @@ def cycles_per_hour(cycle_cost: int, per_hour: int | None, interval: float) -> f
     return min(pace, per_hour / cycle_cost)
 
 
-def minutes_to_verdict(needed: int, cycle_cost: int, per_hour: int | None, interval: float) -> float:
-    """Minutes until `needed` more samples (one per cycle at best); inf when the budget allows no cycle."""
+def minutes_to_verdict(
+    needed: int, cycle_cost: int, per_hour: int | None, interval: float, per_cycle: float = 1.0
+) -> float:
+    """Minutes until `needed` more samples at `per_cycle` counted samples a cycle (1 at best); inf when the
+    budget allows no cycle or no cycle counts."""
     if needed <= 0:
         return 0.0
-    rate = cycles_per_hour(cycle_cost, per_hour, interval)
+    rate = cycles_per_hour(cycle_cost, per_hour, interval) * per_cycle
     return float("inf") if rate <= 0 else needed / rate * 60.0
 
 
@@ -118,12 +121,14 @@ class Notices:
         return level
 
     def verdict_eta(
-        self, now: float, needed: int, cycle_cost: int, per_hour: int | None, interval: float
+        self, now: float, needed: int, cycle_cost: int, per_hour: int | None, interval: float, per_cycle: float = 1.0
     ) -> str | None:
-        """The status line to log at INFO now, or None when it would only repeat the last one."""
+        """The status line to log at INFO now, or None when it would only repeat the last one. `per_cycle`:
+        the counted samples a cycle has yielded so far (the ETA then follows what the canary really counts
+        instead of jumping when a cycle is left out)."""
         if needed <= 0:
             return None
-        minutes = minutes_to_verdict(needed, cycle_cost, per_hour, interval)
+        minutes = minutes_to_verdict(needed, cycle_cost, per_hour, interval, per_cycle)
         if self._eta is not None:
             said_at, said = self._eta
             expected = said - (now - said_at) / 60.0
@@ -135,6 +140,6 @@ class Notices:
         rate = cycles_per_hour(cycle_cost, per_hour, interval)
         limit = "interval" if rate >= HOUR / interval else "token budget"
         return (
-            f"next verdict in ~{minutes:.0f} min ({needed} more offload-hit samples at ~{rate:.1f} cycles/h, "
-            f"limited by the {limit}; one cycle costs up to {cycle_cost:,} tokens)"
+            f"next verdict in ~{minutes:.0f} min ({needed} more offload-hit samples at ~{rate:.1f} cycles/h and "
+            f"{per_cycle:.2f} counted a cycle, limited by the {limit}; one cycle costs up to {cycle_cost:,} tokens)"
         )

@@ -81,7 +81,11 @@ def _say_eta(e: CanaryEngine, cost: int) -> None:
     """ "next verdict in ~N min", logged once and again only when the forecast changes (budget.Notices)."""
     s = e.settings
     needed = s.min_samples - len(e.state.samples["offload_hit"])
-    msg = e.notices.verdict_eta(e.clock(), needed, cost, s.budget_tokens_per_hour, s.interval)
+    done = sum(n for reason, n in e.state.cycles.items() if reason != CycleReason.ERROR)
+    # Counted samples a cycle so far (1 until three cycles say otherwise), floored so one bad start cannot
+    # push the forecast to infinity.
+    per_cycle = max(0.1, e.state.ttft_count["offload_hit"] / done) if done >= 3 else 1.0
+    msg = e.notices.verdict_eta(e.clock(), needed, cost, s.budget_tokens_per_hour, s.interval, min(1.0, per_cycle))
     if msg:
         log.info("canary %s: %s", e.state.label, msg)
 
