@@ -187,7 +187,7 @@ class Stack:
                 "allow_pressure": True,
                 "interval": "1s",
                 "settle": 0.1,
-                "min_samples": 3,
+                "min_samples": 5,
                 "max_samples": 10,
                 "bootstrap": 200,
                 "budget_tokens_per_hour": 10**9,
