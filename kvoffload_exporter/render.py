@@ -44,6 +44,11 @@ def format_value(v: float) -> str:
     return "+Inf" if v > 0 else "-Inf"
 
 
+_FORMATTED = {v: format_value(v) for v in (0.0, 1.0)}
+"""The values most series carry (state sets, info series, error counters): formatted once."""
+_LABELS = {name: m.labels for name, m in CATALOGUE.items()}
+
+
 class Exposition:
     """Collects samples per catalogue metric; `fragment()` for merging, `text()` for a whole body."""
 
@@ -54,13 +59,22 @@ class Exposition:
     def add(self, name: str, value: float | None, labels: Mapping[str, str] | None = None) -> None:
         """Add one sample; a None or non-finite value is skipped (undefined, not zero, never NaN or ±Inf,
         whichever source computed it). Labels must match the catalogue."""
-        if value is None or not math.isfinite(value):
+        if value is None or value - value != 0.0:  # None, NaN or ±Inf (inf - inf is nan)
             return
-        m = CATALOGUE[name]
-        labels = labels or {}
-        if tuple(labels) != m.labels:
-            raise ValueError(f"{name}: labels {tuple(labels)} != catalogue {m.labels}")
-        self._lines.setdefault(name, []).append(self._line(name, labels, value))
+        keys = _LABELS[name]
+        if labels:
+            if tuple(labels) != keys:
+                raise ValueError(f"{name}: labels {tuple(labels)} != catalogue {keys}")
+            line = self._line(name, labels, value)
+        elif keys:
+            raise ValueError(f"{name}: labels () != catalogue {keys}")
+        else:
+            line = self._line(name, {}, value)
+        out = self._lines.get(name)
+        if out is None:
+            self._lines[name] = [line]
+        else:
+            out.append(line)
 
     def add_states(self, name: str, labels: Mapping[str, str], states: Iterable[str], current: str | None) -> None:
         """A state set: one series per state, 1 for the current one (none when `current` is None)."""
@@ -122,7 +136,10 @@ class Exposition:
                 self._heads.clear()
             body = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
             head = self._heads[key] = f"{name}{{{body}}}" if labels else name
-        return f"{head} {format_value(value)}"
+        text = _FORMATTED.get(value)
+        if text is None:
+            text = format_value(value)
+        return f"{head} {text}"
 
     def fragment(self) -> dict[str, str]:
         return {name: "\n".join(lines) + "\n" for name, lines in self._lines.items() if lines}
