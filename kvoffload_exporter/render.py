@@ -21,8 +21,9 @@ OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset
 Fragment = Mapping[str, str]
 """Catalogue family name → its sample lines, each ending in a newline."""
 
-Heads = dict[tuple[str, ...], str]
-"""(sample name, label values...) → `name{k="v",...}`; label keys are fixed per name."""
+Heads = dict[tuple[str, ...], tuple[str, float, str]]
+"""(sample name, label values...) → (`name{k="v",...}`, the last value written, that line): label keys
+are fixed per name, and most series repeat their value from one poll to the next."""
 
 _HEADS: Heads = {}  # shared by short-lived expositions; pollers pass their own
 _MAX_HEADS = 50_000
@@ -44,8 +45,6 @@ def format_value(v: float) -> str:
     return "+Inf" if v > 0 else "-Inf"
 
 
-_FORMATTED = {v: format_value(v) for v in (0.0, 1.0)}
-"""The values most series carry (state sets, info series, error counters): formatted once."""
 _LABELS = {name: m.labels for name, m in CATALOGUE.items()}
 
 
@@ -129,17 +128,20 @@ class Exposition:
 
     def _line(self, name: str, labels: Mapping[str, str], value: float) -> str:
         key = (name, *labels.values())
-        head = self._heads.get(key)
-        if head is None:
+        last = self._heads.get(key)
+        if last is not None:
+            if last[1] == value:  # equal values format alike (0.0 and -0.0 both as "0.0")
+                return last[2]
+            head = last[0]
+        else:
             # The same series are written after every poll: format each series name once.
             if len(self._heads) > _MAX_HEADS:
                 self._heads.clear()
             body = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
-            head = self._heads[key] = f"{name}{{{body}}}" if labels else name
-        text = _FORMATTED.get(value)
-        if text is None:
-            text = format_value(value)
-        return f"{head} {text}"
+            head = f"{name}{{{body}}}" if labels else name
+        line = f"{head} {format_value(value)}"
+        self._heads[key] = (head, value, line)
+        return line
 
     def fragment(self) -> dict[str, str]:
         return {name: "\n".join(lines) + "\n" for name, lines in self._lines.items() if lines}
