@@ -266,7 +266,7 @@ def read(
                 v = _INF
             if v - v == 0.0 and key not in seen:
                 mark(key)
-                append(hit + (v,))
+                append(hit + (v,))  # type: ignore[operator]  # noqa: RUF005 (a third cheaper than unpacking)
                 if counting and len(samples) > cap:
                     raise _over(cap)
                 continue
