@@ -76,8 +76,11 @@ def _cache() -> Any:
     return LineCache() if LineCache is not None else None
 
 
+_TAKES_CACHE = len(inspect.signature(normalise).parameters) >= 3  # once: signature() costs ~10 µs a call
+
+
 def _normalise(text: str, cache: Any) -> Any:
-    if cache is not None and len(inspect.signature(normalise).parameters) >= 3:
+    if cache is not None and _TAKES_CACHE:
         return normalise(text, None, cache)
     return normalise(text)
 

@@ -239,7 +239,10 @@ def read(
     limit = max_line if max_line is not None else sys.maxsize
     known: Known = cache.for_reader(cache_key) if cache is not None else {}
     recall = known.get
-    for line in _lines(text):
+    lines = _lines(text)
+    # A list of lines no longer than the cap cannot exceed it: the per-sample check is then skipped.
+    counting = not isinstance(lines, list) or len(lines) > cap
+    for line in lines:
         # One slice + set lookup per line: the cheapest filter that drops most unwanted families.
         if line[5:end] not in keys:
             continue
@@ -263,8 +266,8 @@ def read(
                 v = _INF
             if v - v == 0.0 and key not in seen:
                 mark(key)
-                append((*hit, v))  # type: ignore[misc]
-                if len(samples) > cap:
+                append(hit + (v,))  # type: ignore[operator]  # noqa: RUF005 (a third cheaper than unpacking)
+                if counting and len(samples) > cap:
                     raise _over(cap)
                 continue
         new = hit is _MISS and sep != ""

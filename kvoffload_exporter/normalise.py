@@ -10,8 +10,7 @@ counters and histograms, max for advisory gauges. Unknown families are ignored.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -222,8 +221,8 @@ def _snapshot(samples: list[Sample], typed: set[str], lim: Limits, prev: Snapsho
         if not model and not engine:
             continue
         ev = backends.resolve(rows, raw.get((model, engine), ())) if rows else ({}, {})
-        e_signals = _freeze(model, engine, e, generation, families, engine_only.get(engine, {}), ev)
-        out.append(_shared_parts(e_signals, before.get((model, engine))) if before else e_signals)
+        was = before.get((model, engine)) if before else None
+        out.append(_freeze(model, engine, e, generation, families, engine_only.get(engine, {}), ev, was))
     return Snapshot(
         generation=generation,
         engines=tuple(out),
@@ -231,21 +230,6 @@ def _snapshot(samples: list[Sample], typed: set[str], lim: Limits, prev: Snapsho
         multiprocess=multiprocess,
         backends=present,
         sources=backends.sources(rows),
-    )
-
-
-def _shared_parts(e: EngineSignals, prev: EngineSignals | None) -> EngineSignals:
-    """`e` holding `prev`'s config dicts where they are equal (the same ~20 labels every poll)."""
-    if prev is None:
-        return e
-    same_cache = prev.cache_config == e.cache_config
-    same_offload = prev.offload_config == e.offload_config
-    if not (same_cache or same_offload):
-        return e
-    return replace(
-        e,
-        cache_config=prev.cache_config if same_cache else e.cache_config,
-        offload_config=prev.offload_config if same_offload else e.offload_config,
     )
 
 
@@ -268,7 +252,10 @@ def _freeze(
     families: set[str],
     engine_info: dict[str, str],
     evidence: tuple[dict[backends.EvidenceKey, float], dict[backends.EvidenceKey, float]],
+    prev: EngineSignals | None = None,
 ) -> EngineSignals:
+    """The engine's signals; config dicts equal to `prev`'s are `prev`'s objects (the same ~20 labels
+    every poll, held once by the target's history)."""
     counters = dict(e.counters)
     if generation == Generation.TRANSFER_TYPE:
         counters.update(e.legacy)
@@ -280,8 +267,8 @@ def _freeze(
         # A registered offload family without a child for this engine means nothing moved yet.
         for sig in OFFLOAD_SIGNALS:
             counters.setdefault(sig, 0.0)
-    for fam, sig in (*_COUNTERS.items(), *_PREFILL.items()):
-        if fam in families and not fam.startswith(_OFFLOAD_FAMILY_PREFIX):
+    for fam, sig in _ZERO_WHEN_REGISTERED:
+        if fam in families:
             counters.setdefault(sig, 0.0)
     gauges = e.gauges
     size = e.hists
@@ -305,14 +292,24 @@ def _freeze(
         ttft=ttft.freeze() if ttft else None,
         offload_load_size=load_size.freeze() if load_size else None,
         offload_store_size=store_size.freeze() if store_size else None,
-        cache_config={**engine_info, **e.cache_config},
-        offload_config=dict(e.offload_config),
+        cache_config=_same({**engine_info, **e.cache_config}, prev.cache_config if prev else None),
+        offload_config=_same(dict(e.offload_config), prev.offload_config if prev else None),
         lookup_async_delay=size[_LOOKUP_DELAY].freeze() if _LOOKUP_DELAY in size else None,
         queue_time=size[_QUEUE_TIME].freeze() if _QUEUE_TIME in size else None,
         kv_fetch_by_stage=dict(e.fetch_stage),
         evidence=evidence[0],
         evidence_gauges=evidence[1],
     )
+
+
+_ZERO_WHEN_REGISTERED = tuple(
+    (fam, sig) for fam, sig in (*_COUNTERS.items(), *_PREFILL.items()) if not fam.startswith(_OFFLOAD_FAMILY_PREFIX)
+)
+"""Counter families that read as 0 when registered without a child for the engine (offload ones: above)."""
+
+
+def _same(new: dict[str, str], prev: Mapping[str, str] | None) -> Mapping[str, str]:
+    return prev if prev is not None and prev == new else new
 
 
 def _add(d: dict[Signal, float], k: Signal, v: float) -> None:

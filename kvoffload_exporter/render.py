@@ -21,8 +21,9 @@ OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset
 Fragment = Mapping[str, str]
 """Catalogue family name → its sample lines, each ending in a newline."""
 
-Heads = dict[tuple[str, ...], str]
-"""(sample name, label values...) → `name{k="v",...}`; label keys are fixed per name."""
+Heads = dict[tuple[str, ...], tuple[str, float, str]]
+"""(sample name, label values...) → (`name{k="v",...}`, the last value written, that line): label keys
+are fixed per name, and most series repeat their value from one poll to the next."""
 
 _HEADS: Heads = {}  # shared by short-lived expositions; pollers pass their own
 _MAX_HEADS = 50_000
@@ -44,6 +45,9 @@ def format_value(v: float) -> str:
     return "+Inf" if v > 0 else "-Inf"
 
 
+_LABELS = {name: m.labels for name, m in CATALOGUE.items()}
+
+
 class Exposition:
     """Collects samples per catalogue metric; `fragment()` for merging, `text()` for a whole body."""
 
@@ -54,13 +58,22 @@ class Exposition:
     def add(self, name: str, value: float | None, labels: Mapping[str, str] | None = None) -> None:
         """Add one sample; a None or non-finite value is skipped (undefined, not zero, never NaN or ±Inf,
         whichever source computed it). Labels must match the catalogue."""
-        if value is None or not math.isfinite(value):
+        if value is None or value - value != 0.0:  # None, NaN or ±Inf (inf - inf is nan)
             return
-        m = CATALOGUE[name]
-        labels = labels or {}
-        if tuple(labels) != m.labels:
-            raise ValueError(f"{name}: labels {tuple(labels)} != catalogue {m.labels}")
-        self._lines.setdefault(name, []).append(self._line(name, labels, value))
+        keys = _LABELS[name]
+        if labels:
+            if tuple(labels) != keys:
+                raise ValueError(f"{name}: labels {tuple(labels)} != catalogue {keys}")
+            line = self._line(name, labels, value)
+        elif keys:
+            raise ValueError(f"{name}: labels () != catalogue {keys}")
+        else:
+            line = self._line(name, {}, value)
+        out = self._lines.get(name)
+        if out is None:
+            self._lines[name] = [line]
+        else:
+            out.append(line)
 
     def add_states(self, name: str, labels: Mapping[str, str], states: Iterable[str], current: str | None) -> None:
         """A state set: one series per state, 1 for the current one (none when `current` is None)."""
@@ -115,14 +128,20 @@ class Exposition:
 
     def _line(self, name: str, labels: Mapping[str, str], value: float) -> str:
         key = (name, *labels.values())
-        head = self._heads.get(key)
-        if head is None:
+        last = self._heads.get(key)
+        if last is not None:
+            if last[1] == value:  # equal values format alike (0.0 and -0.0 both as "0.0")
+                return last[2]
+            head = last[0]
+        else:
             # The same series are written after every poll: format each series name once.
             if len(self._heads) > _MAX_HEADS:
                 self._heads.clear()
             body = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
-            head = self._heads[key] = f"{name}{{{body}}}" if labels else name
-        return f"{head} {format_value(value)}"
+            head = f"{name}{{{body}}}" if labels else name
+        line = f"{head} {format_value(value)}"
+        self._heads[key] = (head, value, line)
+        return line
 
     def fragment(self) -> dict[str, str]:
         return {name: "\n".join(lines) + "\n" for name, lines in self._lines.items() if lines}
