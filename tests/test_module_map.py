@@ -81,5 +81,7 @@ def test_code_and_docs_cite_no_issues_briefs_or_changes() -> None:
             if CITATIONS.search(line):
                 found.append(f"{name}:{i}: {line.strip()[:100]}")
     assert not found, found
-    assert CITATIONS.search("as issue 16 said") and CITATIONS.search("After (this change):")
+    # built here so this file does not cite anything itself
+    cited, change = "as " + "issue" + " 16 said", "After (" + "this change):"
+    assert CITATIONS.search(cited) and CITATIONS.search(change)
     assert not CITATIONS.search("vllm-project/vllm#47890")
