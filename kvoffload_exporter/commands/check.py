@@ -41,7 +41,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "(too few samples, interval includes 0, nothing displaced the prefix).",
     )
     p.add_argument("--target", required=True, metavar="URL", help="vLLM base URL with the offload connector")
-    p.add_argument("--rounds", type=int, default=10, metavar="N", help="canary cycles to complete (default 10)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=10,
+        metavar="N",
+        help="canary cycles to complete at least (default 10); more follow while fewer than --min-samples are "
+        "counted and the tier serves revisits, up to 3 x --min-samples",
+    )
     p.add_argument(
         "--allow-pressure",
         action="store_true",
@@ -55,10 +62,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "--concurrency",
         type=_levels,
         metavar="C[,C...]",
-        help="load sweep after the rounds: at each level C concurrent revisits of an offloaded prefix vs the "
-        "same with loads disabled, --min-samples per path (needs --allow-pressure; default: none, the rounds "
-        "are the c=1 measurement); with --prefix-tokens N,M,... it is a length sweep too (the rounds use the "
-        "first length)",
+        help="load sweep after the rounds: at each level C bursts of C concurrent revisits of an offloaded prefix "
+        "vs the same with loads disabled, --min-bursts bursts per path (needs --allow-pressure; c=1 is the "
+        "rounds themselves); with --prefix-tokens N,M,... it is a length sweep too (the rounds use the first "
+        "length)",
     )
     p.add_argument(
         "--min-bursts",
