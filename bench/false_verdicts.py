@@ -24,6 +24,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import free_port
+
 NULL = ["--vllm-version", "0.33.0", "--prefill-ms-per-token", "0", "--load-gbps", "1e6", "--load-step-ms", "0"]
 
 
@@ -38,15 +42,9 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, mid - half), min(1.0, mid + half)
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def _server(extra: list[str], seed: int) -> Iterator[str]:
-    port = _port()
+    port = free_port()
     cmd = [
         sys.executable,
         "-m",

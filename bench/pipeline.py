@@ -17,7 +17,6 @@ import gzip
 import inspect
 import json
 import os
-import re
 import statistics
 import sys
 import time
@@ -28,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import CAPTURE, AdvancingBodies
 from kvoffload_exporter import derive
 from kvoffload_exporter import normalise as normalise_module
 from kvoffload_exporter.collector import TargetView, collect, shared_fragment, target_fragment
@@ -42,34 +42,9 @@ try:
 except ImportError:  # an older tree, measured for the before column
     LineCache = None  # type: ignore[assignment,misc]
 
-CAPTURE = Path(__file__).resolve().parents[1] / "tests/fixtures/h200-0.6b/A_12_final.prom"  # a real vLLM 0.26.0 body
 RECORDED = Path(__file__).resolve().parent / "results" / "pipeline.json"
 TARGET_RATIO, STRETCH_RATIO = 25, 40
 STAGES = ("read", "normalise", "derive", "render", "merge", "gzip")
-_ADVANCING = re.compile(r"^(vllm:\S*?(?:_total|_count|_sum|_bucket)(?:\{[^}]*\})?) (\S+)$")
-
-
-class Bodies:
-    """The capture with its cumulative values scaled by (1 + n/1000) on body n: histograms stay
-    cumulative and every poll sees traffic, as from a live server."""
-
-    def __init__(self, text: str) -> None:
-        self.parts: list[str] = []
-        self.values: list[float] = []
-        fixed: list[str] = []
-        for line in text.split("\n"):
-            m = _ADVANCING.match(line)
-            if m is None or m.group(2) in ("+Inf", "NaN"):
-                fixed.append(line)
-                continue
-            self.parts.append("\n".join([*fixed, m.group(1) + " "]))
-            self.values.append(float(m.group(2)))
-            fixed = [""]
-        self.tail = "\n".join(fixed)
-
-    def body(self, n: int) -> str:
-        f = 1.0 + n / 1000
-        return "".join(p + repr(v * f) for p, v in zip(self.parts, self.values, strict=True)) + self.tail
 
 
 def _cache() -> Any:
@@ -157,7 +132,7 @@ def baseline(text: str) -> int:
 
 def measure(rounds: int, reps: int) -> dict[str, Any]:
     text = CAPTURE.read_text()
-    bodies = Bodies(text)
+    bodies = AdvancingBodies(text, per=1000)
     n = 0
     target = Target()
     target.poll(bodies.body(n))

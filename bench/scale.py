@@ -18,8 +18,6 @@ import asyncio
 import itertools
 import json
 import os
-import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,43 +29,14 @@ import aiohttp
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-CAPTURE = ROOT / "tests" / "fixtures" / "h200-0.6b" / "A_12_final.prom"
+sys.path.insert(0, str(ROOT))
+
+from bench.common import CAPTURE, AdvancingBodies, free_port  # noqa: E402
+
 _MODEL = 'model_name="Qwen/Qwen3-0.6B"'
-_ADVANCING = re.compile(r"^(vllm:\S*?(?:_total|_count|_sum|_bucket)(?:\{[^}]*\})?) (\S+)$")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --- fake targets -----------------------------------------------------------------------------------
-
-
-class Capture:
-    """The capture split once into fixed text and counter values; request n scales every counter by
-    (1 + n/100), which keeps histograms cumulative and makes every poll see traffic."""
-
-    def __init__(self, text: str) -> None:
-        self.parts: list[str] = []
-        self.values: list[float] = []
-        fixed: list[str] = []
-        for line in text.split("\n"):
-            m = _ADVANCING.match(line)
-            if m is None or m.group(2) in ("+Inf", "NaN"):
-                fixed.append(line)
-                continue
-            self.parts.append("\n".join([*fixed, m.group(1) + " "]))
-            self.values.append(float(m.group(2)))
-            fixed = [""]
-        self.tail = "\n".join(fixed)
-
-    def body(self, n: int) -> str:
-        f = 1.0 + n / 100.0
-        out = [f"{p}{v * f!r}" for p, v in zip(self.parts, self.values)]
-        out.append(self.tail)
-        return "".join(out)
 
 
 def run_fake(port: int, distinct: bool = True) -> None:
@@ -75,7 +44,7 @@ def run_fake(port: int, distinct: bool = True) -> None:
     With `distinct`, target i's model is named `Qwen/Qwen3-0.6B-t<i>`, as in a fleet of different models."""
     from aiohttp import web
 
-    cap = Capture(CAPTURE.read_text(encoding="utf-8"))
+    cap = AdvancingBodies(CAPTURE.read_text(encoding="utf-8"), per=100)
     requests: dict[str, int] = {}
     arrivals: dict[str, list[float]] = {}
 
