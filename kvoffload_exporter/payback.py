@@ -176,19 +176,6 @@ def check_recommendation(doc: Mapping[str, Any], before: str | None, after: str 
     }
 
 
-def text_line(rec: Mapping[str, Any] | None) -> list[str]:
-    """The text report's line for the `recommendation` key (nothing when absent)."""
-    if not rec:
-        return []
-    pb = rec["payback_seconds_per_gib_hour"]
-    figure = "tier size unknown" if pb is None else f"{pb:+.3g} s per GiB-hour"
-    return [
-        f"tier payback over this run: {figure}, saved {rec['saved_seconds'] * 1000:+.1f} ms "
-        f"(prefill {rec['prefill_seconds_per_token'] * 1e6:.3g} us/token) -> {rec['action']}: {rec['why']}",
-        "",
-    ]
-
-
 __all__ = [
     "GIB",
     "SHRINK_REUSE_FRACTION",
@@ -198,5 +185,4 @@ __all__ = [
     "engine_payback",
     "payback_seconds_per_gib_hour",
     "recommend",
-    "text_line",
 ]

@@ -8,7 +8,6 @@ so single comparisons mean nothing.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,11 +21,7 @@ def quantile(xs: Sequence[float], q: float) -> float:
     """Linear-interpolation quantile (numpy's default, type 7). `xs` must be non-empty."""
     if not xs:
         raise ValueError("quantile of no samples")
-    s = sorted(xs)
-    pos = (len(s) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+    return _sorted_q(sorted(xs), q)
 
 
 def median(xs: Sequence[float]) -> float:
@@ -150,6 +145,7 @@ def cluster_delta(
 
 
 def _sorted_q(s: Sequence[float], q: float) -> float:
+    """`quantile` of an already sorted, non-empty sequence (the bootstrap's inner loop sorts once)."""
     pos = (len(s) - 1) * q
     lo = int(pos)
     hi = min(lo + 1, len(s) - 1)

@@ -95,6 +95,28 @@ def _judge_control(comps: list[Completion], d: Deltas, lv: Level) -> bool:
     return True
 
 
+def _keep(
+    lv: Level,
+    cycle: int,
+    comps: Sequence[Completion],
+    recs: Sequence[RequestRecord],
+    judged: bool,
+    bursts: list[list[float]],
+    cycles: list[int],
+) -> None:
+    """A judged burst into its path's bursts (with its round's `cycle`), or left out; its request records
+    say which (`counted`), so the interval can be recomputed from requests.jsonl."""
+    burst = [c.ttft_token for c in comps if c.ttft_token is not None]
+    counted = judged and bool(burst)
+    for r in recs:
+        r.counted = counted
+    if counted:
+        bursts.append(burst)
+        cycles.append(cycle)
+    else:
+        lv.left_out += 1
+
+
 async def _round(run: PreparedRun, lv: Level, cycle: int) -> None:
     e, sz = run.ctx, replace(run.sizing, prefix_tokens=lv.prefix_tokens)
     a = e.prompts.tokens(sz.prefix_tokens, "sweep", cycle, "A")
@@ -108,15 +130,7 @@ async def _round(run: PreparedRun, lv: Level, cycle: int) -> None:
     async def offload() -> None:
         prompts = [a + e.prompts.tail(sz) for _ in range(lv.concurrency)]
         comps, d, recs = await _burst(run, cycle, "sweep_offload", TARGET, prompts, e.prompts.salt, None)
-        burst = [c.ttft_token for c in comps if c.ttft_token is not None]
-        counted = _judge_offload(run, sz, comps, d, lv) and bool(burst)
-        for r in recs:
-            r.counted = counted
-        if counted:
-            lv.offload_bursts.append(burst)
-            lv.offload_cycles.append(cycle)
-        else:
-            lv.left_out += 1
+        _keep(lv, cycle, comps, recs, _judge_offload(run, sz, comps, d, lv), lv.offload_bursts, lv.offload_cycles)
 
     async def control() -> None:
         base = b if b is not None else a
@@ -125,15 +139,7 @@ async def _round(run: PreparedRun, lv: Level, cycle: int) -> None:
         salt = e.prompts.fresh_salt("sweep") if lv.control == "cold" else e.prompts.salt
         kv = {"max_load_tokens": 0} if lv.control == "recompute" else None
         comps, d, recs = await _burst(run, cycle, "sweep_control", role, prompts, salt, kv)
-        burst = [c.ttft_token for c in comps if c.ttft_token is not None]
-        counted = _judge_control(comps, d, lv) and bool(burst)
-        for r in recs:
-            r.counted = counted
-        if counted:
-            lv.control_bursts.append(burst)
-            lv.control_cycles.append(cycle)
-        else:
-            lv.left_out += 1
+        _keep(lv, cycle, comps, recs, _judge_control(comps, d, lv), lv.control_bursts, lv.control_cycles)
 
     first, second = (offload, control) if lv.rounds % 2 == 0 else (control, offload)
     await first()
