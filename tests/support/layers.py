@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "kvoffload_exporter.procmem",
         "kvoffload_exporter.render",
         "kvoffload_exporter.convoy",
+        "kvoffload_exporter.history",
         "kvoffload_exporter.selfmon",
         "kvoffload_exporter.reasons",
         "kvoffload_exporter.payback",

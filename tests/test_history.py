@@ -1,0 +1,94 @@
+"""The packed history derives exactly what the whole one does, in a fraction of the memory."""
+
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+
+import pytest
+
+from kvoffload_exporter import convoy, derive, history
+from kvoffload_exporter.derive import Point
+from kvoffload_exporter.history import Packed, pack
+from kvoffload_exporter.normalise import normalise
+
+CHAIN = sorted((Path(__file__).parent / "fixtures" / "h200-0.6b").glob("A_*.prom"))
+RESTART = sorted((Path(__file__).parent / "fixtures" / "h200-0.6b").glob("B_*.prom"))
+
+
+def _points(paths: list[Path]) -> list[Point]:
+    out: list[Point] = []
+    for i, path in enumerate(paths):
+        out.append(derive.advance(out[-1] if out else None, normalise(path.read_text()), 100.0 + 5.0 * i))
+    return out
+
+
+@pytest.mark.parametrize("window", [10.0, 22.0, 300.0])
+def test_packed_history_derives_what_the_whole_history_derives(window: float) -> None:
+    # A real chain, then a restart (B starts from zero: counters go down), so resets and anchors are read.
+    points = _points(CHAIN + RESTART)
+    whole: deque[Point] = deque(maxlen=8)
+    packed: deque[Point] = deque(maxlen=8)
+    compared = 0
+    for p in points:
+        ref = derive.derive([*whole, p], p.t, window)
+        got = derive.derive([*packed, p], p.t, window)
+        assert got == ref, f"at t={p.t}"
+        whole.append(p)
+        history.push(packed, p)
+        assert convoy.derive(packed, p.t, window) == convoy.derive(whole, p.t, window)
+        compared += len(ref)
+    assert compared >= len(points)  # every poll compared at least one engine
+    assert all(
+        isinstance(x.totals[k].counters, Packed) for x in list(packed)[:-1] for k in x.totals if x.totals[k].counters
+    )
+
+
+def test_the_newest_point_stays_whole_for_the_next_advance() -> None:
+    points = _points(CHAIN[:3])
+    h: deque[Point] = deque(maxlen=8)
+    for p in points:
+        history.push(h, p)
+    assert h[-1] is points[-1]
+    assert h[-1].totals == points[-1].totals and h[0] is not points[0]
+
+
+def test_packed_mapping_reads_like_the_dict() -> None:
+    src = {"a": 1.5, "b": 0.1 + 0.2, "c": -0.0}
+    m = Packed(src)
+    assert m == src and dict(m) == src and list(m) == list(src)
+    assert m["b"] == 0.1 + 0.2 and m.get("z") is None and "z" not in m and len(m) == 3
+    with pytest.raises(KeyError):
+        m["z"]
+
+
+def test_a_packed_point_costs_a_fraction_of_a_whole_one() -> None:
+    points = _points(CHAIN)
+    whole = sum(_deep(p) for p in points)
+    packed = sum(_deep(pack(p)) for p in points)
+    assert packed * 3 < whole, f"packed {packed} B vs whole {whole} B for {len(points)} points"
+
+
+def _deep(obj: object, seen: set[int] | None = None) -> int:
+    """Bytes reachable from `obj` (what a history entry holds)."""
+    import sys
+    from array import array
+    from dataclasses import fields, is_dataclass
+    from enum import Enum
+
+    seen = set() if seen is None else seen
+    if id(obj) in seen or isinstance(obj, (type, Enum, str)):  # names: shared with the newest point
+        return 0
+    seen.add(id(obj))
+    size = sys.getsizeof(obj)
+    if isinstance(obj, dict):
+        size += sum(_deep(k, seen) + _deep(v, seen) for k, v in obj.items())
+    elif isinstance(obj, (tuple, list, set, frozenset)):
+        size += sum(_deep(x, seen) for x in obj)
+    elif isinstance(obj, array):
+        pass
+    elif is_dataclass(obj):
+        size += sum(_deep(getattr(obj, f.name), seen) for f in fields(obj))
+    elif isinstance(obj, Packed):
+        size += _deep(obj._values, seen)  # the layout is shared by every point
+    return size
