@@ -16,6 +16,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+from kvoffload_exporter import lineplan
+
 Labels = tuple[tuple[str, str], ...]
 
 
@@ -146,12 +148,13 @@ class LineCache:
     held = 0  # bytes held by every LineCache of the process (worker threads read concurrently: locked)
     _lock = threading.Lock()
 
-    __slots__ = ("key", "known", "last", "overflow", "size")
+    __slots__ = ("key", "known", "last", "overflow", "plan", "size")
 
     def __init__(self) -> None:
         self.key: object = None
         self.known: Known = {}
         self.last: object = None  # the caller's: what it made of the last read, to reuse when it repeats
+        self.plan = lineplan.Slot()  # the shape of the last body read the long way
         self.size = 0  # bytes this cache holds, as counted against BUDGET
         self.overflow = 0  # series the last read could not cache
 
@@ -182,6 +185,7 @@ class LineCache:
         self.size = 0
         self.known = {}
         self.last = None
+        self.plan.plan = None  # its backoff stays: a churning target starts over here often
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter exit the class may be torn down first
@@ -226,8 +230,34 @@ def read(
     more than the cap) or on a selected line longer than `max_line` (reason `label_limit`: refused
     before any regex runs over it, which would cost seconds and gigabytes on a 20 MB label).
     `cache` (with `cache_key` naming `labels_of`) remembers the series of earlier reads: a line
-    `<known series> <plain decimal>` is read with one lookup and `float()`; anything else the long way.
+    `<known series> <plain decimal>` is read with one lookup and `float()`; anything else the long way;
+    a body of exactly the last one's shape by its `lineplan`, in C.
     """
+    cap = max_samples if max_samples is not None else sys.maxsize
+    limit = max_line if max_line is not None else sys.maxsize
+    known: Known = cache.for_reader(cache_key) if cache is not None else {}
+    lines = _lines(text)
+    if cache is None or not isinstance(lines, list):
+        return _read_lines(lines, sel, labels_of, cap, limit, cache, known)
+    plan_key = (sel.keys, cache_key, cap, limit)
+    got = cache.plan.replay(plan_key, lines, sel.keys, 5 + KEY, _COMMENTS)
+    if got is not None:  # the same shape as the last body: its series by position, in C
+        return got  # type: ignore[no-any-return]
+    samples, typed = _read_lines(lines, sel, labels_of, cap, limit, cache, known)
+    cache.plan.after_long_read(plan_key, lines, sel.keys, 5 + KEY, known, _COMMENTS, samples, typed, limit)
+    return samples, typed
+
+
+def _read_lines(
+    lines: Iterator[str] | list[str],
+    sel: Selector,
+    labels_of: Callable[[str], Any],
+    cap: int,
+    limit: int,
+    cache: LineCache | None,
+    known: Known,
+) -> tuple[list[Sample], set[str]]:
+    """`read`'s line loop (see there): every line, the known series with one lookup each."""
     samples: list[Sample] = []
     append = samples.append
     typed: set[str] = set()
@@ -235,11 +265,7 @@ def read(
     mark = seen.add
     keys, names = sel
     end = 5 + KEY
-    cap = max_samples if max_samples is not None else sys.maxsize
-    limit = max_line if max_line is not None else sys.maxsize
-    known: Known = cache.for_reader(cache_key) if cache is not None else {}
     recall = known.get
-    lines = _lines(text)
     # A list of lines no longer than the cap cannot exceed it: the per-sample check is then skipped.
     counting = not isinstance(lines, list) or len(lines) > cap
     for line in lines:

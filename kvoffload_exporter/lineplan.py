@@ -1,0 +1,202 @@
+"""A target's line plan: where its selected series sit in its body, to re-read a same-shaped body in C.
+
+A vLLM target sends the same lines every poll with new values. After a full read (`exposition.read`)
+the plan records the body's shape: how many lines, which ones the family filter drops, which are
+comments, and for every other line the exact text before its value. A later body is read by the plan
+only when that shape is exactly the same (every check below is one C-level pass: `str.split`,
+`itemgetter`, `map`, tuple comparison); then each selected value is its known series plus `float()`
+of a plain decimal. Anything else (a new series, a moved line, a comment changed, a value that is not a
+plain finite decimal, a longer one) returns None and the caller reads the body the long way, with
+every check. So the samples and the errors are the same with or without a plan (tests/test_lineplan.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from math import isfinite
+from operator import add, itemgetter, methodcaller
+from typing import Any, NamedTuple
+
+_FLOAT_CHARS = "0123456789.eE+-"
+_MAX_VALUE = 40  # characters of a plain decimal value (a double needs at most ~24)
+_split_value = methodcaller("rpartition", " ")
+_before, _after = itemgetter(0), itemgetter(2)
+
+Pick = Callable[[Sequence[Any]], tuple[Any, ...]]
+_PICKS: dict[tuple[int, ...], Pick] = {}
+"""Index tuple → picker, shared by every target whose body has the same layout (one vLLM version).
+Bounded in entries and in the length of what it shares."""
+_MAX_PICKS, _MAX_SHARED = 1024, 4096
+MAX_LINES = 16384
+"""A body of more lines is never planned (a vLLM body has ~750): a plan costs ~8 bytes a kept line."""
+
+
+def _pick(indexes: Sequence[int]) -> Pick:
+    """A callable returning the items at `indexes` as a tuple (itemgetter returns a bare item for one)."""
+    key = tuple(indexes)
+    got = _PICKS.get(key)
+    if got is None:
+        if len(key) > 1:
+            got = itemgetter(*key)
+        elif key:
+            i = key[0]
+
+            def got(seq: Sequence[Any]) -> tuple[Any, ...]:
+                return (seq[i],)
+
+        else:
+
+            def got(seq: Sequence[Any]) -> tuple[Any, ...]:
+                return ()
+
+        if len(key) <= _MAX_SHARED:
+            if len(_PICKS) >= _MAX_PICKS:
+                _PICKS.clear()
+            _PICKS[key] = got
+    return got
+
+
+class Plan(NamedTuple):
+    """One body's shape (see the module doc); `key` names the read's parameters it is valid for."""
+
+    key: tuple[Any, ...]
+    lines: int
+    dropped: Pick  # lines the family filter drops: they must still be dropped
+    comments: Pick  # comment lines the filter keeps
+    families: tuple[str | None, ...]  # what each of them declares ("" for a HELP line)
+    series: Pick  # every other kept line
+    texts: tuple[str, ...]  # ... the exact text before its value
+    selected: Pick  # of those, the positions of the selected series
+    heads: tuple[tuple[Any, ...], ...]  # (family, suffix, labels) of each selected series
+    typed: frozenset[str]
+
+
+def build(
+    key: tuple[Any, ...],
+    lines: list[str],
+    keys: frozenset[str],
+    end: int,
+    known: Mapping[str, Any],
+    comments: Mapping[str, str],
+    samples: list[Any],
+    typed: set[str],
+    max_line: int,
+) -> Plan | None:
+    """The plan of a body just read the long way into `samples`/`typed`, or None when some line cannot be
+    re-read by position (a series not remembered in `known`, a comment not in `comments`, a line near
+    `max_line`, which a longer value would take past it)."""
+    if len(lines) > MAX_LINES:
+        return None
+    dropped, kept_comments, kept = [], [], []
+    for i, line in enumerate(lines):
+        if line[5:end] not in keys:
+            dropped.append(i)
+        elif line[:1] == "#":
+            kept_comments.append(i)
+        else:
+            kept.append(i)
+    families = tuple(comments.get(lines[i]) for i in kept_comments)
+    if None in families:
+        return None
+    canon = {k: k for k in known}  # hold the cache's own key strings, not this body's copies
+    texts, selected, heads = [], [], []
+    for j, i in enumerate(kept):
+        text, sep, _ = lines[i].rpartition(" ")
+        if not sep or text not in canon or len(text) + 1 + _MAX_VALUE > max_line:
+            return None
+        texts.append(canon[text])
+        hit = known[text]
+        if hit is not None:
+            selected.append(j)
+            heads.append(hit)
+    if len(heads) != len(samples) or any(s[:3] != h for s, h in zip(samples, heads)):
+        return None
+    return Plan(
+        key,
+        len(lines),
+        _pick(dropped),
+        _pick(kept_comments),
+        families,
+        _pick(kept),
+        tuple(texts),
+        _pick(selected),
+        tuple(heads),
+        frozenset(typed),
+    )
+
+
+def replay(plan: Plan, lines: list[str], keys: frozenset[str], end: int, comments: Mapping[str, str]) -> Any:
+    """(samples, typed) of a body of exactly the plan's shape with plain finite decimal values, else None."""
+    if len(lines) != plan.lines:
+        return None
+    if not keys.isdisjoint(map(itemgetter(slice(5, end)), plan.dropped(lines))):
+        return None  # a dropped line now names a selected family
+    if tuple(map(comments.get, plan.comments(lines))) != plan.families:
+        return None
+    parts = tuple(map(_split_value, plan.series(lines)))
+    if tuple(map(_before, parts)) != plan.texts:
+        return None
+    values = plan.selected(tuple(map(_after, parts)))
+    joined = "".join(values)
+    if joined.strip(_FLOAT_CHARS) or len(joined) > _MAX_VALUE * len(values):
+        return None  # NaN, Inf, an exemplar's or timestamp's text, a long value: the long way says
+    try:
+        floats = tuple(map(float, values))
+    except ValueError:
+        return None
+    if not all(map(isfinite, floats)):
+        return None  # an overflow (1e999): the long way raises it
+    return list(map(add, plan.heads, zip(floats))), set(plan.typed)
+
+
+class Slot:
+    """A target's plan and when to build the next one. A body whose shape changes every poll (label
+    values churning) would pay a build (~2 long reads) per poll for nothing: after a miss, or a body
+    that cannot be planned, the next build waits 1, 2, 4 … up to 64 long reads; a hit starts over."""
+
+    __slots__ = ("backoff", "plan", "wait")
+
+    def __init__(self) -> None:
+        self.plan: Plan | None = None
+        self.wait = 0
+        self.backoff = 0
+
+    def replay(
+        self, key: tuple[Hashable, ...], lines: list[str], keys: frozenset[str], end: int, comments: Mapping[str, str]
+    ) -> Any:
+        plan = self.plan
+        if plan is None or plan.key != key:
+            return None
+        got = replay(plan, lines, keys, end, comments)
+        if got is None:
+            self.plan = None
+            self._missed()
+        else:
+            self.backoff = 0
+        return got
+
+    def after_long_read(
+        self,
+        key: tuple[Any, ...],
+        lines: list[str],
+        keys: frozenset[str],
+        end: int,
+        known: Mapping[str, Any],
+        comments: Mapping[str, str],
+        samples: list[Any],
+        typed: set[str],
+        max_line: int,
+    ) -> None:
+        if self.wait > 0:
+            self.wait -= 1
+            return
+        self.plan = build(key, lines, keys, end, known, comments, samples, typed, max_line)
+        if self.plan is None:  # this shape cannot be planned: as costly as a miss, and as likely to repeat
+            self._missed()
+
+    def _missed(self) -> None:
+        self.backoff = min(64, 2 * self.backoff or 1)
+        self.wait = self.backoff
+
+
+__all__ = ["Plan", "Slot", "build", "replay"]

@@ -1,0 +1,151 @@
+"""A target's line plan changes no reading: a body of the last one's shape read by position gives the same
+snapshot or the same error as the long way; a changed shape falls back; a churning target stops building."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvoffload_exporter import exposition, lineplan
+from kvoffload_exporter.exposition import LineCache, ParseError
+from kvoffload_exporter.model import Snapshot
+from kvoffload_exporter.normalise import normalise
+
+CAPTURE = Path(__file__).parent / "fixtures" / "h200-0.6b" / "A_12_final.prom"
+TEXT = CAPTURE.read_text()
+LINES = TEXT.split("\n")
+_VALUE = re.compile(r"^(vllm:\S+(?:\{[^}]*\})?) (\S+)$")
+
+
+def _outcome(body: str, cache: LineCache | None) -> Snapshot | tuple[str, str]:
+    try:
+        return normalise(body, None, cache)
+    except ParseError as e:
+        return (e.reason, str(e))
+
+
+def _planned() -> LineCache:
+    """A cache whose plan is of the capture's shape."""
+    cache = LineCache()
+    normalise(TEXT, None, cache)
+    assert isinstance(cache.plan.plan, lineplan.Plan)
+    return cache
+
+
+def _advanced(k: int) -> str:
+    """The capture with every sample value changed (k-th step), its shape kept."""
+    return "\n".join(
+        f"{m.group(1)} {float(m.group(2)) + k!r}"
+        if (m := _VALUE.match(line)) and m.group(2) not in ("NaN", "+Inf", "-Inf")
+        else line
+        for line in LINES
+    )
+
+
+def test_bodies_of_the_same_shape_are_read_by_the_plan_as_the_long_way_reads_them() -> None:
+    cache = _planned()
+    replays = 0
+    for k in range(1, 12):
+        body = _advanced(k)
+        before = cache.plan.plan
+        assert _outcome(body, cache) == _outcome(body, None)
+        replays += cache.plan.plan is before  # a replay keeps the plan; a miss drops or rebuilds it
+    assert replays == 11
+
+
+def _swap(i: int, line: str) -> str:
+    return "\n".join([*LINES[:i], line, *LINES[i + 1 :]])
+
+
+def _index(pred: object) -> int:
+    return next(i for i, line in enumerate(LINES) if pred(line))  # type: ignore[operator]
+
+
+SELECTED = _index(lambda line: line.startswith("vllm:prefix_cache_hits"))
+DROPPED = _index(lambda line: line.startswith("python_gc_objects_collected_total"))
+TYPE_LINE = _index(lambda line: line.startswith("# TYPE vllm:prefix_cache_hits"))
+
+SAME_SHAPE = {
+    "a dropped line repeats a selected series": lambda: _swap(DROPPED, LINES[SELECTED]),
+    "a dropped line becomes a new selected series": lambda: _swap(
+        DROPPED, LINES[SELECTED].replace('engine="0"', 'engine="7"')
+    ),
+    "a selected series gets other labels": lambda: _swap(SELECTED, LINES[SELECTED].replace('engine="0"', 'engine="3"')),
+    "a TYPE line declares another family": lambda: _swap(TYPE_LINE, "# TYPE vllm:kv_offload_total_bytes counter"),
+    "a TYPE line becomes a HELP line": lambda: _swap(TYPE_LINE, LINES[TYPE_LINE].replace("# TYPE", "# HELP")),
+    "a timestamp after a value": lambda: _swap(SELECTED, LINES[SELECTED] + " 1700000000000"),
+    "an exemplar after a value": lambda: _swap(SELECTED, LINES[SELECTED] + ' # {trace_id="x"} 1.0'),
+    "a blank line instead of a dropped one": lambda: _swap(DROPPED, ""),
+}
+VALUES = ("NaN", "+Inf", "-Inf", "1e999", "1_000", "0x10", "1.2.3", "-1", ".", "", "\t5", "5\r", "9" * 400, "١")
+
+
+@pytest.mark.parametrize("case", sorted(SAME_SHAPE))
+def test_a_changed_line_in_a_body_of_the_same_length_reads_as_the_long_way(case: str) -> None:
+    body = SAME_SHAPE[case]()
+    assert body.count("\n") == TEXT.count("\n")
+    assert _outcome(body, _planned()) == _outcome(body, None)
+
+
+@pytest.mark.parametrize("value", VALUES)
+def test_a_value_that_is_not_a_plain_finite_decimal_reads_as_the_long_way(value: str) -> None:
+    name = LINES[SELECTED].rpartition(" ")[0]
+    body = _swap(SELECTED, f"{name} {value}")
+    assert _outcome(body, _planned()) == _outcome(body, None)
+
+
+POOL = st.sampled_from(
+    [
+        *LINES[::7],
+        LINES[SELECTED],
+        "",
+        "# HELP vllm:x y",
+        "# TYPE vllm:prefix_cache_hits gauge",
+        *(f"{LINES[SELECTED].rpartition(' ')[0]} {v}" for v in VALUES),
+    ]
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, len(LINES) - 1), POOL), min_size=1, max_size=4), st.integers(1, 9))
+def test_any_same_length_body_after_a_planned_one_reads_as_the_long_way(changes: list[tuple[int, str]], k: int) -> None:
+    lines = _advanced(k).split("\n")
+    for i, line in changes:
+        lines[i] = line
+    body = "\n".join(lines)
+    assert _outcome(body, _planned()) == _outcome(body, None)
+
+
+def test_a_plan_is_not_built_for_lines_near_the_length_cap() -> None:
+    cache = _planned()
+    plan = cache.plan.plan
+    assert plan is not None
+    longest = max(len(t) for t in plan.texts)
+    got = lineplan.build(
+        plan.key, LINES, plan.key[0], 5 + exposition.KEY, cache.known, exposition._COMMENTS, [], set(), longest + 5
+    )
+    assert got is None
+
+
+def test_a_churning_target_builds_a_plan_ever_more_rarely(monkeypatch: pytest.MonkeyPatch) -> None:
+    builds = []
+    real = lineplan.build
+
+    def counting(*args: object) -> lineplan.Plan | None:
+        plan = real(*args)  # type: ignore[arg-type]
+        builds.append(plan is not None)
+        return plan
+
+    monkeypatch.setattr(lineplan, "build", counting)
+    cache = LineCache()
+    for k in range(64):  # a label value changes every poll: no plan can ever be replayed
+        normalise(TEXT.replace("Qwen/Qwen3-0.6B", f"Qwen/Qwen3-0.6B-{k}"), None, cache)
+    assert 1 <= len(builds) <= 8, builds
+    monkeypatch.setattr(lineplan, "build", real)
+    for k in range(3):  # a target that settles is planned again
+        normalise(_advanced(k), None, cache)
+    assert cache.plan.plan is not None or cache.plan.wait > 0
