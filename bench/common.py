@@ -14,12 +14,16 @@ _ADVANCING = re.compile(r"^(vllm:\S*?(?:_total|_count|_sum|_bucket)(?:\{[^}]*\})
 
 class AdvancingBodies:
     """The capture split once into fixed text and cumulative values; body n scales every cumulative value
-    by (1 + n/per), so histograms stay cumulative and every poll sees traffic, as from a live server."""
+    by (1 + n/per), so histograms stay cumulative and every poll sees traffic, as from a live server.
+    A value the capture writes as a whole number (a count: requests, tokens, bucket counts; 386 of its
+    396 cumulative values) stays one, rounded, as vLLM writes it (`184.0`); the others (`_sum`s of
+    seconds) advance as fractions."""
 
     def __init__(self, text: str, per: float) -> None:
         self.per = per
         self.parts: list[str] = []
         self.values: list[float] = []
+        self.whole: list[bool] = []
         fixed: list[str] = []
         for line in text.split("\n"):
             m = _ADVANCING.match(line)
@@ -28,12 +32,14 @@ class AdvancingBodies:
                 continue
             self.parts.append("\n".join([*fixed, m.group(1) + " "]))
             self.values.append(float(m.group(2)))
+            self.whole.append(float(m.group(2)).is_integer())
             fixed = [""]
         self.tail = "\n".join(fixed)
 
     def body(self, n: int) -> str:
         f = 1.0 + n / self.per
-        return "".join(p + repr(v * f) for p, v in zip(self.parts, self.values, strict=True)) + self.tail
+        vals = (repr(float(round(v * f))) if w else repr(v * f) for v, w in zip(self.values, self.whole, strict=True))
+        return "".join(p + v for p, v in zip(self.parts, vals, strict=True)) + self.tail
 
 
 def free_port() -> int:

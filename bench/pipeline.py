@@ -1,9 +1,11 @@
-"""Benchmark: the whole poll pipeline (read + normalise + derive + render) vs prometheus_client's parser.
+"""Benchmark: one target's poll (read, normalise, derive, the fragment) vs prometheus_client's parser.
 
 Both run on the same real vLLM 0.26.0 capture in the same process, interleaved, so the ratio holds on
-any machine; absolute times are printed for context only. Every poll sees a new body: each counter,
-histogram bucket, `_sum` and `_count` of the capture advances (as `bench/scale.py`'s targets do), so
-nothing is skipped as unchanged; the target keeps its LineCache between polls, as a TargetPoller does.
+any machine; absolute times are printed for context only. The timed poll is the product's own:
+`TargetPoller.ingest`, the work `poll_once` does once the body is fetched, on a poller with the default
+window whose history is full (63 points at 5 m / 5 s), plus merging its fragment into a `/metrics` body.
+Every poll sees a new body: each counter, histogram bucket, `_sum` and `_count` of the capture advances
+(as `bench/scale.py`'s targets do), so nothing is skipped as unchanged.
 
     python bench/pipeline.py --json          # the ratio, and the time per stage
     python bench/pipeline.py --record        # ... also written to bench/results/pipeline.json
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import inspect
 import json
 import os
 import statistics
@@ -28,90 +29,100 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import CAPTURE, AdvancingBodies
-from kvoffload_exporter import derive
+from kvoffload_exporter import convoy, derive
 from kvoffload_exporter import normalise as normalise_module
-from kvoffload_exporter.collector import TargetView, collect, shared_fragment, target_fragment
-from kvoffload_exporter.exposition import read
+from kvoffload_exporter.collector import TargetView, shared_fragment, target_fragment
+from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.exposition import LineCache, read
 from kvoffload_exporter.limits import Limits
 from kvoffload_exporter.normalise import normalise
 from kvoffload_exporter.render import merge
 from kvoffload_exporter.samples import labels_reader
+from kvoffload_exporter.targetpoller import TargetPoller
 
 try:
-    from kvoffload_exporter.exposition import LineCache
+    from kvoffload_exporter.history import push
 except ImportError:  # an older tree, measured for the before column
-    LineCache = None  # type: ignore[assignment,misc]
+
+    def push(history: Any, point: Any) -> None:
+        history.append(point)
+
 
 RECORDED = Path(__file__).resolve().parent / "results" / "pipeline.json"
 TARGET_RATIO, STRETCH_RATIO = 25, 40
 STAGES = ("read", "normalise", "derive", "render", "merge", "gzip")
+INTERVAL = 5.0
 
 
-def _cache() -> Any:
-    return LineCache() if LineCache is not None else None
+def _ingest(poller: TargetPoller, text: str, now: float) -> None:
+    if hasattr(poller, "ingest"):
+        poller.ingest(text, now, "0.26.0")
+        return
+    (snap, point, derived), _ = poller._parse_all(text, [], now)  # an older tree: poll_once's same steps
+    poller.history.append(point)
+    poller._set_view(_view(poller, snap, derived, now, len(text)))
 
 
-_TAKES_CACHE = len(inspect.signature(normalise).parameters) >= 3  # once: signature() costs ~10 µs a call
-
-
-def _normalise(text: str, cache: Any) -> Any:
-    if cache is not None and _TAKES_CACHE:
-        return normalise(text, None, cache)
-    return normalise(text)
-
-
-def _view(snap: Any, derived: Any, t: float, size: int) -> TargetView:
+def _view(poller: TargetPoller, snap: Any, derived: Any, now: float, size: int) -> TargetView:
     return TargetView(
-        label="vllm",
-        url="http://127.0.0.1:8000",
+        label=poller.cfg.label,
+        url=poller.cfg.url,
         up=True,
-        snapshot=snap,
-        derived=derived,
-        version="0.26.0",
-        last_success=t,
+        errors={},
         duration=0.001,
         body_bytes=size,
+        last_success=now,
+        version="0.26.0",
+        snapshot=snap,
+        derived=derived,
+        convoy=convoy.derive(poller.history, now, poller.config.window),
     )
 
 
 class Target:
-    """One polled target: its history, its LineCache and its formatted series names, kept across polls."""
+    """One polled target as the exporter holds it: a TargetPoller with its history, LineCache and
+    formatted series, kept across polls. `fill` first polls it until its history is full."""
 
-    def __init__(self) -> None:
-        self.prev: derive.Point | None = None
+    def __init__(self, bodies: AdvancingBodies) -> None:
+        self.config = Config()
+        self.poller = TargetPoller(TargetConfig(url="http://127.0.0.1:8000", name="vllm"), self.config)
         self.t = 0.0
-        self.cache = _cache()
-        self.reader = _cache()  # for `read` timed alone in stages()
-        self.heads: dict[tuple[str, ...], str] = {}
+        self.reader = LineCache()  # for `read` timed alone in stages()
+        self.shared = shared_fragment(None, None, {})
+        self.n = 0
+        for _ in range(self.config.history_len):
+            self.poll(bodies.body(self.next()))
 
-    def poll(self, text: str) -> str:
-        """The pipeline as timed against prometheus_client: normalise, advance, derive, render."""
-        self.t += 5.0
-        snap = _normalise(text, self.cache)
-        point = derive.advance(self.prev, snap, self.t)
-        derived = derive.derive([self.prev, point] if self.prev else [point], self.t, 300.0)
-        self.prev = point
-        return collect([_view(snap, derived, self.t, len(text))], "5m")
+    def next(self) -> int:
+        self.n += 1
+        return self.n
+
+    def poll(self, text: str) -> bytes:
+        """The pipeline as timed against prometheus_client: the poller's own work on the body, then
+        its fragment merged into a `/metrics` body (done once per scrape generation)."""
+        self.t += INTERVAL
+        _ingest(self.poller, text, self.t)
+        return merge([self.shared, self.poller.fragment]).encode()
 
     def stages(self, text: str) -> dict[str, float]:
         """The same poll split into stages. `read` is timed on its own (with a warm cache of its own,
         as in a poll) and subtracted from the whole of normalise, which includes it."""
-        self.t += 5.0
-        n = Limits().label_value_length_limit
-        args: tuple[Any, ...] = (text, normalise_module._SELECTOR, labels_reader(n), Limits().sample_limit)
-        args += (32 * n + 1024,) if self.reader is None else (32 * n + 1024, self.reader, n)
+        self.t += INTERVAL
+        p = self.poller
+        lim = Limits()
+        n = lim.label_value_length_limit
         t0 = time.perf_counter()
-        read(*args)
+        read(text, normalise_module._SELECTOR, labels_reader(n), lim.sample_limit, 32 * n + 1024, self.reader, n)
         t1 = time.perf_counter()
-        snap = _normalise(text, self.cache)
+        snap = normalise(text, lim, p._lines)
         t2 = time.perf_counter()
-        point = derive.advance(self.prev, snap, self.t)
-        derived = derive.derive([self.prev, point] if self.prev else [point], self.t, 300.0)
-        self.prev = point
+        point = derive.advance(p.history[-1] if p.history else None, snap, self.t)
+        derived = derive.derive([*p.history, point], self.t, self.config.window)
         t3 = time.perf_counter()
-        frag = target_fragment(_view(snap, derived, self.t, len(text)), "5m", self.heads)
+        push(p.history, point)
+        frag = target_fragment(_view(p, snap, derived, self.t, len(text)), self.config.window_label, p._heads)
         t4 = time.perf_counter()
-        body = merge([shared_fragment(None, None, {}), frag]).encode()
+        body = merge([self.shared, frag]).encode()
         t5 = time.perf_counter()
         gzip.compress(body, 6)
         t6 = time.perf_counter()
@@ -133,13 +144,11 @@ def baseline(text: str) -> int:
 def measure(rounds: int, reps: int) -> dict[str, Any]:
     text = CAPTURE.read_text()
     bodies = AdvancingBodies(text, per=1000)
-    n = 0
-    target = Target()
-    target.poll(bodies.body(n))
+    target = Target(bodies)
     baseline(text)  # warm both paths
     ours, theirs = [], []
     for _ in range(rounds):  # interleave so machine noise hits both alike
-        batch = [bodies.body(n + i + 1) for i in range(reps)]
+        batch = [bodies.body(target.next()) for _ in range(reps)]
         for body in batch[: max(1, reps // 5)]:
             t0 = time.perf_counter()
             baseline(body)
@@ -148,17 +157,17 @@ def measure(rounds: int, reps: int) -> dict[str, Any]:
             t0 = time.perf_counter()
             target.poll(body)
             ours.append(time.perf_counter() - t0)
-        n += reps
     stages: dict[str, list[float]] = {s: [] for s in STAGES}
-    staged = Target()
-    for i in range(rounds * reps):
-        for s, v in staged.stages(bodies.body(n + i + 1)).items():
+    staged = Target(bodies)
+    for _ in range(rounds * reps):
+        for s, v in staged.stages(bodies.body(staged.next())).items():
             stages[s].append(v)
     p, b = statistics.median(ours), statistics.median(theirs)
     return {
         "capture": CAPTURE.name,
         "body_bytes": len(text.encode()),
         "samples": sum(1 for line in text.splitlines() if line and not line.startswith("#")),
+        "history_points": len(target.poller.history),
         "pipeline_median_ms": round(p * 1000, 4),
         "prometheus_client_parse_median_ms": round(b * 1000, 4),
         "ratio_vs_prometheus_client": round(b / p, 2),

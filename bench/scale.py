@@ -5,7 +5,9 @@ counters advance on every request, each target with its own model_name unless --
 exporter runs as a real `serve` subprocess, and this driver measures. Per target count it reports
 the exporter's CPU (% of one core, ms per target poll), RSS, polls made and due, `/metrics` p50/p99
 under 10 concurrent scrapes (identity and gzip), body bytes and poll lag p99 (seen by the fake
-targets, so it does not trust the exporter's own clock). In the same run a plain
+targets, so it does not trust the exporter's own clock). It measures after `--settle` seconds of polling
+(default: the window plus one interval, so every target's history is full, as in a long-running sidecar;
+RSS read earlier understates it). In the same run a plain
 prometheus_client exporter serves the same series (parsed from the exporter's body) as the baseline.
 
     python bench/scale.py --targets 10,100,1000 --json bench-scale.json
@@ -145,6 +147,17 @@ async def _wait_up(url: str, n: int, deadline: float) -> bool:
     return False
 
 
+def _peak_mib(pid: int) -> float | None:
+    """VmHWM: the process's peak resident set (Linux), None elsewhere."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
 def _count_up(body: bytes) -> int:
     return sum(1 for line in body.split(b"\n") if line.startswith(b"kvoffload_up{") and line.endswith(b" 1.0"))
 
@@ -185,15 +198,18 @@ async def _measure(n: int, fake_port: int, opts: argparse.Namespace, tmp: Path) 
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = ["-m", "kvoffload_exporter", "serve", "--config", str(cfg), "--listen", f"127.0.0.1:{port}"]
-    cmd += ["--poll-interval", str(opts.interval), "--no-host", "--no-gpu", "--log-level", "WARNING"]
+    cmd += ["--poll-interval", str(opts.interval), "--window", f"{opts.window:g}s"]
+    cmd += ["--no-host", "--no-gpu", "--log-level", "WARNING"]
     exp = _start(cmd, env)
     url = f"http://127.0.0.1:{port}{opts.path}"
-    row: dict[str, Any] = {"targets": n}
+    row: dict[str, Any] = {"targets": n, "window_s": opts.window}
     try:
         if not await _wait_up(url, n, time.monotonic() + opts.startup):
             row["error"] = f"not all targets up within {opts.startup:.0f}s"
             return row
-        await asyncio.sleep(opts.interval)  # one more round: steady state, windows have two points
+        # Steady state: every target's history full (window / interval points), as in a long-running sidecar.
+        settle = opts.window + opts.interval if opts.settle is None else opts.settle
+        await asyncio.sleep(settle)
         proc = psutil.Process(exp.pid)
         await _get(f"http://127.0.0.1:{fake_port}/stats")  # reset arrivals
         c0, w0 = proc.cpu_times(), time.monotonic()
@@ -208,6 +224,7 @@ async def _measure(n: int, fake_port: int, opts: argparse.Namespace, tmp: Path) 
             cpu_pct_one_core=100.0 * cpu / (w1 - w0),
             cpu_ms_per_poll=1e3 * cpu / max(polls, 1),
             rss_mib=proc.memory_info().rss / 2**20,
+            rss_peak_mib=_peak_mib(exp.pid),
             polls=polls,
             polls_expected=int(n * opts.measure / opts.interval),
             missed_polls=missed,
@@ -304,6 +321,12 @@ def main() -> int:
     p.add_argument("--targets", default="10,100,1000", help="comma-separated target counts")
     p.add_argument("--interval", type=float, default=5.0, help="poll interval in seconds")
     p.add_argument("--measure", type=float, default=30.0, help="seconds of steady-state CPU measurement")
+    p.add_argument("--window", type=float, default=300.0, help="the exporter's window in seconds (its default, 5m)")
+    p.add_argument(
+        "--settle",
+        type=float,
+        help="seconds of polling before measuring (default: window + interval, so every history is full)",
+    )
     p.add_argument("--startup", type=float, default=120.0, help="seconds allowed until every target is up")
     p.add_argument("--clients", type=int, default=10, help="concurrent scrapers")
     p.add_argument("--scrapes", type=int, default=20, help="scrapes per scraper and encoding")
