@@ -30,7 +30,7 @@ _STORE = Signal.OFFLOAD_STORE_BYTES
 REUSE_SOURCES = ("local_cache_hit", "external_kv_transfer")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Totals:
     """Reset-adjusted cumulative values of one engine (monotonic while the exporter runs)."""
 
@@ -47,14 +47,14 @@ class Totals:
     evidence_store_base: Mapping[EvidenceKey, float] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Point:
     t: float
     snapshot: Snapshot
     totals: Mapping[EngineKey, Totals]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EngineDerived:
     """What happened on one engine between two points. Undefined ratios are None, never NaN."""
 

@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Histogram:
     """A cumulative Prometheus histogram: `counts[i]` is the count for `le=bounds[i]`, last is +Inf."""
 
@@ -52,7 +52,7 @@ class Histogram:
     count: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EngineSignals:
     """Everything the exporter needs from one engine; absent families are None, never 0."""
 
@@ -102,7 +102,7 @@ def _configured_size(raw: str | None) -> bool:
         return False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """One scrape, normalised. `generation` records which offload metric generation was used."""
 
