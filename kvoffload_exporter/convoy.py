@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kvoffload_exporter.derive import Point, histogram_quantile, window_start
+from kvoffload_exporter.derive import Mark, histogram_quantile, window_start
 from kvoffload_exporter.model import EngineKey, EngineSignals, Histogram
 
 QUEUE_QUANTILES = (0.5, 0.9, 0.99)
@@ -49,7 +49,7 @@ def engine_view(start: EngineSignals | None, end: EngineSignals) -> ConvoyView:
     return ConvoyView(delay, dc[-1] if dc else 0.0, queue, qc[-1] if qc else 0.0, dict(end.kv_fetch_by_stage))
 
 
-def derive(history: Sequence[Point], now: float, window: float) -> dict[EngineKey, ConvoyView]:
+def derive(history: Sequence[Mark], now: float, window: float) -> dict[EngineKey, ConvoyView]:
     """Windowed convoy views for every engine of the newest point (`history` oldest-first)."""
     if not history:
         return {}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from kvoffload_exporter.backends.schema import Evidence, EvidenceKey, NativeUnit
 from kvoffload_exporter.capacity import chunk_tokens
@@ -52,6 +52,21 @@ class Point:
     t: float
     snapshot: Snapshot
     totals: Mapping[EngineKey, Totals]
+
+
+class Mark(Protocol):
+    """A point as the window derivations read it: a whole `Point`, or an older one packed by
+    `kvoffload_exporter.history` (its totals without raw values, its snapshot with only the convoy
+    view's histograms)."""
+
+    @property
+    def t(self) -> float: ...
+
+    @property
+    def snapshot(self) -> Snapshot: ...
+
+    @property
+    def totals(self) -> Mapping[EngineKey, Totals]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +154,8 @@ def _ttft_totals(
     return c.bounds, tuple(a + b for a, b in zip(prev.ttft_counts, inc))
 
 
-def advance(prev: Point | None, snapshot: Snapshot, t: float) -> Point:
-    """Fold `snapshot` taken at time `t` into the running totals of `prev`."""
+def advance(prev: Mark | None, snapshot: Snapshot, t: float) -> Point:
+    """Fold `snapshot` taken at time `t` into the running totals of `prev` (the newest point: whole)."""
     totals: dict[EngineKey, Totals] = {}
     for e in snapshot.engines:
         p_tot = prev.totals.get(e.key) if prev else None
@@ -261,7 +276,7 @@ def _diff(a: Mapping[K, float], b: Mapping[K, float] | None, new_from_zero: bool
     return {k: max(0.0, v - b[k]) for k, v in a.items() if k in b}
 
 
-def stored_before(anchor: Point | None, end: Point, key: EngineKey) -> bool:
+def stored_before(anchor: Mark | None, end: Mark, key: EngineKey) -> bool:
     """Did the tier hold stores at `anchor` (a point at or before the window start) since the
     engine's last restart? Without that, stores with reuse but no load are the tier filling up."""
     a = anchor.totals.get(key) if anchor else None
@@ -273,7 +288,7 @@ def stored_before(anchor: Point | None, end: Point, key: EngineKey) -> bool:
     return a.counters.get(_STORE, 0.0) > end.totals[key].store_base
 
 
-def compare(start: Point | None, end: Point, key: EngineKey, anchor: Point | bool | None = True) -> EngineDerived:
+def compare(start: Mark | None, end: Mark, key: EngineKey, anchor: Mark | bool | None = True) -> EngineDerived:
     """Derived values for one engine between two points (start None: since the engine started).
 
     `anchor`: the point whose stores count as older than the window (True: `start`)."""
@@ -328,7 +343,7 @@ def compare(start: Point | None, end: Point, key: EngineKey, anchor: Point | boo
     )
 
 
-def window_start(history: Sequence[Point], now: float, window: float) -> Point:
+def window_start(history: Sequence[Mark], now: float, window: float) -> Mark:
     """The oldest point not older than `window` seconds (the newest point if none other is)."""
     for p in history:
         if p.t >= now - window:
@@ -336,7 +351,7 @@ def window_start(history: Sequence[Point], now: float, window: float) -> Point:
     return history[-1]
 
 
-def derive(history: Sequence[Point], now: float, window: float) -> dict[EngineKey, EngineDerived]:
+def derive(history: Sequence[Mark], now: float, window: float) -> dict[EngineKey, EngineDerived]:
     """Windowed derivations for every engine of the newest point. `history` is oldest-first."""
     if not history:
         return {}
@@ -364,6 +379,7 @@ def interval(before: Snapshot | None, after: Snapshot) -> dict[EngineKey, Engine
 
 __all__ = [
     "EngineDerived",
+    "Mark",
     "Point",
     "Totals",
     "advance",

@@ -1,108 +1,173 @@
 """A target's history: the newest point whole, every older one packed to what derivation reads. Pure.
 
 The history holds `window / poll_interval` points per target (63 at 5 m / 5 s). Whole, a point of the
-real vLLM 0.26.0 body costs ~13 KiB (the snapshot's every histogram, the totals' dicts of boxed floats);
-an older point is only ever read as a window start or anchor: its time, its totals (`derive.compare`,
-`derive.stored_before`) and the two histograms of the convoy view (`convoy.derive`). `push` packs the
-point it supersedes to exactly those, with the numbers in flat `array('d')`s behind shared key layouts.
-The values read back are the same floats, so every derivation is unchanged (tests/test_history.py).
+real vLLM 0.26.0 body costs ~13 KiB in ~60 objects (the snapshot's every histogram, the totals' dicts of
+boxed floats). An older point is only ever read as a window start or anchor: its time, its totals
+(`derive.compare`, `derive.stored_before`) and the convoy view's two histograms (`convoy.derive`).
+`push` packs the point it supersedes into one `array('d')` of exactly those numbers behind a layout
+shared by every point of the same shape (one per vLLM version and engine set, not one per point): two
+objects and ~1 KiB a point. Fewer objects also keep the garbage collector's full passes short at 1,000
+targets. What is read back is built from the same floats, so every derivation is unchanged
+(tests/test_history.py).
 """
 
 from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Hashable, Iterator, Mapping
-from typing import TypeVar, cast
+from collections.abc import Iterator, Mapping
+from itertools import accumulate
+from typing import Any, NamedTuple
 
-from kvoffload_exporter.derive import Point, Totals
-from kvoffload_exporter.model import EngineSignals, Histogram, Signal, Snapshot
-
-K = TypeVar("K", bound=Hashable)
-
-_LAYOUTS: dict[tuple[Hashable, ...], dict[Hashable, int]] = {}
-"""Key order → index, shared by every packed mapping with those keys (one per distinct key set in the
-process, not one per point). Bounded: a churning target only starts the table over."""
-_MAX_LAYOUTS = 4096
-_EMPTY: Mapping[object, float] = {}
-_NO_COUNTERS: dict[Signal, float] = {}
+from kvoffload_exporter.backends.schema import EvidenceKey
+from kvoffload_exporter.derive import Mark, Point, Totals
+from kvoffload_exporter.model import EngineKey, EngineSignals, Generation, Histogram, Signal, Snapshot
 
 
-class Packed(Mapping[K, float]):
-    """A read-only mapping of floats held as one `array('d')` behind a shared key → index layout."""
+class _Entry(NamedTuple):
+    """Where one engine's totals sit in a packed point's values (`spans` are lengths, in field order)."""
 
-    __slots__ = ("_index", "_values")
+    counters: tuple[Signal, ...]
+    by_source: tuple[str, ...]
+    evidence: tuple[EvidenceKey, ...]
+    store_bases: tuple[EvidenceKey, ...]
+    ttft_bounds: tuple[float, ...]
+    spans: tuple[int, ...]  # counters, by_source, evidence, store_bases, ttft counts, store_base (1)
 
-    def __init__(self, source: Mapping[K, float]):
-        keys = tuple(source)
-        index = _LAYOUTS.get(keys)
-        if index is None:
-            if len(_LAYOUTS) >= _MAX_LAYOUTS:
-                _LAYOUTS.clear()
-            index = _LAYOUTS[keys] = {k: i for i, k in enumerate(keys)}
-        self._index = cast(dict[K, int], index)
-        self._values = array("d", source.values())
 
-    def __getitem__(self, key: K) -> float:
-        return self._values[self._index[key]]
+class _Engine(NamedTuple):
+    """One snapshot engine as the convoy view reads a window start: two optional histograms."""
 
-    def __iter__(self) -> Iterator[K]:
-        return iter(self._index)
+    key: EngineKey
+    delay: tuple[float, ...] | None  # bucket bounds; counts, sum and count follow in the values
+    queue: tuple[float, ...] | None
+
+
+class _Layout(NamedTuple):
+    generation: Generation
+    keys: dict[EngineKey, int]  # totals key -> index in entries
+    entries: tuple[_Entry, ...]
+    starts: tuple[int, ...]  # where each entry's values start
+    engines: tuple[_Engine, ...]
+
+
+_LAYOUTS: dict[tuple[Any, ...], _Layout] = {}
+"""Shape → layout, shared by every packed point of that shape. Bounded: a churning target only starts
+the table over (a layout held by a point stays valid)."""
+_MAX_LAYOUTS = 1024
+_NO_RAW: dict[Any, float] = {}  # never read from an older point (derive.advance reads the newest one)
+
+
+def _hist_shape(h: Histogram | None) -> tuple[float, ...] | None:
+    return None if h is None else h.bounds
+
+
+def _layout(p: Point) -> _Layout:
+    totals = tuple(
+        (k, tuple(t.counters), tuple(t.by_source), tuple(t.evidence), tuple(t.evidence_store_base), t.ttft_bounds,
+         len(t.ttft_counts))
+        for k, t in p.totals.items()
+    )  # fmt: skip
+    engines = tuple(
+        _Engine(e.key, _hist_shape(e.lookup_async_delay), _hist_shape(e.queue_time)) for e in p.snapshot.engines
+    )
+    shape = (p.snapshot.generation, totals, engines)
+    got = _LAYOUTS.get(shape)
+    if got is None:
+        entries = tuple(
+            _Entry(c, b, ev, sb, tb, (len(c), len(b), len(ev), len(sb), n, 1)) for _, c, b, ev, sb, tb, n in totals
+        )
+        starts = tuple(accumulate((sum(e.spans) for e in entries[:-1]), initial=0)) if entries else ()
+        got = _Layout(p.snapshot.generation, {k: i for i, (k, *_) in enumerate(totals)}, entries, starts, engines)
+        if len(_LAYOUTS) >= _MAX_LAYOUTS:
+            _LAYOUTS.clear()
+        _LAYOUTS[shape] = got
+    return got
+
+
+def _hist_values(h: Histogram | None) -> tuple[float, ...]:
+    return () if h is None else (*h.counts, h.sum, h.count)
+
+
+class PackedPoint(Mapping[EngineKey, Totals]):
+    """An older point: its time and its numbers in one array. Read as a `derive.Mark`: `totals` is the
+    point itself (a mapping whose `in` costs a dict lookup; a value is built when read) and `snapshot`
+    is built when read, with each engine's two convoy histograms."""
+
+    __slots__ = ("_layout", "_offsets", "_values", "t")
+
+    def __init__(self, p: Point):
+        self.t = p.t
+        self._layout = _layout(p)
+        values: list[float] = []
+        for t in p.totals.values():
+            values += (*t.counters.values(), *t.by_source.values(), *t.evidence.values())
+            values += (*t.evidence_store_base.values(), *t.ttft_counts, t.store_base)
+        self._offsets = len(values)  # where the engines' histograms start
+        for e in p.snapshot.engines:
+            values += (*_hist_values(e.lookup_async_delay), *_hist_values(e.queue_time))
+        self._values = array("d", values)
+
+    @property
+    def totals(self) -> Mapping[EngineKey, Totals]:
+        return self
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._layout.keys
+
+    def __iter__(self) -> Iterator[EngineKey]:
+        return iter(self._layout.keys)
 
     def __len__(self) -> int:
-        return len(self._index)
+        return len(self._layout.keys)
+
+    def __getitem__(self, key: EngineKey) -> Totals:
+        layout = self._layout
+        i = layout.keys[key]
+        e = layout.entries[i]
+        a, b, c, d, f, g, _ = accumulate(e.spans, initial=layout.starts[i])
+        v = self._values
+        return Totals(
+            dict(zip(e.counters, v[a:b])),
+            dict(zip(e.by_source, v[b:c])),
+            e.ttft_bounds,
+            tuple(v[f:g]),
+            raw=_NO_RAW,
+            raw_by_source=_NO_RAW,
+            store_base=v[g],
+            evidence=dict(zip(e.evidence, v[c:d])),
+            raw_evidence=_NO_RAW,
+            evidence_store_base=dict(zip(e.store_bases, v[d:f])),
+        )
+
+    @property
+    def snapshot(self) -> Snapshot:
+        v, pos = self._values, self._offsets
+        engines = []
+        for e in self._layout.engines:
+            delay, pos = _hist(e.delay, v, pos)
+            queue, pos = _hist(e.queue, v, pos)
+            engines.append(EngineSignals(e.key[0], e.key[1], {}, lookup_async_delay=delay, queue_time=queue))
+        return Snapshot(self._layout.generation, tuple(engines))
 
 
-def _pack(m: Mapping[K, float]) -> Mapping[K, float]:
-    return cast(Mapping[K, float], _EMPTY) if not m else Packed(m)
+def _hist(bounds: tuple[float, ...] | None, v: array[float], pos: int) -> tuple[Histogram | None, int]:
+    if bounds is None:
+        return None, pos
+    n = len(bounds) + 1  # the +Inf bucket
+    return Histogram(bounds, tuple(v[pos : pos + n]), v[pos + n], v[pos + n + 1]), pos + n + 2
 
 
-def _floats(values: tuple[float, ...]) -> tuple[float, ...]:
-    """The same numbers unboxed (8 bytes each instead of 32); read like the tuple (index, zip, len)."""
-    return cast(tuple[float, ...], array("d", values)) if values else values
+def pack(p: Point) -> Mark:
+    """An older point: its time, its totals and the engines' convoy histograms, in one array."""
+    return PackedPoint(p)
 
 
-def _hist(h: Histogram | None) -> Histogram | None:
-    return None if h is None else Histogram(h.bounds, _floats(h.counts), h.sum, h.count)
-
-
-def pack_totals(t: Totals) -> Totals:
-    """What `derive.compare` and `derive.stored_before` read of a window's start or anchor; the last raw
-    values (read only from the newest point, by `derive.advance`) are dropped."""
-    return Totals(
-        _pack(t.counters),
-        _pack(t.by_source),
-        t.ttft_bounds,
-        _floats(t.ttft_counts),
-        store_base=t.store_base,
-        evidence=_pack(t.evidence),
-        evidence_store_base=_pack(t.evidence_store_base),
-    )
-
-
-def _engine(e: EngineSignals) -> EngineSignals:
-    """The engine as the convoy view reads a window's start: its key and two histograms."""
-    return EngineSignals(
-        e.model_name,
-        e.engine,
-        _pack(_NO_COUNTERS),  # never read from an older point
-        lookup_async_delay=_hist(e.lookup_async_delay),
-        queue_time=_hist(e.queue_time),
-    )
-
-
-def pack(p: Point) -> Point:
-    """An older point: its time, packed totals and a snapshot of the engines' convoy histograms (its
-    families, backends and sources are read from the newest point only)."""
-    snap = Snapshot(p.snapshot.generation, tuple(map(_engine, p.snapshot.engines)))
-    return Point(p.t, snap, {k: pack_totals(v) for k, v in p.totals.items()})
-
-
-def push(history: deque[Point], point: Point) -> None:
+def push(history: deque[Mark], point: Point) -> None:
     """Append the newest point; the one it supersedes (read whole by the next `derive.advance`) is packed."""
-    if history:
+    if history and isinstance(history[-1], Point):
         history[-1] = pack(history[-1])
     history.append(point)
 
 
-__all__ = ["Packed", "pack", "pack_totals", "push"]
+__all__ = ["PackedPoint", "pack", "push"]

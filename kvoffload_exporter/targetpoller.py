@@ -51,7 +51,7 @@ class TargetPoller:
         self.config = config
         self.clock = clock
         self.timer = timer
-        self.history: deque[derive.Point] = deque(maxlen=config.history_len)
+        self.history: deque[derive.Mark] = deque(maxlen=config.history_len)  # newest whole, older packed
         self.view = TargetView(label=cfg.label, url=cfg.url, tier_bytes=cfg.tier_bytes)
         self.errors: dict[str, int] = {}
         self.polls = 0
@@ -171,7 +171,7 @@ class TargetPoller:
 
     def _succeeded(self, parsed: Parsed, size: int, version: str | None, now: float, started: float) -> None:
         snapshot, point, derived = parsed
-        history.push(self.history, point)  # the point it supersedes is packed: ~13 → ~2 KiB
+        history.push(self.history, point)  # the point it supersedes is packed: ~13 → ~1 KiB
         self._set_view(
             TargetView(
                 label=self.cfg.label,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from kvoffload_exporter import convoy, derive, history
-from kvoffload_exporter.derive import Point
-from kvoffload_exporter.history import Packed, pack
+from kvoffload_exporter.derive import Mark, Point
+from kvoffload_exporter.history import PackedPoint, pack
 from kvoffload_exporter.normalise import normalise
 
 CHAIN = sorted((Path(__file__).parent / "fixtures" / "h200-0.6b").glob("A_*.prom"))
@@ -27,8 +27,8 @@ def _points(paths: list[Path]) -> list[Point]:
 def test_packed_history_derives_what_the_whole_history_derives(window: float) -> None:
     # A real chain, then a restart (B starts from zero: counters go down), so resets and anchors are read.
     points = _points(CHAIN + RESTART)
-    whole: deque[Point] = deque(maxlen=8)
-    packed: deque[Point] = deque(maxlen=8)
+    whole: deque[Mark] = deque(maxlen=8)
+    packed: deque[Mark] = deque(maxlen=8)
     compared = 0
     for p in points:
         ref = derive.derive([*whole, p], p.t, window)
@@ -39,34 +39,40 @@ def test_packed_history_derives_what_the_whole_history_derives(window: float) ->
         assert convoy.derive(packed, p.t, window) == convoy.derive(whole, p.t, window)
         compared += len(ref)
     assert compared >= len(points)  # every poll compared at least one engine
-    assert all(
-        isinstance(x.totals[k].counters, Packed) for x in list(packed)[:-1] for k in x.totals if x.totals[k].counters
-    )
+    assert all(isinstance(x, PackedPoint) for x in list(packed)[:-1]) and isinstance(packed[-1], Point)
 
 
 def test_the_newest_point_stays_whole_for_the_next_advance() -> None:
     points = _points(CHAIN[:3])
-    h: deque[Point] = deque(maxlen=8)
+    h: deque[Mark] = deque(maxlen=8)
     for p in points:
         history.push(h, p)
     assert h[-1] is points[-1]
     assert h[-1].totals == points[-1].totals and h[0] is not points[0]
 
 
-def test_packed_mapping_reads_like_the_dict() -> None:
-    src = {"a": 1.5, "b": 0.1 + 0.2, "c": -0.0}
-    m = Packed(src)
-    assert m == src and dict(m) == src and list(m) == list(src)
-    assert m["b"] == 0.1 + 0.2 and m.get("z") is None and "z" not in m and len(m) == 3
-    with pytest.raises(KeyError):
-        m["z"]
+def test_a_packed_point_reads_back_the_numbers_derivation_reads() -> None:
+    for p in _points(CHAIN + RESTART):
+        q = pack(p)
+        assert q.t == p.t and set(q.totals) == set(p.totals) and len(q.totals) == len(p.totals)
+        for key, whole in p.totals.items():
+            got = q.totals[key]
+            for name in ("counters", "by_source", "ttft_bounds", "ttft_counts", "store_base", "evidence"):
+                assert getattr(got, name) == getattr(whole, name), name
+            assert got.evidence_store_base == whole.evidence_store_base
+            assert q.totals.get(("no", "such")) is None
+        for e in p.snapshot.engines:
+            back = q.snapshot.engine(e.key)
+            assert back is not None
+            assert (back.queue_time, back.lookup_async_delay) == (e.queue_time, e.lookup_async_delay)
+        assert q.snapshot.generation == p.snapshot.generation
 
 
 def test_a_packed_point_costs_a_fraction_of_a_whole_one() -> None:
     points = _points(CHAIN)
     whole = sum(_deep(p) for p in points)
     packed = sum(_deep(pack(p)) for p in points)
-    assert packed * 3 < whole, f"packed {packed} B vs whole {whole} B for {len(points)} points"
+    assert packed * 8 < whole, f"packed {packed} B vs whole {whole} B for {len(points)} points"
 
 
 def _deep(obj: object, seen: set[int] | None = None) -> int:
@@ -89,6 +95,6 @@ def _deep(obj: object, seen: set[int] | None = None) -> int:
         pass
     elif is_dataclass(obj):
         size += sum(_deep(getattr(obj, f.name), seen) for f in fields(obj))
-    elif isinstance(obj, Packed):
-        size += _deep(obj._values, seen)  # the layout is shared by every point
+    elif isinstance(obj, PackedPoint):
+        size += _deep(obj._values, seen)  # the layout is shared by every point of that shape
     return size
