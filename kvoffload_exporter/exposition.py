@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from kvoffload_exporter import lineplan
+from kvoffload_exporter.lineplan import FLOAT_CHARS as _FLOAT_CHARS
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -127,7 +128,6 @@ def selector(families: tuple[str, ...], histograms: frozenset[str]) -> Selector:
     return Selector(frozenset(f[5 : 5 + KEY] for f in families) | type_keys, names)
 
 
-_FLOAT_CHARS = "0123456789.eE+-"
 _MISS = object()
 
 Known = dict[str, tuple[str, str, Any] | None]
@@ -239,24 +239,21 @@ def read(
     lines = _lines(text)
     if cache is None or not isinstance(lines, list):
         return _read_lines(lines, sel, labels_of, cap, limit, cache, known)
-    plan_key = (sel.keys, cache_key, cap, limit)
-    got = cache.plan.replay(plan_key, lines, sel.keys, 5 + KEY, _COMMENTS)
+    plan_key, keys = (sel.keys, cache_key, cap, limit), sel.keys
+    got = cache.plan.replay(plan_key, lines, keys, 5 + KEY, _COMMENTS)
     if got is not None:  # the same shape as the last body: its series by position, in C
         return got  # type: ignore[no-any-return]
     samples, typed = _read_lines(lines, sel, labels_of, cap, limit, cache, known)
-    cache.plan.after_long_read(plan_key, lines, sel.keys, 5 + KEY, known, _COMMENTS, samples, typed, limit)
+    cache.plan.after_long_read(
+        lambda: lineplan.build(plan_key, lines, keys, 5 + KEY, known, _COMMENTS, samples, typed, limit)
+    )
     return samples, typed
 
 
 def _read_lines(
-    lines: Iterator[str] | list[str],
-    sel: Selector,
-    labels_of: Callable[[str], Any],
-    cap: int,
-    limit: int,
-    cache: LineCache | None,
-    known: Known,
-) -> tuple[list[Sample], set[str]]:
+    lines: Iterator[str] | list[str], sel: Selector, labels_of: Callable[[str], Any], cap: int, limit: int,
+    cache: LineCache | None, known: Known,
+) -> tuple[list[Sample], set[str]]:  # fmt: skip
     """`read`'s line loop (see there): every line, the known series with one lookup each."""
     samples: list[Sample] = []
     append = samples.append

@@ -17,7 +17,8 @@ from math import isfinite
 from operator import add, itemgetter, methodcaller
 from typing import Any, NamedTuple
 
-_FLOAT_CHARS = "0123456789.eE+-"
+FLOAT_CHARS = "0123456789.eE+-"
+"""What a plain decimal is made of: over these characters `float()` reads exactly Prometheus' decimal syntax."""
 _MAX_VALUE = 40  # characters of a plain decimal value (a double needs at most ~24)
 _split_value = methodcaller("rpartition", " ")
 _before, _after = itemgetter(0), itemgetter(2)
@@ -138,7 +139,7 @@ def replay(plan: Plan, lines: list[str], keys: frozenset[str], end: int, comment
         return None
     values = plan.selected(tuple(map(_after, parts)))
     joined = "".join(values)
-    if joined.strip(_FLOAT_CHARS) or len(joined) > _MAX_VALUE * len(values):
+    if joined.strip(FLOAT_CHARS) or len(joined) > _MAX_VALUE * len(values):
         return None  # NaN, Inf, an exemplar's or timestamp's text, a long value: the long way says
     try:
         floats = tuple(map(float, values))
@@ -175,22 +176,12 @@ class Slot:
             self.backoff = 0
         return got
 
-    def after_long_read(
-        self,
-        key: tuple[Any, ...],
-        lines: list[str],
-        keys: frozenset[str],
-        end: int,
-        known: Mapping[str, Any],
-        comments: Mapping[str, str],
-        samples: list[Any],
-        typed: set[str],
-        max_line: int,
-    ) -> None:
+    def after_long_read(self, make: Callable[[], Plan | None]) -> None:
+        """After a body was read the long way: `make` its plan, unless the backoff says wait."""
         if self.wait > 0:
             self.wait -= 1
             return
-        self.plan = build(key, lines, keys, end, known, comments, samples, typed, max_line)
+        self.plan = make()
         if self.plan is None:  # this shape cannot be planned: as costly as a miss, and as likely to repeat
             self._missed()
 
@@ -199,4 +190,4 @@ class Slot:
         self.wait = self.backoff
 
 
-__all__ = ["Plan", "Slot", "build", "replay"]
+__all__ = ["FLOAT_CHARS", "Plan", "Slot", "build", "replay"]
