@@ -6,7 +6,7 @@ boxed floats). An older point is only ever read as a window start or anchor: its
 (`derive.compare`, `derive.stored_before`) and the convoy view's two histograms (`convoy.derive`).
 `push` packs the point it supersedes into one `array('d')` of exactly those numbers behind a layout
 shared by every point of the same shape (one per vLLM version and engine set, not one per point): two
-objects and ~1 KiB a point. Fewer objects also keep the garbage collector's full passes short at 1,000
+objects and ~0.6 KiB a point. Fewer objects also keep the garbage collector's full passes short at 1,000
 targets. What is read back is built from the same floats, so every derivation is unchanged
 (tests/test_history.py).
 """
@@ -48,6 +48,7 @@ class _Layout(NamedTuple):
     keys: dict[EngineKey, int]  # totals key -> index in entries
     entries: tuple[_Entry, ...]
     starts: tuple[int, ...]  # where each entry's values start
+    hists: int  # where the engines' histograms start (after every entry's values)
     engines: tuple[_Engine, ...]
 
 
@@ -77,8 +78,9 @@ def _layout(p: Point) -> _Layout:
         entries = tuple(
             _Entry(c, b, ev, sb, tb, (len(c), len(b), len(ev), len(sb), n, 1)) for _, c, b, ev, sb, tb, n in totals
         )
-        starts = tuple(accumulate((sum(e.spans) for e in entries[:-1]), initial=0)) if entries else ()
-        got = _Layout(p.snapshot.generation, {k: i for i, (k, *_) in enumerate(totals)}, entries, starts, engines)
+        *starts, hists = accumulate((sum(e.spans) for e in entries), initial=0)
+        keys = {k: i for i, (k, *_) in enumerate(totals)}
+        got = _Layout(p.snapshot.generation, keys, entries, tuple(starts), hists, engines)
         if len(_LAYOUTS) >= _MAX_LAYOUTS:
             _LAYOUTS.clear()
         _LAYOUTS[shape] = got
@@ -94,7 +96,7 @@ class PackedPoint(Mapping[EngineKey, Totals]):
     point itself (a mapping whose `in` costs a dict lookup; a value is built when read) and `snapshot`
     is built when read, with each engine's two convoy histograms."""
 
-    __slots__ = ("_layout", "_offsets", "_values", "t")
+    __slots__ = ("_layout", "_values", "t")
 
     def __init__(self, p: Point):
         self.t = p.t
@@ -103,7 +105,6 @@ class PackedPoint(Mapping[EngineKey, Totals]):
         for t in p.totals.values():
             values += (*t.counters.values(), *t.by_source.values(), *t.evidence.values())
             values += (*t.evidence_store_base.values(), *t.ttft_counts, t.store_base)
-        self._offsets = len(values)  # where the engines' histograms start
         for e in p.snapshot.engines:
             values += (*_hist_values(e.lookup_async_delay), *_hist_values(e.queue_time))
         self._values = array("d", values)
@@ -142,7 +143,7 @@ class PackedPoint(Mapping[EngineKey, Totals]):
 
     @property
     def snapshot(self) -> Snapshot:
-        v, pos = self._values, self._offsets
+        v, pos = self._values, self._layout.hists
         engines = []
         for e in self._layout.engines:
             delay, pos = _hist(e.delay, v, pos)

@@ -171,7 +171,7 @@ class TargetPoller:
 
     def _succeeded(self, parsed: Parsed, size: int, version: str | None, now: float, started: float) -> None:
         snapshot, point, derived = parsed
-        history.push(self.history, point)  # the point it supersedes is packed: ~13 → ~1 KiB
+        history.push(self.history, point)  # the point it supersedes is packed: ~13 → ~0.6 KiB
         self._set_view(
             TargetView(
                 label=self.cfg.label,
