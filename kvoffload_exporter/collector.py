@@ -98,6 +98,8 @@ def _evidence(x: Exposition, lb: Mapping[str, str], e: EngineSignals, found: Eng
 
 
 def _target(x: Exposition, t: TargetView, window: str) -> None:
+    if t.pending:  # never polled: no `up 0` for a target nobody failed to read yet
+        return
     x.add("kvoffload_up", 1.0 if t.up else 0.0, {"target": t.label})
     for reason in SCRAPE_ERROR_REASONS:  # pre-created so rate() works from the first error
         x.add("kvoffload_scrape_errors_total", float(t.errors.get(reason, 0)), {"target": t.label, "reason": reason})

@@ -77,6 +77,9 @@ class TargetView:
     extra_errors: Mapping[str, int] | None = None  # failed extra_metrics_urls fetches; None: none configured
     canary: CanaryFacts | None = None  # what the canary learnt about this target, refines the reasons
     convoy: Mapping[EngineKey, ConvoyView] = field(default_factory=dict)  # kvoffload_exporter/convoy.py, windowed
+    # Not polled yet: nothing is exported for it. Its `up` would read 0 though no poll failed, and a restarted
+    # exporter would look, for up to one poll timeout, as if it could not reach its targets.
+    pending: bool = False
     engines: Mapping[EngineKey, EngineFindings] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:

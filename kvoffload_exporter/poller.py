@@ -124,7 +124,7 @@ class Exporter:
         return cached
 
     def _shared_fragment(self) -> dict[str, str]:
-        vllm_ok = all(t.view.up for t in self.targets) if self.targets else True
+        vllm_ok = all(t.view.up or t.view.pending for t in self.targets) if self.targets else True
         durs = [t.view.duration or 0.0 for t in self.targets]
         self.collectors["vllm"] = (vllm_ok, max(durs, default=0.0))
         x = Exposition()

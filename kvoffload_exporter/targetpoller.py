@@ -52,7 +52,7 @@ class TargetPoller:
         self.clock = clock
         self.timer = timer
         self.history: deque[derive.Mark] = deque(maxlen=config.history_len)  # newest whole, older packed
-        self.view = TargetView(label=cfg.label, url=cfg.url, tier_bytes=cfg.tier_bytes)
+        self.view = TargetView(label=cfg.label, url=cfg.url, tier_bytes=cfg.tier_bytes, pending=True)
         self.errors: dict[str, int] = {}
         self.polls = 0
         self.last_poll: float | None = None  # timer() at the end of the last poll

@@ -12,6 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from conftest import fixture_text
 from support.chain import ChainServer, ManualClock
+from support.net import free_port
 from support.prom import families
 
 from kvoffload_exporter.app import EXPORTER, make_app
@@ -66,6 +67,27 @@ def test_merged_body_equals_the_single_pass_rendering() -> None:
     )
 
 
+async def test_a_target_not_polled_yet_is_not_reported_down() -> None:
+    """Between start (or a restart) and a target's first poll nothing is exported for it: `up 0` would say
+    the exporter failed to read it, and KVOffloadExporterTargetDown would go pending on every restart."""
+    import aiohttp
+
+    clock = ManualClock()
+    config = Config(targets=(TargetConfig(url=f"http://127.0.0.1:{free_port()}", name="gone"),), host_enabled=False,
+                    gpu_enabled=False)  # fmt: skip
+    exp = Exporter(config, clock=clock, timer=clock, runtime_metrics=False)
+    before = exp.body.decode()
+    assert 'target="gone"' not in before
+    assert 'kvoffload_collector_success{collector="vllm"} 1.0' in before
+    async with aiohttp.ClientSession() as s:
+        clock.t += 5
+        await exp.poll(exp.targets[0], s)  # a closed port: the first poll fails
+    after = exp.body.decode()
+    assert 'kvoffload_up{target="gone"} 0.0' in after
+    assert 'kvoffload_scrape_errors_total{target="gone",reason="connect"} 1.0' in after
+    assert 'kvoffload_collector_success{collector="vllm"} 0.0' in after
+
+
 async def test_a_poll_rebuilds_only_its_own_fragment() -> None:
     clock = ManualClock()
     async with ChainServer(CAPTURES, "0.26.0") as url_a, ChainServer(CAPTURES, "0.26.0") as url_b:
@@ -86,7 +108,8 @@ async def test_a_poll_rebuilds_only_its_own_fragment() -> None:
     assert exp.targets[0].fragment is not before_a
     assert exp.body != first
     body = exp.body.decode()
-    assert 'kvoffload_up{target="a"} 1.0' in body and 'kvoffload_up{target="b"} 0.0' in body
+    assert 'kvoffload_up{target="a"} 1.0' in body
+    assert 'target="b"' not in body  # never polled: nothing says it is down
     assert body.count("# TYPE kvoffload_up ") == 1
     assert exp.body is exp.body  # cached per generation
 
