@@ -9,23 +9,16 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_line_cache import _outcome_default as _outcome
 
 from kvoffload_exporter import exposition, lineplan
-from kvoffload_exporter.exposition import LineCache, ParseError
-from kvoffload_exporter.model import Snapshot
+from kvoffload_exporter.exposition import LineCache
 from kvoffload_exporter.normalise import normalise
 
 CAPTURE = Path(__file__).parent / "fixtures" / "h200-0.6b" / "A_12_final.prom"
 TEXT = CAPTURE.read_text()
 LINES = TEXT.split("\n")
 _VALUE = re.compile(r"^(vllm:\S+(?:\{[^}]*\})?) (\S+)$")
-
-
-def _outcome(body: str, cache: LineCache | None) -> Snapshot | tuple[str, str]:
-    try:
-        return normalise(body, None, cache)
-    except ParseError as e:
-        return (e.reason, str(e))
 
 
 def _planned() -> LineCache:
