@@ -39,8 +39,8 @@ class _Engine(NamedTuple):
     """One snapshot engine as the convoy view reads a window start: two optional histograms."""
 
     key: EngineKey
-    delay: tuple[float, ...] | None  # bucket bounds; counts, sum and count follow in the values
-    queue: tuple[float, ...] | None
+    delay: tuple[tuple[float, ...], int] | None  # (bucket bounds, how many counts); then sum and count
+    queue: tuple[tuple[float, ...], int] | None
 
 
 class _Layout(NamedTuple):
@@ -59,8 +59,8 @@ _MAX_LAYOUTS = 1024
 _NO_RAW: dict[Any, float] = {}  # never read from an older point (derive.advance reads the newest one)
 
 
-def _hist_shape(h: Histogram | None) -> tuple[float, ...] | None:
-    return None if h is None else h.bounds
+def _hist_shape(h: Histogram | None) -> tuple[tuple[float, ...], int] | None:
+    return None if h is None else (h.bounds, len(h.counts))
 
 
 def _layout(p: Point) -> _Layout:
@@ -152,10 +152,10 @@ class PackedPoint(Mapping[EngineKey, Totals]):
         return Snapshot(self._layout.generation, tuple(engines))
 
 
-def _hist(bounds: tuple[float, ...] | None, v: array[float], pos: int) -> tuple[Histogram | None, int]:
-    if bounds is None:
+def _hist(shape: tuple[tuple[float, ...], int] | None, v: array[float], pos: int) -> tuple[Histogram | None, int]:
+    if shape is None:
         return None, pos
-    n = len(bounds) + 1  # the +Inf bucket
+    bounds, n = shape  # n counts as packed, whatever made the histogram
     return Histogram(bounds, tuple(v[pos : pos + n]), v[pos + n], v[pos + n + 1]), pos + n + 2
 
 
