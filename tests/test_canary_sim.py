@@ -227,6 +227,24 @@ async def test_classifications_match_the_simulator_under_concurrent_traffic(sess
     assert sum(p.classification == "offload_hit" for p in measured) >= 2
 
 
+async def test_a_store_reported_late_does_not_inflate_bytes_per_token(session: aiohttp.ClientSession) -> None:
+    """A user's request finishes before the canary's first read, but its store is reported only at the
+    next engine step, inside the seed's window. Counted from that read, the straggler's bytes arrive
+    without its prompt tokens: bytes per token would read 1.4x the truth and the full load of the
+    offload revisit would look like a partial one (the flake CI saw under concurrent traffic)."""
+    async with Sim(calibration="h200-qwen3-0.6b", engine={"store_report_delay_s": 0}) as sim:
+        e = engine(session, sim.url, recompute_control=False)
+        await e.prepare()
+        straggler = {"prompt": list(range(100, 2148)), "max_tokens": 1, "cache_salt": "user"}
+        async with session.post(sim.url + "/v1/completions", json=straggler) as resp:
+            assert resp.status == 200
+            await resp.read()
+        await e.scrapes.scrape("target")  # the seed's "before": after the straggler's tokens, before its store
+        await e.run_cycle()
+    assert e.state.bytes_per_token == 114_688
+    assert dict(phases(e, 1))["offload_revisit"] == "offload_hit"
+
+
 async def test_budget_allows_whole_cycles_only(session: aiohttp.ClientSession) -> None:
     async with Sim(calibration="h200-qwen3-0.6b") as sim:
         probe = engine(session, sim.url)

@@ -7,6 +7,7 @@ run before preflight: a cycle gets a PreparedRun or nothing. Every measured requ
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,6 +46,7 @@ class PreparedRun:
     def __init__(self, ctx: RunContext, conditions: Conditions):
         self.ctx = ctx
         self.conditions = conditions
+        self.sent: Counter[str] = Counter()  # prompt tokens sent per role (the seeding span's own share)
 
     # The conditions' parts, for callers that print or check them.
     @property
@@ -71,9 +73,9 @@ class PreparedRun:
         return prefix + self.ctx.prompts.tail(self.sizing)
 
     def probe_cost(self, probes: int) -> int:
-        """Tokens of `probes` probes, each with its flush request."""
+        """Tokens of `probes` probes, each with its flush request, plus the flush opening the seeding span."""
         sz = self.sizing
-        return probes * (sz.prompt_tokens + 1 + sz.flush_tokens + 1)
+        return probes * (sz.prompt_tokens + 1 + sz.flush_tokens + 1) + sz.flush_tokens + 1
 
     def base_probes(self) -> int:
         """Seeds, GPU revisit, offload revisit and cold control, plus the optional controls."""
@@ -106,6 +108,7 @@ class PreparedRun:
         self, cycle: int, phase: str, kind: str, role: str, prompt: list[int], fresh: bool, kv: Any, comp: Completion
     ) -> RequestRecord:
         e = self.ctx
+        self.sent[role] += len(prompt)
         e.spend(comp.tokens_spent or (len(prompt) + 1 if comp.status == 200 else 0))
         rec = request_record(e.clock(), cycle, phase, kind, role, prompt, fresh, kv, comp)
         e.record_request(rec)

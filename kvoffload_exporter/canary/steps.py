@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
-from kvoffload_exporter.canary.classify import Classification, revisit_reason
+from kvoffload_exporter.canary.classify import Classification, Deltas, revisit_reason
 from kvoffload_exporter.canary.prepared import PreparedRun, Probe
-from kvoffload_exporter.canary.records import CONTROL, CycleRecord, PhaseRecord
+from kvoffload_exporter.canary.records import CONTROL, TARGET, CycleRecord, PhaseRecord
 from kvoffload_exporter.canary.stats import CONTROL_ORDER
 from kvoffload_exporter.canary.types import CanaryPath, CycleReason, ProbeResult
+from kvoffload_exporter.model import Snapshot
 
 
 @dataclass(frozen=True)
@@ -43,12 +44,39 @@ async def _seed(run: PreparedRun, c: int, rec: CycleRecord, prompt: list[int], p
     return ph
 
 
-def _learn(run: PreparedRun, phases: list[PhaseRecord], seeds: int) -> None:
-    stored = sum(p.store_bytes for p in phases)
-    if stored > 0 and seeds:
-        run.ctx.state.learn_bytes_per_token(
-            stored, seeds * run.sizing.prefix_tokens, sum(p.other_traffic_tokens for p in phases)
-        )
+@dataclass(frozen=True)
+class _Span:
+    """Where the seeding span's counting starts: prompt tokens from `pre`, stored bytes from `start`,
+    with an engine step (the opening flush) between them."""
+
+    pre: Snapshot
+    start: Snapshot
+    sent: int  # tokens the canary had sent to the target before `pre`
+
+
+async def _open_span(run: PreparedRun, c: int) -> _Span:
+    """Why a step between two reads: a store is reported at the first engine step after it was issued,
+    and its request's prompt tokens were counted by then. Every store reported after `start` was
+    therefore issued after the flush, by a request counted after `pre`: stored bytes over prompt
+    tokens counted from `pre` never exceed the true bytes per token, however late a store is reported
+    (a window that began at `start` counted such stragglers' bytes without their tokens)."""
+    scrapes = run.ctx.scrapes
+    pre = await scrapes.scrape(TARGET)
+    sent = run.sent[TARGET]
+    await run.flush(c, "seed", TARGET)
+    return _Span(pre, await scrapes.scrape(TARGET), sent)
+
+
+def _learn(run: PreparedRun, span: _Span, seeds: int) -> None:
+    """Bytes per token from the seeding span: the seeds' prefixes plus every other prompt token."""
+    after = run.ctx.scrapes.last(TARGET)
+    if after is None or not seeds:
+        return
+    model = run.conditions.server(TARGET).model
+    stored = Deltas.between(span.start, after, model).store_bytes
+    if stored > 0:
+        others = Deltas.between(span.pre, after, model).others(run.sent[TARGET] - span.sent)
+        run.ctx.state.learn_bytes_per_token(stored, seeds * run.sizing.prefix_tokens, others)
 
 
 async def seed_and_revisit(run: PreparedRun, c: int, rec: CycleRecord) -> Seeded:
@@ -56,6 +84,7 @@ async def seed_and_revisit(run: PreparedRun, c: int, rec: CycleRecord) -> Seeded
     prompts = run.ctx.prompts
     a = prompts.prefix(run.sizing, c, "A")
     b = prompts.prefix(run.sizing, c, "B") if run.ctx.state.uses_recompute() else None
+    span = await _open_span(run, c)
     seed = await _seed(run, c, rec, a, "seed")
     ph, cls = await run.probe(c, Probe("gpu_revisit", run.tail(a), expect=ProbeResult.GPU_HIT, path=CanaryPath.GPU_HIT))
     count(run, ph, cls, ProbeResult.GPU_HIT)
@@ -64,7 +93,7 @@ async def seed_and_revisit(run: PreparedRun, c: int, rec: CycleRecord) -> Seeded
     # B is seeded after A's GPU revisit: A and B together may not fit the GPU cache.
     seed_b = await _seed(run, c, rec, b, "seed_b") if b is not None else None
     seeded = [seed, ph] + ([seed_b] if seed_b else [])
-    _learn(run, seeded, 2 if seed_b else 1)
+    _learn(run, span, 2 if seed_b else 1)
     return Seeded(a, b, any(p.stored for p in seeded))
 
 
