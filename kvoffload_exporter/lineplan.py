@@ -155,10 +155,11 @@ class Slot:
     values churning) would pay a build (~2 long reads) per poll for nothing: after a miss, or a body
     that cannot be planned, the next build waits 1, 2, 4 … up to 64 long reads; a hit starts over."""
 
-    __slots__ = ("backoff", "plan", "wait")
+    __slots__ = ("backoff", "hit", "plan", "wait")
 
     def __init__(self) -> None:
         self.plan: Plan | None = None
+        self.hit = False  # the last body was read by `plan` (its samples have the plan's heads)
         self.wait = 0
         self.backoff = 0
 
@@ -167,8 +168,10 @@ class Slot:
     ) -> Any:
         plan = self.plan
         if plan is None or plan.key != key:
+            self.hit = False
             return None
         got = replay(plan, lines, keys, end, comments)
+        self.hit = got is not None
         if got is None:
             self.plan = None
             self._missed()
@@ -178,6 +181,7 @@ class Slot:
 
     def after_long_read(self, make: Callable[[], Plan | None]) -> None:
         """After a body was read the long way: `make` its plan, unless the backoff says wait."""
+        self.hit = False
         if self.wait > 0:
             self.wait -= 1
             return

@@ -10,11 +10,11 @@ counters and histograms, max for advisory gauges. Unknown families are ignored.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from typing import NamedTuple
 
-from kvoffload_exporter import backends
+from kvoffload_exporter import backends, histplan
 from kvoffload_exporter.exposition import Labels, LimitError, LineCache, Sample, read, selector
 from kvoffload_exporter.families import HISTOGRAMS as _TYPED_HISTOGRAMS
 from kvoffload_exporter.families import TABLE as _TABLE
@@ -23,87 +23,35 @@ from kvoffload_exporter.model import OFFLOAD_SIGNALS, EngineSignals, Generation,
 from kvoffload_exporter.samples import Hist as _Hist
 from kvoffload_exporter.samples import finite as _finite
 from kvoffload_exporter.samples import labels_reader as _labels_reader
-
-# Canonical family -> counter signal. Order matters only for the alias families below.
-_FLAT = {
-    "vllm:kv_offload_load_bytes": Signal.OFFLOAD_LOAD_BYTES,
-    "vllm:kv_offload_store_bytes": Signal.OFFLOAD_STORE_BYTES,
-    "vllm:kv_offload_load_time": Signal.OFFLOAD_LOAD_SECONDS,
-    "vllm:kv_offload_store_time": Signal.OFFLOAD_STORE_SECONDS,
-}
-_FLAT_SIZE = {"vllm:kv_offload_load_size": "load", "vllm:kv_offload_store_size": "store"}
-_LEGACY = {
-    "vllm:kv_offload_total_bytes": (Signal.OFFLOAD_LOAD_BYTES, Signal.OFFLOAD_STORE_BYTES),
-    "vllm:kv_offload_total_time": (Signal.OFFLOAD_LOAD_SECONDS, Signal.OFFLOAD_STORE_SECONDS),
-}
-_LEGACY_SIZE = "vllm:kv_offload_size"
-_COUNTERS = {
-    "vllm:kv_offload_allocation_failure": Signal.OFFLOAD_ALLOCATION_FAILURES,
-    "vllm:kv_offload_stores_skipped": Signal.OFFLOAD_STORES_SKIPPED,
-    "vllm:prefix_cache_queries": Signal.GPU_PREFIX_QUERIES,
-    "vllm:prefix_cache_hits": Signal.GPU_PREFIX_HITS,
-    "vllm:external_prefix_cache_queries": Signal.EXTERNAL_PREFIX_QUERIES,
-    "vllm:external_prefix_cache_hits": Signal.EXTERNAL_PREFIX_HITS,
-    "vllm:prompt_tokens": Signal.PROMPT_TOKENS,
-}
-# Deprecated aliases (0.10 default, 0.11 hidden): used only when the current name is absent.
-_ALIASES = {
-    "vllm:gpu_prefix_cache_queries": "vllm:prefix_cache_queries",
-    "vllm:gpu_prefix_cache_hits": "vllm:prefix_cache_hits",
-    "vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc",
-}
-_GAUGES = {
-    "vllm:kv_cache_usage_perc": Signal.GPU_KV_CACHE_USAGE,
-    "vllm:gpu_cache_usage_perc": Signal.GPU_KV_CACHE_USAGE,
-    "vllm:kv_offload_cpu_cache_usage_perc": Signal.OFFLOAD_INFLIGHT,
-    "vllm:num_requests_running": Signal.REQUESTS_RUNNING,
-    "vllm:num_requests_waiting": Signal.REQUESTS_WAITING,
-}
-_TTFT = "vllm:time_to_first_token_seconds"
-_BY_SOURCE = "vllm:prompt_tokens_by_source"
-_CACHE_INFO = "vllm:cache_config_info"
-_OFFLOAD_INFO = "vllm:kv_offload_config_info"
-# Per-request prefill histograms (0.26+): only their `_sum` is kept, as a counter (the payback's cost per token).
-_PREFILL = {
-    "vllm:request_prefill_time_seconds": Signal.PREFILL_SECONDS,
-    "vllm:request_prefill_kv_computed_tokens": Signal.PREFILL_COMPUTED_TOKENS,
-}
-
-_LOOKUP_DELAY = "vllm:kv_offload_lookup_async_delay_seconds"
-_QUEUE_TIME = "vllm:request_queue_time_seconds"
-_FETCH_STAGE = "vllm:num_requests_kv_fetch_by_stage"
-
-FAMILIES = tuple(
-    sorted(
-        {
-            *_FLAT,
-            *_FLAT_SIZE,
-            *_LEGACY,
-            _LEGACY_SIZE,
-            *_COUNTERS,
-            *_PREFILL,
-            *_ALIASES,
-            *_GAUGES,
-            _TTFT,
-            _BY_SOURCE,
-            _CACHE_INFO,
-            _OFFLOAD_INFO,
-            _LOOKUP_DELAY,
-            _QUEUE_TIME,
-            _FETCH_STAGE,
-        }
-    )
+from kvoffload_exporter.signalmap import (
+    ALIASES,
+    BY_SOURCE,
+    CACHE_INFO,
+    COUNTERS,
+    FAMILIES,
+    FAMILY_SET,
+    FETCH_STAGE,
+    FLAT,
+    FLAT_SIZE,
+    GAUGES,
+    HISTOGRAMS,
+    LEGACY,
+    LEGACY_SIZE,
+    LOOKUP_DELAY,
+    OFFLOAD_INFO,
+    PREFILL,
+    QUEUE_TIME,
+    TTFT,
 )
-_FAMILY_SET = frozenset(FAMILIES)
-HISTOGRAMS = frozenset(f for f in FAMILIES if f in _TYPED_HISTOGRAMS)
+
 # Backend families (SimpleCPU, tiering, LMCache, KVBM, ...) go to kvoffload_exporter.backends, which owns their meaning.
 _BACKEND_SET = backends.FAMILIES
 # One selection from the one family table: each sample is matched once, then routed to its readers.
 _SELECTOR = selector(tuple(sorted(_TABLE)), _TYPED_HISTOGRAMS)
 _OFFLOAD_FAMILY_PREFIX = "vllm:kv_offload_"
 
-_GEN_FLAT = frozenset({*_FLAT, *_FLAT_SIZE})
-_GEN_LEGACY = frozenset({*_LEGACY, _LEGACY_SIZE})
+_GEN_FLAT = frozenset({*FLAT, *FLAT_SIZE})
+_GEN_LEGACY = frozenset({*LEGACY, LEGACY_SIZE})
 
 
 def _gauge(prev: float | None, value: float) -> float | None:
@@ -123,7 +71,7 @@ class _Engine:
         self.alias_gauges: dict[Signal, float] = {}
         self.by_source: dict[str, float] = defaultdict(float)
         self.gauges: dict[Signal, float] = {}
-        self.hists: dict[str, _Hist] = defaultdict(_Hist)
+        self.hists: dict[str, _Hist] = defaultdict(_Hist)  # or histplan.Done: read by position
         self.cache_config: dict[str, str] = {}
         self.offload_config: dict[str, str] = {}
         self.fetch_stage: dict[str, float] = {}
@@ -157,11 +105,14 @@ def normalise(text: str, limits: Limits | None = None, cache: LineCache | None =
     samples, typed = read(text, _SELECTOR, _labels_reader(max_len), lim.sample_limit, line_cap, cache, max_len)
     if cache is None:
         return _snapshot(samples, typed, lim)
-    last = cache.last
+    last, slot = cache.last, cache.plan
     if isinstance(last, _Last) and last.samples == samples and last.typed == typed and last.limits == lim:
         return last.snapshot  # an idle target: the same samples make the same snapshot
-    snap = _snapshot(samples, typed, lim, last.snapshot if isinstance(last, _Last) else None)
-    cache.last = _Last(samples, typed, lim, snap)
+    shape = None
+    if slot.hit and isinstance(last, _Last) and last.plan is slot.plan:  # the same heads as last time
+        shape = last.shape or histplan.compile(samples, _hist_name)
+    snap = _snapshot(samples, typed, lim, last.snapshot if isinstance(last, _Last) else None, shape)
+    cache.last = _Last(samples, typed, lim, snap, slot.plan, shape)
     return snap
 
 
@@ -170,38 +121,36 @@ class _Last(NamedTuple):
     typed: set[str]
     limits: Limits
     snapshot: Snapshot
+    plan: object  # the line plan with these samples' heads (None: none)
+    shape: histplan.Shape | None
 
 
-def _snapshot(samples: list[Sample], typed: set[str], lim: Limits, prev: Snapshot | None = None) -> Snapshot:
+def _snapshot(
+    samples: list[Sample],
+    typed: set[str],
+    lim: Limits,
+    prev: Snapshot | None = None,
+    shape: histplan.Shape | None = None,
+) -> Snapshot:
     """The samples of one read, folded into signals and evidence per engine. Parts equal to the target's
     `prev` snapshot (family set, config labels) are that snapshot's objects: the history holds many
-    snapshots of one target, and these rarely change."""
-    families: set[str] = {f for f in typed if f in _FAMILY_SET or f in _BACKEND_SET}
+    snapshots of one target, and these rarely change. With the `shape` of these samples' heads, the
+    histograms are read by position (histplan) and the loop sees only the other samples."""
+    families: set[str] = {f for f in typed if f in FAMILY_SET or f in _BACKEND_SET}
     engines: dict[tuple[str, str], _Engine] = defaultdict(_Engine)
     raw: dict[tuple[str, str], list[backends.RawSample]] = defaultdict(list)
     engine_only: dict[str, dict[str, str]] = {}  # cache_config_info has `engine` but no model_name
-    multiprocess = False
+    done = histplan.values(shape, samples) if shape is not None else None
+    multiprocess = shape is not None and done is not None and shape.pid
 
-    for fam, sfx, (key, rest, pid, le), value in samples:
-        multiprocess |= pid
-        evidence, handler = _ROUTES[fam]
-        if evidence:
-            raw[key].append((fam, sfx, rest, value))
-        if handler is _on_hist:  # most samples: histogram buckets, added without a second call
-            hists = engines[key].hists
-            if sfx:
-                hists[fam].add(sfx, value, le)
-        elif handler is not None:
-            handler(engines[key], fam, sfx, value, rest, le)
-        elif fam in _INFO:
-            info = dict(rest)
-            if fam == _CACHE_INFO and not key[0]:
-                engine_only[key[1]] = info
-            else:
-                target = engines[key]
-                (target.cache_config if fam == _CACHE_INFO else target.offload_config).update(info)
-
-    families.update(map(_FAMILY_OF, samples))
+    todo = samples if shape is None or done is None else shape.rest(samples)
+    multiprocess = _fold(todo, engines, raw, engine_only) or multiprocess
+    if shape is not None and done is not None:
+        families.update(shape.families)
+        for key, name, hist in done:
+            engines[key].hists[name] = hist  # type: ignore[assignment]  # .count, .freeze() alike
+    else:
+        families.update(map(_FAMILY_OF, samples))
     if len(engines) > lim.engine_limit:
         raise LimitError("sample_limit", f"{len(engines)} engines (limit {lim.engine_limit})")
     generation = (
@@ -233,6 +182,36 @@ def _snapshot(samples: list[Sample], typed: set[str], lim: Limits, prev: Snapsho
     )
 
 
+def _fold(
+    samples: Iterable[Sample],
+    engines: dict[tuple[str, str], _Engine],
+    raw: dict[tuple[str, str], list[backends.RawSample]],
+    engine_only: dict[str, dict[str, str]],
+) -> bool:
+    """Each sample into its engine's accumulators (and the backend resolver's raw list); whether any
+    carried `pid`."""
+    multiprocess = False
+    for fam, sfx, (key, rest, pid, le), value in samples:
+        multiprocess |= pid
+        evidence, handler = _ROUTES[fam]
+        if evidence:
+            raw[key].append((fam, sfx, rest, value))
+        if handler is _on_hist:  # most samples: histogram buckets, added without a second call
+            hists = engines[key].hists
+            if sfx:
+                hists[fam].add(sfx, value, le)
+        elif handler is not None:
+            handler(engines[key], fam, sfx, value, rest, le)
+        elif fam in _INFO:
+            info = dict(rest)
+            if fam == CACHE_INFO and not key[0]:
+                engine_only[key[1]] = info
+            else:
+                target = engines[key]
+                (target.cache_config if fam == CACHE_INFO else target.offload_config).update(info)
+    return multiprocess
+
+
 def _attribute(raw: dict[tuple[str, str], list[backends.RawSample]], engines: dict[tuple[str, str], _Engine]) -> None:
     """Backend series without `engine` (lmcache:* has model_name only, kvbm_* no labels) belong to the one
     engine of that model; with several candidates they stay apart (never copied: no double count)."""
@@ -259,8 +238,8 @@ def _freeze(
     counters = dict(e.counters)
     if generation == Generation.TRANSFER_TYPE:
         counters.update(e.legacy)
-    for alias, current in _ALIASES.items():
-        sig = _COUNTERS.get(current)
+    for alias, current in ALIASES.items():
+        sig = COUNTERS.get(current)
         if sig and current not in families and alias in families and sig in e.alias_counters:
             counters[sig] = e.alias_counters[sig]
     if generation != Generation.NONE:
@@ -274,7 +253,7 @@ def _freeze(
     size = e.hists
     load_size = size.get("vllm:kv_offload_load_size") if generation == Generation.FLAT else size.get("legacy:load")
     store_size = size.get("vllm:kv_offload_store_size") if generation == Generation.FLAT else size.get("legacy:store")
-    ttft = size.get(_TTFT)
+    ttft = size.get(TTFT)
     # Operation counts come from the transfer-size histograms (one observation per worker job).
     if load_size is not None:
         counters[Signal.OFFLOAD_LOADS] = load_size.count
@@ -294,8 +273,8 @@ def _freeze(
         offload_store_size=store_size.freeze() if store_size else None,
         cache_config=_same({**engine_info, **e.cache_config}, prev.cache_config if prev else None),
         offload_config=_same(dict(e.offload_config), prev.offload_config if prev else None),
-        lookup_async_delay=size[_LOOKUP_DELAY].freeze() if _LOOKUP_DELAY in size else None,
-        queue_time=size[_QUEUE_TIME].freeze() if _QUEUE_TIME in size else None,
+        lookup_async_delay=size[LOOKUP_DELAY].freeze() if LOOKUP_DELAY in size else None,
+        queue_time=size[QUEUE_TIME].freeze() if QUEUE_TIME in size else None,
         kv_fetch_by_stage=dict(e.fetch_stage),
         evidence=evidence[0],
         evidence_gauges=evidence[1],
@@ -303,7 +282,7 @@ def _freeze(
 
 
 _ZERO_WHEN_REGISTERED = tuple(
-    (fam, sig) for fam, sig in (*_COUNTERS.items(), *_PREFILL.items()) if not fam.startswith(_OFFLOAD_FAMILY_PREFIX)
+    (fam, sig) for fam, sig in (*COUNTERS.items(), *PREFILL.items()) if not fam.startswith(_OFFLOAD_FAMILY_PREFIX)
 )
 """Counter families that read as 0 when registered without a child for the engine (offload ones: above)."""
 
@@ -317,36 +296,36 @@ def _add(d: dict[Signal, float], k: Signal, v: float) -> None:
 
 
 def _on_flat(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
-    _add(e.counters, _FLAT[fam], value)
+    _add(e.counters, FLAT[fam], value)
 
 
 def _on_legacy(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
     d = _transfer_direction(rest)
     if d is not None:
-        _add(e.legacy, _LEGACY[fam][d], value)
+        _add(e.legacy, LEGACY[fam][d], value)
 
 
 def _on_counter(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
-    _add(e.counters, _COUNTERS[fam], value)
+    _add(e.counters, COUNTERS[fam], value)
 
 
 def _on_prefill(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
     if sfx == "sum":
-        _add(e.counters, _PREFILL[fam], value)
+        _add(e.counters, PREFILL[fam], value)
 
 
 def _on_alias(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
-    current = _ALIASES[fam]
-    if current in _GAUGES:
-        v = _gauge(e.alias_gauges.get(_GAUGES[current]), value)
+    current = ALIASES[fam]
+    if current in GAUGES:
+        v = _gauge(e.alias_gauges.get(GAUGES[current]), value)
         if v is not None:
-            e.alias_gauges[_GAUGES[current]] = v
+            e.alias_gauges[GAUGES[current]] = v
     else:
-        _add(e.alias_counters, _COUNTERS[current], value)
+        _add(e.alias_counters, COUNTERS[current], value)
 
 
 def _on_gauge(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
-    sig = _GAUGES[fam]
+    sig = GAUGES[fam]
     # pid-split gauges (multiprocess mode) go stale per process: max is advisory, never a sum.
     v = _gauge(e.gauges.get(sig), value)
     if v is not None:
@@ -377,19 +356,30 @@ def _on_fetch_stage(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, 
             e.fetch_stage[v] = value if prev is None else max(prev, value)  # a gauge: max over pids
 
 
+def _hist_name(fam: str, rest: Labels) -> str | None:
+    """The histogram accumulator a sample of `fam` feeds (histplan groups those), else None."""
+    evidence, handler = _ROUTES[fam]
+    d = _transfer_direction(rest) if handler is _on_legacy_size and not evidence else None
+    if handler is _on_hist and not evidence:
+        return fam
+    return None if d is None else ("legacy:load", "legacy:store")[d]
+
+
 _Handler = Callable[[_Engine, str, str, float, Labels, float | None], None]
 _HANDLERS: dict[str, _Handler] = {
-    **{f: _on_flat for f in _FLAT},
-    **{f: _on_legacy for f in _LEGACY},
-    **{f: _on_counter for f in _COUNTERS},
-    **{f: _on_alias for f in _ALIASES},
-    **{f: _on_gauge for f in _GAUGES if f not in _ALIASES},
-    **{f: _on_hist for f in (*_FLAT_SIZE, _TTFT, _LOOKUP_DELAY, _QUEUE_TIME)},
-    _FETCH_STAGE: _on_fetch_stage,
-    _LEGACY_SIZE: _on_legacy_size,
-    _BY_SOURCE: _on_by_source,
-    **{f: _on_prefill for f in _PREFILL},
+    **{f: _on_flat for f in FLAT},
+    **{f: _on_legacy for f in LEGACY},
+    **{f: _on_counter for f in COUNTERS},
+    **{f: _on_alias for f in ALIASES},
+    **{f: _on_gauge for f in GAUGES if f not in ALIASES},
+    **{f: _on_hist for f in (*FLAT_SIZE, TTFT, LOOKUP_DELAY, QUEUE_TIME)},
+    FETCH_STAGE: _on_fetch_stage,
+    LEGACY_SIZE: _on_legacy_size,
+    BY_SOURCE: _on_by_source,
+    **{f: _on_prefill for f in PREFILL},
 }
-_INFO = frozenset({_CACHE_INFO, _OFFLOAD_INFO})
+_INFO = frozenset({CACHE_INFO, OFFLOAD_INFO})
 _ROUTES: dict[str, tuple[bool, _Handler | None]] = {f: (f in _BACKEND_SET, _HANDLERS.get(f)) for f in _TABLE}
 """Family → (handed to the backend resolver, this module's handler): one lookup per sample."""
+
+__all__ = ["FAMILIES", "HISTOGRAMS", "normalise"]

@@ -67,6 +67,13 @@ _BOUNDS: dict[tuple[float, ...], tuple[float, ...]] = {}
 _MAX_BOUNDS = 1024
 
 
+def intern_bounds(bounds: tuple[float, ...]) -> tuple[float, ...]:
+    """One tuple per distinct bucket layout."""
+    if len(_BOUNDS) >= _MAX_BOUNDS:  # a hostile target inventing layouts: start over
+        _BOUNDS.clear()
+    return _BOUNDS.setdefault(bounds, bounds)
+
+
 class Hist:
     __slots__ = ("buckets", "count", "sum")
 
@@ -99,10 +106,7 @@ class Hist:
         bounds = sorted(buckets)  # bounds are never NaN (_bound), so +Inf can only be last
         if bounds and bounds[-1] == _INF:
             bounds.pop()
-        finite = tuple(bounds)
-        if len(_BOUNDS) >= _MAX_BOUNDS:  # a hostile target inventing layouts: start over
-            _BOUNDS.clear()
-        finite = _BOUNDS.setdefault(finite, finite)  # one tuple per distinct bucket layout
+        finite = intern_bounds(tuple(bounds))
         counts = (*map(buckets.__getitem__, finite), buckets.get(_INF, self.count))
         if any(map(operator.gt, counts, counts[1:])):
             raise ParseError("histogram buckets are not cumulative (a count decreases as le grows)")

@@ -29,7 +29,7 @@ def test_the_table_types_a_family_as_its_readers_read_it() -> None:
     suffixed = {r.family for r in resolve._ALL_ROWS if r.suffix}
     assert suffixed <= HISTOGRAMS, "a backend row reads _sum/_count of a family not typed as a histogram"
     hist_handlers = {f for f, h in normalise._HANDLERS.items() if h in (normalise._on_hist, normalise._on_legacy_size)}
-    assert hist_handlers | set(normalise._PREFILL) <= HISTOGRAMS
+    assert hist_handlers | set(normalise.PREFILL) <= HISTOGRAMS
     info_rows = {r.family for r in resolve._ALL_ROWS if r.kind.value == "info"}
     assert {f for f in info_rows if TABLE[f] is not FamilyType.INFO} == set()
 

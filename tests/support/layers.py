@@ -33,6 +33,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "kvoffload_exporter.capacity",
         "kvoffload_exporter.samples",
+        "kvoffload_exporter.signalmap",
+        "kvoffload_exporter.histplan",
         "kvoffload_exporter.normalise",
         "kvoffload_exporter.derive",
         "kvoffload_exporter.procmem",
