@@ -97,16 +97,24 @@ def _evidence(x: Exposition, lb: Mapping[str, str], e: EngineSignals, found: Eng
         x.add("kvoffload_offload_unit_bytes", v, {**lb, "unit": str(unit), "basis": basis})
 
 
+def _by_reason(x: Exposition, name: str, target: str, errors: Mapping[str, int]) -> None:
+    counts = tuple(float(errors.get(r, 0)) for r in SCRAPE_ERROR_REASONS)
+    x.block(
+        name,
+        (target,),
+        counts,
+        lambda: (({"target": target, "reason": r}, v) for r, v in zip(SCRAPE_ERROR_REASONS, counts)),
+    )
+
+
 def _target(x: Exposition, t: TargetView, window: str) -> None:
     if t.pending:  # never polled: no `up 0` for a target nobody failed to read yet
         return
     x.add("kvoffload_up", 1.0 if t.up else 0.0, {"target": t.label})
-    for reason in SCRAPE_ERROR_REASONS:  # pre-created so rate() works from the first error
-        x.add("kvoffload_scrape_errors_total", float(t.errors.get(reason, 0)), {"target": t.label, "reason": reason})
+    # pre-created so rate() works from the first error
+    _by_reason(x, "kvoffload_scrape_errors_total", t.label, t.errors)
     if t.extra_errors is not None:  # only targets with extra_metrics_urls: no new series elsewhere
-        for reason in SCRAPE_ERROR_REASONS:
-            v = float(t.extra_errors.get(reason, 0))
-            x.add("kvoffload_extra_endpoint_errors_total", v, {"target": t.label, "reason": reason})
+        _by_reason(x, "kvoffload_extra_endpoint_errors_total", t.label, t.extra_errors)
     x.add("kvoffload_scrape_duration_seconds", t.duration, {"target": t.label})
     x.add("kvoffload_scrape_body_bytes", t.body_bytes, {"target": t.label})
     x.add("kvoffload_last_success_timestamp_seconds", t.last_success, {"target": t.label})
@@ -117,14 +125,19 @@ def _target(x: Exposition, t: TargetView, window: str) -> None:
         1.0,
         {"target": t.label, "vllm_version": t.version or "unknown", "generation": t.snapshot.generation},
     )
-    for backend in t.snapshot.backends:
-        x.add("kvoffload_offload_backend_info", 1.0, {"target": t.label, "backend": str(backend)})
-    for signal, name, unit in t.snapshot.sources:
-        x.add(
-            "kvoffload_source_metric_info",
-            1.0,
-            {"target": t.label, "signal": signal, "resolved_name": name, "unit": unit},
-        )
+    backends, sources, target = t.snapshot.backends, t.snapshot.sources, t.label
+    x.block(
+        "kvoffload_offload_backend_info",
+        (target,),
+        backends,
+        lambda: (({"target": target, "backend": str(b)}, 1.0) for b in backends),
+    )
+    x.block(
+        "kvoffload_source_metric_info",
+        (target,),
+        sources,
+        lambda: (({"target": target, "signal": s, "resolved_name": n, "unit": u}, 1.0) for s, n, u in sources),
+    )
     for e in t.snapshot.engines:
         _engine(x, t, e, t.derived.get(e.key), window)
 

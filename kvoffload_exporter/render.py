@@ -10,7 +10,8 @@ both formats.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from kvoffload_exporter.catalogue import CATALOGUE, Metric
 from kvoffload_exporter.enums import MetricType
@@ -21,9 +22,10 @@ OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset
 Fragment = Mapping[str, str]
 """Catalogue family name → its sample lines, each ending in a newline."""
 
-Heads = dict[tuple[str, ...], tuple[str, float, str]]
+Heads = dict[tuple[str, ...], tuple[str, Any, str]]
 """(sample name, label values...) → (`name{k="v",...}`, the last value written, that line): label keys
-are fixed per name, and most series repeat their value from one poll to the next."""
+are fixed per name, and most series repeat their value from one poll to the next. A block of series
+(`Exposition.block`) is held as ("\0", name, key...) → ("", its inputs, its lines)."""
 
 _HEADS: Heads = {}  # shared by short-lived expositions; pollers pass their own
 _MAX_HEADS = 50_000
@@ -77,10 +79,32 @@ class Exposition:
 
     def add_states(self, name: str, labels: Mapping[str, str], states: Iterable[str], current: str | None) -> None:
         """A state set: one series per state, 1 for the current one (none when `current` is None)."""
-        m = CATALOGUE[name]
-        state_label = m.labels[-1]
-        for s in states:
-            self.add(name, 1.0 if s == current else 0.0, {**labels, state_label: s})
+        state_label = CATALOGUE[name].labels[-1]
+        rows = lambda: (({**labels, state_label: s}, 1.0 if s == current else 0.0) for s in states)  # noqa: E731
+        self.block(name, tuple(labels.values()), current, rows)
+
+    def block(
+        self,
+        name: str,
+        key: tuple[str, ...],
+        inputs: object,
+        rows: Callable[[], Iterable[tuple[Mapping[str, str], float]]],
+    ) -> None:
+        """Series of `name` that `inputs` alone decide (a state set, a target's error counts), `key`
+        naming the block among its family's: written as `add` writes them, then kept as one text that
+        is reused while `inputs` repeat (most polls change none of them)."""
+        k = ("\0", name, *key)
+        rec = self._heads.get(k)
+        if rec is None or rec[1] != inputs:
+            out = self._lines.setdefault(name, [])
+            n = len(out)
+            for labels, value in rows():
+                self.add(name, value, labels)
+            rec = ("", inputs, "\n".join(out[n:]))
+            del out[n:]
+            self._heads[k] = rec
+        if rec[2]:
+            self._lines.setdefault(name, []).append(rec[2])
 
     def add_histogram(
         self,
