@@ -19,7 +19,6 @@ from kvoffload_exporter.model import Histogram
 from kvoffload_exporter.samples import intern_bounds
 
 _INF = float("inf")
-_VALUE = itemgetter(3)
 
 
 class Group(NamedTuple):
@@ -101,10 +100,9 @@ def _getter(idx: list[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
     return itemgetter(*idx) if idx else lambda s: ()
 
 
-def values(shape: Shape, samples: Sequence[Any]) -> list[tuple[tuple[str, str], str, Done]] | None:
-    """Each group's histogram from a same-shaped read (values finite, as the line plan checks), or
-    None when a count is negative or decreases (the long way raises that error)."""
-    vals = tuple(map(_VALUE, samples))
+def values(shape: Shape, vals: Sequence[float]) -> list[tuple[tuple[str, str], str, Done]] | None:
+    """Each group's histogram from the values of a same-shaped read (finite, as the line plan checks),
+    or None when a count is negative or decreases (the long way raises that error)."""
     out = []
     for g in shape.groups:
         counts = g.counts(vals)

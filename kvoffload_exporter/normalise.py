@@ -90,7 +90,7 @@ def _transfer_direction(rest: Labels) -> int | None:
     return None
 
 
-_FAMILY_OF = itemgetter(0)
+_FAMILY_OF, _VALUE_OF = itemgetter(0), itemgetter(3)
 _LINE_FACTOR = 32
 """A selected line may be this many label-value limits long (cache_config_info carries ~20 labels)."""
 
@@ -106,18 +106,22 @@ def normalise(text: str, limits: Limits | None = None, cache: LineCache | None =
     if cache is None:
         return _snapshot(samples, typed, lim)
     last, slot = cache.last, cache.plan
-    if isinstance(last, _Last) and last.samples == samples and last.typed == typed and last.limits == lim:
-        return last.snapshot  # an idle target: the same samples make the same snapshot
+    values = tuple(map(_VALUE_OF, samples))
     shape = None
     if slot.hit and isinstance(last, _Last) and last.plan is slot.plan:  # the same heads as last time
+        if last.values == values and last.typed == typed and last.limits == lim:
+            return last.snapshot  # an idle target: the same samples make the same snapshot
         shape = last.shape or histplan.compile(samples, _hist_name)
-    snap = _snapshot(samples, typed, lim, last.snapshot if isinstance(last, _Last) else None, shape)
-    cache.last = _Last(samples, typed, lim, snap, slot.plan, shape)
+    snap = _snapshot(samples, typed, lim, last.snapshot if isinstance(last, _Last) else None, shape, values)
+    cache.last = _Last(values, typed, lim, snap, slot.plan, shape)
     return snap
 
 
 class _Last(NamedTuple):
-    samples: list[Sample]
+    """What the last read made, kept by the target's LineCache. Its samples are not kept: with the same
+    line plan (`plan`) the heads are the same, so the values alone say whether anything changed."""
+
+    values: tuple[float, ...]
     typed: set[str]
     limits: Limits
     snapshot: Snapshot
@@ -131,6 +135,7 @@ def _snapshot(
     lim: Limits,
     prev: Snapshot | None = None,
     shape: histplan.Shape | None = None,
+    values: tuple[float, ...] = (),
 ) -> Snapshot:
     """The samples of one read, folded into signals and evidence per engine. Parts equal to the target's
     `prev` snapshot (family set, config labels) are that snapshot's objects: the history holds many
@@ -140,7 +145,7 @@ def _snapshot(
     engines: dict[tuple[str, str], _Engine] = defaultdict(_Engine)
     raw: dict[tuple[str, str], list[backends.RawSample]] = defaultdict(list)
     engine_only: dict[str, dict[str, str]] = {}  # cache_config_info has `engine` but no model_name
-    done = histplan.values(shape, samples) if shape is not None else None
+    done = histplan.values(shape, values) if shape is not None else None
     multiprocess = shape is not None and done is not None and shape.pid
 
     todo = samples if shape is None or done is None else shape.rest(samples)

@@ -97,12 +97,16 @@ class Exposition:
         rec = self._heads.get(k)
         if rec is None or rec[1] != inputs:
             out = self._lines.setdefault(name, [])
-            n = len(out)
-            for labels, value in rows():
-                self.add(name, value, labels)
+            n, heads = len(out), self._heads
+            self._heads = {}  # the block's text is what is kept: not its series one by one as well
+            try:
+                for labels, value in rows():
+                    self.add(name, value, labels)
+            finally:
+                self._heads = heads
             rec = ("", inputs, "\n".join(out[n:]))
             del out[n:]
-            self._heads[k] = rec
+            heads[k] = rec
         if rec[2]:
             self._lines.setdefault(name, []).append(rec[2])
 
