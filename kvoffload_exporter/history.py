@@ -44,6 +44,7 @@ class _Engine(NamedTuple):
 
 
 class _Layout(NamedTuple):
+    shape: tuple[Any, ...]
     generation: Generation
     keys: dict[EngineKey, int]  # totals key -> index in entries
     entries: tuple[_Entry, ...]
@@ -63,7 +64,8 @@ def _hist_shape(h: Histogram | None) -> tuple[tuple[float, ...], int] | None:
     return None if h is None else (h.bounds, len(h.counts))
 
 
-def _layout(p: Point) -> _Layout:
+def _layout(p: Point, hint: _Layout | None = None) -> _Layout:
+    """The layout of `p`'s shape: `hint` (the target's last one) when it fits, else the shared table's."""
     totals = tuple(
         (k, tuple(t.counters), tuple(t.by_source), tuple(t.evidence), tuple(t.evidence_store_base), t.ttft_bounds,
          len(t.ttft_counts))
@@ -73,6 +75,8 @@ def _layout(p: Point) -> _Layout:
         _Engine(e.key, _hist_shape(e.lookup_async_delay), _hist_shape(e.queue_time)) for e in p.snapshot.engines
     )
     shape = (p.snapshot.generation, totals, engines)
+    if hint is not None and hint.shape == shape:
+        return hint  # past _MAX_LAYOUTS targets the table churns; a target still shares its own
     got = _LAYOUTS.get(shape)
     if got is None:
         entries = tuple(
@@ -80,7 +84,7 @@ def _layout(p: Point) -> _Layout:
         )
         *starts, hists = accumulate((sum(e.spans) for e in entries), initial=0)
         keys = {k: i for i, (k, *_) in enumerate(totals)}
-        got = _Layout(p.snapshot.generation, keys, entries, tuple(starts), hists, engines)
+        got = _Layout(shape, p.snapshot.generation, keys, entries, tuple(starts), hists, engines)
         if len(_LAYOUTS) >= _MAX_LAYOUTS:
             _LAYOUTS.clear()
         _LAYOUTS[shape] = got
@@ -97,10 +101,11 @@ class PackedPoint(Mapping[EngineKey, Totals]):
     is built when read, with each engine's two convoy histograms."""
 
     __slots__ = ("_layout", "_values", "t")
+    _layout: _Layout
 
-    def __init__(self, p: Point):
+    def __init__(self, p: Point, hint: PackedPoint | None = None):
         self.t = p.t
-        self._layout = _layout(p)
+        self._layout = _layout(p, hint._layout if hint is not None else None)
         values: list[float] = []
         for t in p.totals.values():
             values += (*t.counters.values(), *t.by_source.values(), *t.evidence.values())
@@ -159,15 +164,16 @@ def _hist(shape: tuple[tuple[float, ...], int] | None, v: array[float], pos: int
     return Histogram(bounds, tuple(v[pos : pos + n]), v[pos + n], v[pos + n + 1]), pos + n + 2
 
 
-def pack(p: Point) -> Mark:
-    """An older point: its time, its totals and the engines' convoy histograms, in one array."""
-    return PackedPoint(p)
+def pack(p: Point, hint: Mark | None = None) -> Mark:
+    """An older point: its time, its totals and the engines' convoy histograms, in one array (with the
+    layout of `hint`, the point packed before it, when the shape is the same)."""
+    return PackedPoint(p, hint if isinstance(hint, PackedPoint) else None)
 
 
 def push(history: deque[Mark], point: Point) -> None:
     """Append the newest point; the one it supersedes (read whole by the next `derive.advance`) is packed."""
     if history and isinstance(history[-1], Point):
-        history[-1] = pack(history[-1])
+        history[-1] = pack(history[-1], history[-2] if len(history) > 1 else None)
     history.append(point)
 
 

@@ -98,3 +98,15 @@ def _deep(obj: object, seen: set[int] | None = None) -> int:
     elif isinstance(obj, PackedPoint):
         size += _deep(obj._values, seen)  # the layout is shared by every point of that shape
     return size
+
+
+def test_a_target_keeps_sharing_its_layout_when_the_shared_table_starts_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past `_MAX_LAYOUTS` distinct shapes (targets with their own model names) the table starts over on
+    every pack; each point would then hold a layout of its own. The point packed before is asked first."""
+    monkeypatch.setattr(history, "_MAX_LAYOUTS", 0)  # the table starts over before every insert
+    h: deque[Mark] = deque(maxlen=8)
+    for p in _points(CHAIN[:6]):
+        history.push(h, p)
+        history._LAYOUTS.clear()
+    layouts = {id(x._layout) for x in list(h)[:-1] if isinstance(x, PackedPoint)}
+    assert len(layouts) == 1
