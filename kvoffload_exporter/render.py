@@ -22,10 +22,11 @@ OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset
 Fragment = Mapping[str, str]
 """Catalogue family name → its sample lines, each ending in a newline."""
 
-Heads = dict[tuple[str, ...], tuple[str, Any, str]]
-"""(sample name, label values...) → (`name{k="v",...}`, the last value written, that line): label keys
-are fixed per name, and most series repeat their value from one poll to the next. A block of series
-(`Exposition.block`) is held as ("\0", name, key...) → ("", its inputs, its lines)."""
+Heads = dict[tuple[str, ...], tuple[str, Any]]
+"""(sample name, label values...) → (the line last written, its value): label keys are fixed per name,
+and most series repeat their value from one poll to the next; the line's text before its last space is
+the series (`name{k="v",...}`), held once. A block of series (`Exposition.block`) is held as
+("\0", name, key...) → (its lines, its inputs)."""
 
 _HEADS: Heads = {}  # shared by short-lived expositions; pollers pass their own
 _MAX_HEADS = 50_000
@@ -104,11 +105,11 @@ class Exposition:
                     self.add(name, value, labels)
             finally:
                 self._heads = heads
-            rec = ("", inputs, "\n".join(out[n:]))
+            rec = ("\n".join(out[n:]), inputs)
             del out[n:]
             heads[k] = rec
-        if rec[2]:
-            self._lines.setdefault(name, []).append(rec[2])
+        if rec[0]:
+            self._lines.setdefault(name, []).append(rec[0])
 
     def add_histogram(
         self,
@@ -159,8 +160,8 @@ class Exposition:
         last = self._heads.get(key)
         if last is not None:
             if last[1] == value:  # equal values format alike (0.0 and -0.0 both as "0.0")
-                return last[2]
-            head = last[0]
+                return last[0]
+            head = last[0][: last[0].rindex(" ")]  # a value has no space
         else:
             # The same series are written after every poll: format each series name once.
             if len(self._heads) > _MAX_HEADS:
@@ -168,7 +169,7 @@ class Exposition:
             body = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
             head = f"{name}{{{body}}}" if labels else name
         line = f"{head} {format_value(value)}"
-        self._heads[key] = (head, value, line)
+        self._heads[key] = (line, value)
         return line
 
     def fragment(self) -> dict[str, str]:
