@@ -146,16 +146,14 @@ def _snapshot(
     raw: dict[tuple[str, str], list[backends.RawSample]] = defaultdict(list)
     engine_only: dict[str, dict[str, str]] = {}  # cache_config_info has `engine` but no model_name
     done = histplan.values(shape, values) if shape is not None else None
-    multiprocess = shape is not None and done is not None and shape.pid
-
-    todo = samples if shape is None or done is None else shape.rest(samples)
-    multiprocess = _fold(todo, engines, raw, engine_only) or multiprocess
-    if shape is not None and done is not None:
+    if shape is None or done is None:  # the long way: every sample through the loop
+        multiprocess = _fold(samples, engines, raw, engine_only)
+        families.update(map(_FAMILY_OF, samples))
+    else:
+        multiprocess = _fold(shape.rest(samples), engines, raw, engine_only) or shape.pid
         families.update(shape.families)
         for key, name, hist in done:
             engines[key].hists[name] = hist  # type: ignore[assignment]  # .count, .freeze() alike
-    else:
-        families.update(map(_FAMILY_OF, samples))
     if len(engines) > lim.engine_limit:
         raise LimitError("sample_limit", f"{len(engines)} engines (limit {lim.engine_limit})")
     generation = (
