@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from operator import gt, itemgetter
 from typing import Any, NamedTuple
 
+from kvoffload_exporter.lineplan import pick
 from kvoffload_exporter.model import Histogram
 from kvoffload_exporter.samples import intern_bounds
 
@@ -67,7 +68,7 @@ def compile(samples: Sequence[Any], name_of: Callable[[str, Any], str | None]) -
     rest = [i for i in range(len(samples)) if i not in grouped]
     return Shape(
         tuple(groups),
-        _getter(rest),
+        pick(rest),
         frozenset(s[0] for s in samples),
         any(samples[i][2][2] for i in grouped),
     )
@@ -91,13 +92,6 @@ def _group(key: tuple[str, str], name: str, idx: list[int], samples: Sequence[An
         return None
     last = buckets.get(_INF, count)
     return Group(key, name, intern_bounds(tuple(bounds)), itemgetter(*map(buckets.get, bounds), last), total, count)
-
-
-def _getter(idx: list[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
-    if len(idx) == 1:
-        (i,) = idx
-        return lambda s: (s[i],)
-    return itemgetter(*idx) if idx else lambda s: ()
 
 
 def values(shape: Shape, vals: Sequence[float]) -> list[tuple[tuple[str, str], str, Done]] | None:

@@ -32,7 +32,7 @@ MAX_LINES = 16384
 """A body of more lines is never planned (a vLLM body has ~750): a plan costs ~8 bytes a kept line."""
 
 
-def _pick(indexes: Sequence[int]) -> Pick:
+def pick(indexes: Sequence[int]) -> Pick:
     """A callable returning the items at `indexes` as a tuple (itemgetter returns a bare item for one)."""
     key = tuple(indexes)
     got = _PICKS.get(key)
@@ -115,12 +115,12 @@ def build(
     return Plan(
         key,
         len(lines),
-        _pick(dropped),
-        _pick(kept_comments),
+        pick(dropped),
+        pick(kept_comments),
         families,
-        _pick(kept),
+        pick(kept),
         tuple(texts),
-        _pick(selected),
+        pick(selected),
         tuple(heads),
         frozenset(typed),
     )
@@ -194,4 +194,4 @@ class Slot:
         self.wait = self.backoff
 
 
-__all__ = ["FLOAT_CHARS", "Plan", "Slot", "build", "replay"]
+__all__ = ["FLOAT_CHARS", "Pick", "Plan", "Slot", "build", "pick", "replay"]

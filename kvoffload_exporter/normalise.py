@@ -254,8 +254,8 @@ def _freeze(
             counters.setdefault(sig, 0.0)
     gauges = e.gauges
     size = e.hists
-    load_size = size.get("vllm:kv_offload_load_size") if generation == Generation.FLAT else size.get("legacy:load")
-    store_size = size.get("vllm:kv_offload_store_size") if generation == Generation.FLAT else size.get("legacy:store")
+    load_name, store_name = (*FLAT_SIZE,) if generation == Generation.FLAT else _LEGACY_SIZE_NAMES
+    load_size, store_size = size.get(load_name), size.get(store_name)
     ttft = size.get(TTFT)
     # Operation counts come from the transfer-size histograms (one observation per worker job).
     if load_size is not None:
@@ -343,7 +343,11 @@ def _on_hist(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: flo
 def _on_legacy_size(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
     d = _transfer_direction(rest)
     if d is not None and sfx:
-        e.hists["legacy:load" if d == 0 else "legacy:store"].add(sfx, value, le)
+        e.hists[_LEGACY_SIZE_NAMES[d]].add(sfx, value, le)
+
+
+_LEGACY_SIZE_NAMES = ("legacy:load", "legacy:store")
+"""The accumulators of the transfer_type size histogram, by `_transfer_direction`."""
 
 
 def _on_by_source(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
@@ -362,10 +366,12 @@ def _on_fetch_stage(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, 
 def _hist_name(fam: str, rest: Labels) -> str | None:
     """The histogram accumulator a sample of `fam` feeds (histplan groups those), else None."""
     evidence, handler = _ROUTES[fam]
-    d = _transfer_direction(rest) if handler is _on_legacy_size and not evidence else None
-    if handler is _on_hist and not evidence:
+    if evidence:
+        return None
+    if handler is _on_hist:
         return fam
-    return None if d is None else ("legacy:load", "legacy:store")[d]
+    d = _transfer_direction(rest) if handler is _on_legacy_size else None
+    return None if d is None else _LEGACY_SIZE_NAMES[d]
 
 
 _Handler = Callable[[_Engine, str, str, float, Labels, float | None], None]
