@@ -86,7 +86,7 @@ async def test_verified_and_failed_pairs_are_cached(monkeypatch: pytest.MonkeyPa
 @pytest.fixture
 async def protected() -> AsyncIterator[tuple[int, GuardStats]]:
     guards = GuardStats()
-    gate = AuthGate({"prometheus": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(8))}, guards)
+    gate = AuthGate({"prometheus": bcrypt.hashpw(b"s3cret", bcrypt.gensalt(10))}, guards)
     app = make_app(Config(gpu_enabled=False, host_enabled=False), middlewares=(gate.middleware,), guards=guards)
     limits = ListenLimits()
     runner = web.AppRunner(app, access_log=None, handle_signals=False, **limits.runner_kwargs(guards))
