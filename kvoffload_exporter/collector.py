@@ -7,7 +7,7 @@ A failed source omits its series (never zeros); `kvoffload_up` and the collector
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from kvoffload_exporter import __version__
@@ -26,19 +26,42 @@ from kvoffload_exporter.derive import EngineDerived
 from kvoffload_exporter.findings import EngineFindings, TargetView
 from kvoffload_exporter.model import EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory
 from kvoffload_exporter.procmem import footprint_ratio, growth_step
-from kvoffload_exporter.render import Exposition, Heads
+from kvoffload_exporter.render import Exposition, Heads, Spec
+
+_SIGNALS = tuple(sig for sig, _ in SIGNAL_METRICS)
+_ENGINE_NAMES = (
+    *(m.name for _, m in SIGNAL_METRICS),
+    "kvoffload_offload_tier_bytes",
+    "kvoffload_gpu_kv_cache_blocks",
+    "kvoffload_gpu_kv_block_size_tokens",
+)
+_WINDOW_NAMES = (
+    "kvoffload_window_seconds",
+    "kvoffload_load_store_ratio",
+    "kvoffload_offload_load_bandwidth_bytes_per_second",
+    "kvoffload_offload_store_bandwidth_bytes_per_second",
+    "kvoffload_gpu_prefix_hit_ratio",
+    "kvoffload_external_prefix_hit_ratio",
+    "kvoffload_prefill_seconds_per_token",
+)
+
+
+def _same_labels(names: Sequence[str], labels: Mapping[str, str]) -> Callable[[], list[Spec]]:
+    return lambda: [(n, n, labels) for n in names]
 
 
 def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | None, window: str) -> None:
     lb = {"target": t.label, "model_name": e.model_name, "engine": e.engine}
     found = t.engines.get(e.key) or EngineFindings()
-    for sig, m in SIGNAL_METRICS:  # every catalogue row that names a signal: counters and gauges
-        x.add(m.name, e.value(sig), lb)
-    for source, v in sorted(e.prompt_tokens_by_source.items()):
-        x.add("kvoffload_prompt_tokens_by_source_total", v, {**lb, "source": source})
-    x.add("kvoffload_offload_tier_bytes", found.tier_bytes, lb)
-    x.add("kvoffload_gpu_kv_cache_blocks", found.gpu_blocks, lb)
-    x.add("kvoffload_gpu_kv_block_size_tokens", found.block_size, lb)
+    # every catalogue row that names a signal (counters and gauges), then the engine's own findings
+    values = (*map(e.value, _SIGNALS), found.tier_bytes, found.gpu_blocks, found.block_size)
+    x.series(("engine", t.label, *e.key), values, _same_labels(_ENGINE_NAMES, lb))
+    by_source = sorted(e.prompt_tokens_by_source.items())
+    x.series(
+        ("by_source", t.label, *e.key, *(s for s, _ in by_source)),
+        tuple(v for _, v in by_source),
+        lambda: [("kvoffload_prompt_tokens_by_source_total",) * 2 + ({**lb, "source": s},) for s, _ in by_source],
+    )
     _evidence(x, lb, e, found)
     if d is None:
         return
@@ -46,13 +69,16 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     x.add_states("kvoffload_state", lb, STATES, d.state)
     wl = {**lb, "window": window}
     x.add_states("kvoffload_state_reason", wl, STATE_REASONS, found.reason)
-    x.add("kvoffload_window_seconds", d.window_seconds, wl)
-    x.add("kvoffload_load_store_ratio", d.load_store_ratio, wl)
-    x.add("kvoffload_offload_load_bandwidth_bytes_per_second", d.load_bandwidth, wl)
-    x.add("kvoffload_offload_store_bandwidth_bytes_per_second", d.store_bandwidth, wl)
-    x.add("kvoffload_gpu_prefix_hit_ratio", d.gpu_hit_ratio, wl)
-    x.add("kvoffload_external_prefix_hit_ratio", d.external_hit_ratio, wl)
-    x.add("kvoffload_prefill_seconds_per_token", d.prefill_seconds_per_token, wl)
+    windowed = (
+        d.window_seconds,
+        d.load_store_ratio,
+        d.load_bandwidth,
+        d.store_bandwidth,
+        d.gpu_hit_ratio,
+        d.external_hit_ratio,
+        d.prefill_seconds_per_token,
+    )
+    x.series(("window", t.label, *e.key, window), windowed, _same_labels(_WINDOW_NAMES, wl))
     pb = found.payback
     if pb is not None:
         x.add("kvoffload_offload_payback_seconds_per_gib_hour", pb.seconds_per_gib_hour, wl)
@@ -90,11 +116,17 @@ def _evidence_labels(lb: Mapping[str, str], k: EvidenceKey) -> dict[str, str]:
 
 def _evidence(x: Exposition, lb: Mapping[str, str], e: EngineSignals, found: EngineFindings) -> None:
     """The one evidence schema (kvoffload_exporter.backends), raw cumulative values like every engine counter."""
-    for series in (e.evidence, e.evidence_gauges):
-        for k, v in sorted(series.items()):
-            x.add(EVIDENCE_METRICS[k.signal], v, _evidence_labels(lb, k))
-    for (unit, basis), v in sorted(found.unit_bytes.items()):
-        x.add("kvoffload_offload_unit_bytes", v, {**lb, "unit": str(unit), "basis": basis})
+    rows = (*sorted(e.evidence.items()), *sorted(e.evidence_gauges.items()))
+    units = sorted(found.unit_bytes.items())
+    keys = (tuple(k for k, _ in rows), tuple(k for k, _ in units))
+
+    def specs() -> list[Spec]:
+        out: list[Spec] = [(EVIDENCE_METRICS[k.signal],) * 2 + (_evidence_labels(lb, k),) for k in keys[0]]
+        ub = "kvoffload_offload_unit_bytes"
+        return out + [(ub, ub, {**lb, "unit": str(unit), "basis": basis}) for unit, basis in keys[1]]
+
+    values = (*(v for _, v in rows), *(v for _, v in units))
+    x.series(("evidence", *lb.values(), keys), values, specs)
 
 
 def _by_reason(x: Exposition, name: str, target: str, errors: Mapping[str, int]) -> None:

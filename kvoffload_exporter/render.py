@@ -10,7 +10,7 @@ both formats.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kvoffload_exporter.catalogue import CATALOGUE, Metric
@@ -22,11 +22,12 @@ OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset
 Fragment = Mapping[str, str]
 """Catalogue family name → its sample lines, each ending in a newline."""
 
-Heads = dict[tuple[str, ...], tuple[str, Any]]
+Heads = dict[tuple[Hashable, ...], tuple[Any, ...]]
 """(sample name, label values...) → (the line last written, its value): label keys are fixed per name,
 and most series repeat their value from one poll to the next; the line's text before its last space is
 the series (`name{k="v",...}`), held once. A block of series (`Exposition.block`) is held as
-("\0", name, key...) → (its lines, its inputs)."""
+("\0", name, key...) → (its lines, its inputs); series written together (`Exposition.series`) as
+("\1", key...) → (their families, their values, their lines)."""
 
 _HEADS: Heads = {}  # shared by short-lived expositions; pollers pass their own
 _MAX_HEADS = 50_000
@@ -49,6 +50,19 @@ def format_value(v: float) -> str:
 
 
 _LABELS = {name: m.labels for name, m in CATALOGUE.items()}
+_SAMPLE_LABELS = {
+    **_LABELS,
+    **{
+        f"{n}{sfx}": m.labels[:-1]
+        for n, m in CATALOGUE.items()
+        if m.type == MetricType.SUMMARY
+        for sfx in ("_sum", "_count")
+    },
+}
+"""Each sample name's label keys: a summary's `_sum` and `_count` lack its last label, `quantile`."""
+
+Spec = tuple[str, str, Mapping[str, str]]
+"""(family, sample name, labels) of one series written by `Exposition.series`."""
 
 
 class Exposition:
@@ -111,6 +125,71 @@ class Exposition:
         if rec[0]:
             self._lines.setdefault(name, []).append(rec[0])
 
+    def series(
+        self,
+        key: tuple[Hashable, ...],
+        values: tuple[float | None, ...],
+        specs: Callable[[], Sequence[Spec]],
+    ) -> None:
+        """Series whose names and labels `key` alone decides (an engine's counters, its windowed
+        ratios, its evidence rows): `values[i]` is the value of `specs()[i]`, skipped like `add` skips
+        it. One lookup and one comparison for all of them; a value that changed is formatted again,
+        the others reuse their lines (`add` per series costs ~3× more). `specs` is called only the first
+        time, or when a series that had no value gets one."""
+        k = ("\1", *key)
+        rec = self._heads.get(k)
+        if rec is None or len(rec[1]) != len(values):
+            names, lines = self._new_series(k, values, specs)
+        elif rec[1] != values:
+            names, old = rec[0], rec[2]
+            fresh = list(old)
+            for i, (was, v) in enumerate(zip(rec[1], values)):
+                if was != v or was is None:  # equal values format alike (0.0 and -0.0 both as "0.0")
+                    if v is None or v - v != 0.0:
+                        fresh[i] = ""
+                    elif old[i]:
+                        fresh[i] = f"{old[i][: old[i].rindex(' ')]} {format_value(v)}"
+                    else:  # the series had no value: its text is written from its labels again
+                        names, lines = self._new_series(k, values, specs)
+                        break
+            else:
+                lines = tuple(fresh)
+                self._heads[k] = (names, values, lines)
+        else:
+            names, lines = rec[0], rec[2]
+        get = self._lines.get
+        for name, line in zip(names, lines):
+            if line:
+                out = get(name)
+                if out is None:
+                    self._lines[name] = [line]
+                else:
+                    out.append(line)
+
+    def _new_series(
+        self,
+        k: tuple[Hashable, ...],
+        values: tuple[float | None, ...],
+        specs: Callable[[], Sequence[Spec]],
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        rows = specs()
+        if len(rows) != len(values):
+            raise ValueError(f"{len(values)} values for {len(rows)} series")
+        lines = []
+        for (_, sample, labels), v in zip(rows, values):
+            if tuple(labels) != _SAMPLE_LABELS.get(sample):
+                raise ValueError(f"{sample}: labels {tuple(labels)} != catalogue {_SAMPLE_LABELS.get(sample)}")
+            if v is None or v - v != 0.0:
+                lines.append("")
+            else:
+                body = ",".join(f'{lk}="{_escape(str(lv))}"' for lk, lv in labels.items())
+                lines.append(f"{sample}{{{body}}} {format_value(v)}" if labels else f"{sample} {format_value(v)}")
+        names, text = tuple(family for family, _, _ in rows), tuple(lines)
+        if len(self._heads) > _MAX_HEADS:
+            self._heads.clear()
+        self._heads[k] = (names, values, text)
+        return names, text
+
     def add_histogram(
         self,
         name: str,
@@ -139,15 +218,14 @@ class Exposition:
         """A summary family: quantile samples, `_count` and (when it can be known) `_sum`, both cumulative
         (a summary's count never goes down but at a restart). The catalogue lists `quantile` as the last
         label; `labels` are the others. Non-finite values are left out, as in `add`."""
-        self._check(name, {**labels, "quantile": ""}, True)
-        out = self._lines.setdefault(name, [])
-        for q, v in quantiles.items():
-            if math.isfinite(v):
-                out.append(self._line(name, {**labels, "quantile": str(q)}, v))
-        if total is not None and math.isfinite(total):
-            out.append(self._line(name + "_sum", labels, total))
-        if math.isfinite(count):
-            out.append(self._line(name + "_count", labels, count))
+        qs = tuple(quantiles)
+
+        def specs() -> list[Spec]:
+            self._check(name, {**labels, "quantile": ""}, True)
+            rows: list[Spec] = [(name, name, {**labels, "quantile": str(q)}) for q in qs]
+            return [*rows, (name, name + "_sum", labels), (name, name + "_count", labels)]
+
+        self.series((name, *labels.values(), *qs), (*quantiles.values(), total, count), specs)
 
     @staticmethod
     def _check(name: str, labels: Mapping[str, str], ok: bool) -> None:
@@ -160,7 +238,8 @@ class Exposition:
         last = self._heads.get(key)
         if last is not None:
             if last[1] == value:  # equal values format alike (0.0 and -0.0 both as "0.0")
-                return last[0]
+                same: str = last[0]
+                return same
             head = last[0][: last[0].rindex(" ")]  # a value has no space
         else:
             # The same series are written after every poll: format each series name once.
