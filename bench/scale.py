@@ -220,6 +220,7 @@ async def _measure(n: int, fake_port: int, opts: argparse.Namespace, tmp: Path) 
         polls = sum(len(v) for v in arrivals.values())
         cpu = (c1.user + c1.system) - (c0.user + c0.system)
         lags, missed = _lags(arrivals, opts.interval)
+        row["reference_parse_ms"] = _reference_parse_ms()  # after the CPU window: it does not disturb it
         row.update(
             cpu_pct_one_core=100.0 * cpu / (w1 - w0),
             cpu_ms_per_poll=1e3 * cpu / max(polls, 1),
@@ -241,6 +242,22 @@ async def _measure(n: int, fake_port: int, opts: argparse.Namespace, tmp: Path) 
     finally:
         _stop(exp)
     return row
+
+
+def _reference_parse_ms(runs: int = 9) -> float:
+    """The machine's speed when the row was measured: prometheus_client's parse of the capture one target
+    serves (median ms, in this driver process). CPU % read on a busy or slower machine is higher; the
+    pipeline benchmark's ratio is against the same parse."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = CAPTURE.read_text(encoding="utf-8")
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        for _family in text_string_to_metric_families(text):
+            pass
+        times.append(time.perf_counter() - t0)
+    return 1e3 * sorted(times)[runs // 2]
 
 
 async def _baseline(body: bytes, tmp: Path, opts: argparse.Namespace) -> dict[str, Any]:
@@ -295,12 +312,13 @@ async def drive(opts: argparse.Namespace) -> list[dict[str, Any]]:
 def _table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| targets | CPU % of one core | CPU ms / poll | RSS MiB | polls made / due | missed polls | poll lag p99 s "
-        "| /metrics p50/p99 ms identity | gzip | body bytes identity / gzip | baseline p99 ms identity / gzip |"
+        "| /metrics p50/p99 ms identity | gzip | body bytes identity / gzip | baseline p99 ms identity / gzip "
+        "| prometheus_client parse ms (machine speed) |"
     )
-    out = [head, "|" + "---|" * 11]
+    out = [head, "|" + "---|" * 12]
     for r in rows:
         if "error" in r:
-            out.append(f"| {r['targets']} | {r['error']} |" + " |" * 9)
+            out.append(f"| {r['targets']} | {r['error']} |" + " |" * 10)
             continue
         i, g, b = r["identity"], r["gzip"], r.get("baseline")
         base = f"{b['identity']['p99_ms']:.1f} / {b['gzip']['p99_ms']:.1f}" if b else "not run"
@@ -308,7 +326,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
             f"| {r['targets']} | {r['cpu_pct_one_core']:.1f} | {r['cpu_ms_per_poll']:.2f} | {r['rss_mib']:.0f} "
             f"| {r['polls']}/{r['polls_expected']} | {r['missed_polls']}/{r['polls_expected']} "
             f"| {r['poll_lag_p99_s']:.2f} | {i['p50_ms']:.1f}/{i['p99_ms']:.1f} | {g['p50_ms']:.1f}/{g['p99_ms']:.1f} "
-            f"| {i['bytes']:,} / {g['bytes']:,} | {base} |"
+            f"| {i['bytes']:,} / {g['bytes']:,} | {base} | {r.get('reference_parse_ms', float('nan')):.1f} |"
         )
     return "\n".join(out)
 
