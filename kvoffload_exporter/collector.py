@@ -46,8 +46,13 @@ _WINDOW_NAMES = (
 )
 
 
+def _spec(name: str, labels: Mapping[str, str]) -> Spec:
+    """A series written under its own family name (a summary's `_sum` is not)."""
+    return name, name, labels
+
+
 def _same_labels(names: Sequence[str], labels: Mapping[str, str]) -> Callable[[], list[Spec]]:
-    return lambda: [(n, n, labels) for n in names]
+    return lambda: [_spec(n, labels) for n in names]
 
 
 def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | None, window: str) -> None:
@@ -60,7 +65,7 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     x.series(
         ("by_source", t.label, *e.key, *(s for s, _ in by_source)),
         tuple(v for _, v in by_source),
-        lambda: [("kvoffload_prompt_tokens_by_source_total",) * 2 + ({**lb, "source": s},) for s, _ in by_source],
+        lambda: [_spec("kvoffload_prompt_tokens_by_source_total", {**lb, "source": s}) for s, _ in by_source],
     )
     _evidence(x, lb, e, found)
     if d is None:
@@ -121,9 +126,9 @@ def _evidence(x: Exposition, lb: Mapping[str, str], e: EngineSignals, found: Eng
     keys = (tuple(k for k, _ in rows), tuple(k for k, _ in units))
 
     def specs() -> list[Spec]:
-        out: list[Spec] = [(EVIDENCE_METRICS[k.signal],) * 2 + (_evidence_labels(lb, k),) for k in keys[0]]
+        out = [_spec(EVIDENCE_METRICS[k.signal], _evidence_labels(lb, k)) for k in keys[0]]
         ub = "kvoffload_offload_unit_bytes"
-        return out + [(ub, ub, {**lb, "unit": str(unit), "basis": basis}) for unit, basis in keys[1]]
+        return out + [_spec(ub, {**lb, "unit": str(unit), "basis": basis}) for unit, basis in keys[1]]
 
     values = (*(v for _, v in rows), *(v for _, v in units))
     x.series(("evidence", *lb.values(), keys), values, specs)

@@ -39,6 +39,14 @@ def _escape(v: str) -> str:
     return v
 
 
+def _head(name: str, labels: Mapping[str, str]) -> str:
+    """A series' text before its value: `name{k="v",...}`, or the name alone without labels."""
+    if not labels:
+        return name
+    body = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
+    return f"{name}{{{body}}}"
+
+
 def format_value(v: float) -> str:
     if v - v == 0.0:  # finite (the common case first: one test instead of isnan and isinf)
         if v == int(v) and abs(v) < 1e15:
@@ -182,8 +190,7 @@ class Exposition:
             if v is None or v - v != 0.0:
                 lines.append("")
             else:
-                body = ",".join(f'{lk}="{_escape(str(lv))}"' for lk, lv in labels.items())
-                lines.append(f"{sample}{{{body}}} {format_value(v)}" if labels else f"{sample} {format_value(v)}")
+                lines.append(f"{_head(sample, labels)} {format_value(v)}")
         names, text = tuple(family for family, _, _ in rows), tuple(lines)
         if len(self._heads) > _MAX_HEADS:
             self._heads.clear()
@@ -245,8 +252,7 @@ class Exposition:
             # The same series are written after every poll: format each series name once.
             if len(self._heads) > _MAX_HEADS:
                 self._heads.clear()
-            body = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
-            head = f"{name}{{{body}}}" if labels else name
+            head = _head(name, labels)
         line = f"{head} {format_value(value)}"
         self._heads[key] = (line, value)
         return line
