@@ -188,7 +188,7 @@ async def test_classifications_match_the_simulator_under_concurrent_traffic(sess
         e = engine(session, sim.url, recompute_control=False)
         sim.record(e.prompts.salt)
         spec = TrafficSpec(
-            rate=20.0,
+            rate=100.0,  # overlaps every phase: at 20/s a 10-15 ms phase window saw other traffic ~1 time in 2
             duration=60.0,
             groups=4,
             prefix_tokens=512,
