@@ -6,8 +6,16 @@ import re
 import socket
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 CAPTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "h200-0.6b" / "A_12_final.prom"
 """A real vLLM 0.26.0 body from the H200 runs (67 KB, 529 samples)."""
+
+
+def prometheus_client_parse(text: str) -> int:
+    """The baseline both benchmarks time: prometheus_client's parser over a whole body (its sample count)."""
+    return sum(len(f.samples) for f in text_string_to_metric_families(text))
+
 
 _ADVANCING = re.compile(r"^(vllm:\S*?(?:_total|_count|_sum|_bucket)(?:\{[^}]*\})?) (\S+)$")
 

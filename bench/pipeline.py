@@ -24,11 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import CAPTURE, AdvancingBodies
+from bench.common import CAPTURE, AdvancingBodies, prometheus_client_parse
 from kvoffload_exporter import convoy, derive
 from kvoffload_exporter import normalise as normalise_module
 from kvoffload_exporter.collector import TargetView, shared_fragment, target_fragment
@@ -137,21 +135,17 @@ class Target:
         }
 
 
-def baseline(text: str) -> int:
-    return sum(len(f.samples) for f in text_string_to_metric_families(text))
-
-
 def measure(rounds: int, reps: int) -> dict[str, Any]:
     text = CAPTURE.read_text()
     bodies = AdvancingBodies(text, per=1000)
     target = Target(bodies)
-    baseline(text)  # warm both paths
+    prometheus_client_parse(text)  # warm both paths
     ours, theirs = [], []
     for _ in range(rounds):  # interleave so machine noise hits both alike
         batch = [bodies.body(target.next()) for _ in range(reps)]
         for body in batch[: max(1, reps // 5)]:
             t0 = time.perf_counter()
-            baseline(body)
+            prometheus_client_parse(body)
             theirs.append(time.perf_counter() - t0)
         for body in batch:
             t0 = time.perf_counter()
