@@ -240,7 +240,7 @@ def read(
     if cache is None or not isinstance(lines, list):
         return _read_lines(lines, sel, labels_of, cap, limit, cache, known)
     plan_key, keys = (sel.keys, cache_key, cap, limit), sel.keys
-    got = cache.plan.replay(plan_key, lines, keys, 5 + KEY, _COMMENTS)
+    got = cache.plan.replay(plan_key, lines)
     if got is not None:  # the same shape as the last body: its series by position, in C
         return got  # type: ignore[no-any-return]
     samples, typed = _read_lines(lines, sel, labels_of, cap, limit, cache, known)

@@ -1,27 +1,28 @@
 """A target's line plan: where its selected series sit in its body, to re-read a same-shaped body in C.
 
 A vLLM target sends the same lines every poll with new values. After a full read (`exposition.read`)
-the plan records the body's shape: how many lines, which ones the family filter drops, which are
-comments, and for every other line the exact text before its value. A later body is read by the plan
-only when that shape is exactly the same (every check below is one C-level pass: `str.split`,
-`itemgetter`, `map`, tuple comparison); then each selected value is its known series plus `float()`
-of a plain decimal. Anything else (a new series, a moved line, a comment changed, a value that is not a
-plain finite decimal, a longer one) returns None and the caller reads the body the long way, with
-every check. So the samples and the errors are the same with or without a plan (tests/test_lineplan.py).
+the plan records the body's shape: how many lines, what each line starts with (a dropped line the
+characters the family filter looks at, a kept series the exact text before its value), and the exact
+text of its kept comments. A later body is read by the plan only when that shape is exactly the same
+(every check below is one C-level pass: `str.split`, `map` of `str.startswith`, slicing and `len`,
+`itemgetter`, tuple comparison); then each selected value is its known series plus `float()` of a
+plain decimal. Anything else (a new series, a moved line, a comment changed, a value that is not a
+plain finite decimal, a longer one, any kept line past the length cap) returns None and the caller
+reads the body the long way, with every check. So the samples and the errors are the same with or
+without a plan (tests/test_lineplan.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from math import isfinite
-from operator import add, itemgetter, methodcaller
+from operator import add, getitem, itemgetter
 from typing import Any, NamedTuple
 
 FLOAT_CHARS = "0123456789.eE+-"
 """What a plain decimal is made of: over these characters `float()` reads exactly Prometheus' decimal syntax."""
 _MAX_VALUE = 40  # characters of a plain decimal value (a double needs at most ~24)
-_split_value = methodcaller("rpartition", " ")
-_before, _after = itemgetter(0), itemgetter(2)
+_VALUE_CHARS = FLOAT_CHARS + " "  # a selected series' rest: " <plain decimal>"
 
 Pick = Callable[[Sequence[Any]], tuple[Any, ...]]
 _PICKS: dict[tuple[int, ...], Pick] = {}
@@ -62,14 +63,32 @@ class Plan(NamedTuple):
 
     key: tuple[Any, ...]
     lines: int
-    dropped: Pick  # lines the family filter drops: they must still be dropped
-    comments: Pick  # comment lines the filter keeps
-    families: tuple[str | None, ...]  # what each of them declares ("" for a HELP line)
+    starts: tuple[str, ...]  # what each line starts with: a dropped line its name's first characters,
+    # a kept series its exact text, any other line "" (checked by `exact`)
+    exact: Pick  # kept comments and dropped lines too short to be told by their start
+    texts: tuple[str, ...]  # ... their exact text
     series: Pick  # every other kept line
-    texts: tuple[str, ...]  # ... the exact text before its value
+    cuts: tuple[slice, ...]  # ... where its text ends: the rest is " <value>"
+    spaces: str  # one space per series: what their rests start with
     selected: Pick  # of those, the positions of the selected series
     heads: tuple[tuple[Any, ...], ...]  # (family, suffix, labels) of each selected series
     typed: frozenset[str]
+
+
+def _shared(table: dict[Any, Any], value: Any) -> Any:
+    """`value`, or an equal one held already: every target of one vLLM version sends the same dropped
+    names and text lengths, held once per process (bounded: a hostile target only starts it over)."""
+    got = table.get(value)
+    if got is None:
+        if len(table) >= _MAX_PICKS * 4:
+            table.clear()
+        table[value] = got = value
+    return got
+
+
+_STARTS: dict[str, str] = {}
+_MAX_SHARED_TEXT = 256  # a longer exact line (a comment) is held by its own plan
+_CUTS: dict[int, slice] = {}
 
 
 def build(
@@ -88,59 +107,77 @@ def build(
     `max_line`, which a longer value would take past it)."""
     if len(lines) > MAX_LINES:
         return None
-    dropped, kept_comments, kept = [], [], []
-    for i, line in enumerate(lines):
-        if line[5:end] not in keys:
-            dropped.append(i)
-        elif line[:1] == "#":
-            kept_comments.append(i)
-        else:
-            kept.append(i)
-    families = tuple(comments.get(lines[i]) for i in kept_comments)
-    if None in families:
-        return None
     canon = {k: k for k in known}  # hold the cache's own key strings, not this body's copies
-    texts, selected, heads = [], [], []
-    for j, i in enumerate(kept):
-        text, sep, _ = lines[i].rpartition(" ")
-        if not sep or text not in canon or len(text) + 1 + _MAX_VALUE > max_line:
-            return None
-        texts.append(canon[text])
-        hit = known[text]
-        if hit is not None:
-            selected.append(j)
-            heads.append(hit)
+    starts: list[str] = []
+    texts: list[str] = []
+    cuts: list[slice] = []
+    exact: list[int] = []
+    series: list[int] = []
+    selected: list[int] = []
+    heads: list[tuple[Any, ...]] = []
+    for i, line in enumerate(lines):
+        if line[5:end] not in keys:  # dropped: a line starting with the same `end` characters is too
+            if len(line) >= end:
+                starts.append(_shared(_STARTS, line[:end]))
+                continue
+        elif line[:1] == "#":
+            if comments.get(line) is None:
+                return None
+        else:
+            text, sep, _ = line.rpartition(" ")
+            if not sep or text not in canon or len(text) + 1 + _MAX_VALUE > max_line:
+                return None
+            starts.append(canon[text])
+            cut = _CUTS.get(len(text))
+            if cut is None:
+                cut = _CUTS[len(text)] = slice(len(text), None)  # at most one per line length up to the cap
+            cuts.append(cut)
+            hit = known[text]
+            if hit is not None:
+                selected.append(len(series))
+                heads.append(hit)
+            series.append(i)
+            continue
+        starts.append("")
+        exact.append(i)
+        texts.append(_shared(_STARTS, line) if len(line) <= _MAX_SHARED_TEXT else line)
     if len(heads) != len(samples) or any(s[:3] != h for s, h in zip(samples, heads)):
         return None
     return Plan(
         key,
         len(lines),
-        pick(dropped),
-        pick(kept_comments),
-        families,
-        pick(kept),
+        tuple(starts),
+        pick(exact),
         tuple(texts),
+        pick(series),
+        tuple(cuts),
+        " " * len(series),
         pick(selected),
         tuple(heads),
         frozenset(typed),
     )
 
 
-def replay(plan: Plan, lines: list[str], keys: frozenset[str], end: int, comments: Mapping[str, str]) -> Any:
+_first = itemgetter(0)
+
+
+def replay(plan: Plan, lines: list[str]) -> Any:
     """(samples, typed) of a body of exactly the plan's shape with plain finite decimal values, else None."""
-    if len(lines) != plan.lines:
-        return None
-    if not keys.isdisjoint(map(itemgetter(slice(5, end)), plan.dropped(lines))):
-        return None  # a dropped line now names a selected family
-    if tuple(map(comments.get, plan.comments(lines))) != plan.families:
-        return None
-    parts = tuple(map(_split_value, plan.series(lines)))
-    if tuple(map(_before, parts)) != plan.texts:
-        return None
-    values = plan.selected(tuple(map(_after, parts)))
-    joined = "".join(values)
-    if joined.strip(FLOAT_CHARS) or len(joined) > _MAX_VALUE * len(values):
-        return None  # NaN, Inf, an exemplar's or timestamp's text, a long value: the long way says
+    if len(lines) != plan.lines or not all(map(str.startswith, lines, plan.starts)):
+        return None  # a moved line, a new series, or a dropped line that now names a selected family
+    if plan.exact(lines) != plan.texts:
+        return None  # a comment changed
+    rests: tuple[str, ...] = tuple(map(getitem, plan.series(lines), plan.cuts))
+    try:
+        if "".join(map(_first, rests)) != plan.spaces:
+            return None  # a longer name or label set than the text it starts with
+    except IndexError:
+        return None  # a series without a value: the long way says
+    if "".join(rests).count(" ") != len(rests) or max(map(len, rests), default=0) > _MAX_VALUE + 1:
+        return None  # a timestamp, an exemplar, a value past the line cap: the long way says
+    values = plan.selected(rests)
+    if "".join(values).strip(_VALUE_CHARS):
+        return None  # NaN, Inf, a value that is not a plain decimal
     try:
         floats = tuple(map(float, values))
     except ValueError:
@@ -163,14 +200,12 @@ class Slot:
         self.wait = 0
         self.backoff = 0
 
-    def replay(
-        self, key: tuple[Hashable, ...], lines: list[str], keys: frozenset[str], end: int, comments: Mapping[str, str]
-    ) -> Any:
+    def replay(self, key: tuple[Hashable, ...], lines: list[str]) -> Any:
         plan = self.plan
         if plan is None or plan.key != key:
             self.hit = False
             return None
-        got = replay(plan, lines, keys, end, comments)
+        got = replay(plan, lines)
         self.hit = got is not None
         if got is None:
             self.plan = None

@@ -13,6 +13,7 @@ from test_line_cache import _outcome_default as _outcome
 
 from kvoffload_exporter import exposition, lineplan
 from kvoffload_exporter.exposition import LineCache
+from kvoffload_exporter.limits import Limits
 from kvoffload_exporter.normalise import normalise
 
 CAPTURE = Path(__file__).parent / "fixtures" / "h200-0.6b" / "A_12_final.prom"
@@ -61,6 +62,8 @@ def _index(pred: object) -> int:
 SELECTED = _index(lambda line: line.startswith("vllm:prefix_cache_hits"))
 DROPPED = _index(lambda line: line.startswith("python_gc_objects_collected_total"))
 TYPE_LINE = _index(lambda line: line.startswith("# TYPE vllm:prefix_cache_hits"))
+CREATED = _index(lambda line: line.startswith("vllm:prefix_cache_hits_created{"))  # kept by its key, not selected
+PAST_CAP = 40 * Limits().label_value_length_limit + 2048  # longer than any line the reader accepts
 
 SAME_SHAPE = {
     "a dropped line repeats a selected series": lambda: _swap(DROPPED, LINES[SELECTED]),
@@ -73,6 +76,11 @@ SAME_SHAPE = {
     "a timestamp after a value": lambda: _swap(SELECTED, LINES[SELECTED] + " 1700000000000"),
     "an exemplar after a value": lambda: _swap(SELECTED, LINES[SELECTED] + ' # {trace_id="x"} 1.0'),
     "a blank line instead of a dropped one": lambda: _swap(DROPPED, ""),
+    "an unselected series grows past the line cap": lambda: _swap(
+        CREATED, f"{LINES[CREATED].rpartition(' ')[0]} {'9' * PAST_CAP}"
+    ),
+    "a value glued to its label set": lambda: _swap(SELECTED, LINES[SELECTED].replace("} ", "}")),
+    "a series text followed by more than its value": lambda: _swap(SELECTED, LINES[SELECTED].replace("} ", "}_x ")),
 }
 VALUES = ("NaN", "+Inf", "-Inf", "1e999", "1_000", "0x10", "1.2.3", "-1", ".", "", "\t5", "5\r", "9" * 400, "١")
 
@@ -95,6 +103,8 @@ POOL = st.sampled_from(
     [
         *LINES[::7],
         LINES[SELECTED],
+        LINES[SELECTED].replace("} ", "}"),
+        f"{LINES[CREATED].rpartition(' ')[0]} {'9' * PAST_CAP}",
         "",
         "# HELP vllm:x y",
         "# TYPE vllm:prefix_cache_hits gauge",
@@ -117,7 +127,7 @@ def test_a_plan_is_not_built_for_lines_near_the_length_cap() -> None:
     cache = _planned()
     plan = cache.plan.plan
     assert plan is not None
-    longest = max(len(t) for t in plan.texts)
+    longest = max(map(len, plan.starts))  # the longest series text
     got = lineplan.build(
         plan.key, LINES, plan.key[0], 5 + exposition.KEY, cache.known, exposition._COMMENTS, [], set(), longest + 5
     )
