@@ -10,35 +10,31 @@ counters and histograms, max for advisory gauges. Unknown families are ignored.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from operator import itemgetter
 from typing import NamedTuple
 
 from kvoffload_exporter import backends, histplan
-from kvoffload_exporter.exposition import Labels, LimitError, LineCache, Sample, read, selector
+from kvoffload_exporter.exposition import LimitError, LineCache, Sample, read, selector
 from kvoffload_exporter.families import HISTOGRAMS as _TYPED_HISTOGRAMS
 from kvoffload_exporter.families import TABLE as _TABLE
 from kvoffload_exporter.limits import Limits
 from kvoffload_exporter.model import OFFLOAD_SIGNALS, EngineSignals, Generation, Signal, Snapshot
-from kvoffload_exporter.samples import Hist as _Hist
-from kvoffload_exporter.samples import finite as _finite
+from kvoffload_exporter.routes import INFO, LEGACY_SIZE_NAMES, ROUTES, Engine, hist_name, on_hist
 from kvoffload_exporter.samples import labels_reader as _labels_reader
 from kvoffload_exporter.signalmap import (
     ALIASES,
-    BY_SOURCE,
     CACHE_INFO,
     COUNTERS,
     FAMILIES,
     FAMILY_SET,
-    FETCH_STAGE,
     FLAT,
     FLAT_SIZE,
-    GAUGES,
     HISTOGRAMS,
     LEGACY,
     LEGACY_SIZE,
     LOOKUP_DELAY,
-    OFFLOAD_INFO,
     PREFILL,
     QUEUE_TIME,
     TTFT,
@@ -52,42 +48,6 @@ _OFFLOAD_FAMILY_PREFIX = "vllm:kv_offload_"
 
 _GEN_FLAT = frozenset({*FLAT, *FLAT_SIZE})
 _GEN_LEGACY = frozenset({*LEGACY, LEGACY_SIZE})
-
-
-def _gauge(prev: float | None, value: float) -> float | None:
-    """max of pid children; a NaN/±Inf gauge is dropped (absent, never exported), not a failed poll."""
-    if value - value != 0.0:
-        return prev
-    return value if prev is None else max(prev, value)
-
-
-class _Engine:
-    """Mutable accumulator for one engine while a scrape is being read."""
-
-    def __init__(self) -> None:
-        self.counters: dict[Signal, float] = {}
-        self.legacy: dict[Signal, float] = {}
-        self.alias_counters: dict[Signal, float] = {}  # from deprecated families, by the current signal
-        self.alias_gauges: dict[Signal, float] = {}
-        self.by_source: dict[str, float] = defaultdict(float)
-        self.gauges: dict[Signal, float] = {}
-        self.hists: dict[str, _Hist] = defaultdict(_Hist)  # or histplan.Done: read by position
-        self.cache_config: dict[str, str] = {}
-        self.offload_config: dict[str, str] = {}
-        self.fetch_stage: dict[str, float] = {}
-
-
-def _transfer_direction(rest: Labels) -> int | None:
-    """Index 0 = load (CPU_to_GPU, or anything *_to_GPU), 1 = store (GPU_to_*); labels are mixed case."""
-    for k, v in rest:
-        if k == "transfer_type":
-            src, _, dst = v.lower().partition("_to_")
-            if dst == "gpu":
-                return 0
-            if src == "gpu":
-                return 1
-            return None
-    return None
 
 
 _FAMILY_OF, _VALUE_OF = itemgetter(0), itemgetter(3)
@@ -104,16 +64,18 @@ def normalise(text: str, limits: Limits | None = None, cache: LineCache | None =
     line_cap = _LINE_FACTOR * max_len + 1024
     samples, typed = read(text, _SELECTOR, _labels_reader(max_len), lim.sample_limit, line_cap, cache, max_len)
     if cache is None:
-        return _snapshot(samples, typed, lim)
+        return _snapshot(samples, typed, lim)[0]
     last, slot = cache.last, cache.plan
     values = tuple(map(_VALUE_OF, samples))
-    shape = None
+    shape = fixed = None
     if slot.hit and isinstance(last, _Last) and last.plan is slot.plan:  # the same heads as last time
         if last.values == values and last.typed == typed and last.limits == lim:
             return last.snapshot  # an idle target: the same samples make the same snapshot
-        shape = last.shape or histplan.compile(samples, _hist_name)
-    snap = _snapshot(samples, typed, lim, last.snapshot if isinstance(last, _Last) else None, shape, values)
-    cache.last = _Last(values, typed, lim, snap, slot.plan, shape)
+        shape = last.shape or histplan.compile(samples, hist_name)
+        fixed = last.fixed if last.typed == typed else None
+    prev = last.snapshot if isinstance(last, _Last) else None
+    snap, fixed = _snapshot(samples, typed, lim, prev, shape, values, fixed)
+    cache.last = _Last(values, typed, lim, snap, slot.plan, shape, fixed)
     return snap
 
 
@@ -127,35 +89,23 @@ class _Last(NamedTuple):
     snapshot: Snapshot
     plan: object  # the line plan with these samples' heads (None: none)
     shape: histplan.Shape | None
+    fixed: _Fixed
 
 
-def _snapshot(
-    samples: list[Sample],
-    typed: set[str],
-    lim: Limits,
-    prev: Snapshot | None = None,
-    shape: histplan.Shape | None = None,
-    values: tuple[float, ...] = (),
-) -> Snapshot:
-    """The samples of one read, folded into signals and evidence per engine. Parts equal to the target's
-    `prev` snapshot (family set, config labels) are that snapshot's objects: the history holds many
-    snapshots of one target, and these rarely change. With the `shape` of these samples' heads, the
-    histograms are read by position (histplan) and the loop sees only the other samples."""
-    families: set[str] = {f for f in typed if f in FAMILY_SET or f in _BACKEND_SET}
-    engines: dict[tuple[str, str], _Engine] = defaultdict(_Engine)
-    raw: dict[tuple[str, str], list[backends.RawSample]] = defaultdict(list)
-    engine_only: dict[str, dict[str, str]] = {}  # cache_config_info has `engine` but no model_name
-    done = histplan.values(shape, values) if shape is not None else None
-    if shape is None or done is None:  # the long way: every sample through the loop
-        multiprocess = _fold(samples, engines, raw, engine_only)
-        families.update(map(_FAMILY_OF, samples))
-    else:
-        multiprocess = _fold(shape.rest(samples), engines, raw, engine_only) or shape.pid
-        families.update(shape.families)
-        for key, name, hist in done:
-            engines[key].hists[name] = hist  # type: ignore[assignment]  # .count, .freeze() alike
-    if len(engines) > lim.engine_limit:
-        raise LimitError("sample_limit", f"{len(engines)} engines (limit {lim.engine_limit})")
+class _Fixed(NamedTuple):
+    """What a read's family names alone decide (the heads and the TYPE lines): the same for every body of
+    one line plan, so a planned read with the last one's TYPE lines reuses it."""
+
+    families: frozenset[str]
+    generation: Generation
+    backends: tuple[backends.Backend, ...]
+    rows: tuple[backends.Source, ...]
+    sources: tuple[backends.SourceRef, ...]
+
+
+def _fixed(samples: list[Sample], typed: set[str], shape: histplan.Shape | None, prev: Snapshot | None) -> _Fixed:
+    families = {f for f in typed if f in FAMILY_SET or f in _BACKEND_SET}
+    families.update(shape.families if shape is not None else map(_FAMILY_OF, samples))
     generation = (
         Generation.FLAT
         if families & _GEN_FLAT
@@ -166,6 +116,39 @@ def _snapshot(
     found = prev.families if prev is not None and prev.families == families else frozenset(families)
     present = backends.detect(found)
     rows = backends.rows_for(present, found)
+    return _Fixed(found, generation, present, rows, backends.sources(rows))
+
+
+def _snapshot(
+    samples: list[Sample],
+    typed: set[str],
+    lim: Limits,
+    prev: Snapshot | None = None,
+    shape: histplan.Shape | None = None,
+    values: tuple[float, ...] = (),
+    fixed: _Fixed | None = None,
+) -> tuple[Snapshot, _Fixed]:
+    """The samples of one read, folded into signals and evidence per engine. Parts equal to the target's
+    `prev` snapshot (family set, config labels) are that snapshot's objects: the history holds many
+    snapshots of one target, and these rarely change. With the `shape` of these samples' heads, the
+    histograms are read by position (histplan) and the loop sees only the other samples; with their
+    `fixed` parts, those are not worked out again."""
+    engines: dict[tuple[str, str], Engine] = defaultdict(Engine)
+    raw: dict[tuple[str, str], list[backends.RawSample]] = defaultdict(list)
+    engine_only: dict[str, dict[str, str]] = {}  # cache_config_info has `engine` but no model_name
+    done = histplan.values(shape, values) if shape is not None else None
+    if shape is None or done is None:  # the long way: every sample through the loop
+        multiprocess = _fold(samples, engines, raw, engine_only)
+        shape = None
+    else:
+        multiprocess = _fold(shape.rest(samples), engines, raw, engine_only) or shape.pid
+        for key, name, hist in done:
+            engines[key].hists[name] = hist  # type: ignore[assignment]  # .count, .freeze() alike
+    if len(engines) > lim.engine_limit:
+        raise LimitError("sample_limit", f"{len(engines)} engines (limit {lim.engine_limit})")
+    if fixed is None:
+        fixed = _fixed(samples, typed, shape, prev)
+    families, generation, rows = fixed.families, fixed.generation, fixed.rows
     _attribute(raw, engines)
     before = {(x.model_name, x.engine): x for x in prev.engines} if prev is not None else {}
     out = []
@@ -175,19 +158,20 @@ def _snapshot(
         ev = backends.resolve(rows, raw.get((model, engine), ())) if rows else ({}, {})
         was = before.get((model, engine)) if before else None
         out.append(_freeze(model, engine, e, generation, families, engine_only.get(engine, {}), ev, was))
-    return Snapshot(
+    snap = Snapshot(
         generation=generation,
         engines=tuple(out),
-        families=found,
+        families=families,
         multiprocess=multiprocess,
-        backends=present,
-        sources=backends.sources(rows),
+        backends=fixed.backends,
+        sources=fixed.sources,
     )
+    return snap, fixed
 
 
 def _fold(
     samples: Iterable[Sample],
-    engines: dict[tuple[str, str], _Engine],
+    engines: dict[tuple[str, str], Engine],
     raw: dict[tuple[str, str], list[backends.RawSample]],
     engine_only: dict[str, dict[str, str]],
 ) -> bool:
@@ -196,16 +180,16 @@ def _fold(
     multiprocess = False
     for fam, sfx, (key, rest, pid, le), value in samples:
         multiprocess |= pid
-        evidence, handler = _ROUTES[fam]
+        evidence, handler = ROUTES[fam]
         if evidence:
             raw[key].append((fam, sfx, rest, value))
-        if handler is _on_hist:  # most samples: histogram buckets, added without a second call
+        if handler is on_hist:  # most samples: histogram buckets, added without a second call
             hists = engines[key].hists
             if sfx:
                 hists[fam].add(sfx, value, le)
         elif handler is not None:
             handler(engines[key], fam, sfx, value, rest, le)
-        elif fam in _INFO:
+        elif fam in INFO:
             info = dict(rest)
             if fam == CACHE_INFO and not key[0]:
                 engine_only[key[1]] = info
@@ -215,7 +199,7 @@ def _fold(
     return multiprocess
 
 
-def _attribute(raw: dict[tuple[str, str], list[backends.RawSample]], engines: dict[tuple[str, str], _Engine]) -> None:
+def _attribute(raw: dict[tuple[str, str], list[backends.RawSample]], engines: dict[tuple[str, str], Engine]) -> None:
     """Backend series without `engine` (lmcache:* has model_name only, kvbm_* no labels) belong to the one
     engine of that model; with several candidates they stay apart (never copied: no double count)."""
     for key in [k for k in raw if not k[1]]:
@@ -223,15 +207,15 @@ def _attribute(raw: dict[tuple[str, str], list[backends.RawSample]], engines: di
         if len(cands) == 1:
             raw[cands[0]].extend(raw.pop(key))
         elif key[0]:
-            engines.setdefault(key, _Engine())
+            engines.setdefault(key, Engine())
 
 
 def _freeze(
     model: str,
     engine: str,
-    e: _Engine,
+    e: Engine,
     generation: Generation,
-    families: set[str],
+    families: AbstractSet[str],
     engine_info: dict[str, str],
     evidence: tuple[dict[backends.EvidenceKey, float], dict[backends.EvidenceKey, float]],
     prev: EngineSignals | None = None,
@@ -254,7 +238,7 @@ def _freeze(
             counters.setdefault(sig, 0.0)
     gauges = e.gauges
     size = e.hists
-    load_name, store_name = (*FLAT_SIZE,) if generation == Generation.FLAT else _LEGACY_SIZE_NAMES
+    load_name, store_name = (*FLAT_SIZE,) if generation == Generation.FLAT else LEGACY_SIZE_NAMES
     load_size, store_size = size.get(load_name), size.get(store_name)
     ttft = size.get(TTFT)
     # Operation counts come from the transfer-size histograms (one observation per worker job).
@@ -293,102 +277,5 @@ _ZERO_WHEN_REGISTERED = tuple(
 def _same(new: dict[str, str], prev: Mapping[str, str] | None) -> Mapping[str, str]:
     return prev if prev is not None and prev == new else new
 
-
-def _add(d: dict[Signal, float], k: Signal, v: float) -> None:
-    d[k] = _finite(d.get(k, 0.0) + _finite(v, k), k)  # sums children that differ only by pid
-
-
-def _on_flat(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
-    _add(e.counters, FLAT[fam], value)
-
-
-def _on_legacy(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
-    d = _transfer_direction(rest)
-    if d is not None:
-        _add(e.legacy, LEGACY[fam][d], value)
-
-
-def _on_counter(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
-    _add(e.counters, COUNTERS[fam], value)
-
-
-def _on_prefill(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
-    if sfx == "sum":
-        _add(e.counters, PREFILL[fam], value)
-
-
-def _on_alias(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
-    current = ALIASES[fam]
-    if current in GAUGES:
-        v = _gauge(e.alias_gauges.get(GAUGES[current]), value)
-        if v is not None:
-            e.alias_gauges[GAUGES[current]] = v
-    else:
-        _add(e.alias_counters, COUNTERS[current], value)
-
-
-def _on_gauge(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
-    sig = GAUGES[fam]
-    # pid-split gauges (multiprocess mode) go stale per process: max is advisory, never a sum.
-    v = _gauge(e.gauges.get(sig), value)
-    if v is not None:
-        e.gauges[sig] = v
-
-
-def _on_hist(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
-    if sfx:
-        e.hists[fam].add(sfx, value, le)
-
-
-def _on_legacy_size(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
-    d = _transfer_direction(rest)
-    if d is not None and sfx:
-        e.hists[_LEGACY_SIZE_NAMES[d]].add(sfx, value, le)
-
-
-_LEGACY_SIZE_NAMES = ("legacy:load", "legacy:store")
-"""The accumulators of the transfer_type size histogram, by `_transfer_direction`."""
-
-
-def _on_by_source(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
-    for k, v in rest:
-        if k == "source":
-            e.by_source[v] = _finite(e.by_source[v] + _finite(value, fam), fam)
-
-
-def _on_fetch_stage(e: _Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
-    for k, v in rest:
-        if k == "stage":
-            prev = e.fetch_stage.get(v)
-            e.fetch_stage[v] = value if prev is None else max(prev, value)  # a gauge: max over pids
-
-
-def _hist_name(fam: str, rest: Labels) -> str | None:
-    """The histogram accumulator a sample of `fam` feeds (histplan groups those), else None."""
-    evidence, handler = _ROUTES[fam]
-    if evidence:
-        return None
-    if handler is _on_hist:
-        return fam
-    d = _transfer_direction(rest) if handler is _on_legacy_size else None
-    return None if d is None else _LEGACY_SIZE_NAMES[d]
-
-
-_Handler = Callable[[_Engine, str, str, float, Labels, float | None], None]
-_HANDLERS: dict[str, _Handler] = {
-    **{f: _on_flat for f in FLAT},
-    **{f: _on_legacy for f in LEGACY},
-    **{f: _on_counter for f in COUNTERS},
-    **{f: _on_alias for f in ALIASES},
-    **{f: _on_gauge for f in GAUGES if f not in ALIASES},
-    **{f: _on_hist for f in (*FLAT_SIZE, TTFT, LOOKUP_DELAY, QUEUE_TIME)},
-    FETCH_STAGE: _on_fetch_stage,
-    LEGACY_SIZE: _on_legacy_size,
-    BY_SOURCE: _on_by_source,
-    **{f: _on_prefill for f in PREFILL},
-}
-_INFO = frozenset({CACHE_INFO, OFFLOAD_INFO})
-_ROUTES: dict[str, tuple[bool, _Handler | None]] = {f: (f in _BACKEND_SET, _HANDLERS.get(f)) for f in _TABLE}
-"""Family → (handed to the backend resolver, this module's handler): one lookup per sample."""
 
 __all__ = ["FAMILIES", "HISTOGRAMS", "normalise"]

@@ -49,9 +49,7 @@ def _head(name: str, labels: Mapping[str, str]) -> str:
 
 def format_value(v: float) -> str:
     if v - v == 0.0:  # finite (the common case first: one test instead of isnan and isinf)
-        if v == int(v) and abs(v) < 1e15:
-            return f"{int(v)}.0"
-        return repr(float(v))
+        return repr(float(v)) if v else "0.0"  # a whole number as `184.0`; -0.0 as 0.0
     if v != v:
         return "NaN"
     return "+Inf" if v > 0 else "-Inf"

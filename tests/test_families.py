@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 
-from kvoffload_exporter import normalise
+from kvoffload_exporter import normalise, routes
 from kvoffload_exporter.exposition import selector
 from kvoffload_exporter.families import HISTOGRAMS, TABLE, FamilyType
 
@@ -28,7 +28,7 @@ def test_every_family_a_reader_names_is_in_the_table_and_none_is_unread() -> Non
 def test_the_table_types_a_family_as_its_readers_read_it() -> None:
     suffixed = {r.family for r in resolve._ALL_ROWS if r.suffix}
     assert suffixed <= HISTOGRAMS, "a backend row reads _sum/_count of a family not typed as a histogram"
-    hist_handlers = {f for f, h in normalise._HANDLERS.items() if h in (normalise._on_hist, normalise._on_legacy_size)}
+    hist_handlers = {f for f, h in routes.HANDLERS.items() if h in (routes.on_hist, routes.on_legacy_size)}
     assert hist_handlers | set(normalise.PREFILL) <= HISTOGRAMS
     info_rows = {r.family for r in resolve._ALL_ROWS if r.kind.value == "info"}
     assert {f for f in info_rows if TABLE[f] is not FamilyType.INFO} == set()
@@ -44,7 +44,7 @@ def test_each_wire_name_belongs_to_one_family() -> None:
 
 
 def test_every_selected_family_has_one_route() -> None:
-    assert set(normalise._ROUTES) == set(TABLE)
-    for fam, (evidence, handler) in normalise._ROUTES.items():
+    assert set(routes.ROUTES) == set(TABLE)
+    for fam, (evidence, handler) in routes.ROUTES.items():
         assert evidence == (fam in resolve.FAMILIES)
-        assert (handler is not None) or fam in normalise._INFO or evidence, fam
+        assert (handler is not None) or fam in routes.INFO or evidence, fam

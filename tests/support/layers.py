@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "kvoffload_exporter.samples",
         "kvoffload_exporter.signalmap",
         "kvoffload_exporter.histplan",
+        "kvoffload_exporter.routes",
         "kvoffload_exporter.normalise",
         "kvoffload_exporter.derive",
         "kvoffload_exporter.procmem",
