@@ -357,14 +357,12 @@ def derive(history: Sequence[Mark], now: float, window: float) -> dict[EngineKey
         return {}
     end = history[-1]
     start = window_start(history, now, window)
-    earlier = [p for p in history if p.t < start.t]
     out = {}
     for key in end.totals:
         # An engine that appeared inside the window is compared from its first point.
         first = next((p for p in history if p.t >= start.t and key in p.totals), end)
-        before = next((p for p in reversed(earlier) if key in p.totals), None)
-        if first is end and before is not None:
-            first = before  # nothing else inside the window (an outage): compare across the gap
+        if first is end:  # nothing else inside the window (an outage): compare across the gap
+            first = next((p for p in reversed(history) if p.t < start.t and key in p.totals), end)
         anchor = next((p for p in reversed(history) if p.t <= now - window and key in p.totals), None)
         out[key] = compare(first, end, key, anchor)
     return out

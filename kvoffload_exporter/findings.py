@@ -9,7 +9,7 @@ built (a poll, or canary facts arriving through `dataclasses.replace`), never wh
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from kvoffload_exporter.backends.resolve import unit_bytes
 from kvoffload_exporter.backends.schema import NativeUnit
@@ -45,17 +45,15 @@ def engine_findings(
 ) -> EngineFindings:
     """The reason, tier bytes and payback of one engine (no window yet: none of the windowed ones), and
     the cache facts read from its info labels."""
-    tier = tier_bytes(e, configured_tier) if snapshot.offload_configured else None
-    facts = EngineFindings(
-        tier_bytes=tier,
+    known = tier_bytes(e, configured_tier)
+    return EngineFindings(
+        reason=explain(d, e, families, canary, known) if d is not None else None,
+        tier_bytes=known if snapshot.offload_configured else None,
+        payback=engine_payback(d, e, known) if d is not None else None,
         gpu_blocks=info_number(e.cache_config.get("num_gpu_blocks")),
         block_size=info_number(e.cache_config.get("block_size")),
         unit_bytes=unit_bytes(e.evidence_gauges, e.cache_config),
     )
-    if d is None:
-        return facts
-    known = tier_bytes(e, configured_tier)
-    return replace(facts, reason=explain(d, e, families, canary, known), payback=engine_payback(d, e, known))
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,9 @@ class PackedPoint(Mapping[EngineKey, Totals]):
     def __len__(self) -> int:
         return len(self._layout.keys)
 
+    def get(self, key: EngineKey, default: Any = None) -> Any:  # Mapping.get's try/except, without the raise
+        return self[key] if key in self._layout.keys else default
+
     def __getitem__(self, key: EngineKey) -> Totals:
         layout = self._layout
         i = layout.keys[key]
