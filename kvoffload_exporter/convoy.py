@@ -32,7 +32,7 @@ class ConvoyView:
 def _counts(start: Histogram | None, end: Histogram) -> tuple[float, ...]:
     if start is None or start.bounds != end.bounds or end.count < start.count:
         return end.counts
-    return tuple(max(0.0, a - b) for a, b in zip(end.counts, start.counts))
+    return tuple([d if (d := a - b) > 0.0 else 0.0 for a, b in zip(end.counts, start.counts)])  # max(0.0, d)
 
 
 def _window(start: Histogram | None, end: Histogram | None) -> tuple[tuple[float, ...], tuple[float, ...]]:

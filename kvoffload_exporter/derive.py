@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import add, sub
 from typing import Protocol, TypeVar
 
 from kvoffload_exporter.backends.schema import Evidence, EvidenceKey, NativeUnit
@@ -150,8 +151,8 @@ def _ttft_totals(
         return (), ()
     if prev is None or p is None or prev.ttft_bounds != c.bounds or len(p.counts) != len(c.counts):
         return c.bounds, c.counts  # new or re-bucketed histogram: start over from its raw counts
-    inc = c.counts if reset else tuple(x - y for x, y in zip(c.counts, p.counts))
-    return c.bounds, tuple(a + b for a, b in zip(prev.ttft_counts, inc))
+    inc = c.counts if reset else tuple(map(sub, c.counts, p.counts))
+    return c.bounds, tuple(map(add, prev.ttft_counts, inc))
 
 
 def advance(prev: Mark | None, snapshot: Snapshot, t: float) -> Point:
@@ -271,9 +272,10 @@ def _diff(a: Mapping[K, float], b: Mapping[K, float] | None, new_from_zero: bool
     end counts from 0 (evidence series appear at their first event), else it is left out."""
     if b is None:
         return dict(a)
+    # `d if d > 0.0 else 0.0` is max(0.0, d) exactly (NaN and -0.0 give 0.0), without a call per key
     if new_from_zero:
-        return {k: max(0.0, v - b.get(k, 0.0)) for k, v in a.items()}
-    return {k: max(0.0, v - b[k]) for k, v in a.items() if k in b}
+        return {k: d if (d := v - b.get(k, 0.0)) > 0.0 else 0.0 for k, v in a.items()}
+    return {k: d if (d := v - b[k]) > 0.0 else 0.0 for k, v in a.items() if k in b}
 
 
 def stored_before(anchor: Mark | None, end: Mark, key: EngineKey) -> bool:
@@ -293,8 +295,8 @@ def compare(start: Mark | None, end: Mark, key: EngineKey, anchor: Mark | bool |
 
     `anchor`: the point whose stores count as older than the window (True: `start`)."""
     tot = end.totals[key]
-    s_tot = start.totals.get(key) if start else None
-    window = end.t - start.t if start and s_tot is not None else 0.0
+    s_tot = start.totals.get(key) if start is not None else None  # (a packed point's truth is its length)
+    window = end.t - start.t if start is not None and s_tot is not None else 0.0
     d = _diff(tot.counters, s_tot.counters if s_tot else None)
     by_source = _diff(tot.by_source, s_tot.by_source if s_tot else None)
     ttft: dict[float, float] = {}
@@ -302,7 +304,7 @@ def compare(start: Mark | None, end: Mark, key: EngineKey, anchor: Mark | bool |
     if tot.ttft_counts:
         counts = tot.ttft_counts
         if s_tot and s_tot.ttft_bounds == tot.ttft_bounds and s_tot.ttft_counts:
-            counts = tuple(max(0.0, a - b) for a, b in zip(tot.ttft_counts, s_tot.ttft_counts))
+            counts = tuple([n if (n := a - b) > 0.0 else 0.0 for a, b in zip(tot.ttft_counts, s_tot.ttft_counts)])
         ttft_count = counts[-1]
         for q in QUANTILES:
             v = histogram_quantile(q, tot.ttft_bounds, counts)
