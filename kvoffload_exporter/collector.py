@@ -46,6 +46,14 @@ _WINDOW_NAMES = (
 )
 
 
+_TARGET_NAMES = (
+    "kvoffload_up",
+    "kvoffload_scrape_duration_seconds",
+    "kvoffload_scrape_body_bytes",
+    "kvoffload_last_success_timestamp_seconds",
+)
+
+
 def _spec(name: str, labels: Mapping[str, str]) -> Spec:
     """A series written under its own family name (a summary's `_sum` is not)."""
     return name, name, labels
@@ -147,14 +155,12 @@ def _by_reason(x: Exposition, name: str, target: str, errors: Mapping[str, int])
 def _target(x: Exposition, t: TargetView, window: str) -> None:
     if t.pending:  # never polled: no `up 0` for a target nobody failed to read yet
         return
-    x.add("kvoffload_up", 1.0 if t.up else 0.0, {"target": t.label})
+    polled = (1.0 if t.up else 0.0, t.duration, t.body_bytes, t.last_success)
+    x.series(("target", t.label), polled, _same_labels(_TARGET_NAMES, {"target": t.label}))
     # pre-created so rate() works from the first error
     _by_reason(x, "kvoffload_scrape_errors_total", t.label, t.errors)
     if t.extra_errors is not None:  # only targets with extra_metrics_urls: no new series elsewhere
         _by_reason(x, "kvoffload_extra_endpoint_errors_total", t.label, t.extra_errors)
-    x.add("kvoffload_scrape_duration_seconds", t.duration, {"target": t.label})
-    x.add("kvoffload_scrape_body_bytes", t.body_bytes, {"target": t.label})
-    x.add("kvoffload_last_success_timestamp_seconds", t.last_success, {"target": t.label})
     if not t.up or t.snapshot is None:
         return
     x.add(

@@ -162,7 +162,7 @@ _first = itemgetter(0)
 
 
 def replay(plan: Plan, lines: list[str]) -> Any:
-    """(samples, typed) of a body of exactly the plan's shape with plain finite decimal values, else None."""
+    """(samples, typed, their values) of a body of exactly the plan's shape with plain finite decimal values, else None."""
     if len(lines) != plan.lines or not all(map(str.startswith, lines, plan.starts)):
         return None  # a moved line, a new series, or a dropped line that now names a selected family
     if plan.exact(lines) != plan.texts:
@@ -184,7 +184,7 @@ def replay(plan: Plan, lines: list[str]) -> Any:
         return None
     if not all(map(isfinite, floats)):
         return None  # an overflow (1e999): the long way raises it
-    return list(map(add, plan.heads, zip(floats))), set(plan.typed)
+    return list(map(add, plan.heads, zip(floats))), set(plan.typed), floats
 
 
 class Slot:
@@ -192,11 +192,12 @@ class Slot:
     values churning) would pay a build (~2 long reads) per poll for nothing: after a miss, or a body
     that cannot be planned, the next build waits 1, 2, 4 … up to 64 long reads; a hit starts over."""
 
-    __slots__ = ("backoff", "hit", "plan", "wait")
+    __slots__ = ("backoff", "hit", "plan", "values", "wait")
 
     def __init__(self) -> None:
         self.plan: Plan | None = None
         self.hit = False  # the last body was read by `plan` (its samples have the plan's heads)
+        self.values: tuple[float, ...] = ()  # ... and these values, in order
         self.wait = 0
         self.backoff = 0
 
@@ -210,9 +211,10 @@ class Slot:
         if got is None:
             self.plan = None
             self._missed()
-        else:
-            self.backoff = 0
-        return got
+            return None
+        self.backoff = 0
+        samples, typed, self.values = got
+        return samples, typed
 
     def after_long_read(self, make: Callable[[], Plan | None]) -> None:
         """After a body was read the long way: `make` its plan, unless the backoff says wait."""

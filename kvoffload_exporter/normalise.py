@@ -66,7 +66,7 @@ def normalise(text: str, limits: Limits | None = None, cache: LineCache | None =
     if cache is None:
         return _snapshot(samples, typed, lim)[0]
     last, slot = cache.last, cache.plan
-    values = tuple(map(_VALUE_OF, samples))
+    values = slot.values if slot.hit else tuple(map(_VALUE_OF, samples))  # a planned read's, as read
     shape = fixed = None
     if slot.hit and isinstance(last, _Last) and last.plan is slot.plan:  # the same heads as last time
         if last.values == values and last.typed == typed and last.limits == lim:
