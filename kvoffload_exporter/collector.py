@@ -67,7 +67,7 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     lb = {"target": t.label, "model_name": e.model_name, "engine": e.engine}
     found = t.engines.get(e.key) or EngineFindings()
     # every catalogue row that names a signal (counters and gauges), then the engine's own findings
-    values = (*map(e.value, _SIGNALS), found.tier_bytes, found.gpu_blocks, found.block_size)
+    values = (*e.values(_SIGNALS), found.tier_bytes, found.gpu_blocks, found.block_size)
     x.series(("engine", t.label, *e.key), values, _same_labels(_ENGINE_NAMES, lb))
     by_source = sorted(e.prompt_tokens_by_source.items())
     x.series(

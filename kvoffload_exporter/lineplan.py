@@ -162,7 +162,8 @@ _first = itemgetter(0)
 
 
 def replay(plan: Plan, lines: list[str]) -> Any:
-    """(samples, typed, their values) of a body of exactly the plan's shape with plain finite decimal values, else None."""
+    """(samples, typed, their values) of a body of exactly the plan's shape with plain finite decimal values,
+    else None."""
     if len(lines) != plan.lines or not all(map(str.startswith, lines, plan.starts)):
         return None  # a moved line, a new series, or a dropped line that now names a selected family
     if plan.exact(lines) != plan.texts:

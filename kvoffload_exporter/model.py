@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kvoffload_exporter.backends.resolve import SourceRef
@@ -19,6 +19,9 @@ from kvoffload_exporter.enums import (
 
 EngineKey = tuple[str, str]
 """(model_name, engine): KV caches are per engine, so every signal is kept per engine."""
+
+_GAUGE_FIELDS = {s: s.value for s in GAUGE_SIGNALS}
+"""The gauge signals an engine holds as fields of its own; every other signal is one of its counters."""
 
 GENERATIONS: tuple[Generation, ...] = tuple(Generation)
 
@@ -83,16 +86,17 @@ class EngineSignals:
 
     def value(self, signal: Signal) -> float | None:
         """A signal's value whether it is a counter or a gauge; None when its family was absent."""
-        match signal:
-            case Signal.GPU_KV_CACHE_USAGE:
-                return self.gpu_kv_cache_usage
-            case Signal.OFFLOAD_INFLIGHT:
-                return self.offload_inflight
-            case Signal.REQUESTS_RUNNING:
-                return self.requests_running
-            case Signal.REQUESTS_WAITING:
-                return self.requests_waiting
-        return self.counters.get(signal)
+        gauge = _GAUGE_FIELDS.get(signal)
+        return self.counters.get(signal) if gauge is None else getattr(self, gauge)
+
+    def values(self, signals: Sequence[Signal]) -> list[float | None]:
+        """`value` of each of `signals`, in order (the counters in one C-level pass)."""
+        out = list(map(self.counters.get, signals))
+        for i, signal in enumerate(signals):
+            gauge = _GAUGE_FIELDS.get(signal)
+            if gauge is not None:
+                out[i] = getattr(self, gauge)
+        return out
 
 
 def _configured_size(raw: str | None) -> bool:
