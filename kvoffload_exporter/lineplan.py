@@ -4,9 +4,9 @@ A vLLM target sends the same lines every poll with new values. After a full read
 the plan records the body's shape: how many lines, what each line starts with (a dropped line the
 characters the family filter looks at, a kept series the exact text before its value), and the exact
 text of its kept comments. A later body is read by the plan only when that shape is exactly the same
-(every check below is one C-level pass: `str.split`, `map` of `str.startswith`, slicing and `len`,
-`itemgetter`, tuple comparison); then each selected value is its known series plus `float()` of a
-plain decimal. Anything else (a new series, a moved line, a comment changed, a value that is not a
+(every check below is one C-level pass: `str.split`, `map` of `str.startswith`, `str.removeprefix`
+and `len`, `itemgetter`, tuple comparison); then each selected value is its known series plus
+`float()` of a plain decimal. Anything else (a new series, a moved line, a comment changed, a value that is not a
 plain finite decimal, a longer one, any kept line past the length cap) returns None and the caller
 reads the body the long way, with every check. So the samples and the errors are the same with or
 without a plan (tests/test_lineplan.py).
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from math import isfinite
-from operator import add, getitem, itemgetter
+from operator import add, itemgetter
 from typing import Any, NamedTuple
 
 FLOAT_CHARS = "0123456789.eE+-"
@@ -67,8 +67,7 @@ class Plan(NamedTuple):
     # a kept series its exact text, any other line "" (checked by `exact`)
     exact: Pick  # kept comments and dropped lines too short to be told by their start
     texts: tuple[str, ...]  # ... their exact text
-    series: Pick  # every other kept line
-    cuts: tuple[slice, ...]  # ... where its text ends: the rest is " <value>"
+    series: Pick  # every other kept line (its text is its start: the rest is " <value>")
     spaces: str  # one space per series: what their rests start with
     selected: Pick  # of those, the positions of the selected series
     heads: tuple[tuple[Any, ...], ...]  # (family, suffix, labels) of each selected series
@@ -88,7 +87,6 @@ def _shared(table: dict[Any, Any], value: Any) -> Any:
 
 _STARTS: dict[str, str] = {}
 _MAX_SHARED_TEXT = 256  # a longer exact line (a comment) is held by its own plan
-_CUTS: dict[int, slice] = {}
 
 
 def build(
@@ -110,7 +108,6 @@ def build(
     canon = {k: k for k in known}  # hold the cache's own key strings, not this body's copies
     starts: list[str] = []
     texts: list[str] = []
-    cuts: list[slice] = []
     exact: list[int] = []
     series: list[int] = []
     selected: list[int] = []
@@ -128,10 +125,6 @@ def build(
             if not sep or text not in canon or len(text) + 1 + _MAX_VALUE > max_line:
                 return None
             starts.append(canon[text])
-            cut = _CUTS.get(len(text))
-            if cut is None:
-                cut = _CUTS[len(text)] = slice(len(text), None)  # at most one per line length up to the cap
-            cuts.append(cut)
             hit = known[text]
             if hit is not None:
                 selected.append(len(series))
@@ -150,8 +143,7 @@ def build(
         pick(exact),
         tuple(texts),
         pick(series),
-        tuple(cuts),
-        " " * len(series),
+        _shared(_STARTS, " " * len(series)),
         pick(selected),
         tuple(heads),
         frozenset(typed),
@@ -168,7 +160,7 @@ def replay(plan: Plan, lines: list[str]) -> Any:
         return None  # a moved line, a new series, or a dropped line that now names a selected family
     if plan.exact(lines) != plan.texts:
         return None  # a comment changed
-    rests: tuple[str, ...] = tuple(map(getitem, plan.series(lines), plan.cuts))
+    rests: tuple[str, ...] = tuple(map(str.removeprefix, plan.series(lines), plan.series(plan.starts)))
     try:
         if "".join(map(_first, rests)) != plan.spaces:
             return None  # a longer name or label set than the text it starts with
