@@ -80,6 +80,8 @@ SAME_SHAPE = {
         CREATED, f"{LINES[CREATED].rpartition(' ')[0]} {'9' * PAST_CAP}"
     ),
     "a value glued to its label set": lambda: _swap(SELECTED, LINES[SELECTED].replace("} ", "}")),
+    "a series without its value": lambda: _swap(SELECTED, LINES[SELECTED].rpartition(" ")[0]),
+    "a series with two spaces before its value": lambda: _swap(SELECTED, LINES[SELECTED].replace("} ", "}  ")),
     "a series text followed by more than its value": lambda: _swap(SELECTED, LINES[SELECTED].replace("} ", "}_x ")),
 }
 VALUES = ("NaN", "+Inf", "-Inf", "1e999", "1_000", "0x10", "1.2.3", "-1", ".", "", "\t5", "5\r", "9" * 400, "١")
