@@ -99,34 +99,68 @@ def _index(rows: tuple[Source, ...]) -> dict[tuple[str, str], tuple[Source, ...]
     return {k: tuple(v) for k, v in out.items()}
 
 
+_Prepared = tuple[tuple[Source, ...], dict[tuple[str, str], tuple[Source, ...]], tuple[EvidenceKey, ...]]
+_PREPARED: dict[int, _Prepared] = {}
+"""id(rows) → (rows, their index by (family, suffix), the keys of their counters that read 0 when declared
+without a child). The same few row tuples serve every poll (rows_for is cached); holding `rows` keeps
+its id from being reused while it is cached. Bounded: a new tuple past the bound starts it over."""
+_KEYS: dict[tuple[int, Labels], tuple[Source, EvidenceKey | None]] = {}
+"""(id(row), labels) → (row, the sample's evidence key, or None when the row's `match` refuses the labels).
+Holding the row keeps its id from being reused while it is cached (a row's own hash is a Python call
+over all its fields). Bounded by `_MAX_KEYS` entries of label sets up to `_MAX_TEXT` characters: a
+target inventing label sets only starts it over."""
+_MAX_PREPARED, _MAX_KEYS, _MAX_TEXT = 64, 4096, 1024
+
+
+def _prepared(rows: tuple[Source, ...]) -> _Prepared:
+    got = _PREPARED.get(id(rows))
+    if got is None or got[0] is not rows:
+        zero = tuple(_key(r, {}) for r in rows if r.kind == Kind.COUNTER and not r.tier_label and not r.detail_label)
+        if len(_PREPARED) >= _MAX_PREPARED:
+            _PREPARED.clear()
+        got = _PREPARED[id(rows)] = (rows, _index(rows), zero)
+    return got
+
+
+def _key_of(row: Source, rest: Labels) -> EvidenceKey | None:
+    slot = (id(row), rest)
+    got = _KEYS.get(slot)
+    if got is None or got[0] is not row:
+        labels = dict(rest)
+        got = (row, None if any(labels.get(k) != v for k, v in row.match) else _key(row, labels))
+        if sum(len(k) + len(v) for k, v in rest) <= _MAX_TEXT:  # a long label set is not held
+            if len(_KEYS) >= _MAX_KEYS:
+                _KEYS.clear()
+            _KEYS[slot] = got
+    return got[1]
+
+
 def resolve(
     rows: tuple[Source, ...], raw: Iterable[RawSample]
 ) -> tuple[dict[EvidenceKey, float], dict[EvidenceKey, float]]:
     """Samples of one engine -> (cumulative evidence, last-value evidence)."""
-    index = _index(rows)
+    _, index, zero = _prepared(rows)
     counters: dict[EvidenceKey, float] = {}
     per_series: dict[tuple[EvidenceKey, Source, Labels], float] = {}
     for fam, sfx, rest, value in raw:
         for row in index.get((fam, sfx), ()):
-            labels = dict(rest)
-            if any(labels.get(k) != v for k, v in row.match):
+            key = _key_of(row, rest)
+            if key is None:
                 continue
-            key = _key(row, labels)
             if row.kind == Kind.COUNTER:
                 total = counters.get(key, 0.0) + value  # pid splits of a counter add up
                 if not 0.0 <= total < math.inf:  # would poison the reset-adjusted totals: the poll fails
                     raise ParseError(f"negative or non-finite cumulative value {value} in {row.name}")
                 counters[key] = total
                 continue
-            v = info_number(labels.get(row.label_value)) if row.kind == Kind.INFO else value
+            v = info_number(dict(rest).get(row.label_value)) if row.kind == Kind.INFO else value
             if v is None:
                 continue
             series = (key, row, () if row.kind == Kind.INFO else rest)
             prev = per_series.get(series)
             per_series[series] = v if prev is None else max(prev, v)  # stale pid copies: max, never a sum
-    for row in rows:  # a declared family without a child yet: nothing happened, which is 0
-        if row.kind == Kind.COUNTER and not row.tier_label and not row.detail_label:
-            counters.setdefault(_key(row, {}), 0.0)
+    for key in zero:  # a declared family without a child yet: nothing happened, which is 0
+        counters.setdefault(key, 0.0)
     gauges: dict[EvidenceKey, float] = {}
     for (key, _, _), v in per_series.items():
         gauges[key] = gauges.get(key, 0.0) + v
