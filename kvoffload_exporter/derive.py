@@ -295,7 +295,8 @@ def compare(start: Mark | None, end: Mark, key: EngineKey, anchor: Mark | bool |
 
     `anchor`: the point whose stores count as older than the window (True: `start`)."""
     tot = end.totals[key]
-    s_tot = start.totals.get(key) if start is not None else None  # (a packed point's truth is its length)
+    s_tot = start.totals.get(key) if start is not None else None  # not `if start`: a packed point is a
+    # Mapping, whose truth would cost a __len__ call (and an empty one has no totals for `key` either way)
     window = end.t - start.t if start is not None and s_tot is not None else 0.0
     d = _diff(tot.counters, s_tot.counters if s_tot else None)
     by_source = _diff(tot.by_source, s_tot.by_source if s_tot else None)

@@ -6,10 +6,10 @@ characters the family filter looks at, a kept series the exact text before its v
 text of its kept comments. A later body is read by the plan only when that shape is exactly the same
 (every check below is one C-level pass: `str.split`, `map` of `str.startswith`, `str.removeprefix`
 and `len`, `itemgetter`, tuple comparison); then each selected value is its known series plus
-`float()` of a plain decimal. Anything else (a new series, a moved line, a comment changed, a value that is not a
-plain finite decimal, a longer one, any kept line past the length cap) returns None and the caller
-reads the body the long way, with every check. So the samples and the errors are the same with or
-without a plan (tests/test_lineplan.py).
+`float()` of a plain decimal. Anything else (a new series, a moved line, a comment changed, a value
+that is not a plain finite decimal, a longer one, any kept line past the length cap) returns None and
+the caller reads the body the long way, with every check. So the samples and the errors are the same
+with or without a plan (tests/test_lineplan.py).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class Plan(NamedTuple):
 
 def _shared(table: dict[Any, Any], value: Any) -> Any:
     """`value`, or an equal one held already: every target of one vLLM version sends the same dropped
-    names and text lengths, held once per process (bounded: a hostile target only starts it over)."""
+    names and comment lines, held once per process (bounded: a hostile target only starts it over)."""
     got = table.get(value)
     if got is None:
         if len(table) >= _MAX_PICKS * 4:
