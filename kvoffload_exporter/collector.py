@@ -44,8 +44,6 @@ _WINDOW_NAMES = (
     "kvoffload_external_prefix_hit_ratio",
     "kvoffload_prefill_seconds_per_token",
 )
-
-
 _TARGET_NAMES = (
     "kvoffload_up",
     "kvoffload_scrape_duration_seconds",

@@ -19,6 +19,8 @@ from math import isfinite
 from operator import add, itemgetter
 from typing import Any, NamedTuple
 
+from kvoffload_exporter.interning import held
+
 FLOAT_CHARS = "0123456789.eE+-"
 """What a plain decimal is made of: over these characters `float()` reads exactly Prometheus' decimal syntax."""
 _MAX_VALUE = 40  # characters of a plain decimal value (a double needs at most ~24)
@@ -74,19 +76,9 @@ class Plan(NamedTuple):
     typed: frozenset[str]
 
 
-def _shared(table: dict[Any, Any], value: Any) -> Any:
-    """`value`, or an equal one held already: every target of one vLLM version sends the same dropped
-    names and comment lines, held once per process (bounded: a hostile target only starts it over)."""
-    got = table.get(value)
-    if got is None:
-        if len(table) >= _MAX_PICKS * 4:
-            table.clear()
-        table[value] = got = value
-    return got
-
-
 _STARTS: dict[str, str] = {}
-_MAX_SHARED_TEXT = 256  # a longer exact line (a comment) is held by its own plan
+"""Dropped names, comment lines and runs of spaces: the same for every target of one vLLM version."""
+_MAX_STARTS, _MAX_SHARED_TEXT = 4096, 256  # a longer exact line (a comment) is held by its own plan
 
 
 def build(
@@ -115,7 +107,7 @@ def build(
     for i, line in enumerate(lines):
         if line[5:end] not in keys:  # dropped: a line starting with the same `end` characters is too
             if len(line) >= end:
-                starts.append(_shared(_STARTS, line[:end]))
+                starts.append(held(_STARTS, line[:end], _MAX_STARTS))
                 continue
         elif line[:1] == "#":
             if comments.get(line) is None:
@@ -133,7 +125,7 @@ def build(
             continue
         starts.append("")
         exact.append(i)
-        texts.append(_shared(_STARTS, line) if len(line) <= _MAX_SHARED_TEXT else line)
+        texts.append(held(_STARTS, line, _MAX_STARTS) if len(line) <= _MAX_SHARED_TEXT else line)
     if len(heads) != len(samples) or any(s[:3] != h for s, h in zip(samples, heads)):
         return None
     return Plan(
@@ -143,7 +135,7 @@ def build(
         pick(exact),
         tuple(texts),
         pick(series),
-        _shared(_STARTS, " " * len(series)),
+        held(_STARTS, " " * len(series), _MAX_STARTS),
         pick(selected),
         tuple(heads),
         frozenset(typed),

@@ -153,8 +153,8 @@ class Exposition:
                 if was != v or was is None:  # equal values format alike (0.0 and -0.0 both as "0.0")
                     if v is None or v - v != 0.0:
                         fresh[i] = ""
-                    elif old[i]:  # finite: format_value's text, without its call
-                        fresh[i] = f"{old[i][: old[i].rindex(' ')]} {repr(float(v)) if v else '0.0'}"
+                    elif old[i]:
+                        fresh[i] = f"{old[i][: old[i].rindex(' ')]} {format_value(v)}"
                     else:  # the series had no value: its text is written from its labels again
                         names, lines = self._new_series(k, values, specs)
                         break

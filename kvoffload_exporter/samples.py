@@ -9,27 +9,20 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 from kvoffload_exporter.exposition import Labels, LimitError, ParseError, parse_float, parse_labels
+from kvoffload_exporter.interning import held
 from kvoffload_exporter.model import Histogram
 
 SplitLabels = tuple[tuple[str, str], Labels, bool, float | None]
 
-_SHARED: dict[object, object] = {}
+_SHARED: dict[Any, Any] = {}  # (model_name, engine) pairs and label tuples alike
 """Label parts seen: an engine's (model_name, engine), a sample's other labels. A target repeats them
 in most of its label sets and every target of a fleet has the same `le`, `finished_reason` ... sets:
 one object each saves ~30 KiB a target (1,000 targets: ~30 MiB). Only parts of cached label texts
 (≤ `_CACHED_TEXT` characters) are held, at most `_MAX_SHARED` of them: ~10 MiB at worst."""
 _MAX_SHARED = 8192
-
-
-def _shared(x: object) -> object:
-    got = _SHARED.get(x)
-    if got is None:
-        if len(_SHARED) >= _MAX_SHARED:  # a hostile target inventing label sets: start over
-            _SHARED.clear()
-        _SHARED[x] = got = x
-    return got
 
 
 @lru_cache(maxsize=4096)
@@ -54,7 +47,7 @@ def _split(text: str) -> SplitLabels:
             rest.append((k, v))
     if len(text) > _CACHED_TEXT:
         return (model, engine), tuple(rest), pid, le
-    return _shared((model, engine)), _shared(tuple(rest)), pid, le  # type: ignore[return-value]
+    return held(_SHARED, (model, engine), _MAX_SHARED), held(_SHARED, tuple(rest), _MAX_SHARED), pid, le
 
 
 _INF = float("inf")
@@ -87,9 +80,7 @@ _MAX_BOUNDS = 1024
 
 def intern_bounds(bounds: tuple[float, ...]) -> tuple[float, ...]:
     """One tuple per distinct bucket layout."""
-    if len(_BOUNDS) >= _MAX_BOUNDS:  # a hostile target inventing layouts: start over
-        _BOUNDS.clear()
-    return _BOUNDS.setdefault(bounds, bounds)
+    return held(_BOUNDS, bounds, _MAX_BOUNDS)
 
 
 class Hist:

@@ -23,6 +23,7 @@ CORE_PURE = [
     "model",
     "normalise",
     "routes",
+    "interning",
     "lineplan",
     "histplan",
     "samples",

@@ -11,6 +11,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "kvoffload_exporter.schema",
         "kvoffload_exporter.sections",
         "kvoffload_exporter.families",
+        "kvoffload_exporter.interning",
         "kvoffload_exporter.lineplan",
         "kvoffload_exporter.exposition",
         "kvoffload_exporter.webconfig",
