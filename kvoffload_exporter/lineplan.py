@@ -5,11 +5,11 @@ the plan records the body's shape: how many lines, what each line starts with (a
 characters the family filter looks at, a kept series the exact text before its value), and the exact
 text of its kept comments. A later body is read by the plan only when that shape is exactly the same
 (every check below is one C-level pass: `str.split`, `map` of `str.startswith`, `str.removeprefix`
-and `len`, `itemgetter`, tuple comparison); then each selected value is its known series plus
-`float()` of a plain decimal. Anything else (a new series, a moved line, a comment changed, a value
-that is not a plain finite decimal, a longer one, any kept line past the length cap) returns None and
-the caller reads the body the long way, with every check. So the samples and the errors are the same
-with or without a plan (tests/test_lineplan.py).
+and `len`, `itemgetter`, tuple comparison, `str.count` over the joined rests); then each selected value
+is its known series plus `float()` of a plain decimal. Anything else (a new series, a moved line, a
+comment changed, a value that is not a plain finite decimal, a longer one, any kept line past the
+length cap) returns None and the caller reads the body the long way, with every check. So the samples
+and the errors are the same with or without a plan (tests/test_lineplan.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,10 @@ from kvoffload_exporter.interning import held
 FLOAT_CHARS = "0123456789.eE+-"
 """What a plain decimal is made of: over these characters `float()` reads exactly Prometheus' decimal syntax."""
 _MAX_VALUE = 40  # characters of a plain decimal value (a double needs at most ~24)
-_VALUE_CHARS = FLOAT_CHARS + " "  # a selected series' rest: " <plain decimal>"
+_NOT_PLAIN = (*"\t\r\x0b\x0c\x1c\x1d\x1e\x1f", "_")
+"""What `float()` also takes in an ASCII value besides FLOAT_CHARS (whitespace, digit separators), and
+its words (`nan`, `inf`), which `isfinite` refuses: an ASCII value without these that `float()` reads is
+a plain decimal. One `in` each over the joined values is far cheaper than `str.strip(FLOAT_CHARS)`."""
 
 Pick = Callable[[Sequence[Any]], tuple[Any, ...]]
 _PICKS: dict[tuple[int, ...], Pick] = {}
@@ -70,14 +73,14 @@ class Plan(NamedTuple):
     exact: Pick  # kept comments and dropped lines too short to be told by their start
     texts: tuple[str, ...]  # ... their exact text
     series: Pick  # every other kept line (its text is its start: the rest is " <value>")
-    spaces: str  # one space per series: what their rests start with
+    prefixes: tuple[str, ...]  # `series` of `starts`: each series' text, its rest the line after it
     selected: Pick  # of those, the positions of the selected series
     heads: tuple[tuple[Any, ...], ...]  # (family, suffix, labels) of each selected series
     typed: frozenset[str]
 
 
 _STARTS: dict[str, str] = {}
-"""Dropped names, comment lines and runs of spaces: the same for every target of one vLLM version."""
+"""Dropped names and comment lines: the same for every target of one vLLM version."""
 _MAX_STARTS, _MAX_SHARED_TEXT = 4096, 256  # a longer exact line (a comment) is held by its own plan
 
 
@@ -135,14 +138,11 @@ def build(
         pick(exact),
         tuple(texts),
         pick(series),
-        held(_STARTS, " " * len(series), _MAX_STARTS),
+        tuple(starts[i] for i in series),
         pick(selected),
         tuple(heads),
         frozenset(typed),
     )
-
-
-_first = itemgetter(0)
 
 
 def replay(plan: Plan, lines: list[str]) -> Any:
@@ -152,17 +152,17 @@ def replay(plan: Plan, lines: list[str]) -> Any:
         return None  # a moved line, a new series, or a dropped line that now names a selected family
     if plan.exact(lines) != plan.texts:
         return None  # a comment changed
-    rests: tuple[str, ...] = tuple(map(str.removeprefix, plan.series(lines), plan.series(plan.starts)))
-    try:
-        if "".join(map(_first, rests)) != plan.spaces:
-            return None  # a longer name or label set than the text it starts with
-    except IndexError:
-        return None  # a series without a value: the long way says
-    if "".join(rests).count(" ") != len(rests) or max(map(len, rests), default=0) > _MAX_VALUE + 1:
-        return None  # a timestamp, an exemplar, a value past the line cap: the long way says
+    rests: tuple[str, ...] = tuple(map(str.removeprefix, plan.series(lines), plan.prefixes))
+    if rests:
+        joined = "\n".join(rests)  # each rest " <value>": one space, the first character of each
+        if joined[0] != " " or joined.count(" ") != len(rests) or joined.count("\n ") != len(rests) - 1:
+            return None  # a longer name or label set, a timestamp, an exemplar, a series without a value
+        if max(map(len, rests)) > _MAX_VALUE + 1:
+            return None  # a value that could take its line past the cap: the long way says
     values = plan.selected(rests)
-    if "".join(values).strip(_VALUE_CHARS):
-        return None  # NaN, Inf, a value that is not a plain decimal
+    text = "".join(values)
+    if not text.isascii() or any(map(text.__contains__, _NOT_PLAIN)):
+        return None  # not a plain decimal (float() would also take these)
     try:
         floats = tuple(map(float, values))
     except ValueError:

@@ -84,7 +84,10 @@ SAME_SHAPE = {
     "a series with two spaces before its value": lambda: _swap(SELECTED, LINES[SELECTED].replace("} ", "}  ")),
     "a series text followed by more than its value": lambda: _swap(SELECTED, LINES[SELECTED].replace("} ", "}_x ")),
 }
-VALUES = ("NaN", "+Inf", "-Inf", "1e999", "1_000", "0x10", "1.2.3", "-1", ".", "", "\t5", "5\r", "9" * 400, "١")
+VALUES = (
+    *("NaN", "+Inf", "-Inf", "1e999", "1_000", "0x10", "1.2.3", "-1", ".", "", "\t5", "5\r", "9" * 400, "١"),
+    *("\x0b5", "5\x0c", "\x1c5", "5\x1f", "infinity", "nan", "1E+3", "+.5", "5\xa0", "\u20075"),
+)
 
 
 @pytest.mark.parametrize("case", sorted(SAME_SHAPE))
