@@ -33,7 +33,7 @@ class Group(NamedTuple):
 
 class Shape(NamedTuple):
     groups: tuple[Group, ...]
-    rest: Callable[[Sequence[Any]], tuple[Any, ...]]  # every other sample, in order
+    rest: Callable[[Sequence[Any]], tuple[Any, ...]]  # every other sample the loop acts on, in order
     families: frozenset[str]
     pid: bool  # a grouped sample carries `pid` (multiprocess mode)
 
@@ -51,9 +51,15 @@ class Done:
         return self.hist
 
 
-def compile(samples: Sequence[Any], name_of: Callable[[str, Any], str | None]) -> Shape:
+def compile(
+    samples: Sequence[Any],
+    name_of: Callable[[str, Any], str | None],
+    idle: Callable[[str, str], bool] = lambda fam, sfx: False,
+) -> Shape:
     """The shape of `samples` (fam, sfx, (key, rest, pid, le), value): `name_of(fam, rest)` names the
-    histogram accumulator a sample feeds, None for samples the loop keeps."""
+    histogram accumulator a sample feeds, None for samples the loop keeps. A sample the loop would do
+    nothing with (`idle(fam, sfx)`) is left out of `rest`, unless it alone names its engine (the loop
+    makes an engine of every key it sees)."""
     members: dict[tuple[tuple[str, str], str], list[int]] = defaultdict(list)
     for i, (fam, sfx, (key, rest, _pid, _le), _v) in enumerate(samples):
         name = name_of(fam, rest) if sfx else None
@@ -66,11 +72,14 @@ def compile(samples: Sequence[Any], name_of: Callable[[str, Any], str | None]) -
             groups.append(group)
             grouped.update(idx)
     rest = [i for i in range(len(samples)) if i not in grouped]
+    quiet = {i for i in rest if idle(samples[i][0], samples[i][1])}
+    named = {samples[i][2][0] for i in range(len(samples)) if i not in quiet}
+    quiet = {i for i in quiet if samples[i][2][0] in named}
     return Shape(
         tuple(groups),
-        pick(rest),
+        pick([i for i in rest if i not in quiet]),
         frozenset(s[0] for s in samples),
-        any(samples[i][2][2] for i in grouped),
+        any(samples[i][2][2] for i in (*grouped, *quiet)),  # pid: the loop would have said multiprocess
     )
 
 

@@ -21,7 +21,7 @@ from kvoffload_exporter.families import HISTOGRAMS as _TYPED_HISTOGRAMS
 from kvoffload_exporter.families import TABLE as _TABLE
 from kvoffload_exporter.limits import Limits
 from kvoffload_exporter.model import OFFLOAD_SIGNALS, EngineSignals, Generation, Signal, Snapshot
-from kvoffload_exporter.routes import INFO, LEGACY_SIZE_NAMES, ROUTES, Engine, hist_name, on_hist
+from kvoffload_exporter.routes import INFO, LEGACY_SIZE_NAMES, ROUTES, Engine, hist_name, idle, on_hist
 from kvoffload_exporter.samples import labels_reader as _labels_reader
 from kvoffload_exporter.signalmap import (
     ALIASES,
@@ -71,7 +71,7 @@ def normalise(text: str, limits: Limits | None = None, cache: LineCache | None =
     if slot.hit and isinstance(last, _Last) and last.plan is slot.plan:  # the same heads as last time
         if last.values == values and last.typed == typed and last.limits == lim:
             return last.snapshot  # an idle target: the same samples make the same snapshot
-        shape = last.shape or histplan.compile(samples, hist_name)
+        shape = last.shape or histplan.compile(samples, hist_name, idle)
         fixed = last.fixed if last.typed == typed else None
     prev = last.snapshot if isinstance(last, _Last) else None
     snap, fixed = _snapshot(samples, typed, lim, prev, shape, values, fixed)

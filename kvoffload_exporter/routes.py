@@ -151,6 +151,13 @@ def hist_name(fam: str, rest: Labels) -> str | None:
     return None if d is None else LEGACY_SIZE_NAMES[d]
 
 
+def idle(fam: str, sfx: str) -> bool:
+    """A sample normalise's loop would only step over: a prefill histogram's buckets and `_count` (its
+    `_sum` is the signal; 35 of a real body's 61 samples outside the histograms read by position)."""
+    evidence, handler = ROUTES[fam]
+    return handler is _on_prefill and sfx != "sum" and not evidence
+
+
 _Handler = Callable[[Engine, str, str, float, Labels, float | None], None]
 HANDLERS: dict[str, _Handler] = {
     **{f: _on_flat for f in FLAT},
@@ -168,4 +175,4 @@ INFO = frozenset({CACHE_INFO, OFFLOAD_INFO})
 ROUTES: dict[str, tuple[bool, _Handler | None]] = {f: (f in backends.FAMILIES, HANDLERS.get(f)) for f in _TABLE}
 """Family → (handed to the backend resolver, this module's handler): one lookup per sample."""
 
-__all__ = ["INFO", "LEGACY_SIZE_NAMES", "ROUTES", "Engine", "hist_name", "on_hist", "transfer_direction"]
+__all__ = ["INFO", "LEGACY_SIZE_NAMES", "ROUTES", "Engine", "hist_name", "idle", "on_hist", "transfer_direction"]

@@ -85,3 +85,32 @@ def test_a_same_shaped_body_of_other_histogram_bodies_is_not_read_by_a_stale_sha
     other = TEXT.replace('engine="0"', 'engine="5"')
     assert _outcome(other, cache) == _outcome(other, None)
     assert _outcome(_advance(other, 1), cache) == _outcome(_advance(other, 1), None)
+
+
+PREFILL = "vllm:request_prefill_time_seconds"
+
+
+def test_idle_prefill_buckets_are_stepped_over_unless_they_alone_name_an_engine() -> None:
+    """Only a prefill histogram's `_sum` is a signal: its buckets are left out of the loop, but an engine
+    that sends nothing else is still an engine, as the loop makes it."""
+    i = _line(f"{PREFILL}_bucket")
+    lone = [LINES[k].replace('engine="0"', 'engine="9"') for k in range(i, i + 5)]
+    text = _swap(i, "\n".join([LINES[i], *lone]))
+    cache = _planned(text)
+    body = _advance(text, 1)
+    got = _outcome(body, cache)
+    assert got == _outcome(body, None)
+    assert "9" in {e.engine for e in got.engines}  # type: ignore[union-attr]
+    shape = cache.last.shape  # type: ignore[attr-defined]
+    rest = shape.rest(range(1000))  # the positions of the samples the loop reads
+    assert len(rest) < 30, len(rest)  # engine 0's prefill buckets are not among the loop's samples
+
+
+def test_an_idle_sample_with_pid_still_says_multiprocess() -> None:
+    i = _line(f"{PREFILL}_bucket")
+    text = _swap(i, LINES[i].replace("{", '{pid="7",', 1))
+    cache = _planned(text)
+    body = _advance(text, 1)
+    got = _outcome(body, cache)
+    assert got == _outcome(body, None)
+    assert got.multiprocess  # type: ignore[union-attr]
