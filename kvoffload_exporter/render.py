@@ -27,7 +27,7 @@ Heads = dict[tuple[Hashable, ...], tuple[Any, ...]]
 and most series repeat their value from one poll to the next; the line's text before its last space is
 the series (`name{k="v",...}`), held once. A block of series (`Exposition.block`) is held as
 ("\0", name, key...) → (its lines, its inputs); series written together (`Exposition.series`) as
-("\1", key...) → (their families, their values, their lines)."""
+("\1", key...) → (their families, their values, their lines, where each line's value starts)."""
 
 _HEADS: Heads = {}  # shared by short-lived expositions; pollers pass their own
 _MAX_HEADS = 50_000
@@ -147,25 +147,26 @@ class Exposition:
         if rec is None or len(rec[1]) != len(values):
             names, lines = self._new_series(k, values, specs)
         elif rec[1] != values:
-            names, old = rec[0], rec[2]
-            fresh = list(old)
-            for i, (was, v) in enumerate(zip(rec[1], values)):
-                if was != v or was is None:  # equal values format alike (0.0 and -0.0 both as "0.0")
-                    if v is None or v - v != 0.0:
-                        fresh[i] = ""
-                    elif old[i]:
-                        fresh[i] = f"{old[i][: old[i].rindex(' ')]} {format_value(v)}"
-                    else:  # the series had no value: its text is written from its labels again
-                        names, lines = self._new_series(k, values, specs)
-                        break
+            names, was, lines, cuts = rec
+            fresh = list(lines)
+            for i, (w, v) in enumerate(zip(was, values)):
+                if w == v:  # equal values format alike (0.0 and -0.0 both as "0.0")
+                    continue
+                if v is None or v - v != 0.0:
+                    fresh[i] = ""
+                elif fresh[i]:
+                    fresh[i] = fresh[i][: cuts[i]] + format_value(v)
+                else:  # the series had no value: its text is written from its labels again
+                    names, lines = self._new_series(k, values, specs)
+                    break
             else:
                 lines = tuple(fresh)
-                self._heads[k] = (names, values, lines)
+                self._heads[k] = (names, values, lines, cuts)
         else:
             names, lines = rec[0], rec[2]
         get = self._lines.get
         for name, line in zip(names, lines):
-            if line:
+            if line:  # "": no value this time
                 out = get(name)
                 if out is None:
                     self._lines[name] = [line]
@@ -181,18 +182,21 @@ class Exposition:
         rows = specs()
         if len(rows) != len(values):
             raise ValueError(f"{len(values)} values for {len(rows)} series")
-        lines = []
+        lines, cuts = [], []
         for (_, sample, labels), v in zip(rows, values):
             if tuple(labels) != _SAMPLE_LABELS.get(sample):
                 raise ValueError(f"{sample}: labels {tuple(labels)} != catalogue {_SAMPLE_LABELS.get(sample)}")
             if v is None or v - v != 0.0:
                 lines.append("")
+                cuts.append(0)
             else:
-                lines.append(f"{_head(sample, labels)} {format_value(v)}")
+                head = f"{_head(sample, labels)} "
+                lines.append(head + format_value(v))
+                cuts.append(len(head))
         names, text = tuple(family for family, _, _ in rows), tuple(lines)
         if len(self._heads) > _MAX_HEADS:
             self._heads.clear()
-        self._heads[k] = (names, values, text)
+        self._heads[k] = (names, values, text, tuple(cuts))
         return names, text
 
     def add_histogram(
