@@ -34,6 +34,8 @@ from kvoffload_exporter.signalmap import (
     TTFT,
 )
 
+_INF = float("inf")
+
 
 def _gauge(prev: float | None, value: float) -> float | None:
     """max of pid children; a NaN/±Inf gauge is dropped (absent, never exported), not a failed poll."""
@@ -72,7 +74,9 @@ def transfer_direction(rest: Labels) -> int | None:
 
 
 def _add(d: dict[Signal, float], k: Signal, v: float) -> None:
-    d[k] = _finite(d.get(k, 0.0) + _finite(v, k), k)  # sums children that differ only by pid
+    total = d.get(k, 0.0) + v  # sums children that differ only by pid
+    # finite and >= 0, tested inline; `_finite` (two calls) only to raise the error it always raised
+    d[k] = total if 0.0 <= v < _INF and total < _INF else _finite(d.get(k, 0.0) + _finite(v, k), k)
 
 
 def _on_flat(e: Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
