@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from kvoffload_exporter import lineplan
 from kvoffload_exporter.lineplan import FLOAT_CHARS as _FLOAT_CHARS
+from kvoffload_exporter.lineplan import UTF8
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -51,6 +52,7 @@ _NON_FINITE = frozenset(
     {"nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
 )  # as Prometheus spells them, any case
 _INF = float("inf")
+_BLOCK = 1 << 18  # characters: a longer body is split a block at a time, and never planned
 _LABEL_RE = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
@@ -130,8 +132,8 @@ def selector(families: tuple[str, ...], histograms: frozenset[str]) -> Selector:
 
 _MISS = object()
 
-Known = dict[str, tuple[str, str, Any] | None]
-"""Series text → (family, suffix, labels) of a selected series, None for a series `read` skips."""
+Known = dict[bytes, tuple[str, str, Any] | None]
+"""Series text as UTF-8 (the line plan's bytes) → (family, suffix, labels), None for a series `read` skips."""
 
 
 class LineCache:
@@ -141,7 +143,7 @@ class LineCache:
     (`BUDGET`), keys included, so no body can grow it; what is not cached is read the long way, with
     the same checks."""
 
-    MAX_KEY = 2048  # characters of one key (cache_config_info lines are ~700)
+    MAX_KEY = 2048  # bytes of one key (cache_config_info lines are ~700)
     ENTRY = 120  # bytes an entry costs besides its key's characters (measured: ~90 on CPython 3.11)
     MAX_BYTES = 1 << 20
     BUDGET = 64 << 20
@@ -167,7 +169,7 @@ class LineCache:
         self.overflow = 0
         return self.known
 
-    def room(self, key: str) -> bool:
+    def room(self, key: bytes) -> bool:
         """Whether `key` may be kept (and counted against both budgets if so)."""
         cost = len(key) + self.ENTRY
         if len(key) <= self.MAX_KEY and self.size + cost <= self.MAX_BYTES:
@@ -192,7 +194,7 @@ class LineCache:
             self.clear()
 
 
-def _lines(text: str, block: int = 1 << 18) -> Iterator[str] | list[str]:
+def _lines(text: str, block: int = _BLOCK) -> Iterator[str] | list[str]:
     """The lines of `text`, split a block at a time: never a list of every line of a huge body."""
     if len(text) <= block:
         return text.split("\n")
@@ -236,13 +238,13 @@ def read(
     cap = max_samples if max_samples is not None else sys.maxsize
     limit = max_line if max_line is not None else sys.maxsize
     known: Known = cache.for_reader(cache_key) if cache is not None else {}
-    lines = _lines(text)
-    if cache is None or not isinstance(lines, list):
-        return _read_lines(lines, sel, labels_of, cap, limit, cache, known)
+    if cache is None or len(text) > _BLOCK:
+        return _read_lines(_lines(text), sel, labels_of, cap, limit, cache, known)
     plan_key, keys = (sel.keys, cache_key, cap, limit), sel.keys
-    got = cache.plan.replay(plan_key, lines)
+    got = cache.plan.replay(plan_key, text)
     if got is not None:  # the same shape as the last body: its series by position, in C
         return got  # type: ignore[no-any-return]
+    lines = text.split("\n")
     samples, typed = _read_lines(lines, sel, labels_of, cap, limit, cache, known)
     cache.plan.after_long_read(
         lambda: lineplan.build(plan_key, lines, keys, 5 + KEY, known, _COMMENTS, samples, typed, limit)
@@ -277,7 +279,7 @@ def _read_lines(
                 typed.add(fam)
             continue
         key, sep, value = line.rpartition(" ")
-        hit = recall(key, _MISS)  # never a key "": only lines with a space are remembered
+        hit = recall(key.encode("utf-8", "surrogatepass"), _MISS)  # as UTF8; never a key "" (no space)
         if hit is None:
             continue  # a series of an unselected family (its name decides, and `key` holds its name)
         # A known series and a plain decimal: float() reads exactly Prometheus' decimal syntax over
@@ -317,8 +319,10 @@ def _long_way(
     line's last space) when that is exactly the series, or when the line is not selected. Appends the
     sample and says so; False for a line of an unselected family."""
     target, series, labels, rest = _split_line(line, names, labels_of)
-    if cache is not None and new and (target is None or series == key) and cache.room(key):
-        cache.known[key] = None if target is None else (*target, labels)
+    if cache is not None and new and (target is None or series == key):
+        held = key.encode(*UTF8)
+        if cache.room(held):
+            cache.known[held] = None if target is None else (*target, labels)
     if target is None:
         return False
     if series in seen:

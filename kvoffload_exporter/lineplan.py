@@ -3,28 +3,35 @@
 A vLLM target sends the same lines every poll with new values. After a full read (`exposition.read`)
 the plan records the body's shape: how many lines, what each line starts with (a dropped line the
 characters the family filter looks at, a kept series the exact text before its value), and the exact
-text of its kept comments. A later body is read by the plan only when that shape is exactly the same
-(every check below is one C-level pass: `str.split`, `map` of `str.startswith`, `str.removeprefix`
-and `len`, `itemgetter`, tuple comparison, `str.count` over the joined rests); then each selected value
-is its known series plus `float()` of a plain decimal. Anything else (a new series, a moved line, a
-comment changed, a value that is not a plain finite decimal, a longer one, any kept line past the
-length cap) returns None and the caller reads the body the long way, with every check. So the samples
-and the errors are the same with or without a plan (tests/test_lineplan.py).
+text of its kept comments. A later body is read by the plan only when that shape is exactly the same.
+The plan reads the body as UTF-8 bytes: `io.BytesIO.readlines` finds the lines with `memchr`, three
+times faster than `str.split`, and `float()` reads bytes. Every check below is one C-level pass:
+`map` of `bytes.startswith`, `bytes.removeprefix` and `len`, `itemgetter`, tuple comparison,
+`bytes.count` over the joined rests; then each selected value is its known series plus `float()` of a
+plain decimal. Anything else (a new series, a moved line, a comment changed, a value that is not a
+plain finite decimal, a longer one, any kept line past the length cap) returns None and the caller
+reads the body the long way, with every check. So the samples and the errors are the same with or
+without a plan (tests/test_lineplan.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from io import BytesIO
 from math import isfinite
 from operator import add, itemgetter
 from typing import Any, NamedTuple
 
 from kvoffload_exporter.interning import held
 
+UTF8 = ("utf-8", "surrogatepass")
+"""How text becomes the bytes a line plan (and the LineCache) holds: any str encodes, none raises."""
+
 FLOAT_CHARS = "0123456789.eE+-"
 """What a plain decimal is made of: over these characters `float()` reads exactly Prometheus' decimal syntax."""
 _MAX_VALUE = 40  # characters of a plain decimal value (a double needs at most ~24)
-_NOT_PLAIN = (*"\t\r\x0b\x0c\x1c\x1d\x1e\x1f", "_")
+_MAX_REST = _MAX_VALUE + 2  # " <value>\n"; the body's last line has no newline: its value may be 41 long
+_NOT_PLAIN = (*b"\t\r\x0b\x0c\x1c\x1d\x1e\x1f_",)  # byte values: `in` over bytes takes an int
 """What `float()` also takes in an ASCII value besides FLOAT_CHARS (whitespace, digit separators), and
 its words (`nan`, `inf`), which `isfinite` refuses: an ASCII value without these that `float()` reads is
 a plain decimal. One `in` each over the joined values is far cheaper than `str.strip(FLOAT_CHARS)`."""
@@ -67,19 +74,19 @@ class Plan(NamedTuple):
     """One body's shape (see the module doc); `key` names the read's parameters it is valid for."""
 
     key: tuple[Any, ...]
-    lines: int
-    starts: tuple[str, ...]  # what each line starts with: a dropped line its name's first characters,
-    # a kept series its exact text, any other line "" (checked by `exact`)
+    lines: int  # as `readlines` counts them: a body ending in a newline has no empty last line
+    starts: tuple[bytes, ...]  # what each line starts with: a dropped line its name's first characters,
+    # a kept series its exact text, any other line b"" (checked by `exact`)
     exact: Pick  # kept comments and dropped lines too short to be told by their start
-    texts: tuple[str, ...]  # ... their exact text
-    series: Pick  # every other kept line (its text is its start: the rest is " <value>")
-    prefixes: tuple[str, ...]  # `series` of `starts`: each series' text, its rest the line after it
+    texts: tuple[bytes, ...]  # ... their exact text, with its newline
+    series: Pick  # every other kept line (its text is its start: the rest is " <value>\n")
+    prefixes: tuple[bytes, ...]  # `series` of `starts`: each series' text, its rest the line after it
     selected: Pick  # of those, the positions of the selected series
     heads: tuple[tuple[Any, ...], ...]  # (family, suffix, labels) of each selected series
     typed: frozenset[str]
 
 
-_STARTS: dict[str, str] = {}
+_STARTS: dict[bytes, bytes] = {}
 """Dropped names and comment lines: the same for every target of one vLLM version."""
 _MAX_STARTS, _MAX_SHARED_TEXT = 4096, 256  # a longer exact line (a comment) is held by its own plan
 
@@ -89,51 +96,56 @@ def build(
     lines: list[str],
     keys: frozenset[str],
     end: int,
-    known: Mapping[str, Any],
+    known: Mapping[bytes, Any],
     comments: Mapping[str, str],
     samples: list[Any],
     typed: set[str],
     max_line: int,
 ) -> Plan | None:
-    """The plan of a body just read the long way into `samples`/`typed`, or None when some line cannot be
-    re-read by position (a series not remembered in `known`, a comment not in `comments`, a line near
-    `max_line`, which a longer value would take past it)."""
+    """The plan of a body just read the long way (`lines`: its `str.split("\\n")`) into `samples`/`typed`,
+    or None when some line cannot be re-read by position (a series not remembered in `known`, a comment
+    not in `comments`, a line near `max_line`, which a longer value would take past it)."""
     if len(lines) > MAX_LINES:
         return None
-    canon = {k: k for k in known}  # hold the cache's own key strings, not this body's copies
-    starts: list[str] = []
-    texts: list[str] = []
+    canon = {k: k for k in known}  # hold the cache's own keys, not this body's copies
+    last = len(lines) - 1
+    count = last if lines[last] == "" else len(lines)  # readlines gives no empty line after the last newline
+    starts: list[bytes] = []
+    texts: list[bytes] = []
     exact: list[int] = []
     series: list[int] = []
     selected: list[int] = []
     heads: list[tuple[Any, ...]] = []
-    for i, line in enumerate(lines):
+    for i in range(count):
+        line = lines[i]
         if line[5:end] not in keys:  # dropped: a line starting with the same `end` characters is too
             if len(line) >= end:
-                starts.append(held(_STARTS, line[:end], _MAX_STARTS))
+                starts.append(held(_STARTS, line[:end].encode(*UTF8), _MAX_STARTS))
                 continue
         elif line[:1] == "#":
             if comments.get(line) is None:
                 return None
         else:
             text, sep, _ = line.rpartition(" ")
-            if not sep or text not in canon or len(text) + 1 + _MAX_VALUE > max_line:
+            series_key = text.encode(*UTF8)
+            if not sep or series_key not in canon or len(text) + _MAX_REST > max_line:
                 return None
-            starts.append(canon[text])
-            hit = known[text]
+            starts.append(canon[series_key])
+            hit = known[series_key]
             if hit is not None:
                 selected.append(len(series))
                 heads.append(hit)
             series.append(i)
             continue
-        starts.append("")
+        starts.append(b"")
         exact.append(i)
-        texts.append(held(_STARTS, line, _MAX_STARTS) if len(line) <= _MAX_SHARED_TEXT else line)
+        whole = (line + "\n" if i < last else line).encode(*UTF8)
+        texts.append(held(_STARTS, whole, _MAX_STARTS) if len(whole) <= _MAX_SHARED_TEXT else whole)
     if len(heads) != len(samples) or any(s[:3] != h for s, h in zip(samples, heads)):
         return None
     return Plan(
         key,
-        len(lines),
+        count,
         tuple(starts),
         pick(exact),
         tuple(texts),
@@ -145,26 +157,33 @@ def build(
     )
 
 
-def replay(plan: Plan, lines: list[str]) -> Any:
-    """(samples, typed, their values) of a body of exactly the plan's shape with plain finite decimal values,
-    else None."""
-    if len(lines) != plan.lines or not all(map(str.startswith, lines, plan.starts)):
+def lines_of(text: str) -> list[bytes]:
+    """`text` as UTF-8 lines, each with its newline (`memchr` finds them: ~3x faster than `str.split`)."""
+    return BytesIO(text.encode(*UTF8)).readlines()
+
+
+def replay(plan: Plan, lines: list[bytes]) -> Any:
+    """(samples, typed, their values) of a body (`lines_of`) of exactly the plan's shape with plain finite
+    decimal values, else None."""
+    if len(lines) != plan.lines or not all(map(bytes.startswith, lines, plan.starts)):
         return None  # a moved line, a new series, or a dropped line that now names a selected family
     if plan.exact(lines) != plan.texts:
         return None  # a comment changed
-    rests: tuple[str, ...] = tuple(map(str.removeprefix, plan.series(lines), plan.prefixes))
+    rests: tuple[bytes, ...] = tuple(map(bytes.removeprefix, plan.series(lines), plan.prefixes))
     if rests:
-        joined = "\n".join(rests)  # each rest " <value>": one space, the first character of each
-        if joined[0] != " " or joined.count(" ") != len(rests) or joined.count("\n ") != len(rests) - 1:
+        # Each rest " <value>\n" (the body's last line: no newline). A rest holds a newline only at its
+        # end, so n - 1 of "\n " and a first " " say every rest starts with its space; n spaces, no other.
+        joined = b"".join(rests)
+        if joined[:1] != b" " or joined.count(b" ") != len(rests) or joined.count(b"\n ") != len(rests) - 1:
             return None  # a longer name or label set, a timestamp, an exemplar, a series without a value
-        if max(map(len, rests)) > _MAX_VALUE + 1:
+        if max(map(len, rests)) > _MAX_REST:
             return None  # a value that could take its line past the cap: the long way says
     values = plan.selected(rests)
-    text = "".join(values)
+    text = b"".join(values)
     if not text.isascii() or any(map(text.__contains__, _NOT_PLAIN)):
         return None  # not a plain decimal (float() would also take these)
     try:
-        floats = tuple(map(float, values))
+        floats = tuple(map(float, values))  # the space and newline around each are whitespace to float()
     except ValueError:
         return None
     if not all(map(isfinite, floats)):
@@ -186,12 +205,12 @@ class Slot:
         self.wait = 0
         self.backoff = 0
 
-    def replay(self, key: tuple[Hashable, ...], lines: list[str]) -> Any:
+    def replay(self, key: tuple[Hashable, ...], text: str) -> Any:
         plan = self.plan
         if plan is None or plan.key != key:
             self.hit = False
             return None
-        got = replay(plan, lines)
+        got = replay(plan, lines_of(text))
         self.hit = got is not None
         if got is None:
             self.plan = None
@@ -216,4 +235,4 @@ class Slot:
         self.wait = self.backoff
 
 
-__all__ = ["FLOAT_CHARS", "Pick", "Plan", "Slot", "build", "pick", "replay"]
+__all__ = ["FLOAT_CHARS", "UTF8", "Pick", "Plan", "Slot", "build", "lines_of", "pick", "replay"]

@@ -157,3 +157,34 @@ def test_a_churning_target_builds_a_plan_ever_more_rarely(monkeypatch: pytest.Mo
     for k in range(3):  # a target that settles is planned again
         normalise(_advanced(k), None, cache)
     assert cache.plan.plan is not None or cache.plan.wait > 0
+
+
+BYTES_BODIES = {  # the plan reads UTF-8 bytes lines with their newlines; the long way str lines
+    "the body's last newline missing": lambda k: _advanced(k).removesuffix("\n"),
+    "a last line without a newline after the body's": lambda k: _advanced(k) + LINES[CREATED],
+    "a CRLF body": lambda k: _advanced(k).replace("\n", "\r\n"),
+    "a non-ASCII model name": lambda k: _advanced(k).replace("Qwen/Qwen3-0.6B", "Qwen/Квен-0.6B"),
+    "a lone surrogate in a label value": lambda k: _advanced(k).replace("Qwen/Qwen3-0.6B", "Qwen/\udc80"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BYTES_BODIES))
+def test_bodies_read_as_bytes_by_the_plan_read_as_the_long_way(case: str) -> None:
+    make = BYTES_BODIES[case]
+    cache = LineCache()
+    _outcome(make(1), cache)  # the plan of this body's own shape (or its error)
+    for k in (2, 3):
+        body = make(k)
+        assert _outcome(body, cache) == _outcome(body, None)
+    planned = _planned()  # ... and a body of this shape after the capture's plan
+    assert _outcome(make(4), planned) == _outcome(make(4), None)
+
+
+def test_a_non_ascii_body_is_replayed_by_its_plan() -> None:
+    make = BYTES_BODIES["a non-ASCII model name"]
+    cache = LineCache()
+    normalise(make(1), None, cache)
+    plan = cache.plan.plan
+    assert plan is not None
+    normalise(make(2), None, cache)
+    assert cache.plan.hit and cache.plan.plan is plan
