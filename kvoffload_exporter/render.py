@@ -23,9 +23,9 @@ Fragment = Mapping[str, str]
 """Catalogue family name → its sample lines, each ending in a newline."""
 
 Heads = dict[tuple[Hashable, ...], tuple[Any, ...]]
-"""(sample name, label values...) → (the line last written, its value): label keys are fixed per name,
-and most series repeat their value from one poll to the next; the line's text before its last space is
-the series (`name{k="v",...}`), held once. A block of series (`Exposition.block`) is held as
+"""(sample name, label values...) → (the line last written, newline included, its value): label keys are
+fixed per name, and most series repeat their value from one poll to the next; the line's text before its
+last space is the series (`name{k="v",...}`), held once. A block of series (`Exposition.block`) is held as
 ("\0", name, key...) → (its lines, its inputs); series written together (`Exposition.series`) as
 ("\1", key...) → (their families, their values, their lines, where each line's value starts)."""
 
@@ -125,7 +125,7 @@ class Exposition:
                     self.add(name, value, labels)
             finally:
                 self._heads = heads
-            rec = ("\n".join(out[n:]), inputs)
+            rec = ("".join(out[n:]), inputs)
             del out[n:]
             heads[k] = rec
         if rec[0]:
@@ -155,7 +155,7 @@ class Exposition:
                 if v is None or v - v != 0.0:
                     fresh[i] = ""
                 elif fresh[i]:
-                    fresh[i] = fresh[i][: cuts[i]] + format_value(v)
+                    fresh[i] = f"{fresh[i][: cuts[i]]}{format_value(v)}\n"
                 else:  # the series had no value: its text is written from its labels again
                     names, lines = self._new_series(k, values, specs)
                     break
@@ -191,7 +191,7 @@ class Exposition:
                 cuts.append(0)
             else:
                 head = f"{_head(sample, labels)} "
-                lines.append(head + format_value(v))
+                lines.append(f"{head}{format_value(v)}\n")
                 cuts.append(len(head))
         names, text = tuple(family for family, _, _ in rows), tuple(lines)
         if len(self._heads) > _MAX_HEADS:
@@ -254,12 +254,12 @@ class Exposition:
             if len(self._heads) > _MAX_HEADS:
                 self._heads.clear()
             head = _head(name, labels)
-        line = f"{head} {format_value(value)}"
+        line = f"{head} {format_value(value)}\n"
         self._heads[key] = (line, value)
         return line
 
     def fragment(self) -> dict[str, str]:
-        return {name: "\n".join(lines) + "\n" for name, lines in self._lines.items() if lines}
+        return {name: "".join(lines) for name, lines in self._lines.items() if lines}  # one line: itself
 
     def text(self) -> str:
         return merge([self.fragment()])
