@@ -81,6 +81,7 @@ class Plan(NamedTuple):
     texts: tuple[bytes, ...]  # ... their exact text, with its newline
     series: Pick  # every other kept line (its text is its start: the rest is " <value>\n")
     prefixes: tuple[bytes, ...]  # `series` of `starts`: each series' text, its rest the line after it
+    room: int  # the fewest characters a series' value may take before its line passes the cap
     selected: Pick  # of those, the positions of the selected series
     heads: tuple[tuple[Any, ...], ...]  # (family, suffix, labels) of each selected series
     typed: frozenset[str]
@@ -116,6 +117,7 @@ def build(
     series: list[int] = []
     selected: list[int] = []
     heads: list[tuple[Any, ...]] = []
+    room = max_line
     for i in range(count):
         line = lines[i]
         if line[5:end] not in keys:  # dropped: a line starting with the same `end` characters is too
@@ -131,6 +133,7 @@ def build(
             if not sep or series_key not in canon or len(text) + _MAX_REST > max_line:
                 return None
             starts.append(canon[series_key])
+            room = min(room, max_line - len(text) - 1)
             hit = known[series_key]
             if hit is not None:
                 selected.append(len(series))
@@ -151,6 +154,7 @@ def build(
         tuple(texts),
         pick(series),
         tuple(starts[i] for i in series),
+        room,
         pick(selected),
         tuple(heads),
         frozenset(typed),
@@ -176,7 +180,9 @@ def replay(plan: Plan, lines: list[bytes]) -> Any:
         joined = b"".join(rests)
         if joined[:1] != b" " or joined.count(b" ") != len(rests) or joined.count(b"\n ") != len(rests) - 1:
             return None  # a longer name or label set, a timestamp, an exemplar, a series without a value
-        if max(map(len, rests)) > _MAX_REST:
+        # no line past the cap: all the rests fit in the least room (one len), else each in _MAX_REST,
+        # which the plan left to every series
+        if len(joined) > plan.room and max(map(len, rests)) > _MAX_REST:
             return None  # a value that could take its line past the cap: the long way says
     values = plan.selected(rests)
     text = b"".join(values)

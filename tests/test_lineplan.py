@@ -64,6 +64,8 @@ DROPPED = _index(lambda line: line.startswith("python_gc_objects_collected_total
 TYPE_LINE = _index(lambda line: line.startswith("# TYPE vllm:prefix_cache_hits"))
 CREATED = _index(lambda line: line.startswith("vllm:prefix_cache_hits_created{"))  # kept by its key, not selected
 PAST_CAP = 40 * Limits().label_value_length_limit + 2048  # longer than any line the reader accepts
+CAP = 32 * Limits().label_value_length_limit + 1024  # normalise's line cap (_LINE_FACTOR)
+_CREATED_TEXT = LINES[CREATED].rpartition(" ")[0]
 
 SAME_SHAPE = {
     "a dropped line repeats a selected series": lambda: _swap(DROPPED, LINES[SELECTED]),
@@ -78,6 +80,12 @@ SAME_SHAPE = {
     "a blank line instead of a dropped one": lambda: _swap(DROPPED, ""),
     "an unselected series grows past the line cap": lambda: _swap(
         CREATED, f"{LINES[CREATED].rpartition(' ')[0]} {'9' * PAST_CAP}"
+    ),
+    "an unselected series one character past the line cap": lambda: _swap(
+        CREATED, f"{_CREATED_TEXT} {'9' * (CAP - len(_CREATED_TEXT))}"
+    ),
+    "an unselected series exactly at the line cap": lambda: _swap(
+        CREATED, f"{_CREATED_TEXT} {'9' * (CAP - len(_CREATED_TEXT) - 1)}"
     ),
     "a value glued to its label set": lambda: _swap(SELECTED, LINES[SELECTED].replace("} ", "}")),
     "a series without its value": lambda: _swap(SELECTED, LINES[SELECTED].rpartition(" ")[0]),
@@ -188,3 +196,17 @@ def test_a_non_ascii_body_is_replayed_by_its_plan() -> None:
     assert plan is not None
     normalise(make(2), None, cache)
     assert cache.plan.hit and cache.plan.plan is plan
+
+
+def test_a_planned_value_never_takes_its_line_past_the_cap() -> None:
+    """A plan accepts a value only where its line stays within the cap: all the rests in the least room
+    the series leave, or each no longer than a plain decimal, which the plan left room for."""
+    text = "vllm:num_requests_running{" + "a" * 200 + "}"
+    head = ("vllm:num_requests_running", "", ((("", ""), (), False, None)))
+    cap = len(text) + 50
+    known = {text.encode(): head}
+    plan = lineplan.build(("k",), [f"{text} 1", ""], frozenset({text[5:17]}), 17, known, {}, [(*head, 1.0)], set(), cap)
+    assert plan is not None
+    assert lineplan.replay(plan, lineplan.lines_of(f"{text} {'1' * 40}\n")) is not None
+    assert len(f"{text} {'1' * 50}") > cap
+    assert lineplan.replay(plan, lineplan.lines_of(f"{text} {'1' * 50}\n")) is None
