@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kvoffload_exporter.derive import Mark, histogram_quantile, window_start
+from kvoffload_exporter.history import PackedPoint
 from kvoffload_exporter.model import EngineKey, EngineSignals, Histogram
 
 QUEUE_QUANTILES = (0.5, 0.9, 0.99)
@@ -40,13 +41,30 @@ def _window(start: Histogram | None, end: Histogram | None) -> tuple[tuple[float
     return ((), ()) if end is None else (end.bounds, _counts(start, end))
 
 
-def engine_view(start: EngineSignals | None, end: EngineSignals) -> ConvoyView:
+Hists = tuple[Histogram | None, Histogram | None]
+"""An engine's (lookup async delay, queue time) histograms: what the view reads of a window's start."""
+
+
+def engine_view(start: EngineSignals | Hists | None, end: EngineSignals) -> ConvoyView:
     """The convoy view of one engine between two scrapes (start None: since the engine started)."""
-    qb, qc = _window(start.queue_time if start else None, end.queue_time)
+    s_delay, s_queue = _hists(start) if start is not None else (None, None)
+    qb, qc = _window(s_queue, end.queue_time)
     queue = {q: v for q in QUEUE_QUANTILES if (v := histogram_quantile(q, qb, qc)) is not None}
-    db, dc = _window(start.lookup_async_delay if start else None, end.lookup_async_delay)
+    db, dc = _window(s_delay, end.lookup_async_delay)
     delay = histogram_quantile(DELAY_QUANTILE, db, dc)
     return ConvoyView(delay, dc[-1] if dc else 0.0, queue, qc[-1] if qc else 0.0, dict(end.kv_fetch_by_stage))
+
+
+def _hists(e: EngineSignals | Hists) -> Hists:
+    return e if isinstance(e, tuple) else (e.lookup_async_delay, e.queue_time)
+
+
+def _start(p: Mark, key: EngineKey) -> Hists | None:
+    """The engine's histograms at the window's start: a packed point reads them without a snapshot."""
+    if isinstance(p, PackedPoint):
+        return p.convoy_hists(key)
+    e = p.snapshot.engine(key)
+    return None if e is None else _hists(e)
 
 
 def derive(history: Sequence[Mark], now: float, window: float) -> dict[EngineKey, ConvoyView]:
@@ -55,7 +73,7 @@ def derive(history: Sequence[Mark], now: float, window: float) -> dict[EngineKey
         return {}
     end, start = history[-1], window_start(history, now, window)
     # One point in the window: start is end, every delta is 0 and no quantile is given (as in derive).
-    return {e.key: engine_view(start.snapshot.engine(e.key), e) for e in end.snapshot.engines}
+    return {e.key: engine_view(_start(start, e.key), e) for e in end.snapshot.engines}
 
 
 __all__ = ["ConvoyView", "derive", "engine_view"]

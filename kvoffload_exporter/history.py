@@ -149,6 +149,17 @@ class PackedPoint(Mapping[EngineKey, Totals]):
             evidence_store_base=dict(zip(e.store_bases, v[d:f])),
         )
 
+    def convoy_hists(self, key: EngineKey) -> tuple[Histogram | None, Histogram | None] | None:
+        """The engine's (lookup delay, queue time) histograms, as `snapshot` holds them (None: no such
+        engine), without building a snapshot: the convoy view reads only these, of the window's start."""
+        v, pos = self._values, self._layout.hists
+        for e in self._layout.engines:
+            delay, pos = _hist(e.delay, v, pos)
+            queue, pos = _hist(e.queue, v, pos)
+            if e.key == key:
+                return delay, queue
+        return None
+
     @property
     def snapshot(self) -> Snapshot:
         v, pos = self._values, self._layout.hists

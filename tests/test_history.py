@@ -65,6 +65,9 @@ def test_a_packed_point_reads_back_the_numbers_derivation_reads() -> None:
             back = q.snapshot.engine(e.key)
             assert back is not None
             assert (back.queue_time, back.lookup_async_delay) == (e.queue_time, e.lookup_async_delay)
+            assert isinstance(q, PackedPoint)  # ... and without a snapshot, as the convoy view reads them
+            assert q.convoy_hists(e.key) == (e.lookup_async_delay, e.queue_time)
+        assert isinstance(q, PackedPoint) and q.convoy_hists(("no", "such")) is None
         assert q.snapshot.generation == p.snapshot.generation
 
 
@@ -110,3 +113,26 @@ def test_a_target_keeps_sharing_its_layout_when_the_shared_table_starts_over(mon
         history._LAYOUTS.clear()
     layouts = {id(x._layout) for x in list(h)[:-1] if isinstance(x, PackedPoint)}
     assert len(layouts) == 1
+
+
+def _two_engines(text: str) -> str:
+    """`text` with every engine "0" series repeated for engine "1", its values doubled (still cumulative)."""
+    more = [
+        f"{line.rpartition(' ')[0]} {2 * float(line.rpartition(' ')[2])!r}".replace('engine="0"', 'engine="1"')
+        for line in text.splitlines()
+        if 'engine="0"' in line and not line.startswith("#")
+    ]
+    return text + "\n".join(more) + "\n"
+
+
+def test_a_packed_point_gives_each_engine_its_own_convoy_histograms() -> None:
+    """Two engines (data parallel), each with both histograms: each engine's own pair, by its position."""
+    text = (Path(__file__).parent / "fixtures" / "reconstructed" / "tiering-0.33" / "after-hit.prom").read_text()
+    snap = normalise(_two_engines(text))
+    q = pack(derive.advance(None, snap, 0.0))
+    assert isinstance(q, PackedPoint) and len(snap.engines) == 2
+    for e in snap.engines:
+        assert e.lookup_async_delay is not None  # (this capture has no queue-time histogram: None, packed so)
+        assert q.convoy_hists(e.key) == (e.lookup_async_delay, e.queue_time)
+    a, b = snap.engines
+    assert a.lookup_async_delay != b.lookup_async_delay
