@@ -6,7 +6,8 @@ characters the family filter looks at, a kept series the exact text before its v
 text of its kept comments. A later body is read by the plan only when that shape is exactly the same.
 The plan reads the body as UTF-8 bytes: `io.BytesIO.readlines` finds the lines with `memchr`, three
 times faster than `str.split`, and `float()` reads bytes. Every check below is one C-level pass:
-`map` of `bytes.startswith`, `bytes.removeprefix` and `len`, `itemgetter`, tuple comparison,
+`map` of `bytes.startswith` over the dropped lines, `bytes.removeprefix` over the series lines (the
+length it removed in all says each started with its text), `itemgetter`, tuple comparison,
 `bytes.count` over the joined rests; then each selected value is its known series plus `float()` of a
 plain decimal. Anything else (a new series, a moved line, a comment changed, a value that is not a
 plain finite decimal, a longer one, any kept line past the length cap) returns None and the caller
@@ -75,12 +76,13 @@ class Plan(NamedTuple):
 
     key: tuple[Any, ...]
     lines: int  # as `readlines` counts them: a body ending in a newline has no empty last line
-    starts: tuple[bytes, ...]  # what each line starts with: a dropped line its name's first characters,
-    # a kept series its exact text, any other line b"" (checked by `exact`)
+    dropped: Pick  # the lines the family filter drops, told by what they start with:
+    starts: tuple[bytes, ...]  # ... the characters the filter reads
     exact: Pick  # kept comments and dropped lines too short to be told by their start
     texts: tuple[bytes, ...]  # ... their exact text, with its newline
-    series: Pick  # every other kept line (its text is its start: the rest is " <value>\n")
-    prefixes: tuple[bytes, ...]  # `series` of `starts`: each series' text, its rest the line after it
+    series: Pick  # every other kept line: its series' text, then " <value>\n"
+    prefixes: tuple[bytes, ...]  # ... each series' text
+    size: int  # ... their length in all
     room: int  # the fewest characters a series' value may take before its line passes the cap
     selected: Pick  # of those, the positions of the selected series
     heads: tuple[tuple[Any, ...], ...]  # (family, suffix, labels) of each selected series
@@ -112,6 +114,8 @@ def build(
     last = len(lines) - 1
     count = last if lines[last] == "" else len(lines)  # readlines gives no empty line after the last newline
     starts: list[bytes] = []
+    dropped: list[int] = []
+    prefixes: list[bytes] = []
     texts: list[bytes] = []
     exact: list[int] = []
     series: list[int] = []
@@ -123,16 +127,17 @@ def build(
         if line[5:end] not in keys:  # dropped: a line starting with the same `end` characters is too
             if len(line) >= end:
                 starts.append(held(_STARTS, line[:end].encode(*UTF8), _MAX_STARTS))
+                dropped.append(i)
                 continue
         elif line[:1] == "#":
             if comments.get(line) is None:
                 return None
         else:
-            text, sep, _ = line.rpartition(" ")
+            text = line.rpartition(" ")[0]  # "" without a space
             series_key = text.encode(*UTF8)
-            if not sep or series_key not in canon or len(text) + _MAX_REST > max_line:
+            if not text or series_key not in canon or len(text) + _MAX_REST > max_line:
                 return None
-            starts.append(canon[series_key])
+            prefixes.append(canon[series_key])
             room = min(room, max_line - len(text) - 1)
             hit = known[series_key]
             if hit is not None:
@@ -140,7 +145,6 @@ def build(
                 heads.append(hit)
             series.append(i)
             continue
-        starts.append(b"")
         exact.append(i)
         whole = (line + "\n" if i < last else line).encode(*UTF8)
         texts.append(held(_STARTS, whole, _MAX_STARTS) if len(whole) <= _MAX_SHARED_TEXT else whole)
@@ -149,11 +153,13 @@ def build(
     return Plan(
         key,
         count,
+        pick(dropped),
         tuple(starts),
         pick(exact),
         tuple(texts),
         pick(series),
-        tuple(starts[i] for i in series),
+        tuple(prefixes),
+        sum(map(len, prefixes)),
         room,
         pick(selected),
         tuple(heads),
@@ -169,15 +175,19 @@ def lines_of(text: str) -> list[bytes]:
 def replay(plan: Plan, lines: list[bytes]) -> Any:
     """(samples, typed, their values) of a body (`lines_of`) of exactly the plan's shape with plain finite
     decimal values, else None."""
-    if len(lines) != plan.lines or not all(map(bytes.startswith, lines, plan.starts)):
-        return None  # a moved line, a new series, or a dropped line that now names a selected family
+    if len(lines) != plan.lines or not all(map(bytes.startswith, plan.dropped(lines), plan.starts)):
+        return None  # a moved line, or a dropped line that now names a selected family
     if plan.exact(lines) != plan.texts:
         return None  # a comment changed
-    rests: tuple[bytes, ...] = tuple(map(bytes.removeprefix, plan.series(lines), plan.prefixes))
+    series = plan.series(lines)
+    rests: tuple[bytes, ...] = tuple(map(bytes.removeprefix, series, plan.prefixes))
     if rests:
-        # Each rest " <value>\n" (the body's last line: no newline). A rest holds a newline only at its
-        # end, so n - 1 of "\n " and a first " " say every rest starts with its space; n spaces, no other.
         joined = b"".join(rests)
+        # Each series line starts with its text (no text is empty: removeprefix took all of every one)
+        if len(b"".join(series)) - len(joined) != plan.size:
+            return None  # a new series, a moved line
+        # ... then " <value>\n" (the body's last line: no newline). A rest holds a newline only at its
+        # end, so n - 1 of "\n " and a first " " say every rest starts with its space; n spaces, no other.
         if joined[:1] != b" " or joined.count(b" ") != len(rests) or joined.count(b"\n ") != len(rests) - 1:
             return None  # a longer name or label set, a timestamp, an exemplar, a series without a value
         # no line past the cap: all the rests fit in the least room (one len), else each in _MAX_REST,

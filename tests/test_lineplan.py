@@ -87,6 +87,7 @@ SAME_SHAPE = {
     "an unselected series exactly at the line cap": lambda: _swap(
         CREATED, f"{_CREATED_TEXT} {'9' * (CAP - len(_CREATED_TEXT) - 1)}"
     ),
+    "a series replaced by a bare value": lambda: _swap(SELECTED, " 5"),
     "a value glued to its label set": lambda: _swap(SELECTED, LINES[SELECTED].replace("} ", "}")),
     "a series without its value": lambda: _swap(SELECTED, LINES[SELECTED].rpartition(" ")[0]),
     "a series with two spaces before its value": lambda: _swap(SELECTED, LINES[SELECTED].replace("} ", "}  ")),
@@ -140,7 +141,7 @@ def test_a_plan_is_not_built_for_lines_near_the_length_cap() -> None:
     cache = _planned()
     plan = cache.plan.plan
     assert plan is not None
-    longest = max(map(len, plan.starts))  # the longest series text
+    longest = max(map(len, plan.prefixes))  # the longest series text
     got = lineplan.build(
         plan.key, LINES, plan.key[0], 5 + exposition.KEY, cache.known, exposition._COMMENTS, [], set(), longest + 5
     )
