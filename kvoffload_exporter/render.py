@@ -288,6 +288,10 @@ def header(m: Metric, openmetrics: bool = False) -> str:
 
 _HEADERS = {om: {name: header(m, om) for name, m in CATALOGUE.items()} for om in (False, True)}
 _ORDER = tuple(CATALOGUE)
+_PRESENT: dict[tuple[str, ...], list[str]] = {}
+"""The families a merge met, in the order met → the same in catalogue order (a handful of sets per
+process: targets' fragments repeat their families from one poll to the next). Bounded in entries."""
+_MAX_PRESENT = 64
 
 
 def merge(fragments: Iterable[Fragment], openmetrics: bool = False, foreign: str = "") -> str:
@@ -300,11 +304,15 @@ def merge(fragments: Iterable[Fragment], openmetrics: bool = False, foreign: str
             by_family.setdefault(name, []).append(lines)
     heads = _HEADERS[openmetrics]
     out: list[str] = []
-    for name in _ORDER:
-        chunks = by_family.get(name)
-        if chunks:
-            out.append(heads[name])
-            out.extend(chunks)
+    met = tuple(by_family)
+    names = _PRESENT.get(met)
+    if names is None:
+        if len(_PRESENT) >= _MAX_PRESENT:
+            _PRESENT.clear()
+        names = _PRESENT[met] = [name for name in _ORDER if name in by_family]  # no other name
+    for name in names:
+        out.append(heads[name])
+        out.extend(by_family[name])
     out.append(foreign)
     if openmetrics:
         out.append("# EOF\n")
