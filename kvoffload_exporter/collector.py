@@ -140,8 +140,11 @@ def _evidence(x: Exposition, lb: Mapping[str, str], e: EngineSignals, found: Eng
     x.series(("evidence", *lb.values(), keys), values, specs)
 
 
+_NO_ERRORS = tuple(0.0 for _ in SCRAPE_ERROR_REASONS)
+
+
 def _by_reason(x: Exposition, name: str, target: str, errors: Mapping[str, int]) -> None:
-    counts = tuple(float(errors.get(r, 0)) for r in SCRAPE_ERROR_REASONS)
+    counts = tuple(float(errors.get(r, 0)) for r in SCRAPE_ERROR_REASONS) if errors else _NO_ERRORS
     x.block(
         name,
         (target,),

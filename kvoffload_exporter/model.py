@@ -92,11 +92,25 @@ class EngineSignals:
     def values(self, signals: Sequence[Signal]) -> list[float | None]:
         """`value` of each of `signals`, in order (the counters in one C-level pass)."""
         out = list(map(self.counters.get, signals))
-        for i, signal in enumerate(signals):
-            gauge = _GAUGE_FIELDS.get(signal)
-            if gauge is not None:
-                out[i] = getattr(self, gauge)
+        for i, gauge in _gauges_in(signals):
+            out[i] = getattr(self, gauge)
         return out
+
+
+_GAUGES_IN: dict[int, tuple[Sequence[Signal], tuple[tuple[int, str], ...]]] = {}
+
+
+def _gauges_in(signals: Sequence[Signal]) -> tuple[tuple[int, str], ...]:
+    """(position, field) of each gauge among `signals`: callers pass a few fixed tuples (the collector's
+    catalogue order), so this is worked out once per tuple (by identity: hashing the signals would cost
+    more than the loop), not once per signal per call."""
+    got = _GAUGES_IN.get(id(signals))
+    if got is not None and got[0] is signals:
+        return got[1]
+    found = tuple((i, g) for i, s in enumerate(signals) if (g := _GAUGE_FIELDS.get(s)) is not None)
+    if isinstance(signals, tuple) and len(_GAUGES_IN) < 64:  # bounded; a tuple cannot change under us
+        _GAUGES_IN[id(signals)] = (signals, found)
+    return found
 
 
 def _configured_size(raw: str | None) -> bool:
