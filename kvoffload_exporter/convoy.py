@@ -45,9 +45,10 @@ Hists = tuple[Histogram | None, Histogram | None]
 """An engine's (lookup async delay, queue time) histograms: what the view reads of a window's start."""
 
 
-def engine_view(start: EngineSignals | Hists | None, end: EngineSignals) -> ConvoyView:
-    """The convoy view of one engine between two scrapes (start None: since the engine started)."""
-    s_delay, s_queue = _hists(start) if start is not None else (None, None)
+def engine_view(start: Hists | None, end: EngineSignals) -> ConvoyView:
+    """The convoy view of one engine between two scrapes (start: its histograms then; None: since the
+    engine started)."""
+    s_delay, s_queue = start if start is not None else (None, None)
     qb, qc = _window(s_queue, end.queue_time)
     queue = {q: v for q in QUEUE_QUANTILES if (v := histogram_quantile(q, qb, qc)) is not None}
     db, dc = _window(s_delay, end.lookup_async_delay)
@@ -55,16 +56,12 @@ def engine_view(start: EngineSignals | Hists | None, end: EngineSignals) -> Conv
     return ConvoyView(delay, dc[-1] if dc else 0.0, queue, qc[-1] if qc else 0.0, dict(end.kv_fetch_by_stage))
 
 
-def _hists(e: EngineSignals | Hists) -> Hists:
-    return e if isinstance(e, tuple) else (e.lookup_async_delay, e.queue_time)
-
-
 def _start(p: Mark, key: EngineKey) -> Hists | None:
     """The engine's histograms at the window's start: a packed point reads them without a snapshot."""
     if isinstance(p, PackedPoint):
         return p.convoy_hists(key)
     e = p.snapshot.engine(key)
-    return None if e is None else _hists(e)
+    return None if e is None else (e.lookup_async_delay, e.queue_time)
 
 
 def derive(history: Sequence[Mark], now: float, window: float) -> dict[EngineKey, ConvoyView]:
