@@ -4,11 +4,11 @@ The history holds `window / poll_interval` points per target (63 at 5 m / 5 s). 
 real vLLM 0.26.0 body costs ~13 KiB in ~60 objects (the snapshot's every histogram, the totals' dicts of
 boxed floats). An older point is only ever read as a window start or anchor: its time, its totals
 (`derive.compare`, `derive.stored_before`) and the convoy view's two histograms (`convoy.derive`).
-`push` packs the point it supersedes into one `array('d')` of exactly those numbers behind a layout
-shared by every point of the same shape (one per vLLM version and engine set, not one per point): two
-objects and ~0.6 KiB a point. Fewer objects also keep the garbage collector's full passes short at 1,000
-targets. What is read back is built from the same floats, so every derivation is unchanged
-(tests/test_history.py).
+`push` packs the point it supersedes into the bytes of one `array('d')` of exactly those numbers behind a
+layout shared by every point of the same shape (one per vLLM version and engine set, not one per point):
+~0.6 KiB a point, and one object the cycle collector walks (bytes are not tracked). Fewer tracked objects
+keep the collector's full passes short at 1,000 targets, where each one stalls the event loop. What is
+read back is built from the same floats, so every derivation is unchanged (tests/test_history.py).
 """
 
 from __future__ import annotations
@@ -112,7 +112,9 @@ class PackedPoint(Mapping[EngineKey, Totals]):
             values += (*t.evidence_store_base.values(), *t.ttft_counts, t.store_base)
         for e in p.snapshot.engines:
             values += (*_hist_values(e.lookup_async_delay), *_hist_values(e.queue_time))
-        self._values = array("d", values)
+        # bytes, not the array: the cycle collector tracks an array (63,000 of them at 1,000 targets, every
+        # full collection walking each) but not bytes, read back through a memoryview of doubles
+        self._values = array("d", values).tobytes()
 
     @property
     def totals(self) -> Mapping[EngineKey, Totals]:
@@ -135,7 +137,7 @@ class PackedPoint(Mapping[EngineKey, Totals]):
         i = layout.keys[key]
         e = layout.entries[i]
         a, b, c, d, f, g, _ = accumulate(e.spans, initial=layout.starts[i])
-        v = self._values
+        v = memoryview(self._values).cast("d")
         return Totals(
             dict(zip(e.counters, v[a:b])),
             dict(zip(e.by_source, v[b:c])),
@@ -152,7 +154,7 @@ class PackedPoint(Mapping[EngineKey, Totals]):
     def convoy_hists(self, key: EngineKey) -> tuple[Histogram | None, Histogram | None] | None:
         """The engine's (lookup delay, queue time) histograms, as `snapshot` holds them (None: no such
         engine), without building a snapshot: the convoy view reads only these, of the window's start."""
-        v, pos = self._values, self._layout.hists
+        v, pos = memoryview(self._values).cast("d"), self._layout.hists
         for e in self._layout.engines:
             delay, pos = _hist(e.delay, v, pos)
             queue, pos = _hist(e.queue, v, pos)
@@ -162,7 +164,7 @@ class PackedPoint(Mapping[EngineKey, Totals]):
 
     @property
     def snapshot(self) -> Snapshot:
-        v, pos = self._values, self._layout.hists
+        v, pos = memoryview(self._values).cast("d"), self._layout.hists
         engines = []
         for e in self._layout.engines:
             delay, pos = _hist(e.delay, v, pos)
@@ -171,7 +173,7 @@ class PackedPoint(Mapping[EngineKey, Totals]):
         return Snapshot(self._layout.generation, tuple(engines))
 
 
-def _hist(shape: tuple[tuple[float, ...], int] | None, v: array[float], pos: int) -> tuple[Histogram | None, int]:
+def _hist(shape: tuple[tuple[float, ...], int] | None, v: memoryview[float], pos: int) -> tuple[Histogram | None, int]:
     if shape is None:
         return None, pos
     bounds, n = shape  # n counts as packed, whatever made the histogram

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
+import os
 import random
 import time
+import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
+from kvoffload_exporter import gzipparts
 from kvoffload_exporter.collector import Collector, shared_fragment
 from kvoffload_exporter.config import Config, TargetConfig
 from kvoffload_exporter.enums import CollectorName
@@ -70,6 +73,7 @@ class Exporter:
         self._rng = rng or random.Random()  # unseeded: replicas must not start in lockstep
         self._cache: dict[tuple[int, bool, bool], bytes] = {}
         self._gzip_lock = asyncio.Lock()
+        self._gzipped: dict[bool, tuple[float, bytes]] = {}  # per format: (its generation's publish time, body)
         self._slots = asyncio.Semaphore(config.max_concurrent_polls)  # bounds polls in flight
         self._tasks: list[asyncio.Task[None]] = []
         self._loops: dict[TargetConfig, asyncio.Task[None]] = {}  # per configured target, for reload
@@ -110,17 +114,27 @@ class Exporter:
         return cached
 
     async def gzip_exposition(self, openmetrics: bool = False) -> bytes:
-        """The gzipped body of this generation, compressed once (off the loop) however many ask."""
+        """The gzipped body of this generation, compressed once (off the loop) however many ask.
+
+        While one scrape compresses a newer generation, another is given the last compressed body if
+        that one's generation was published under `2 * _min_merge` ago: no older than a scrape just
+        before the new generation could have got, and it does not wait. At 1,000 targets the merge
+        and gzip of 9.4 MB take ~50-130 ms on 2 busy cores; ten scrapers queued behind each one."""
         self._publish()
         key = (self.generation, openmetrics, True)
+        last = self._gzipped.get(openmetrics)
+        if key not in self._cache and self._gzip_lock.locked() and last is not None:
+            published, body = last
+            if self.timer() - published < 2 * self._min_merge:
+                return body
         async with self._gzip_lock:
             cached = self._cache.get(key)
             if cached is None:
-                body = self.exposition(openmetrics)
-                # Level 1 above 1 MiB: a third of level 6's time on 4.7 MB (1000 targets), still ~20x smaller.
-                cached = await asyncio.to_thread(gzip.compress, body, 6 if len(body) < 1 << 20 else 1)
+                published = self._merged_at or 0.0
+                cached = await _gzip(self.exposition(openmetrics))
                 if key[0] == self.generation:  # else it is already stale: serve it, do not keep it
                     self._cache[key] = cached
+                    self._gzipped[openmetrics] = (published, cached)
         return cached
 
     def _shared_fragment(self) -> dict[str, str]:
@@ -304,6 +318,23 @@ class Exporter:
         self._tasks.clear()
         if self._nvml is not None:
             self._nvml.stop()
+
+
+_PARTS = max(1, min(4, os.cpu_count() or 1))
+
+
+async def _gzip(body: bytes) -> bytes:
+    """Off the loop. Above 1 MiB: level 1 (a third of level 6's time, still ~18x smaller), in parts
+    compressed at once on up to 4 cores (kvoffload_exporter.gzipparts): 37 -> 26 ms on 2 cores at 9.4 MB."""
+    if len(body) < 1 << 20:
+        return await asyncio.to_thread(gzip.compress, body, 6)
+    parts = gzipparts.split(body, _PARTS)
+    last = len(parts) - 1
+    crc = asyncio.ensure_future(asyncio.to_thread(zlib.crc32, body))
+    deflated = await asyncio.gather(
+        *(asyncio.to_thread(gzipparts.deflate, part, 1, i == last) for i, part in enumerate(parts))
+    )
+    return gzipparts.wrap(deflated, await crc, len(body))
 
 
 def _runtime_registry() -> CollectorRegistry:

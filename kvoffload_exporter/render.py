@@ -15,6 +15,7 @@ from typing import Any
 
 from kvoffload_exporter.catalogue import CATALOGUE, Metric
 from kvoffload_exporter.enums import MetricType
+from kvoffload_exporter.mergeplan import Merger
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -288,35 +289,14 @@ def header(m: Metric, openmetrics: bool = False) -> str:
 
 _HEADERS = {om: {name: header(m, om) for name, m in CATALOGUE.items()} for om in (False, True)}
 _ORDER = tuple(CATALOGUE)
-_PRESENT: dict[tuple[str, ...], list[str]] = {}
-"""The families a merge met, in the order met → the same in catalogue order (a handful of sets per
-process: targets' fragments repeat their families from one poll to the next). Bounded in entries."""
-_MAX_PRESENT = 64
+_MERGE = Merger(_ORDER, _HEADERS)
 
 
 def merge(fragments: Iterable[Fragment], openmetrics: bool = False, foreign: str = "") -> str:
     """One body from many fragments: catalogue order, HELP/TYPE once per family, fragments in the
     order given. `foreign` is text already encoded in the same format (prometheus_client's own
     collectors), placed after the catalogue families."""
-    by_family: dict[str, list[str]] = {}
-    for frag in fragments:
-        for name, lines in frag.items():
-            by_family.setdefault(name, []).append(lines)
-    heads = _HEADERS[openmetrics]
-    out: list[str] = []
-    met = tuple(by_family)
-    names = _PRESENT.get(met)
-    if names is None:
-        if len(_PRESENT) >= _MAX_PRESENT:
-            _PRESENT.clear()
-        names = _PRESENT[met] = [name for name in _ORDER if name in by_family]  # no other name
-    for name in names:
-        out.append(heads[name])
-        out.extend(by_family[name])
-    out.append(foreign)
-    if openmetrics:
-        out.append("# EOF\n")
-    return "".join(out)
+    return _MERGE(fragments, openmetrics, (foreign, "# EOF\n") if openmetrics else (foreign,))
 
 
 def _media_ranges(header: str) -> list[tuple[str, dict[str, str]]]:

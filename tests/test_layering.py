@@ -26,6 +26,8 @@ CORE_PURE = [
     "interning",
     "lineplan",
     "histplan",
+    "mergeplan",
+    "gzipparts",
     "samples",
     "derive",
     "reasons",

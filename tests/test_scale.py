@@ -359,3 +359,22 @@ def test_a_probe_only_replica_needs_no_targets(tmp_path) -> None:
         timeout=60,
     )
     assert res.returncode == 2 and "at least one --target" in res.stderr
+
+
+async def test_a_gzip_scrape_does_not_queue_behind_another_scrapes_compression() -> None:
+    """While one scrape compresses a newer generation, another gets the last compressed body at once if
+    that generation was published under two merge intervals ago, and waits for the new one if not."""
+    clock = ManualClock()
+    exp = Exporter(Config(host_enabled=False, gpu_enabled=False), clock=clock, timer=clock, runtime_metrics=False)
+    first = await exp.gzip_exposition()
+    exp.render()
+    clock.t += exp._min_merge  # a new generation is due
+    async with exp._gzip_lock:  # ... and another scrape is compressing it
+        assert await asyncio.wait_for(exp.gzip_exposition(), 5) is first  # a wait here would time out
+        clock.t += exp._min_merge  # the last body is now two merge intervals old: a scrape waits
+        waiting = asyncio.ensure_future(exp.gzip_exposition())
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+    newer = await waiting
+    assert newer is not first
+    assert gzip.decompress(newer) == exp.body

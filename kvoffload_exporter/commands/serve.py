@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from kvoffload_exporter import logs
+from kvoffload_exporter import gctune, logs
 from kvoffload_exporter.config import Config, ConfigError, TargetConfig, check, load_file, parse_targets
 from kvoffload_exporter.limits import Limits
 from kvoffload_exporter.schema import Where, add_flags, apply, overrides
@@ -189,6 +189,7 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
     exporter.add_collector(status)
     limits = ListenLimits(cfg.web_max_connections, cfg.web_header_timeout).within_descriptors()
     runner = web.AppRunner(app, access_log=None, handle_signals=False, **limits.runner_kwargs(guards))
+    gctune.tune()  # before the first poll: all that is loaded by now is never walked again
     await runner.setup()
     ssl_context = prep.web.ssl_context if prep.web else None
     site = GuardedSite(runner, sock, guards, limits, ssl_context=ssl_context)

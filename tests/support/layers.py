@@ -13,6 +13,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "kvoffload_exporter.families",
         "kvoffload_exporter.interning",
         "kvoffload_exporter.lineplan",
+        "kvoffload_exporter.mergeplan",
+        "kvoffload_exporter.gzipparts",
         "kvoffload_exporter.exposition",
         "kvoffload_exporter.webconfig",
         "kvoffload_exporter.credentials",
@@ -53,6 +55,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the running exporter (I/O) and the monitoring bundle
     (
         "kvoffload_exporter.sources",
+        "kvoffload_exporter.gctune",
         "kvoffload_exporter.guards",
         "kvoffload_exporter.listener",
         "kvoffload_exporter.webauth",
