@@ -23,7 +23,7 @@ class Plan:
     """For one sequence of shapes: per run its getter, the present families' headers as columns of one
     text, and the picker of headers and columns in body order."""
 
-    __slots__ = ("getters", "heads", "pick")
+    __slots__ = ("getters", "head_texts", "heads", "pick")
 
     def __init__(self, shapes: Sequence[tuple[str, ...]], order: Sequence[str], headers: Mapping[str, str]):
         self.getters = tuple(_getter(shape) for shape in shapes)
@@ -34,13 +34,14 @@ class Plan:
                 where.setdefault(name, []).append(column)
                 column += 1
         present = [name for name in order if name in where]  # a name outside the catalogue: never picked
-        self.heads: list[Texts] = [(headers[name],) for name in present]
+        self.head_texts = [headers[name] for name in present]
+        self.heads: list[Texts] = [(text,) for text in self.head_texts]
         picks: list[int] = []
         for i, name in enumerate(present):
             picks.append(i)
             picks.extend(len(present) + c for c in where[name])
         # itemgetter of one index returns the item, not a tuple of it: a plan always picks a header and a column
-        self.pick: Callable[[list[Texts]], Iterable[Texts]] = itemgetter(*picks) if picks else lambda _: ()
+        self.pick: Callable[[Sequence[Any]], Iterable[Any]] = itemgetter(*picks) if picks else lambda _: ()
 
 
 def _getter(shape: tuple[str, ...]) -> Getter:
@@ -64,11 +65,15 @@ class Merger:
         runs: list[list[Mapping[str, str]]] = []
         last: tuple[str, ...] = ()
         run: list[Mapping[str, str]] = []
+        all_single = True
         for frag in fragments:
             shape = tuple(frag)
+            if not shape:  # an empty fragment adds nothing
+                continue
             if shape == last:
                 run.append(frag)
-            elif shape:  # an empty fragment adds nothing
+                all_single = False
+            else:
                 last, run = shape, [frag]
                 shapes.append(shape)
                 runs.append(run)
@@ -78,6 +83,11 @@ class Merger:
             if len(self._plans) >= self._limit:
                 self._plans.clear()
             plan = self._plans[key] = Plan(shapes, self._order, self._headers[openmetrics])
+        if all_single:  # every run one fragment (a /probe, one target): its texts are the columns themselves
+            texts = list(plan.head_texts)
+            for get, (frag,) in zip(plan.getters, runs):
+                texts += get(frag)
+            return "".join((*plan.pick(texts), *tail))
         columns = list(plan.heads)
         for get, frags in zip(plan.getters, runs):
             columns += zip(*map(get, frags))
