@@ -222,7 +222,7 @@ def read(
     max_line: int | None = None,
     cache: LineCache | None = None,
     cache_key: object = None,
-) -> tuple[list[Sample], set[str]]:
+) -> tuple[Sequence[Sample], set[str]]:
     """Return the samples of the selected families and the families named in TYPE lines.
 
     `_created` samples and look-alike families are dropped by exact name. `labels_of` turns the text
@@ -233,7 +233,7 @@ def read(
     before any regex runs over it, which would cost seconds and gigabytes on a 20 MB label).
     `cache` (with `cache_key` naming `labels_of`) remembers the series of earlier reads: a line
     `<known series> <plain decimal>` is read with one lookup and `float()`; anything else the long way;
-    a body of exactly the last one's shape by its `lineplan`, in C.
+    a body of exactly the last one's shape by its `lineplan`, in C (its samples: a `lineplan.Planned`).
     """
     cap = max_samples if max_samples is not None else sys.maxsize
     limit = max_line if max_line is not None else sys.maxsize

@@ -17,7 +17,7 @@ without a plan (tests/test_lineplan.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from io import BytesIO
 from operator import add, itemgetter
 from typing import Any, NamedTuple
@@ -204,7 +204,38 @@ def replay(plan: Plan, lines: list[bytes]) -> Any:
     total = sum(floats)  # inf or nan if any value is (or, harmlessly, if finite ones overflow together)
     if total - total != 0.0:
         return None  # an overflow (1e999): the long way raises it
-    return list(map(add, plan.heads, zip(floats))), set(plan.typed), floats
+    return Planned(plan.heads, floats), set(plan.typed), floats
+
+
+class Planned(Sequence[Any]):
+    """A planned read's samples: the plan's heads, each with this body's value. The tuples are built only
+    when the samples are read one by one; `pick` builds just the ones a caller picks by position
+    (normalise reads most samples by position from the values alone: histplan)."""
+
+    __slots__ = ("_all", "heads", "values")
+
+    def __init__(self, heads: tuple[tuple[Any, ...], ...], values: tuple[float, ...]) -> None:
+        self.heads = heads
+        self.values = values
+        self._all: list[Any] | None = None
+
+    def pick(self, at: Pick) -> list[Any]:
+        """The samples `at` picks, as `at(list(self))` gives them."""
+        return list(map(add, at(self.heads), zip(at(self.values))))
+
+    def _samples(self) -> list[Any]:
+        if self._all is None:
+            self._all = list(map(add, self.heads, zip(self.values)))
+        return self._all
+
+    def __len__(self) -> int:
+        return len(self.heads)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._samples()[i]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._samples())
 
 
 class Slot:
@@ -251,4 +282,4 @@ class Slot:
         self.wait = self.backoff
 
 
-__all__ = ["FLOAT_CHARS", "UTF8", "Pick", "Plan", "Slot", "build", "lines_of", "pick", "replay"]
+__all__ = ["FLOAT_CHARS", "UTF8", "Pick", "Plan", "Planned", "Slot", "build", "lines_of", "pick", "replay"]

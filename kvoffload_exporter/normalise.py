@@ -10,7 +10,7 @@ counters and histograms, max for advisory gauges. Unknown families are ignored.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from operator import itemgetter
 from typing import NamedTuple
@@ -20,6 +20,7 @@ from kvoffload_exporter.exposition import LimitError, LineCache, Sample, read, s
 from kvoffload_exporter.families import HISTOGRAMS as _TYPED_HISTOGRAMS
 from kvoffload_exporter.families import TABLE as _TABLE
 from kvoffload_exporter.limits import Limits
+from kvoffload_exporter.lineplan import Planned
 from kvoffload_exporter.model import OFFLOAD_SIGNALS, EngineSignals, Generation, Signal, Snapshot
 from kvoffload_exporter.routes import INFO, LEGACY_SIZE_NAMES, ROUTES, Engine, hist_name, idle, on_hist
 from kvoffload_exporter.samples import labels_reader as _labels_reader
@@ -103,7 +104,7 @@ class _Fixed(NamedTuple):
     sources: tuple[backends.SourceRef, ...]
 
 
-def _fixed(samples: list[Sample], typed: set[str], shape: histplan.Shape | None, prev: Snapshot | None) -> _Fixed:
+def _fixed(samples: Sequence[Sample], typed: set[str], shape: histplan.Shape | None, prev: Snapshot | None) -> _Fixed:
     families = {f for f in typed if f in FAMILY_SET or f in _BACKEND_SET}
     families.update(shape.families if shape is not None else map(_FAMILY_OF, samples))
     generation = (
@@ -120,7 +121,7 @@ def _fixed(samples: list[Sample], typed: set[str], shape: histplan.Shape | None,
 
 
 def _snapshot(
-    samples: list[Sample],
+    samples: Sequence[Sample],
     typed: set[str],
     lim: Limits,
     prev: Snapshot | None = None,
@@ -141,7 +142,8 @@ def _snapshot(
         multiprocess = _fold(samples, engines, raw, engine_only)
         shape = None
     else:
-        multiprocess = _fold(shape.rest(samples), engines, raw, engine_only) or shape.pid
+        rest = samples.pick(shape.rest) if isinstance(samples, Planned) else shape.rest(samples)
+        multiprocess = _fold(rest, engines, raw, engine_only) or shape.pid
         for key, name, hist in done:
             engines[key].hists[name] = hist  # type: ignore[assignment]  # .count, .freeze() alike
     if len(engines) > lim.engine_limit:

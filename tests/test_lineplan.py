@@ -211,3 +211,23 @@ def test_a_planned_value_never_takes_its_line_past_the_cap() -> None:
     assert lineplan.replay(plan, lineplan.lines_of(f"{text} {'1' * 40}\n")) is not None
     assert len(f"{text} {'1' * 50}") > cap
     assert lineplan.replay(plan, lineplan.lines_of(f"{text} {'1' * 50}\n")) is None
+
+
+def test_a_planned_read_gives_the_long_ways_samples_and_picks_them_by_position() -> None:
+    from kvoffload_exporter.normalise import _SELECTOR
+    from kvoffload_exporter.samples import labels_reader
+
+    n = Limits().label_value_length_limit
+    args = (_SELECTOR, labels_reader(n), Limits().sample_limit, CAP, None, n)
+    cache = LineCache()
+    exposition.read(_advanced(1), *args[:4], cache, n)
+    samples, typed = exposition.read(_advanced(2), *args[:4], cache, n)
+    assert cache.plan.hit and isinstance(samples, lineplan.Planned)
+    long_samples, long_typed = exposition.read(_advanced(2), *args)
+    assert (list(samples), typed) == (long_samples, long_typed)
+    at = lineplan.pick([3, 0, len(long_samples) - 1])
+    assert (
+        samples.pick(at) == list(at(long_samples))
+        and samples[5] == long_samples[5]
+        and len(samples) == len(long_samples)
+    )
