@@ -100,15 +100,11 @@ class PackedPoint(Mapping[EngineKey, Totals]):
     point itself (a mapping whose `in` costs a dict lookup; a value is built when read) and `snapshot`
     is built when read, with each engine's two convoy histograms."""
 
-    __slots__ = ("_layout", "_read", "_values", "t")
+    __slots__ = ("_layout", "_values", "t")
     _layout: _Layout
 
     def __init__(self, p: Point, hint: PackedPoint | None = None):
         self.t = p.t
-        # The engine's totals last built from this point, until they are read once more: a window start is
-        # read again as the anchor (`derive.stored_before`), in the same poll or the next. One whole Totals
-        # waits at a time, not one per point ever read.
-        self._read: tuple[EngineKey, Totals] | None = None
         self._layout = _layout(p, hint._layout if hint is not None else None)
         values: list[float] = []
         for t in p.totals.values():
@@ -137,16 +133,12 @@ class PackedPoint(Mapping[EngineKey, Totals]):
         return self[key] if key in self._layout.keys else default
 
     def __getitem__(self, key: EngineKey) -> Totals:
-        read = self._read
-        if read is not None and read[0] == key:
-            self._read = None
-            return read[1]
         layout = self._layout
         i = layout.keys[key]
         e = layout.entries[i]
         a, b, c, d, f, g, _ = accumulate(e.spans, initial=layout.starts[i])
         v = memoryview(self._values).cast("d")
-        totals = Totals(
+        return Totals(
             dict(zip(e.counters, v[a:b])),
             dict(zip(e.by_source, v[b:c])),
             e.ttft_bounds,
@@ -158,8 +150,6 @@ class PackedPoint(Mapping[EngineKey, Totals]):
             raw_evidence=_NO_RAW,
             evidence_store_base=dict(zip(e.store_bases, v[d:f])),
         )
-        self._read = (key, totals)
-        return totals
 
     def convoy_hists(self, key: EngineKey) -> tuple[Histogram | None, Histogram | None] | None:
         """The engine's (lookup delay, queue time) histograms, as `snapshot` holds them (None: no such

@@ -136,16 +136,3 @@ def test_a_packed_point_gives_each_engine_its_own_convoy_histograms() -> None:
         assert q.convoy_hists(e.key) == (e.lookup_async_delay, e.queue_time)
     a, b = snap.engines
     assert a.lookup_async_delay != b.lookup_async_delay
-
-
-def test_a_packed_point_keeps_the_totals_it_built_only_until_they_are_read_again() -> None:
-    # A window start is read again as the anchor: the second read reuses the first's totals, and the
-    # point then holds none (so no point keeps a whole Totals after its two reads).
-    p = _points(CHAIN[:2])[-1]
-    q = pack(p)
-    key = next(iter(p.totals))
-    first = q.totals[key]
-    assert q.totals[key] is first
-    third = q.totals[key]
-    assert third is not first and third == first == PackedPoint(p)[key]
-    assert q._read is not None and q.totals[key] is third and q._read is None
