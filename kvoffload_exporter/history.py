@@ -96,9 +96,9 @@ def _hist_values(h: Histogram | None) -> tuple[float, ...]:
 
 
 class PackedPoint(Mapping[EngineKey, Totals]):
-    """An older point: its time and its numbers in one array. Read as a `derive.Mark`: `totals` is the
-    point itself (a mapping whose `in` costs a dict lookup; a value is built when read) and `snapshot`
-    is built when read, with each engine's two convoy histograms."""
+    """An older point: its time and its numbers as the bytes of one array of doubles. Read as a
+    `derive.Mark`: `totals` is the point itself (a mapping whose `in` costs a dict lookup; a value is built
+    when read) and `snapshot` is built when read, with each engine's two convoy histograms."""
 
     __slots__ = ("_layout", "_values", "t")
     _layout: _Layout
@@ -181,8 +181,8 @@ def _hist(shape: tuple[tuple[float, ...], int] | None, v: memoryview[float], pos
 
 
 def pack(p: Point, hint: Mark | None = None) -> Mark:
-    """An older point: its time, its totals and the engines' convoy histograms, in one array (with the
-    layout of `hint`, the point packed before it, when the shape is the same)."""
+    """An older point: its time, its totals and the engines' convoy histograms, as the bytes of one array
+    (with the layout of `hint`, the point packed before it, when the shape is the same)."""
     return PackedPoint(p, hint if isinstance(hint, PackedPoint) else None)
 
 
