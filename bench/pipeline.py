@@ -35,9 +35,9 @@ from bench.common import CAPTURE, AdvancingBodies, prometheus_client_parse
 from kvoffload_exporter import convoy, derive
 from kvoffload_exporter import normalise as normalise_module
 from kvoffload_exporter.collector import TargetView, shared_fragment, target_fragment
-from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.config.limits import Limits
+from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.exposition import LineCache, read
-from kvoffload_exporter.limits import Limits
 from kvoffload_exporter.normalise import normalise
 from kvoffload_exporter.render import merge
 from kvoffload_exporter.samples import labels_reader

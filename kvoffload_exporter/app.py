@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from kvoffload_exporter import __version__
-from kvoffload_exporter.config import Config
+from kvoffload_exporter.config.settings import Config
 from kvoffload_exporter.guards import GuardStats
 from kvoffload_exporter.plugins import Plugin
 from kvoffload_exporter.poller import Exporter

@@ -114,7 +114,7 @@ class ScrapeErrorReason(StrEnum):
     TOO_LARGE = "too_large"
     TRUNCATED = "truncated"
     PARSE = "parse"
-    SAMPLE_LIMIT = "sample_limit"  # too many series or engines (kvoffload_exporter.limits)
+    SAMPLE_LIMIT = "sample_limit"  # too many series or engines (kvoffload_exporter.config.limits)
     LABEL_LIMIT = "label_limit"  # a label value (or line) longer than the cap
     REDIRECT = "redirect"  # redirected to another origin, or too many redirects
     INTERNAL = "internal"

@@ -31,7 +31,7 @@ class ParseError(ValueError):
 
 
 class LimitError(ParseError):
-    """The body is readable but exceeds a cap of kvoffload_exporter.limits.Limits (`sample_limit`, `label_limit`)."""
+    """The body is readable but exceeds a cap of config.limits.Limits (`sample_limit`, `label_limit`)."""
 
     def __init__(self, reason: str, detail: str):
         super().__init__(detail)

@@ -1,6 +1,6 @@
 """Log settings (`--log-level`/`--log.level`, `--log.format=text|logfmt|json`) and their handler.
 
-Declared like every other setting (kvoffload_exporter.schema) so the flags, `KVOFFLOAD_LOG_*` and help agree."""
+Declared like every other setting (kvoffload_exporter.config.schema) so the flags, `KVOFFLOAD_LOG_*` and help agree."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from kvoffload_exporter.config.schema import ConfigError, add_flags, apply, choice, overrides, setting
 from kvoffload_exporter.redact import redact_url
-from kvoffload_exporter.schema import ConfigError, add_flags, apply, choice, overrides, setting
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 

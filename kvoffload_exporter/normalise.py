@@ -16,10 +16,10 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from kvoffload_exporter import backends, histplan
+from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.exposition import LimitError, LineCache, Sample, read, selector
 from kvoffload_exporter.families import HISTOGRAMS as _TYPED_HISTOGRAMS
 from kvoffload_exporter.families import TABLE as _TABLE
-from kvoffload_exporter.limits import Limits
 from kvoffload_exporter.lineplan import Planned
 from kvoffload_exporter.model import OFFLOAD_SIGNALS, EngineSignals, Generation, Signal, Snapshot
 from kvoffload_exporter.routes import INFO, LEGACY_SIZE_NAMES, ROUTES, Engine, hist_name, idle, on_hist

@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 
 from kvoffload_exporter import gzipparts
 from kvoffload_exporter.collector import Collector, shared_fragment
-from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.enums import CollectorName
 from kvoffload_exporter.model import GpuMemory, HostMemory
 from kvoffload_exporter.reasons import CanaryFacts

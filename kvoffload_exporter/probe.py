@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from kvoffload_exporter.config import TargetConfig
+from kvoffload_exporter.config.settings import TargetConfig
 from kvoffload_exporter.enums import ProbeEviction
 from kvoffload_exporter.guards import GuardStats
 from kvoffload_exporter.poller import Exporter

@@ -16,7 +16,7 @@ import aiohttp
 
 from kvoffload_exporter import convoy, derive, history
 from kvoffload_exporter.collector import TargetView, target_fragment
-from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.exposition import LineCache, ParseError, join_bodies
 from kvoffload_exporter.model import EngineKey, Snapshot
 from kvoffload_exporter.normalise import normalise

@@ -32,8 +32,8 @@ from kvoffload_exporter.enums import HttpRejectReason
 from kvoffload_exporter.guards import GuardStats
 
 if TYPE_CHECKING:
+    from kvoffload_exporter.config.webconfig import WebConfig
     from kvoffload_exporter.listener import GuardedSite
-    from kvoffload_exporter.webconfig import WebConfig
 
 log = logging.getLogger("kvoffload")
 
@@ -147,7 +147,7 @@ class WebReload:
         self.path, self.current, self.gate, self.site = path, current, gate, site
 
     def parse(self) -> tuple[WebConfig, bytes] | Exception | None:
-        from kvoffload_exporter.webconfig import WebConfigError, load
+        from kvoffload_exporter.config.webconfig import WebConfigError, load
 
         if not self.path:
             return None

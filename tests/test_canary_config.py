@@ -16,7 +16,7 @@ from kvoffload_exporter.canary.secrets import (
     load_api_key,
     load_or_create_secret,
 )
-from kvoffload_exporter.config import Config, ConfigError, TargetConfig
+from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig
 
 
 def test_valid_mapping() -> None:

@@ -11,7 +11,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvoffload_exporter.config import Config, ConfigError, from_mapping
+from kvoffload_exporter.config.settings import Config, ConfigError, from_mapping
 
 KEYS = ["targets", "listen", "poll_interval", "window", "timeout", "max_body_bytes", "host", "gpu", "canary"]
 SUB = ["url", "name", "pid", "port", "tier_bytes", "enabled", "cgroup", "interval", "strategy", "id_range"]

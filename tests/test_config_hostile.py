@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload_exporter.config import MAX_CONFIG_BYTES, ConfigError, load_file
+from kvoffload_exporter.config.settings import MAX_CONFIG_BYTES, ConfigError, load_file
 from kvoffload_exporter.saferegex import SafeRegex, UnsafeRegex
 
 BOMB = (

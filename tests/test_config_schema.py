@@ -14,7 +14,9 @@ import pytest
 from kvoffload_exporter.canary.config import CanarySettings
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.serve import config_from_args
-from kvoffload_exporter.config import (
+from kvoffload_exporter.config.limits import Limits
+from kvoffload_exporter.config.schema import env_name, specs
+from kvoffload_exporter.config.settings import (
     BasicAuth,
     BearerToken,
     Config,
@@ -23,9 +25,7 @@ from kvoffload_exporter.config import (
     from_mapping,
     redact_url,
 )
-from kvoffload_exporter.limits import Limits
 from kvoffload_exporter.logs import JsonFormatter, LogfmtFormatter, LogSettings
-from kvoffload_exporter.schema import env_name, specs
 
 
 def _serve(*argv: str) -> argparse.Namespace:

@@ -29,7 +29,7 @@ from kvoffload_exporter.bundle import deploy
 from kvoffload_exporter.bundle.settings import DEFAULT
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.serve import config_from_args
-from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.config.settings import Config, TargetConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_DIR = ROOT / "deploy/compose"

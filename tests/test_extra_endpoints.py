@@ -18,7 +18,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from support.chain import STEP, ChainServer, ManualClock
 
-from kvoffload_exporter.config import Config, ConfigError, TargetConfig, from_mapping
+from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, from_mapping
 from kvoffload_exporter.poller import Exporter
 
 RECON = Path(__file__).resolve().parent / "fixtures" / "reconstructed"

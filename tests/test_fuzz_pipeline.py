@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from kvoffload_exporter import derive
 from kvoffload_exporter.collector import TargetView, collect
+from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.enums import ScrapeErrorReason
 from kvoffload_exporter.exposition import ParseError
-from kvoffload_exporter.limits import Limits
 from kvoffload_exporter.normalise import FAMILIES, HISTOGRAMS, normalise
 from tests.support.prom import families
 

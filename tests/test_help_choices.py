@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from kvoffload_exporter.cli import _parsers, build_parser
-from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.config.schema import described, specs
+from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.logs import LogSettings
-from kvoffload_exporter.schema import described, specs
 
 PARSERS = {p.prog.split()[-1]: p for p in _parsers(build_parser()) if " " in p.prog}
 

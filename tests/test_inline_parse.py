@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from kvoffload_exporter import targetpoller
-from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.targetpoller import INLINE_PARSE_BYTES, TargetPoller
 
 TEXT = (Path(__file__).parent / "fixtures" / "h200-0.6b" / "A_12_final.prom").read_text()

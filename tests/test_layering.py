@@ -221,7 +221,8 @@ def test_the_loop_and_climb_checks_can_fail() -> None:
     assert any({"kvoffload_exporter.payback", "kvoffload_exporter.collector"} <= loop for loop in _loops(graph))
     graph = {
         **GRAPH,
-        "kvoffload_exporter.config": GRAPH["kvoffload_exporter.config"] | {"kvoffload_exporter.canary.config"},
+        "kvoffload_exporter.config.settings": GRAPH["kvoffload_exporter.config.settings"]
+        | {"kvoffload_exporter.canary.config"},
     }
-    assert ("kvoffload_exporter.config", "kvoffload_exporter.canary.config") in _climbs(graph)
+    assert ("kvoffload_exporter.config.settings", "kvoffload_exporter.canary.config") in _climbs(graph)
     assert "kvoffload_exporter.sources.gpu" in GRAPH["kvoffload_exporter.poller"]

@@ -9,12 +9,12 @@ from conftest import fixture_text
 from support.polls import metrics_after_polls
 
 from kvoffload_exporter.app import make_app
-from kvoffload_exporter.config import Config, ConfigError, TargetConfig, from_mapping
-from kvoffload_exporter.limits import Limits
+from kvoffload_exporter.config.limits import Limits
+from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, from_mapping
 
 
 def test_limits_global_and_per_target_from_the_config_file() -> None:
-    from kvoffload_exporter.limits import Limits
+    from kvoffload_exporter.config.limits import Limits
 
     cfg = from_mapping(
         {
@@ -44,7 +44,7 @@ def test_invalid_limits_are_config_errors(raw: dict[str, object], msg: str) -> N
 
 
 async def test_per_target_sample_limit_reaches_the_poll_and_is_counted() -> None:
-    from kvoffload_exporter.limits import Limits
+    from kvoffload_exporter.config.limits import Limits
 
     good = fixture_text("h200-0.6b/A_12_final.prom")
 

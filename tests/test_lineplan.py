@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from test_line_cache import _outcome_default as _outcome
 
 from kvoffload_exporter import exposition, lineplan
+from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.exposition import LineCache
-from kvoffload_exporter.limits import Limits
 from kvoffload_exporter.normalise import normalise
 
 CAPTURE = Path(__file__).parent / "fixtures" / "h200-0.6b" / "A_12_final.prom"

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from kvoffload_exporter.app import make_app
 from kvoffload_exporter.commands.serve import bind
-from kvoffload_exporter.config import Config
+from kvoffload_exporter.config.settings import Config
 from kvoffload_exporter.enums import HttpRejectReason
 from kvoffload_exporter.guards import GuardStats
 from kvoffload_exporter.listener import GuardedSite, ListenLimits

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kvoffload_exporter.cli import main
-from kvoffload_exporter.schema import did_you_mean, human, integer, number
+from kvoffload_exporter.config.schema import did_you_mean, human, integer, number
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from kvoffload_exporter.canary.engine import CanaryState
 from kvoffload_exporter.canary.expose import CanaryCollector, render
 from kvoffload_exporter.canary.plugin import make_plugin
 from kvoffload_exporter.collector import Collector, collect
-from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.enums import CollectorName
 from kvoffload_exporter.plugins import PluginHost
 from kvoffload_exporter.poller import Exporter

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from conftest import fixture_text
 
 from kvoffload_exporter.app import EXPORTER, make_app
-from kvoffload_exporter.config import Config, ConfigError, TargetConfig, from_mapping
+from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, from_mapping
 from kvoffload_exporter.probe import normalise_url
 
 BODY = fixture_text("h200-0.6b/A_12_final.prom")

@@ -16,7 +16,7 @@ import pytest
 from kvoffload_exporter import poller as poller_module
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.serve import ReloadStatus, config_from_args, reload
-from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.poller import Exporter
 
 

@@ -16,7 +16,7 @@ from support.net import free_port
 from support.prom import families
 
 from kvoffload_exporter.app import EXPORTER, make_app
-from kvoffload_exporter.config import Config, ConfigError, TargetConfig, from_mapping
+from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, from_mapping
 from kvoffload_exporter.poller import Exporter
 from kvoffload_exporter.render import CATALOGUE, Exposition, accepts_gzip, merge, wants_openmetrics
 

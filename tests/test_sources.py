@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from kvoffload_exporter import procmem
 from kvoffload_exporter.app import EXPORTER, make_app
 from kvoffload_exporter.collector import TargetView, collect
-from kvoffload_exporter.config import Config, TargetConfig
+from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.enums import Generation, MemorySource, ProcessRole
 from kvoffload_exporter.model import EngineSignals, HostMemory, Snapshot
 from kvoffload_exporter.sources import host

@@ -8,7 +8,7 @@ import pytest
 
 from kvoffload_exporter import derive
 from kvoffload_exporter.catalogue import CATALOGUE
-from kvoffload_exporter.config import ConfigError, from_mapping, load_file, parse_duration
+from kvoffload_exporter.config.settings import ConfigError, from_mapping, load_file, parse_duration
 from kvoffload_exporter.exposition import ParseError
 from kvoffload_exporter.normalise import normalise
 from kvoffload_exporter.render import Exposition

@@ -105,8 +105,8 @@ def test_non_finite_gauges_and_info_numbers_are_never_emitted() -> None:
 
 
 def test_sample_limit_fails_the_poll_with_its_reason() -> None:
+    from kvoffload_exporter.config.limits import Limits
     from kvoffload_exporter.exposition import LimitError
-    from kvoffload_exporter.limits import Limits
 
     lines = [f'vllm:prefix_cache_hits_total{{engine="{i}",model_name="m"}} 1' for i in range(50)]
     with pytest.raises(LimitError) as err:
@@ -118,8 +118,8 @@ def test_sample_limit_fails_the_poll_with_its_reason() -> None:
 
 
 def test_engine_limit_fails_the_poll_as_sample_limit() -> None:
+    from kvoffload_exporter.config.limits import Limits
     from kvoffload_exporter.exposition import LimitError
-    from kvoffload_exporter.limits import Limits
 
     lines = [f'vllm:prefix_cache_hits_total{{engine="{i}",model_name="m"}} 1' for i in range(10)]
     with pytest.raises(LimitError, match="engines") as err:
@@ -128,8 +128,8 @@ def test_engine_limit_fails_the_poll_as_sample_limit() -> None:
 
 
 def test_label_value_length_limit_fails_the_poll_with_reason_label_limit() -> None:
+    from kvoffload_exporter.config.limits import Limits
     from kvoffload_exporter.exposition import LimitError
-    from kvoffload_exporter.limits import Limits
 
     huge = "x" * 5000
     with pytest.raises(LimitError) as err:

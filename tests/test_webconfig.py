@@ -15,7 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from kvoffload_exporter.app import make_app
-from kvoffload_exporter.config import Config
+from kvoffload_exporter.config.settings import Config
 from kvoffload_exporter.webauth import AuthGate
 
 
@@ -36,7 +36,7 @@ def _write(tmp_path: Path, text: str) -> str:
 
 
 async def test_basic_auth_protects_every_endpoint(tmp_path: Path) -> None:
-    from kvoffload_exporter import webconfig
+    from kvoffload_exporter.config import webconfig
 
     wc = webconfig.load(_write(tmp_path, f"basic_auth_users:\n  prometheus: '{HASH}'\n"))
     app = make_app(Config(gpu_enabled=False, host_enabled=False), middlewares=(AuthGate(wc.users).middleware,))
@@ -54,7 +54,7 @@ async def test_basic_auth_protects_every_endpoint(tmp_path: Path) -> None:
 
 
 async def test_tls_with_required_client_certificate(tmp_path: Path) -> None:
-    from kvoffload_exporter import webconfig
+    from kvoffload_exporter.config import webconfig
 
     wc = webconfig.load(
         _write(
@@ -106,7 +106,7 @@ async def test_tls_with_required_client_certificate(tmp_path: Path) -> None:
     ],
 )
 def test_invalid_web_config_is_refused_with_one_line(tmp_path: Path, text: str, msg: str) -> None:
-    from kvoffload_exporter import webconfig
+    from kvoffload_exporter.config import webconfig
 
     with pytest.raises(webconfig.WebConfigError) as err:
         webconfig.load(_write(tmp_path, text))

@@ -1,5 +1,5 @@
 """Canary settings: the `canary:` mapping of the config file, `serve --canary-*` and `check`'s flags →
-frozen `CanarySettings`, each field declared once (kvoffload_exporter.schema).
+frozen `CanarySettings`, each field declared once (kvoffload_exporter.config.schema).
 
 Pure. Every problem is reported together (ConfigError), like the rest of the configuration. The API
 key is never part of the settings, only where to read it from.
@@ -12,8 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit
 
-from kvoffload_exporter.config import Config
-from kvoffload_exporter.schema import (
+from kvoffload_exporter.config.schema import (
     ConfigError,
     Where,
     apply,
@@ -26,7 +25,8 @@ from kvoffload_exporter.schema import (
     setting,
     string,
 )
-from kvoffload_exporter.sections import Section, register_section
+from kvoffload_exporter.config.sections import Section, register_section
+from kvoffload_exporter.config.settings import Config
 
 STRATEGIES = ("pressure", "wait")
 

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from kvoffload_exporter.canary.config import CanarySettings, check
 from kvoffload_exporter.canary.expose import CanaryCollector
 from kvoffload_exporter.canary.secrets import load_api_key, load_or_create_secret
-from kvoffload_exporter.config import Config, ConfigError
+from kvoffload_exporter.config.schema import add_flags, apply, overrides
+from kvoffload_exporter.config.settings import Config, ConfigError
 from kvoffload_exporter.enums import CollectorName
 from kvoffload_exporter.plugins import Plugin, PluginHost, Session
-from kvoffload_exporter.schema import add_flags, apply, overrides
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from kvoffload_exporter.config import ConfigError
+from kvoffload_exporter.config.settings import ConfigError
 
 if TYPE_CHECKING:
     from kvoffload_exporter.canary.config import CanarySettings
@@ -81,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="measure even when preflight finds no offload metrics on the target (default: exit 3 at once)",
     )
     from kvoffload_exporter.canary.config import CanarySettings
-    from kvoffload_exporter.schema import add_flags
+    from kvoffload_exporter.config.schema import add_flags
 
     add_flags(p, CanarySettings, "check", defaults=_base().public(), env=False)
     p.set_defaults(func=run)
@@ -130,8 +130,8 @@ def _base() -> CanarySettings:
 def settings_from_args(args: argparse.Namespace) -> CanarySettings:
     """check's flags on its defaults, validated by the same declaration as serve's; errors name the flag."""
     from kvoffload_exporter.canary.config import CanarySettings, check
-    from kvoffload_exporter.config import parse_targets
-    from kvoffload_exporter.schema import Where, apply, overrides
+    from kvoffload_exporter.config.schema import Where, apply, overrides
+    from kvoffload_exporter.config.settings import parse_targets
 
     errors = [] if args.rounds >= 1 else ["--rounds: must be an integer >= 1"]
     args.sweep_prefix_tokens = _prefix_lengths(args, errors)

@@ -20,7 +20,7 @@ from kvoffload_exporter.commands.simulate import (
     positive_seconds,
     traffic_from_args,
 )
-from kvoffload_exporter.config import ConfigError, TargetConfig, split_listen
+from kvoffload_exporter.config.settings import ConfigError, TargetConfig, split_listen
 from kvoffload_exporter.poller import Exporter
 from kvoffload_exporter.sim.simulator import Simulator
 

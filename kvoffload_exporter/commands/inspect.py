@@ -8,10 +8,10 @@ import os
 import sys
 from typing import Any
 
-from kvoffload_exporter.config import Config
+from kvoffload_exporter.config.limits import Limits
+from kvoffload_exporter.config.settings import Config
 from kvoffload_exporter.exposition import ParseError, join_bodies
 from kvoffload_exporter.intervalreport import report
-from kvoffload_exporter.limits import Limits
 from kvoffload_exporter.model import Snapshot
 from kvoffload_exporter.normalise import normalise
 from kvoffload_exporter.reasons import HINTS
@@ -61,7 +61,7 @@ def _read_all(path: str) -> list[bytes]:
 
 
 def _load(path: str) -> Snapshot:
-    """Read one dump (or `a+b`) under the exporter's caps (file size, kvoffload_exporter.limits defaults)."""
+    """Read one dump (or `a+b`) under the exporter's caps (file size, kvoffload_exporter.config.limits defaults)."""
     parts = _read_all(path)
     path = "standard input" if path == "-" else path
     if sum(map(len, parts)) + len(parts) - 1 > MAX_FILE_BYTES:

@@ -16,16 +16,16 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from kvoffload_exporter import gctune, logs
-from kvoffload_exporter.config import Config, ConfigError, TargetConfig, check, load_file, parse_targets
-from kvoffload_exporter.limits import Limits
-from kvoffload_exporter.schema import Where, add_flags, apply, overrides
+from kvoffload_exporter.config.limits import Limits
+from kvoffload_exporter.config.schema import Where, add_flags, apply, overrides
+from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, check, load_file, parse_targets
 
 if TYPE_CHECKING:
     from kvoffload_exporter.collector import SampleSink
+    from kvoffload_exporter.config.webconfig import WebConfig
     from kvoffload_exporter.plugins import Plugin
     from kvoffload_exporter.poller import Exporter
     from kvoffload_exporter.webauth import WebReload
-    from kvoffload_exporter.webconfig import WebConfig
 
 ORDER = 10
 log = logging.getLogger("kvoffload")
@@ -97,7 +97,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
 
 def bind(listen: str) -> socket.socket:
     """The listening socket, bound before anything starts so a bad address fails first, in one line."""
-    from kvoffload_exporter.config import split_listen
+    from kvoffload_exporter.config.settings import split_listen
 
     host, port = split_listen(listen)
     family, type_, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
@@ -261,8 +261,8 @@ def _apply_reload(
 
 
 def _prepare(args: argparse.Namespace) -> _Prepared:
-    from kvoffload_exporter import webconfig
     from kvoffload_exporter.canary import plugin as canary
+    from kvoffload_exporter.config import webconfig
 
     cfg = config_from_args(args)
     if not cfg.targets and not (cfg.probe_allow or cfg.probe_allow_regex):  # probe-only replicas
@@ -281,7 +281,7 @@ def _prepare(args: argparse.Namespace) -> _Prepared:
 
 def run(args: argparse.Namespace) -> int:
     from kvoffload_exporter.canary.secrets import SecretError
-    from kvoffload_exporter.webconfig import WebConfigError
+    from kvoffload_exporter.config.webconfig import WebConfigError
 
     try:
         logs.setup(logs.from_args(args))

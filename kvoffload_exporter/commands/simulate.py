@@ -10,8 +10,8 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 
-from kvoffload_exporter.config import split_listen
-from kvoffload_exporter.schema import MAX_SECONDS
+from kvoffload_exporter.config.schema import MAX_SECONDS
+from kvoffload_exporter.config.settings import split_listen
 from kvoffload_exporter.sim.backends import BACKENDS
 from kvoffload_exporter.sim.calibration import CALIBRATIONS, DEFAULT_CALIBRATION
 from kvoffload_exporter.sim.faults import FAULTS

@@ -3,7 +3,7 @@
 A hostile or broken target must not be able to pin a core or grow memory without bound, so every
 poll is bounded in series kept, engines and label value length, like Prometheus's `sample_limit`
 and `label_value_length_limit`. Over a cap the poll fails with a closed reason, never silently.
-Declared like every other setting (kvoffload_exporter.schema): `limits:` at the top level and per target,
+Declared like every other setting (kvoffload_exporter.config.schema): `limits:` at the top level and per target,
 `--limits.*` flags and `KVOFFLOAD_LIMITS_*` variables for the top-level ones.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kvoffload_exporter.schema import Where, apply, integer, parse_section, setting
+from kvoffload_exporter.config.schema import Where, apply, integer, parse_section, setting
 
 DEFAULT_SAMPLE_LIMIT = 20_000
 DEFAULT_LABEL_VALUE_LENGTH_LIMIT = 1024

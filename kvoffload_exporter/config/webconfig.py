@@ -85,7 +85,7 @@ class _Where:
 
 def load(path: str) -> WebConfig:
     """Read (capped, YAML aliases refused) and validate the file; raises WebConfigError with one line."""
-    from kvoffload_exporter.yamlsafe import YamlError, compose, construct, key_lines, read_capped
+    from kvoffload_exporter.config.yamlsafe import YamlError, compose, construct, key_lines, read_capped
 
     name = f"web config {path}"
     try:

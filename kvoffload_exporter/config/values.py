@@ -1,5 +1,5 @@
 """Value checks of the settings that are not plain numbers or strings: listen address, URL paths, base
-URLs and URL lists, the probe allow-regex. Each takes (value, from_text) as kvoffload_exporter.schema expects and
+URLs and URL lists, the probe allow-regex. Each takes (value, from_text) as kvoffload_exporter.config.schema expects and
 raises ValueError with the message the user sees."""
 
 from __future__ import annotations

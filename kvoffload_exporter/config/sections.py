@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvoffload_exporter.schema import ConfigError
+from kvoffload_exporter.config.schema import ConfigError
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The exporter's settings as frozen dataclasses declared once (kvoffload_exporter.schema): YAML file, flags and
+"""The exporter's settings as frozen dataclasses declared once (kvoffload_exporter.config.schema): YAML file, flags and
 `KVOFFLOAD_*` environment variables all validate through the same field declarations."""
 
 from __future__ import annotations
@@ -10,20 +10,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from kvoffload_exporter.configvalues import (
-    allow_regex,
-    base_url,
-    extra_urls,
-    file_path,
-    http_path,
-    listen_address,
-    split_listen,
-    url_list,
-)
-from kvoffload_exporter.credentials import Auth, BasicAuth, BearerToken, target_auth
-from kvoffload_exporter.limits import Limits, limits_from_mapping
-from kvoffload_exporter.redact import redact_url
-from kvoffload_exporter.schema import (
+from kvoffload_exporter.config.credentials import Auth, BasicAuth, BearerToken, target_auth
+from kvoffload_exporter.config.limits import Limits, limits_from_mapping
+from kvoffload_exporter.config.schema import (
     ConfigError,
     Where,
     apply,
@@ -37,7 +26,18 @@ from kvoffload_exporter.schema import (
     setting,
     string,
 )
-from kvoffload_exporter.sections import SECTIONS, check_sections, default_sections, parse_sections, section_value
+from kvoffload_exporter.config.sections import SECTIONS, check_sections, default_sections, parse_sections, section_value
+from kvoffload_exporter.config.values import (
+    allow_regex,
+    base_url,
+    extra_urls,
+    file_path,
+    http_path,
+    listen_address,
+    split_listen,
+    url_list,
+)
+from kvoffload_exporter.redact import redact_url
 
 log = logging.getLogger("kvoffload.config")
 DEFAULT_LISTEN = "127.0.0.1:9466"
@@ -63,7 +63,7 @@ class TargetConfig:
     )
     auth: Auth | None = field(default=None, repr=False)  # from userinfo or the *_file keys; never shown
     extra_auth: tuple[tuple[str, str] | None, ...] = field(default=(), repr=False)  # extra URLs' userinfo
-    limits: Limits | None = None  # `limits:` of this target (kvoffload_exporter.limits); None: Config.limits
+    limits: Limits | None = None  # `limits:` of this target (kvoffload_exporter.config.limits); None: Config.limits
 
     @property
     def label(self) -> str:
@@ -122,7 +122,9 @@ class Config:
         True, boolean, "the NVML GPU collector", key="gpu.enabled", flag="--no-gpu", action="false"
     )
     sections: tuple[tuple[str, object], ...] = field(default_factory=default_sections)  # plugins' settings
-    limits: Limits = field(default_factory=Limits)  # per-target caps (kvoffload_exporter.limits); targets may override
+    limits: Limits = field(
+        default_factory=Limits
+    )  # per-target caps (kvoffload_exporter.config.limits); targets may override
     max_concurrent_polls: int = setting(64, integer(1), "polls in flight at once; the rest wait for a slot")
     probe_allow: tuple[str, ...] = setting(
         (), url_list, "/probe targets allowed besides the configured ones: exact URLs", key="probe.allow", env=False
@@ -224,7 +226,7 @@ def _target(raw: object, where: Where, errors: list[str], limits: Limits) -> Tar
     if "url" not in raw:
         errors.append(f"{where.section}: url is required")
     values = parse_section(TargetConfig, raw, where, errors, extra=("limits",))
-    if "limits" in raw:  # on top of the global limits (kvoffload_exporter.limits validates them)
+    if "limits" in raw:  # on top of the global limits (kvoffload_exporter.config.limits validates them)
         values["limits"] = limits_from_mapping(raw["limits"], limits, f"{where.section}.limits", errors)
     if len(errors) > n:
         return None
@@ -296,8 +298,8 @@ MAX_CONFIG_BYTES = 8 << 20  # 10,000 targets with auth and limits: ~2 MB
 
 
 def load_file(path: str, base: Config | None = None, validate: bool = True) -> Config:
-    """Parse `path` (capped at MAX_CONFIG_BYTES, YAML aliases refused: kvoffload_exporter.yamlsafe) into a Config."""
-    from kvoffload_exporter.yamlsafe import YamlError, load  # imported here: only needed with --config
+    """Parse `path` (capped at MAX_CONFIG_BYTES, YAML aliases refused: config.yamlsafe) into a Config."""
+    from kvoffload_exporter.config.yamlsafe import YamlError, load  # imported here: only needed with --config
 
     try:
         raw = load(path, MAX_CONFIG_BYTES, "config")
