@@ -33,14 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import CAPTURE, AdvancingBodies, prometheus_client_parse
 from kvoffload_exporter import convoy, derive
-from kvoffload_exporter import normalise as normalise_module
 from kvoffload_exporter.collector import TargetView, shared_fragment, target_fragment
 from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.config.settings import Config, TargetConfig
-from kvoffload_exporter.exposition import LineCache, read
-from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.ingest import normalise as normalise_module
+from kvoffload_exporter.ingest.exposition import LineCache, read
+from kvoffload_exporter.ingest.normalise import normalise
+from kvoffload_exporter.ingest.samples import labels_reader
 from kvoffload_exporter.render import merge
-from kvoffload_exporter.samples import labels_reader
 from kvoffload_exporter.targetpoller import TargetPoller
 
 try:

@@ -7,10 +7,10 @@ collector. Unknown is None, never a guess.
 
 from __future__ import annotations
 
-from kvoffload_exporter.backends.schema import Evidence
 from kvoffload_exporter.enums import Signal
-from kvoffload_exporter.exposition import info_number
-from kvoffload_exporter.model import EngineSignals, Snapshot
+from kvoffload_exporter.ingest.backends.schema import Evidence
+from kvoffload_exporter.ingest.exposition import info_number
+from kvoffload_exporter.ingest.snapshot import EngineSignals, Snapshot
 
 GIB = float(2**30)
 

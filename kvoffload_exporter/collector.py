@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from kvoffload_exporter import __version__
-from kvoffload_exporter.backends.schema import Evidence, EvidenceKey
 from kvoffload_exporter.catalogue import (
     COLLECTORS,
     EVIDENCE_METRICS,
@@ -24,7 +23,8 @@ from kvoffload_exporter.catalogue import (
 from kvoffload_exporter.convoy import ConvoyView
 from kvoffload_exporter.derive import EngineDerived
 from kvoffload_exporter.findings import EngineFindings, TargetView
-from kvoffload_exporter.model import EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory
+from kvoffload_exporter.ingest.backends.schema import Evidence, EvidenceKey
+from kvoffload_exporter.ingest.snapshot import EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory
 from kvoffload_exporter.procmem import footprint_ratio, growth_step
 from kvoffload_exporter.render import Exposition, Heads, Spec
 
@@ -126,7 +126,7 @@ def _evidence_labels(lb: Mapping[str, str], k: EvidenceKey) -> dict[str, str]:
 
 
 def _evidence(x: Exposition, lb: Mapping[str, str], e: EngineSignals, found: EngineFindings) -> None:
-    """The one evidence schema (kvoffload_exporter.backends), raw cumulative values like every engine counter."""
+    """The one evidence schema (kvoffload_exporter.ingest.backends), raw cumulative values like every engine counter."""
     rows = (*sorted(e.evidence.items()), *sorted(e.evidence_gauges.items()))
     units = sorted(found.unit_bytes.items())
     keys = (tuple(k for k, _ in rows), tuple(k for k, _ in units))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from kvoffload_exporter.derive import Mark, histogram_quantile, window_start
 from kvoffload_exporter.history import PackedPoint
-from kvoffload_exporter.model import EngineKey, EngineSignals, Histogram
+from kvoffload_exporter.ingest.snapshot import EngineKey, EngineSignals, Histogram
 
 QUEUE_QUANTILES = (0.5, 0.9, 0.99)
 DELAY_QUANTILE = 0.99

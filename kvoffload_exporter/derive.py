@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from operator import add, sub
 from typing import Protocol, TypeVar
 
-from kvoffload_exporter.backends.schema import Evidence, EvidenceKey, NativeUnit
 from kvoffload_exporter.capacity import chunk_tokens
 from kvoffload_exporter.enums import State
-from kvoffload_exporter.model import EngineKey, EngineSignals, Histogram, Signal, Snapshot
+from kvoffload_exporter.ingest.backends.schema import Evidence, EvidenceKey, NativeUnit
+from kvoffload_exporter.ingest.snapshot import EngineKey, EngineSignals, Histogram, Signal, Snapshot
 
 K = TypeVar("K", bound=Hashable)
 
@@ -42,7 +42,7 @@ class Totals:
     raw: Mapping[Signal, float] = field(default_factory=dict)  # last raw counter values seen, kept across gaps
     raw_by_source: Mapping[str, float] = field(default_factory=dict)
     store_base: float = 0.0  # total offload_store_bytes at the engine's last restart
-    # The one evidence schema (kvoffload_exporter.backends): totals, last raw values, stores at the last restart.
+    # The one evidence schema (kvoffload_exporter.ingest.backends): totals, last raw values, stores at the last restart.
     evidence: Mapping[EvidenceKey, float] = field(default_factory=dict)
     raw_evidence: Mapping[EvidenceKey, float] = field(default_factory=dict)
     evidence_store_base: Mapping[EvidenceKey, float] = field(default_factory=dict)
@@ -235,7 +235,7 @@ def evidence_state(
     tokens than one offload chunk, and at least MIN_PREFILL_TOKENS) → idle (nothing moved) →
     store_without_load (stores while the workload shows reuse: GPU prefix hits or cache-hit tokens, and
     the tier already held stores before the window: `stored_before`) → storing (also the warm-up state).
-    Loads and stores are the backend's own in any unit (bytes, blocks, chunks, tokens: kvoffload_exporter.backends)
+    Loads and stores are the backend's own in any unit (bytes, blocks, chunks, tokens: ingest.backends)
     or the offload bytes. A GPU-hit revisit computes only its last block: it stays idle."""
     if not configured:
         return State.NOT_CONFIGURED
@@ -286,7 +286,7 @@ def stored_before(anchor: Mark | None, end: Mark, key: EngineKey) -> bool:
         return False
     base = end.totals[key].evidence_store_base
     if any(v > base.get(k, 0.0) for k, v in _stores(a.evidence).items()):
-        return True  # a backend counting blocks, chunks or tokens (kvoffload_exporter.backends)
+        return True  # a backend counting blocks, chunks or tokens (kvoffload_exporter.ingest.backends)
     return a.counters.get(_STORE, 0.0) > end.totals[key].store_base
 
 

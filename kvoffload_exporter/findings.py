@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kvoffload_exporter.backends.resolve import unit_bytes
-from kvoffload_exporter.backends.schema import NativeUnit
 from kvoffload_exporter.capacity import snapshot_tier_bytes, tier_bytes
 from kvoffload_exporter.convoy import ConvoyView
 from kvoffload_exporter.derive import EngineDerived
 from kvoffload_exporter.enums import StateReason
-from kvoffload_exporter.exposition import info_number
-from kvoffload_exporter.model import EngineKey, EngineSignals, Snapshot
+from kvoffload_exporter.ingest.backends.resolve import unit_bytes
+from kvoffload_exporter.ingest.backends.schema import NativeUnit
+from kvoffload_exporter.ingest.exposition import info_number
+from kvoffload_exporter.ingest.snapshot import EngineKey, EngineSignals, Snapshot
 from kvoffload_exporter.payback import Payback, engine_payback
 from kvoffload_exporter.reasons import CanaryFacts, explain
 

@@ -19,9 +19,9 @@ from collections.abc import Iterator, Mapping
 from itertools import accumulate
 from typing import Any, NamedTuple
 
-from kvoffload_exporter.backends.schema import EvidenceKey
 from kvoffload_exporter.derive import Mark, Point, Totals
-from kvoffload_exporter.model import EngineKey, EngineSignals, Generation, Histogram, Signal, Snapshot
+from kvoffload_exporter.ingest.backends.schema import EvidenceKey
+from kvoffload_exporter.ingest.snapshot import EngineKey, EngineSignals, Generation, Histogram, Signal, Snapshot
 
 
 class _Entry(NamedTuple):

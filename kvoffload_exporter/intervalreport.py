@@ -10,7 +10,7 @@ from typing import Any
 
 from kvoffload_exporter.capacity import tier_bytes
 from kvoffload_exporter.derive import EngineDerived, interval
-from kvoffload_exporter.model import Signal, Snapshot
+from kvoffload_exporter.ingest.snapshot import Signal, Snapshot
 from kvoffload_exporter.reasons import explain
 
 _FIELDS = (

@@ -19,9 +19,9 @@ from typing import Any
 from kvoffload_exporter.capacity import GIB, gpu_pool_tokens, snapshot_tier_bytes
 from kvoffload_exporter.derive import EngineDerived, interval, prefill_cost
 from kvoffload_exporter.enums import Recommendation, Signal
-from kvoffload_exporter.exposition import ParseError, info_number
-from kvoffload_exporter.model import EngineKey, EngineSignals, Snapshot
-from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.ingest.exposition import ParseError, info_number
+from kvoffload_exporter.ingest.normalise import normalise
+from kvoffload_exporter.ingest.snapshot import EngineKey, EngineSignals, Snapshot
 
 HOUR = 3600.0
 SHRINK_REUSE_FRACTION = 0.05

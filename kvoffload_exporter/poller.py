@@ -29,7 +29,7 @@ from kvoffload_exporter import gzipparts
 from kvoffload_exporter.collector import Collector, shared_fragment
 from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.enums import CollectorName
-from kvoffload_exporter.model import GpuMemory, HostMemory
+from kvoffload_exporter.ingest.snapshot import GpuMemory, HostMemory
 from kvoffload_exporter.reasons import CanaryFacts
 from kvoffload_exporter.render import Exposition, merge
 from kvoffload_exporter.selfmon import SelfStats

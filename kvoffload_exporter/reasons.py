@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvoffload_exporter.backends.schema import DropReason, Evidence
 from kvoffload_exporter.capacity import chunk_tokens, gpu_pool_tokens, kv_bytes_per_token, tier_tokens
 from kvoffload_exporter.derive import EngineDerived, computed_tokens
 from kvoffload_exporter.enums import Signal, State, StateReason
-from kvoffload_exporter.exposition import info_number
-from kvoffload_exporter.model import EngineSignals
+from kvoffload_exporter.ingest.backends.schema import DropReason, Evidence
+from kvoffload_exporter.ingest.exposition import info_number
+from kvoffload_exporter.ingest.snapshot import EngineSignals
 
 NO_REUSE_HIT_RATIO = 0.05
 """GPU prefix hit ratio below which reuse is incidental: the workload has (almost) no repeated prefix."""

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from kvoffload_exporter import backends
-from kvoffload_exporter.backends.resolve import _key
 from kvoffload_exporter.cli import main
 from kvoffload_exporter.commands.inspect import _load
+from kvoffload_exporter.ingest import backends
+from kvoffload_exporter.ingest.backends.resolve import _key
 
 ROOT = Path(__file__).resolve().parents[1]
 RECON = ROOT / "tests" / "fixtures" / "reconstructed"
@@ -158,7 +158,7 @@ def test_cache_config_size_alone_is_configured() -> None:
         'kv_offloading_size="16.0"} 1.0\n# TYPE vllm:prompt_tokens_total counter\n'
         'vllm:prompt_tokens_total{engine="0",model_name="m"} 0.0\n'
     )
-    from kvoffload_exporter.normalise import normalise
+    from kvoffload_exporter.ingest.normalise import normalise
 
     assert normalise(body).offload_configured
     assert not normalise(body.replace('"16.0"', '"None"')).offload_configured
@@ -222,7 +222,7 @@ def test_tiering_exposes_per_tier_drops_promotions_and_the_serving_tier() -> Non
 
 def test_cache_config_backend_label_alone_is_configured() -> None:
     """`--kv-offloading-backend lmcache` without a size (and before any LMCache family) is still offload."""
-    from kvoffload_exporter.normalise import normalise
+    from kvoffload_exporter.ingest.normalise import normalise
 
     body = (
         '# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{engine="0",kv_offloading_backend="lmcache",'
@@ -241,8 +241,8 @@ def test_text_output_names_the_native_units(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_negative_backend_counter_fails_the_poll_instead_of_poisoning_totals() -> None:
-    from kvoffload_exporter.exposition import ParseError
-    from kvoffload_exporter.normalise import normalise
+    from kvoffload_exporter.ingest.exposition import ParseError
+    from kvoffload_exporter.ingest.normalise import normalise
 
     body = (RECON / "simplecpu-0.33" / "after-hit.prom").read_text()
     bad = body.replace(

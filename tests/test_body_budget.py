@@ -73,7 +73,7 @@ def test_reading_a_body_of_short_lines_never_holds_every_line_at_once() -> None:
     MiB), not 2 M line objects (~110 MiB)."""
     import tracemalloc
 
-    from kvoffload_exporter.normalise import normalise
+    from kvoffload_exporter.ingest.normalise import normalise
 
     body = "a 1\n" * (2 * 2**20)
     tracemalloc.start()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kvoffload_exporter.canary.classify import Deltas, classify, revisit_reason
-from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.ingest.normalise import normalise
 from tests.conftest import fixture_text
 
 BPT = 114_688  # KV bytes per token of the Qwen3-0.6B shape

@@ -13,7 +13,7 @@ from kvoffload_exporter.canary.plan import (
     parse_version,
     size,
 )
-from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.ingest.normalise import normalise
 from tests.conftest import fixture_text
 
 H200 = CacheFacts(block_size=16, num_gpu_blocks=640, max_model_len=8192, offload_configured=True)

@@ -10,8 +10,8 @@ from kvoffload_exporter.catalogue import CATALOGUE, SIGNAL_METRICS, Metric
 from kvoffload_exporter.collector import TargetView, collect
 from kvoffload_exporter.derive import interval
 from kvoffload_exporter.enums import COUNTER_SIGNALS, GAUGE_SIGNALS, Group, MetricType, Signal, State, Unit
-from kvoffload_exporter.model import EngineSignals, Generation, Snapshot
-from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.ingest.normalise import normalise
+from kvoffload_exporter.ingest.snapshot import EngineSignals, Generation, Snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHAIN = sorted((FIXTURES / "h200-0.6b").glob("A_*.prom"))

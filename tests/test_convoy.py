@@ -9,7 +9,7 @@ from pathlib import Path
 from kvoffload_exporter.collector import TargetView, collect
 from kvoffload_exporter.convoy import derive as convoy
 from kvoffload_exporter.derive import advance, derive
-from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.ingest.normalise import normalise
 from tests.support.prom import samples
 
 BASE = Path(__file__).parent / "fixtures" / "reconstructed" / "native-0.33"

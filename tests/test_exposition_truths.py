@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kvoffload_exporter.collector import TargetView, collect
 from kvoffload_exporter.derive import advance, derive
-from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.ingest.normalise import normalise
 from tests.support.prom import samples
 
 H200 = Path(__file__).parent / "fixtures" / "vllm-0.26.0-h200-native"

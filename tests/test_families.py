@@ -1,4 +1,4 @@
-"""One family table (kvoffload_exporter.families) for both readers: every family normalise or a backend table
+"""One family table (kvoffload_exporter.ingest.families) for both readers: every family normalise or a backend table
 names is in it once, typed as that reader reads it, none is unread, and each sample name on the wire
 belongs to one family only (so a line is matched once)."""
 
@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import importlib
 
-from kvoffload_exporter import normalise, routes
-from kvoffload_exporter.exposition import selector
-from kvoffload_exporter.families import HISTOGRAMS, TABLE, FamilyType
+from kvoffload_exporter.ingest import normalise, routes
+from kvoffload_exporter.ingest.exposition import selector
+from kvoffload_exporter.ingest.families import HISTOGRAMS, TABLE, FamilyType
 
 resolve = importlib.import_module(
-    "kvoffload_exporter.backends.resolve"
+    "kvoffload_exporter.ingest.backends.resolve"
 )  # the package re-exports a function of that name
 
 
@@ -21,7 +21,7 @@ def _backend_families() -> set[str]:
 
 def test_every_family_a_reader_names_is_in_the_table_and_none_is_unread() -> None:
     readers = set(normalise.FAMILIES) | _backend_families()
-    assert readers - set(TABLE) == set(), "add these families to kvoffload_exporter/families.py"
+    assert readers - set(TABLE) == set(), "add these families to kvoffload_exporter/ingest/families.py"
     assert set(TABLE) - readers == set(), "no reader gives these families a meaning"
 
 

@@ -16,8 +16,8 @@ from kvoffload_exporter import derive
 from kvoffload_exporter.collector import TargetView, collect
 from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.enums import ScrapeErrorReason
-from kvoffload_exporter.exposition import ParseError
-from kvoffload_exporter.normalise import FAMILIES, HISTOGRAMS, normalise
+from kvoffload_exporter.ingest.exposition import ParseError
+from kvoffload_exporter.ingest.normalise import FAMILIES, HISTOGRAMS, normalise
 from tests.support.prom import families
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,7 +10,7 @@ import pytest
 from kvoffload_exporter import convoy, derive, history
 from kvoffload_exporter.derive import Mark, Point
 from kvoffload_exporter.history import PackedPoint, pack
-from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.ingest.normalise import normalise
 
 CHAIN = sorted((Path(__file__).parent / "fixtures" / "h200-0.6b").glob("A_*.prom"))
 RESTART = sorted((Path(__file__).parent / "fixtures" / "h200-0.6b").glob("B_*.prom"))

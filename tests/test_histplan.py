@@ -10,8 +10,8 @@ import pytest
 from test_line_cache import _outcome_default as _outcome
 from test_lineplan import LINES, TEXT, _swap
 
-from kvoffload_exporter.exposition import LineCache
-from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.ingest.exposition import LineCache
+from kvoffload_exporter.ingest.normalise import normalise
 
 _VALUE = re.compile(r"^(vllm:\S+(?:\{[^}]*\})?) (\S+)$", re.M)
 TTFT = "vllm:time_to_first_token_seconds"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kvoffload_exporter import samples
-from kvoffload_exporter.samples import labels_reader
+from kvoffload_exporter.ingest import samples
+from kvoffload_exporter.ingest.samples import labels_reader
 
 
 def test_label_sets_of_two_targets_share_their_parts() -> None:

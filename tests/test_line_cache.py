@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fuzz_pipeline import BODIES, LIMITS
 
-from kvoffload_exporter.exposition import LineCache, ParseError, _lines
-from kvoffload_exporter.model import Snapshot
-from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.ingest.exposition import LineCache, ParseError, _lines
+from kvoffload_exporter.ingest.normalise import normalise
+from kvoffload_exporter.ingest.snapshot import Snapshot
 
 CAPTURE = Path(__file__).parent / "fixtures" / "h200-0.6b" / "A_12_final.prom"
 

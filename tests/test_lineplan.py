@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_line_cache import _outcome_default as _outcome
 
-from kvoffload_exporter import exposition, lineplan
 from kvoffload_exporter.config.limits import Limits
-from kvoffload_exporter.exposition import LineCache
-from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.ingest import exposition, lineplan
+from kvoffload_exporter.ingest.exposition import LineCache
+from kvoffload_exporter.ingest.normalise import normalise
 
 CAPTURE = Path(__file__).parent / "fixtures" / "h200-0.6b" / "A_12_final.prom"
 TEXT = CAPTURE.read_text()
@@ -214,8 +214,8 @@ def test_a_planned_value_never_takes_its_line_past_the_cap() -> None:
 
 
 def test_a_planned_read_gives_the_long_ways_samples_and_picks_them_by_position() -> None:
-    from kvoffload_exporter.normalise import _SELECTOR
-    from kvoffload_exporter.samples import labels_reader
+    from kvoffload_exporter.ingest.normalise import _SELECTOR
+    from kvoffload_exporter.ingest.samples import labels_reader
 
     n = Limits().label_value_length_limit
     args = (_SELECTOR, labels_reader(n), Limits().sample_limit, CAP, None, n)

@@ -10,7 +10,7 @@ import pytest
 from conftest import FIXTURES, offload_bytes_oracle
 
 from kvoffload_exporter.derive import interval
-from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.ingest.normalise import normalise
 
 CHAINS = ("h200-0.6b", "h200-32b")
 

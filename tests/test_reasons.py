@@ -12,8 +12,8 @@ from kvoffload_exporter.bundle import reasons_runbook
 from kvoffload_exporter.collector import TargetView, collect
 from kvoffload_exporter.derive import advance, derive, interval
 from kvoffload_exporter.enums import Signal, State, StateReason
+from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.intervalreport import report
-from kvoffload_exporter.normalise import normalise
 from kvoffload_exporter.reasons import HINTS, NOT_STORING_RULES, RULES, CanaryFacts, explain
 from tests.support.prom import samples
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import importlib
 
-from kvoffload_exporter.backends.schema import Evidence, NativeUnit, Source
+from kvoffload_exporter.ingest.backends.schema import Evidence, NativeUnit, Source
 
-resolve_module = importlib.import_module("kvoffload_exporter.backends.resolve")
+resolve_module = importlib.import_module("kvoffload_exporter.ingest.backends.resolve")
 
 ROW = Source(
     "vllm:kv_offload_total_bytes_total", Evidence.STORED, NativeUnit.BYTES, match=(("transfer_type", "GPU_to_CPU"),)

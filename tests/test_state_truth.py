@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 
 from kvoffload_exporter import derive
-from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.ingest.normalise import normalise
 
 KEY = ("m", "0")
 POLL = 10.0

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kvoffload_exporter import derive
 from kvoffload_exporter.enums import GAUGE_SIGNALS, Signal
-from kvoffload_exporter.model import EngineSignals
+from kvoffload_exporter.ingest.snapshot import EngineSignals
 from kvoffload_exporter.render import format_value
 
 FLOATS = st.one_of(

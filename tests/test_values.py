@@ -10,8 +10,8 @@ import pytest
 
 from kvoffload_exporter import derive
 from kvoffload_exporter.collector import TargetView, collect
-from kvoffload_exporter.exposition import ParseError
-from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.ingest.exposition import ParseError
+from kvoffload_exporter.ingest.normalise import normalise
 from tests.support.prom import families
 
 LB = 'engine="0",model_name="m"'
@@ -106,7 +106,7 @@ def test_non_finite_gauges_and_info_numbers_are_never_emitted() -> None:
 
 def test_sample_limit_fails_the_poll_with_its_reason() -> None:
     from kvoffload_exporter.config.limits import Limits
-    from kvoffload_exporter.exposition import LimitError
+    from kvoffload_exporter.ingest.exposition import LimitError
 
     lines = [f'vllm:prefix_cache_hits_total{{engine="{i}",model_name="m"}} 1' for i in range(50)]
     with pytest.raises(LimitError) as err:
@@ -119,7 +119,7 @@ def test_sample_limit_fails_the_poll_with_its_reason() -> None:
 
 def test_engine_limit_fails_the_poll_as_sample_limit() -> None:
     from kvoffload_exporter.config.limits import Limits
-    from kvoffload_exporter.exposition import LimitError
+    from kvoffload_exporter.ingest.exposition import LimitError
 
     lines = [f'vllm:prefix_cache_hits_total{{engine="{i}",model_name="m"}} 1' for i in range(10)]
     with pytest.raises(LimitError, match="engines") as err:
@@ -129,7 +129,7 @@ def test_engine_limit_fails_the_poll_as_sample_limit() -> None:
 
 def test_label_value_length_limit_fails_the_poll_with_reason_label_limit() -> None:
     from kvoffload_exporter.config.limits import Limits
-    from kvoffload_exporter.exposition import LimitError
+    from kvoffload_exporter.ingest.exposition import LimitError
 
     huge = "x" * 5000
     with pytest.raises(LimitError) as err:

@@ -1,6 +1,6 @@
 """Overview row for the one evidence schema across backends: per tier, in each backend's native unit.
 
-Why separate: these panels read only the backend-neutral `kvoffload_offload_*` families (kvoffload_exporter.backends),
+Why separate: these panels read only the backend-neutral `kvoffload_offload_*` families (ingest.backends),
 so SimpleCPU blocks, LMCache tokens, KVBM blocks and tiering bytes/chunks all land in the same panels;
 rates are shown per `unit` and never summed across units.
 """

@@ -81,7 +81,7 @@ class _Rules:
                 f" or increase({self.q('kvoffload_external_prefix_hits_tokens_total')}[{w}]{off})"
             ),
             # Backends that count no bytes (SimpleCPU/KVBM blocks, LMCache tokens, chunks): the increase
-            # per unit, never summed across units (kvoffload_exporter.backends); loads in any unit.
+            # per unit, never summed across units (kvoffload_exporter.ingest.backends); loads in any unit.
             f"engine:kvoffload_offload_stored_units:increase{w}": lambda off: (
                 "max without (tier, connector) (increase("
                 f"{self.q('kvoffload_offload_stored_total', _m('unit', '!=', 'bytes'))}[{w}]{off}))"

@@ -11,9 +11,9 @@ from kvoffload_exporter.canary import report, sweepreport
 from kvoffload_exporter.canary.advice import Advice, Evidence, LevelFact, advise, level_facts
 from kvoffload_exporter.canary.checkrun import CheckResult, redact
 from kvoffload_exporter.canary.stalls import stalled
-from kvoffload_exporter.exposition import ParseError
+from kvoffload_exporter.ingest.exposition import ParseError
+from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.intervalreport import report as interval_report
-from kvoffload_exporter.normalise import normalise
 from kvoffload_exporter.payback import check_recommendation
 
 

@@ -18,7 +18,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kvoffload_exporter.model import EngineSignals
+from kvoffload_exporter.ingest.snapshot import EngineSignals
 
 DEFAULT_ALIGN = 256
 """Prefix alignment when the offload chunk size is unknown (vLLM < 0.33 does not export it): every

@@ -17,7 +17,7 @@ from kvoffload_exporter.canary.errors import CanaryError
 from kvoffload_exporter.canary.records import TARGET, CycleLoad, CycleRecord
 from kvoffload_exporter.canary.secrets import ScrubFilter, scrub
 from kvoffload_exporter.canary.types import CycleReason, ErrorReason
-from kvoffload_exporter.model import Snapshot
+from kvoffload_exporter.ingest.snapshot import Snapshot
 
 if TYPE_CHECKING:  # typing only: the engine imports this module
     from kvoffload_exporter.canary.engine import CanaryEngine

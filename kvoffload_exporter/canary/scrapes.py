@@ -9,9 +9,9 @@ from typing import Protocol
 from kvoffload_exporter.canary.errors import CycleFailed
 from kvoffload_exporter.canary.protocol import MetricsError
 from kvoffload_exporter.canary.types import ErrorReason
-from kvoffload_exporter.exposition import ParseError
-from kvoffload_exporter.model import Snapshot
-from kvoffload_exporter.normalise import normalise
+from kvoffload_exporter.ingest.exposition import ParseError
+from kvoffload_exporter.ingest.normalise import normalise
+from kvoffload_exporter.ingest.snapshot import Snapshot
 
 
 class MetricsSource(Protocol):

@@ -12,7 +12,7 @@ from kvoffload_exporter.canary.prepared import PreparedRun, Probe
 from kvoffload_exporter.canary.records import CONTROL, TARGET, CycleRecord, PhaseRecord
 from kvoffload_exporter.canary.stats import CONTROL_ORDER
 from kvoffload_exporter.canary.types import CanaryPath, CycleReason, ProbeResult
-from kvoffload_exporter.model import Snapshot
+from kvoffload_exporter.ingest.snapshot import Snapshot
 
 
 @dataclass(frozen=True)

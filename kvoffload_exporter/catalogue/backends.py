@@ -1,15 +1,15 @@
-"""Offload evidence across backends, in each backend's native unit (kvoffload_exporter.backends): one row per
+"""Offload evidence across backends, in each backend's native unit (kvoffload_exporter.ingest.backends): one row per
 logical signal, the unit carried as a label. Sum over `tier` and `connector` is safe (disjoint), over
 `unit` never; cascades and promotions are breakdowns with their own names, never part of stored/loaded."""
 
 from __future__ import annotations
 
-from kvoffload_exporter.backends.schema import Evidence
 from kvoffload_exporter.catalogue.metric import ENGINE, Metric
 from kvoffload_exporter.enums import Group, MetricType, Unit
+from kvoffload_exporter.ingest.backends.schema import Evidence
 
 EV = (*ENGINE, "unit", "tier", "connector")
-_SRC = "kvoffload_exporter.backends tables (see kvoffload_source_metric_info)"
+_SRC = "kvoffload_exporter.ingest.backends tables (see kvoffload_source_metric_info)"
 
 
 def _row(name: str, kind: MetricType, text: str, labels: tuple[str, ...] = EV, unit: Unit = Unit.NONE) -> Metric:
@@ -24,7 +24,7 @@ METRICS: tuple[Metric, ...] = (
         help="Which upstream series each offload evidence signal of the target is read from, and its native unit "
         "(bytes, tokens, blocks, chunks, ...).",
         labels=("target", "signal", "resolved_name", "unit"),
-        source="kvoffload_exporter.backends",
+        source="kvoffload_exporter.ingest.backends",
         group=Group.ENGINE,
     ),
     Metric(
@@ -33,7 +33,7 @@ METRICS: tuple[Metric, ...] = (
         help="Offload backends whose families the target exposes (native, tiering, simplecpu, multiconnector, "
         "lmcache, lmcache_mp, kvbm).",
         labels=("target", "backend"),
-        source="kvoffload_exporter.backends",
+        source="kvoffload_exporter.ingest.backends",
         group=Group.ENGINE,
     ),
     _row("kvoffload_offload_stored_total", C, "KV stored from the GPU into an offload tier, in the backend's unit."),

@@ -6,7 +6,7 @@ import contextlib
 
 import pynvml
 
-from kvoffload_exporter.model import GpuMemory
+from kvoffload_exporter.ingest.snapshot import GpuMemory
 
 
 class GpuUnavailable(Exception):

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 import psutil
 
 from kvoffload_exporter import procmem
-from kvoffload_exporter.model import HostMemory, ProcessMemory, ProcessTreeMemory
+from kvoffload_exporter.ingest.snapshot import HostMemory, ProcessMemory, ProcessTreeMemory
 from kvoffload_exporter.procmem import ProcSample, parse_status
 
 __all__ = [

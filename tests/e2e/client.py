@@ -1,7 +1,7 @@
 """Stdlib HTTP client for the e2e tests: GET endpoints, streamed completions, and counter reads from /metrics.
 
 The tests compare the exporter against the engine's own counters, so the counter reader is the tests' own
-(support.prom, prometheus_client's parser), deliberately not kvoffload_exporter.exposition. Streams are split by the
+(support.prom, prometheus_client's parser), deliberately not kvoffload_exporter.ingest.exposition. Streams are split by the
 project's one SSE parser (kvoffload_exporter.canary.protocol.SseReader).
 """
 

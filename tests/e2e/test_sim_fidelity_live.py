@@ -59,7 +59,7 @@ class Fam:
 
 
 def parse(text: str) -> dict[str, Fam]:
-    """`vllm:` families of an exposition (own parser, independent of kvoffload_exporter.exposition)."""
+    """`vllm:` families of an exposition (own parser, independent of kvoffload_exporter.ingest.exposition)."""
     fams: dict[str, Fam] = {}
     current: str | None = None
     les: dict[tuple, list[str]] = {}

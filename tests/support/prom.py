@@ -1,5 +1,5 @@
 """The one Prometheus text reader for tests: prometheus_client's parser, independent of the exporter's own
-(`kvoffload_exporter.exposition`), so a test that reads a body both ways can catch a parsing bug in either."""
+(`kvoffload_exporter.ingest.exposition`), so a test that reads a body both ways can catch a parsing bug in either."""
 
 from __future__ import annotations
 

@@ -6,9 +6,17 @@ loads or stores. `tier` label values are vLLM's own (`"0:primary"`, `"1:fs"`, ..
 
 from __future__ import annotations
 
-from kvoffload_exporter.backends import native
-from kvoffload_exporter.backends.common import by_source, ext_hits, ext_queries
-from kvoffload_exporter.backends.schema import Backend, BackendTable, DropReason, Evidence, Kind, NativeUnit, Source
+from kvoffload_exporter.ingest.backends import native
+from kvoffload_exporter.ingest.backends.common import by_source, ext_hits, ext_queries
+from kvoffload_exporter.ingest.backends.schema import (
+    Backend,
+    BackendTable,
+    DropReason,
+    Evidence,
+    Kind,
+    NativeUnit,
+    Source,
+)
 
 E, U = Evidence, NativeUnit
 P = "vllm:kv_offload_tiering_"

@@ -2,7 +2,7 @@
 to it): each family once, by canonical name (`vllm:` prefix, no `_total`), with its type.
 
 Two readers give the families meaning: `normalise` maps some to logical signals, the backend tables
-(`kvoffload_exporter.backends`) map some to evidence; several are read by both. The selector that picks lines
+(`kvoffload_exporter.ingest.backends`) map some to evidence; several are read by both. The selector that picks lines
 out of a body is computed from this table alone, so each sample is matched once and handed to every
 reader that declares its family. Adding a family: a row here, then its meaning in one reader (a test
 checks that every family a reader names is here, typed as that reader reads it, and none is unread).

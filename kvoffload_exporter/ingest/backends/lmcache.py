@@ -7,8 +7,8 @@ role sits at 0; each row reads its own role)."""
 
 from __future__ import annotations
 
-from kvoffload_exporter.backends.common import by_source, ext_hits, ext_queries
-from kvoffload_exporter.backends.schema import Backend, BackendTable, Evidence, Kind, NativeUnit, Source
+from kvoffload_exporter.ingest.backends.common import by_source, ext_hits, ext_queries
+from kvoffload_exporter.ingest.backends.schema import Backend, BackendTable, Evidence, Kind, NativeUnit, Source
 
 E, U = Evidence, NativeUnit
 W, S = (("role", "worker"),), (("role", "scheduler"),)

@@ -5,8 +5,16 @@ direction, flat first, so a scrape that has both is read once."""
 
 from __future__ import annotations
 
-from kvoffload_exporter.backends.common import by_source, ext_hits, ext_queries
-from kvoffload_exporter.backends.schema import Backend, BackendTable, DropReason, Evidence, Kind, NativeUnit, Source
+from kvoffload_exporter.ingest.backends.common import by_source, ext_hits, ext_queries
+from kvoffload_exporter.ingest.backends.schema import (
+    Backend,
+    BackendTable,
+    DropReason,
+    Evidence,
+    Kind,
+    NativeUnit,
+    Source,
+)
 
 E, U = Evidence, NativeUnit
 FLAT_STORE = "vllm:kv_offload_store_bytes_total"

@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any, NamedTuple
 
-from kvoffload_exporter.lineplan import pick
-from kvoffload_exporter.model import Histogram
-from kvoffload_exporter.samples import intern_bounds
+from kvoffload_exporter.ingest.lineplan import pick
+from kvoffload_exporter.ingest.samples import intern_bounds
+from kvoffload_exporter.ingest.snapshot import Histogram
 
 _INF = float("inf")
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 
-from kvoffload_exporter import backends
-from kvoffload_exporter.exposition import Labels
-from kvoffload_exporter.families import TABLE as _TABLE
-from kvoffload_exporter.model import Signal
-from kvoffload_exporter.samples import Hist as _Hist
-from kvoffload_exporter.samples import finite as _finite
-from kvoffload_exporter.signalmap import (
+from kvoffload_exporter.ingest import backends
+from kvoffload_exporter.ingest.exposition import Labels
+from kvoffload_exporter.ingest.families import TABLE as _TABLE
+from kvoffload_exporter.ingest.samples import Hist as _Hist
+from kvoffload_exporter.ingest.samples import finite as _finite
+from kvoffload_exporter.ingest.signalmap import (
     ALIASES,
     BY_SOURCE,
     CACHE_INFO,
@@ -33,6 +32,7 @@ from kvoffload_exporter.signalmap import (
     QUEUE_TIME,
     TTFT,
 )
+from kvoffload_exporter.ingest.snapshot import Signal
 
 _INF = float("inf")
 

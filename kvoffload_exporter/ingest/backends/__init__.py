@@ -6,7 +6,7 @@ backends a scrape shows and folds their samples into `EvidenceKey` series. Pure:
 
 from __future__ import annotations
 
-from kvoffload_exporter.backends.resolve import (
+from kvoffload_exporter.ingest.backends.resolve import (
     FAMILIES,
     HISTOGRAMS,
     RawSample,
@@ -16,7 +16,7 @@ from kvoffload_exporter.backends.resolve import (
     rows_for,
     sources,
 )
-from kvoffload_exporter.backends.schema import Backend, DropReason, Evidence, EvidenceKey, NativeUnit, Source
+from kvoffload_exporter.ingest.backends.schema import Backend, DropReason, Evidence, EvidenceKey, NativeUnit, Source
 
 __all__ = [
     "FAMILIES",

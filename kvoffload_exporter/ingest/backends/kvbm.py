@@ -4,8 +4,8 @@ cascade, breakdown) while `onboard_blocks_h2d` is host -> device (a load). Block
 
 from __future__ import annotations
 
-from kvoffload_exporter.backends.common import by_source, ext_hits, ext_queries
-from kvoffload_exporter.backends.schema import Backend, BackendTable, Evidence, NativeUnit, Source
+from kvoffload_exporter.ingest.backends.common import by_source, ext_hits, ext_queries
+from kvoffload_exporter.ingest.backends.schema import Backend, BackendTable, Evidence, NativeUnit, Source
 
 E, U = Evidence, NativeUnit
 K = "kvbm_"

@@ -4,8 +4,16 @@ load). Bytes only through the factor kv_offloading_size x 2^30 / capacity_blocks
 
 from __future__ import annotations
 
-from kvoffload_exporter.backends.common import by_source, ext_hits, ext_queries
-from kvoffload_exporter.backends.schema import Backend, BackendTable, DropReason, Evidence, Kind, NativeUnit, Source
+from kvoffload_exporter.ingest.backends.common import by_source, ext_hits, ext_queries
+from kvoffload_exporter.ingest.backends.schema import (
+    Backend,
+    BackendTable,
+    DropReason,
+    Evidence,
+    Kind,
+    NativeUnit,
+    Source,
+)
 
 E, U = Evidence, NativeUnit
 SAVE = "vllm:simple_kv_offload_save_outcomes_total"

@@ -22,7 +22,7 @@ from io import BytesIO
 from operator import add, itemgetter
 from typing import Any, NamedTuple
 
-from kvoffload_exporter.interning import held
+from kvoffload_exporter.ingest.interning import held
 
 UTF8 = ("utf-8", "surrogatepass")
 """How text becomes the bytes a line plan (and the LineCache) holds: any str encodes, none raises."""

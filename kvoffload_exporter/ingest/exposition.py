@@ -16,9 +16,9 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from kvoffload_exporter import lineplan
-from kvoffload_exporter.lineplan import FLOAT_CHARS as _FLOAT_CHARS
-from kvoffload_exporter.lineplan import UTF8
+from kvoffload_exporter.ingest import lineplan
+from kvoffload_exporter.ingest.lineplan import FLOAT_CHARS as _FLOAT_CHARS
+from kvoffload_exporter.ingest.lineplan import UTF8
 
 Labels = tuple[tuple[str, str], ...]
 

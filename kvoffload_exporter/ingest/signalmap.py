@@ -1,11 +1,11 @@
 """Which vLLM family feeds which logical signal, per generation (0.10 → 0.33): the tables `normalise`
-folds samples by. Pure declarations; `kvoffload_exporter.families` lists the same families with their types.
+folds samples by. Pure declarations; `kvoffload_exporter.ingest.families` lists the same families with their types.
 """
 
 from __future__ import annotations
 
-from kvoffload_exporter.families import HISTOGRAMS as _TYPED_HISTOGRAMS
-from kvoffload_exporter.model import Signal
+from kvoffload_exporter.ingest.families import HISTOGRAMS as _TYPED_HISTOGRAMS
+from kvoffload_exporter.ingest.snapshot import Signal
 
 # Canonical family -> counter signal. Order matters only for the alias families below.
 FLAT = {

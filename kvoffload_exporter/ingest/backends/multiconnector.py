@@ -6,9 +6,9 @@ built at run time cannot be matched before it is seen."""
 
 from __future__ import annotations
 
-from kvoffload_exporter.backends import native
-from kvoffload_exporter.backends.common import by_source, ext_queries
-from kvoffload_exporter.backends.schema import Backend, BackendTable, Evidence, NativeUnit, Source
+from kvoffload_exporter.ingest.backends import native
+from kvoffload_exporter.ingest.backends.common import by_source, ext_queries
+from kvoffload_exporter.ingest.backends.schema import Backend, BackendTable, Evidence, NativeUnit, Source
 
 E, U = Evidence, NativeUnit
 SUFFIXES = ("sharedstorage",)

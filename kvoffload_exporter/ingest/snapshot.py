@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kvoffload_exporter.backends.resolve import SourceRef
-from kvoffload_exporter.backends.schema import Backend, EvidenceKey
 from kvoffload_exporter.enums import (
     COUNTER_SIGNALS,
     GAUGE_SIGNALS,
@@ -16,6 +14,8 @@ from kvoffload_exporter.enums import (
     ProcessRole,
     Signal,
 )
+from kvoffload_exporter.ingest.backends.resolve import SourceRef
+from kvoffload_exporter.ingest.backends.schema import Backend, EvidenceKey
 
 EngineKey = tuple[str, str]
 """(model_name, engine): KV caches are per engine, so every signal is kept per engine."""
@@ -76,7 +76,7 @@ class EngineSignals:
     lookup_async_delay: Histogram | None = None  # vllm:kv_offload_lookup_async_delay_seconds
     queue_time: Histogram | None = None  # vllm:request_queue_time_seconds
     kv_fetch_by_stage: Mapping[str, float] = field(default_factory=dict)  # vllm:num_requests_kv_fetch_by_stage
-    # One evidence schema across backends (kvoffload_exporter.backends): cumulative series and last values.
+    # One evidence schema across backends (kvoffload_exporter.ingest.backends): cumulative series and last values.
     evidence: Mapping[EvidenceKey, float] = field(default_factory=dict)
     evidence_gauges: Mapping[EvidenceKey, float] = field(default_factory=dict)
 

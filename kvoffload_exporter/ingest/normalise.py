@@ -15,16 +15,15 @@ from collections.abc import Set as AbstractSet
 from operator import itemgetter
 from typing import NamedTuple
 
-from kvoffload_exporter import backends, histplan
 from kvoffload_exporter.config.limits import Limits
-from kvoffload_exporter.exposition import LimitError, LineCache, Sample, read, selector
-from kvoffload_exporter.families import HISTOGRAMS as _TYPED_HISTOGRAMS
-from kvoffload_exporter.families import TABLE as _TABLE
-from kvoffload_exporter.lineplan import Planned
-from kvoffload_exporter.model import OFFLOAD_SIGNALS, EngineSignals, Generation, Signal, Snapshot
-from kvoffload_exporter.routes import INFO, LEGACY_SIZE_NAMES, ROUTES, Engine, hist_name, idle, on_hist
-from kvoffload_exporter.samples import labels_reader as _labels_reader
-from kvoffload_exporter.signalmap import (
+from kvoffload_exporter.ingest import backends, histplan
+from kvoffload_exporter.ingest.exposition import LimitError, LineCache, Sample, read, selector
+from kvoffload_exporter.ingest.families import HISTOGRAMS as _TYPED_HISTOGRAMS
+from kvoffload_exporter.ingest.families import TABLE as _TABLE
+from kvoffload_exporter.ingest.lineplan import Planned
+from kvoffload_exporter.ingest.routes import INFO, LEGACY_SIZE_NAMES, ROUTES, Engine, hist_name, idle, on_hist
+from kvoffload_exporter.ingest.samples import labels_reader as _labels_reader
+from kvoffload_exporter.ingest.signalmap import (
     ALIASES,
     CACHE_INFO,
     COUNTERS,
@@ -40,8 +39,9 @@ from kvoffload_exporter.signalmap import (
     QUEUE_TIME,
     TTFT,
 )
+from kvoffload_exporter.ingest.snapshot import OFFLOAD_SIGNALS, EngineSignals, Generation, Signal, Snapshot
 
-# Backend families (SimpleCPU, tiering, LMCache, KVBM, ...) go to kvoffload_exporter.backends, which owns their meaning.
+# Backend families (SimpleCPU, tiering, LMCache, KVBM, ...) go to ingest.backends, which owns their meaning.
 _BACKEND_SET = backends.FAMILIES
 # One selection from the one family table: each sample is matched once, then routed to its readers.
 _SELECTOR = selector(tuple(sorted(_TABLE)), _TYPED_HISTOGRAMS)

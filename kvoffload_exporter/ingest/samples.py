@@ -11,9 +11,9 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from kvoffload_exporter.exposition import Labels, LimitError, ParseError, parse_float, parse_labels
-from kvoffload_exporter.interning import held
-from kvoffload_exporter.model import Histogram
+from kvoffload_exporter.ingest.exposition import Labels, LimitError, ParseError, parse_float, parse_labels
+from kvoffload_exporter.ingest.interning import held
+from kvoffload_exporter.ingest.snapshot import Histogram
 
 SplitLabels = tuple[tuple[str, str], Labels, bool, float | None]
 

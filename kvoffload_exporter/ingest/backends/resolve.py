@@ -11,8 +11,8 @@ import math
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
-from kvoffload_exporter.backends import common, kvbm, lmcache, multiconnector, native, simplecpu, tiering
-from kvoffload_exporter.backends.schema import (
+from kvoffload_exporter.ingest.backends import common, kvbm, lmcache, multiconnector, native, simplecpu, tiering
+from kvoffload_exporter.ingest.backends.schema import (
     CUMULATIVE,
     Backend,
     BackendTable,
@@ -22,8 +22,8 @@ from kvoffload_exporter.backends.schema import (
     NativeUnit,
     Source,
 )
-from kvoffload_exporter.exposition import ParseError, info_number
-from kvoffload_exporter.families import HISTOGRAMS as TYPED_HISTOGRAMS
+from kvoffload_exporter.ingest.exposition import ParseError, info_number
+from kvoffload_exporter.ingest.families import HISTOGRAMS as TYPED_HISTOGRAMS
 
 Labels = tuple[tuple[str, str], ...]
 RawSample = tuple[str, str, Labels, float]
@@ -45,7 +45,7 @@ _ALL_ROWS: tuple[Source, ...] = (*common.SHARED, *(r for t in TABLES for r in t.
 FAMILIES: frozenset[str] = frozenset({r.family for r in _ALL_ROWS} | {f for t in TABLES for f in t.detect})
 """Every family the resolver reads (canonical names): normalise adds them to its selector."""
 HISTOGRAMS: frozenset[str] = FAMILIES & TYPED_HISTOGRAMS
-"""Of those, the histograms, typed by the one family table (kvoffload_exporter.families)."""
+"""Of those, the histograms, typed by the one family table (kvoffload_exporter.ingest.families)."""
 
 
 @lru_cache(maxsize=64)

@@ -12,7 +12,7 @@ from dataclasses import KW_ONLY, dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
-from kvoffload_exporter.exposition import canonical
+from kvoffload_exporter.ingest.exposition import canonical
 
 
 class Backend(StrEnum):
@@ -138,7 +138,7 @@ class Source:
 
     @property
     def family(self) -> str:
-        """Canonical family name as kvoffload_exporter.exposition reports it (`vllm:`, no `_total`)."""
+        """Canonical family name as kvoffload_exporter.ingest.exposition reports it (`vllm:`, no `_total`)."""
         return canonical(self.name)
 
     @property

@@ -3,7 +3,7 @@ external-prefix counters that are the fallback hit/lookup signal where a backend
 
 from __future__ import annotations
 
-from kvoffload_exporter.backends.schema import Evidence, Kind, NativeUnit, Source
+from kvoffload_exporter.ingest.backends.schema import Evidence, Kind, NativeUnit, Source
 
 E, U = Evidence, NativeUnit
 BY_SOURCE = "vllm:prompt_tokens_cached_by_source_total"

@@ -1,0 +1,1 @@
+"""ingest: see docs/design.md."""
