@@ -20,12 +20,12 @@ from kvoffload_exporter.catalogue import (
     STATE_REASONS,
     STATES,
 )
-from kvoffload_exporter.convoy import ConvoyView
-from kvoffload_exporter.derive import EngineDerived
-from kvoffload_exporter.findings import EngineFindings, TargetView
+from kvoffload_exporter.derive.convoy import ConvoyView
+from kvoffload_exporter.derive.findings import EngineFindings, TargetView
+from kvoffload_exporter.derive.procmem import footprint_ratio, growth_step
+from kvoffload_exporter.derive.window import EngineDerived
 from kvoffload_exporter.ingest.backends.schema import Evidence, EvidenceKey
 from kvoffload_exporter.ingest.snapshot import EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory
-from kvoffload_exporter.procmem import footprint_ratio, growth_step
 from kvoffload_exporter.render import Exposition, Heads, Spec
 
 _SIGNALS = tuple(sig for sig, _ in SIGNAL_METRICS)

@@ -147,7 +147,7 @@ class MemorySource(StrEnum):
 
 
 class Recommendation(StrEnum):
-    """What to do with the offload tier given its payback over the window (kvoffload_exporter/payback.py rules)."""
+    """What to do with the offload tier given its payback over the window (derive/payback.py rules)."""
 
     GROW = "grow"
     KEEP = "keep"
@@ -157,7 +157,7 @@ class Recommendation(StrEnum):
 
 class StateReason(StrEnum):
     """Why an engine is in `store_without_load` or `not_storing`, or why a `hit` is degraded
-    (kvoffload_exporter/reasons.py: one rule each per state, checked in this order; docs/metrics.md and
+    (kvoffload_exporter/derive/reasons.py: one rule each per state, checked in this order; docs/metrics.md and
     alerts/runbook.md explain how to read each)."""
 
     METRIC_MISSING = "metric_missing"

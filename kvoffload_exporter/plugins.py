@@ -20,8 +20,8 @@ import aiohttp
 from kvoffload_exporter.collector import Collector
 from kvoffload_exporter.config.sections import Section, register_section
 from kvoffload_exporter.config.settings import Config
+from kvoffload_exporter.derive.reasons import CanaryFacts
 from kvoffload_exporter.enums import CollectorName
-from kvoffload_exporter.reasons import CanaryFacts
 
 Session: TypeAlias = aiohttp.ClientSession
 """The shared client session handed to plugins (one connection pool for polls and canaries)."""

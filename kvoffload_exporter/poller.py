@@ -28,9 +28,9 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from kvoffload_exporter import gzipparts
 from kvoffload_exporter.collector import Collector, shared_fragment
 from kvoffload_exporter.config.settings import Config, TargetConfig
+from kvoffload_exporter.derive.reasons import CanaryFacts
 from kvoffload_exporter.enums import CollectorName
 from kvoffload_exporter.ingest.snapshot import GpuMemory, HostMemory
-from kvoffload_exporter.reasons import CanaryFacts
 from kvoffload_exporter.render import Exposition, merge
 from kvoffload_exporter.selfmon import SelfStats
 from kvoffload_exporter.sources import host as host_source

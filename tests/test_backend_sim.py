@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from test_canary_sim import Sim, engine, phases
 
-from kvoffload_exporter.derive import interval
+from kvoffload_exporter.derive.window import interval
 from kvoffload_exporter.ingest.backends import Backend, Evidence
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.sim.simulator import SimOptions, Simulator

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from kvoffload_exporter.commands.demo import status_lines
-from kvoffload_exporter.derive import EngineDerived
+from kvoffload_exporter.derive.window import EngineDerived
 from kvoffload_exporter.enums import State
 
 

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from kvoffload_exporter.collector import TargetView, collect
-from kvoffload_exporter.derive import advance, derive
+from kvoffload_exporter.derive.window import advance, derive
 from kvoffload_exporter.ingest.normalise import normalise
 from tests.support.prom import samples
 

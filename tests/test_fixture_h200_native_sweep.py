@@ -19,8 +19,8 @@ from types import ModuleType
 import pytest
 from conftest import FIXTURES, offload_bytes_oracle
 
+from kvoffload_exporter.derive.intervalreport import report as interval_report
 from kvoffload_exporter.ingest.normalise import normalise
-from kvoffload_exporter.intervalreport import report as interval_report
 
 DIR = FIXTURES / "vllm-0.26.0-h200-native"
 GPUREF = Path(__file__).resolve().parents[1] / "tools" / "gpuref"

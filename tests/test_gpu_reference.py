@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from support.prom import Sample, offload_bytes_oracle, samples
 
+from kvoffload_exporter.derive.intervalreport import report as interval_report
 from kvoffload_exporter.ingest.normalise import normalise
-from kvoffload_exporter.intervalreport import report as interval_report
 
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "docs" / "gpu-reference"

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload_exporter import convoy, derive, history
-from kvoffload_exporter.derive import Mark, Point
-from kvoffload_exporter.history import PackedPoint, pack
+from kvoffload_exporter.derive import convoy, history
+from kvoffload_exporter.derive import window as derive
+from kvoffload_exporter.derive.history import PackedPoint, pack
+from kvoffload_exporter.derive.window import Mark, Point
 from kvoffload_exporter.ingest.normalise import normalise
 
 CHAIN = sorted((Path(__file__).parent / "fixtures" / "h200-0.6b").glob("A_*.prom"))

@@ -216,9 +216,10 @@ def test_the_loop_and_climb_checks_can_fail() -> None:
     inside a function is an edge like any other (poller imports sources.gpu only where it starts NVML)."""
     graph = {
         **GRAPH,
-        "kvoffload_exporter.payback": GRAPH["kvoffload_exporter.payback"] | {"kvoffload_exporter.collector"},
+        "kvoffload_exporter.derive.payback": GRAPH["kvoffload_exporter.derive.payback"]
+        | {"kvoffload_exporter.collector"},
     }
-    assert any({"kvoffload_exporter.payback", "kvoffload_exporter.collector"} <= loop for loop in _loops(graph))
+    assert any({"kvoffload_exporter.derive.payback", "kvoffload_exporter.collector"} <= loop for loop in _loops(graph))
     graph = {
         **GRAPH,
         "kvoffload_exporter.config.settings": GRAPH["kvoffload_exporter.config.settings"]

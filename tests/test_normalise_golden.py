@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, offload_bytes_oracle
 
-from kvoffload_exporter.derive import interval
+from kvoffload_exporter.derive.window import interval
 from kvoffload_exporter.ingest.normalise import normalise
 
 CHAINS = ("h200-0.6b", "h200-32b")

@@ -11,10 +11,10 @@ from conftest import FIXTURES
 
 from kvoffload_exporter.canary import report
 from kvoffload_exporter.collector import TargetView, collect
-from kvoffload_exporter.derive import advance, compare
+from kvoffload_exporter.derive.payback import GIB, TierUse, check_recommendation, engine_payback, recommend
+from kvoffload_exporter.derive.window import advance, compare
 from kvoffload_exporter.enums import Recommendation, Signal
 from kvoffload_exporter.ingest.normalise import normalise
-from kvoffload_exporter.payback import GIB, TierUse, check_recommendation, engine_payback, recommend
 
 WINDOW = 300.0
 

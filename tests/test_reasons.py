@@ -10,11 +10,11 @@ import pytest
 
 from kvoffload_exporter.bundle import reasons_runbook
 from kvoffload_exporter.collector import TargetView, collect
-from kvoffload_exporter.derive import advance, derive, interval
+from kvoffload_exporter.derive.intervalreport import report
+from kvoffload_exporter.derive.reasons import HINTS, NOT_STORING_RULES, RULES, CanaryFacts, explain
+from kvoffload_exporter.derive.window import advance, derive, interval
 from kvoffload_exporter.enums import Signal, State, StateReason
 from kvoffload_exporter.ingest.normalise import normalise
-from kvoffload_exporter.intervalreport import report
-from kvoffload_exporter.reasons import HINTS, NOT_STORING_RULES, RULES, CanaryFacts, explain
 from tests.support.prom import samples
 
 FIXTURES = Path(__file__).parent / "fixtures"

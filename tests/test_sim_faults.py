@@ -9,7 +9,7 @@ import pytest
 from support.prom import series
 from support.scenario import ManualClock
 
-from kvoffload_exporter.derive import interval
+from kvoffload_exporter.derive.window import interval
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.sim.engine import SimRequest
 from kvoffload_exporter.sim.faults import FAULTS, FaultError, parse_fault

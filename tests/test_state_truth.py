@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from kvoffload_exporter import derive
+from kvoffload_exporter.derive import window as derive
 from kvoffload_exporter.ingest.normalise import normalise
 
 KEY = ("m", "0")

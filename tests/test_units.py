@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload_exporter import derive
 from kvoffload_exporter.catalogue import CATALOGUE
 from kvoffload_exporter.config.settings import ConfigError, from_mapping, load_file, parse_duration
+from kvoffload_exporter.derive import window as derive
 from kvoffload_exporter.ingest.exposition import ParseError
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.render import Exposition
@@ -318,7 +318,7 @@ def test_durations(raw: object, sec: float) -> None:
 
 
 def test_tier_bytes_precedence() -> None:
-    from kvoffload_exporter.capacity import tier_bytes
+    from kvoffload_exporter.derive.capacity import tier_bytes
     from kvoffload_exporter.ingest.snapshot import EngineSignals
 
     def e(offload: str | None = None, size: str | None = None) -> EngineSignals:

@@ -8,7 +8,7 @@ import math
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from kvoffload_exporter import derive
+from kvoffload_exporter.derive import window as derive
 from kvoffload_exporter.enums import GAUGE_SIGNALS, Signal
 from kvoffload_exporter.ingest.snapshot import EngineSignals
 from kvoffload_exporter.render import format_value

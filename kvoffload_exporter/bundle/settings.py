@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from kvoffload_exporter.config.schema import did_you_mean
-from kvoffload_exporter.derive import QUANTILES
+from kvoffload_exporter.derive.window import QUANTILES
 
 RUNBOOK_URL = "alerts/runbook.md"
 """Where `runbook_url` points (anchor = lower-case alert name). The default is the bundle's own file, not a

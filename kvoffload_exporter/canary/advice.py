@@ -57,7 +57,7 @@ class Evidence:
     verdict: str  # the headline verdict (the ordinary rounds, c = 1)
     verdict_why: str
     levels: tuple[LevelFact, ...] = ()  # sweep levels at the rounds' prefix, c = 1 included when measured
-    payback_action: str | None = None  # the payback model's action over the run (kvoffload_exporter.payback)
+    payback_action: str | None = None  # the payback model's action over the run (kvoffload_exporter.derive.payback)
     payback_why: str | None = None
     state_reasons: tuple[str, ...] = ()  # the exporter's state reasons over the run, per engine
     error: str | None = None

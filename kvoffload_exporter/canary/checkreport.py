@@ -11,10 +11,10 @@ from kvoffload_exporter.canary import report, sweepreport
 from kvoffload_exporter.canary.advice import Advice, Evidence, LevelFact, advise, level_facts
 from kvoffload_exporter.canary.checkrun import CheckResult, redact
 from kvoffload_exporter.canary.stalls import stalled
+from kvoffload_exporter.derive.intervalreport import report as interval_report
+from kvoffload_exporter.derive.payback import check_recommendation
 from kvoffload_exporter.ingest.exposition import ParseError
 from kvoffload_exporter.ingest.normalise import normalise
-from kvoffload_exporter.intervalreport import report as interval_report
-from kvoffload_exporter.payback import check_recommendation
 
 
 def error_document(why: str) -> dict[str, Any]:

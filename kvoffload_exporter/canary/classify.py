@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvoffload_exporter.canary.types import CycleReason, ProbeResult
-from kvoffload_exporter.derive import EngineDerived, interval
+from kvoffload_exporter.derive.window import EngineDerived, interval
 from kvoffload_exporter.ingest.backends.schema import Evidence, NativeUnit
 from kvoffload_exporter.ingest.snapshot import Signal, Snapshot
 

@@ -14,8 +14,8 @@ from kvoffload_exporter.canary import sweepreport
 from kvoffload_exporter.canary.stats import Summary, Verdict, median, summarize
 from kvoffload_exporter.canary.texttable import ms, table
 from kvoffload_exporter.catalogue import CANARY_PATHS
+from kvoffload_exporter.derive.reasons import HINTS
 from kvoffload_exporter.enums import StateReason
-from kvoffload_exporter.reasons import HINTS
 
 EXIT_CODES = {"offload_faster": 0, "offload_slower": 1, "no_offload_hit": 1, "inconclusive": 4, "error": 3}
 PHASES = (
@@ -121,7 +121,7 @@ def _tok(v: float | None) -> str:
 
 
 def _state_lines(interval: Mapping[str, Any]) -> list[str]:
-    """The exporter's evidence state per engine over the run, and why (kvoffload_exporter.reasons) when the state needs
+    """The exporter's evidence state per engine over the run, and why (derive.reasons) when the state needs
     explaining, as `inspect BEFORE AFTER` prints it."""
     out = []
     for e in interval.get("engines") or ():

@@ -9,7 +9,7 @@ from kvoffload_exporter.canary.records import CycleRecord
 from kvoffload_exporter.canary.stats import Verdict, decide, median
 from kvoffload_exporter.canary.types import CycleReason, LoadBand, Tier
 from kvoffload_exporter.catalogue import CANARY_PATHS
-from kvoffload_exporter.reasons import CanaryFacts
+from kvoffload_exporter.derive.reasons import CanaryFacts
 
 
 class CanaryState:
@@ -70,7 +70,7 @@ class CanaryState:
         return max((idle for idle, loaded in self.tier_revisits if loaded), default=None)
 
     def reason_facts(self) -> CanaryFacts:
-        """What the state reasons (kvoffload_exporter/reasons.py) may use from this canary."""
+        """What the state reasons (kvoffload_exporter/derive/reasons.py) may use from this canary."""
         return CanaryFacts(
             no_load_cycles=self.cycles[CycleReason.NO_LOAD],
             evicted_from_tier_cycles=self.cycles[CycleReason.EVICTED_FROM_TIER],

@@ -37,7 +37,7 @@ STATES: tuple[State, ...] = tuple(State)
 """Evidence states, in the order they are documented (see derive.evidence_state)."""
 
 STATE_REASONS: tuple[StateReason, ...] = tuple(StateReason)
-"""Why an engine stores without loading (or a hit is degraded), in rule order (see kvoffload_exporter/reasons.py)."""
+"""Why an engine stores without loading (or a hit is degraded), in rule order (see derive/reasons.py)."""
 
 SCRAPE_ERROR_REASONS: tuple[ScrapeErrorReason, ...] = tuple(ScrapeErrorReason)
 """Closed set of reasons for kvoffload_scrape_errors_total; never free text in labels."""
@@ -51,7 +51,7 @@ VERSION_ERROR_REASONS: tuple[ScrapeErrorReason, ...] = tuple(
 """`reason` of kvoffload_exporter_version_errors_total: the scrape-error reasons a /version answer can hit."""
 
 RECOMMENDATIONS: tuple[Recommendation, ...] = tuple(Recommendation)
-"""`recommendation` of kvoffload_offload_recommendation (kvoffload_exporter/payback.py)."""
+"""`recommendation` of kvoffload_offload_recommendation (kvoffload_exporter/derive/payback.py)."""
 
 COLLECTORS: tuple[CollectorName, ...] = tuple(CollectorName)
 

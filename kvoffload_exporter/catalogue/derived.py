@@ -1,4 +1,4 @@
-"""Windowed derivations over the exporter's `--window` (computed in kvoffload_exporter/derive.py)."""
+"""Windowed derivations over the exporter's `--window` (computed in kvoffload_exporter/derive/window.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ METRICS: tuple[Metric, ...] = (
         name="kvoffload_state_reason",
         type=MetricType.STATESET,
         help="Why the engine is in store_without_load, or why a hit is degraded (closed set, one rule each: "
-        "kvoffload_exporter/reasons.py); every series 0 when nothing needs explaining.",
+        "kvoffload_exporter/derive/reasons.py); every series 0 when nothing needs explaining.",
         labels=(*WINDOWED, "reason"),
         group=Group.DERIVED,
     ),

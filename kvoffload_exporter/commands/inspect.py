@@ -10,11 +10,11 @@ from typing import Any
 
 from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.config.settings import Config
+from kvoffload_exporter.derive.intervalreport import report
+from kvoffload_exporter.derive.reasons import HINTS
 from kvoffload_exporter.ingest.exposition import ParseError, join_bodies
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.snapshot import Snapshot
-from kvoffload_exporter.intervalreport import report
-from kvoffload_exporter.reasons import HINTS
 
 ORDER = 20
 

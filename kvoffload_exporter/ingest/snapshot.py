@@ -168,7 +168,7 @@ class ProcessMemory:
 
 @dataclass(frozen=True)
 class ProcessTreeMemory:
-    """A target's whole process tree with shared memory counted once (see kvoffload_exporter/procmem.py).
+    """A target's whole process tree with shared memory counted once (see kvoffload_exporter/derive/procmem.py).
 
     `rss_sum` is the naive Σ VmRSS, kept to show how much the per-pid view double counts; `tier_bytes` is
     the configured offload tier of the target's engines (None when unknown), `cgroup_*` the tree root's

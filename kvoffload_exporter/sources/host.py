@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterable, Mapping
 
 import psutil
 
-from kvoffload_exporter import procmem
+from kvoffload_exporter.derive import procmem
+from kvoffload_exporter.derive.procmem import ProcSample, parse_status
 from kvoffload_exporter.ingest.snapshot import HostMemory, ProcessMemory, ProcessTreeMemory
-from kvoffload_exporter.procmem import ProcSample, parse_status
 
 __all__ = [
     "SmapsCache",

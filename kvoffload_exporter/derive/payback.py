@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvoffload_exporter.capacity import GIB, gpu_pool_tokens, snapshot_tier_bytes
-from kvoffload_exporter.derive import EngineDerived, interval, prefill_cost
+from kvoffload_exporter.derive.capacity import GIB, gpu_pool_tokens, snapshot_tier_bytes
+from kvoffload_exporter.derive.window import EngineDerived, interval, prefill_cost
 from kvoffload_exporter.enums import Recommendation, Signal
 from kvoffload_exporter.ingest.exposition import ParseError, info_number
 from kvoffload_exporter.ingest.normalise import normalise

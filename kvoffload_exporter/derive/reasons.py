@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvoffload_exporter.capacity import chunk_tokens, gpu_pool_tokens, kv_bytes_per_token, tier_tokens
-from kvoffload_exporter.derive import EngineDerived, computed_tokens
+from kvoffload_exporter.derive.capacity import chunk_tokens, gpu_pool_tokens, kv_bytes_per_token, tier_tokens
+from kvoffload_exporter.derive.window import EngineDerived, computed_tokens
 from kvoffload_exporter.enums import Signal, State, StateReason
 from kvoffload_exporter.ingest.backends.schema import DropReason, Evidence
 from kvoffload_exporter.ingest.exposition import info_number

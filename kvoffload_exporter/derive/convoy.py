@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kvoffload_exporter.derive import Mark, histogram_quantile, window_start
-from kvoffload_exporter.history import PackedPoint
+from kvoffload_exporter.derive.history import PackedPoint
+from kvoffload_exporter.derive.window import Mark, histogram_quantile, window_start
 from kvoffload_exporter.ingest.snapshot import EngineKey, EngineSignals, Histogram
 
 QUEUE_QUANTILES = (0.5, 0.9, 0.99)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from operator import add, sub
 from typing import Protocol, TypeVar
 
-from kvoffload_exporter.capacity import chunk_tokens
+from kvoffload_exporter.derive.capacity import chunk_tokens
 from kvoffload_exporter.enums import State
 from kvoffload_exporter.ingest.backends.schema import Evidence, EvidenceKey, NativeUnit
 from kvoffload_exporter.ingest.snapshot import EngineKey, EngineSignals, Histogram, Signal, Snapshot
@@ -57,7 +57,7 @@ class Point:
 
 class Mark(Protocol):
     """A point as the window derivations read it: a whole `Point`, or an older one packed by
-    `kvoffload_exporter.history` (its totals without raw values, its snapshot with only the convoy
+    `kvoffload_exporter.derive.history` (its totals without raw values, its snapshot with only the convoy
     view's histograms)."""
 
     @property

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvoffload_exporter.capacity import tier_bytes
-from kvoffload_exporter.derive import EngineDerived, interval
+from kvoffload_exporter.derive.capacity import tier_bytes
+from kvoffload_exporter.derive.reasons import explain
+from kvoffload_exporter.derive.window import EngineDerived, interval
 from kvoffload_exporter.ingest.snapshot import Signal, Snapshot
-from kvoffload_exporter.reasons import explain
 
 _FIELDS = (
     (Signal.OFFLOAD_LOAD_BYTES, "load B"),

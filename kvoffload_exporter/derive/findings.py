@@ -11,16 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kvoffload_exporter.capacity import snapshot_tier_bytes, tier_bytes
-from kvoffload_exporter.convoy import ConvoyView
-from kvoffload_exporter.derive import EngineDerived
+from kvoffload_exporter.derive.capacity import snapshot_tier_bytes, tier_bytes
+from kvoffload_exporter.derive.convoy import ConvoyView
+from kvoffload_exporter.derive.payback import Payback, engine_payback
+from kvoffload_exporter.derive.reasons import CanaryFacts, explain
+from kvoffload_exporter.derive.window import EngineDerived
 from kvoffload_exporter.enums import StateReason
 from kvoffload_exporter.ingest.backends.resolve import unit_bytes
 from kvoffload_exporter.ingest.backends.schema import NativeUnit
 from kvoffload_exporter.ingest.exposition import info_number
 from kvoffload_exporter.ingest.snapshot import EngineKey, EngineSignals, Snapshot
-from kvoffload_exporter.payback import Payback, engine_payback
-from kvoffload_exporter.reasons import CanaryFacts, explain
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,9 @@ class TargetView:
     last_error: str | None = None
     extra_errors: Mapping[str, int] | None = None  # failed extra_metrics_urls fetches; None: none configured
     canary: CanaryFacts | None = None  # what the canary learnt about this target, refines the reasons
-    convoy: Mapping[EngineKey, ConvoyView] = field(default_factory=dict)  # kvoffload_exporter/convoy.py, windowed
+    convoy: Mapping[EngineKey, ConvoyView] = field(
+        default_factory=dict
+    )  # kvoffload_exporter/derive/convoy.py, windowed
     # Not polled yet: nothing is exported for it. Its `up` would read 0 though no poll failed, and a restarted
     # exporter would look, for up to one poll timeout, as if it could not reach its targets.
     pending: bool = False

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from itertools import accumulate
 from typing import Any, NamedTuple
 
-from kvoffload_exporter.derive import Mark, Point, Totals
+from kvoffload_exporter.derive.window import Mark, Point, Totals
 from kvoffload_exporter.ingest.backends.schema import EvidenceKey
 from kvoffload_exporter.ingest.snapshot import EngineKey, EngineSignals, Generation, Histogram, Signal, Snapshot
 
