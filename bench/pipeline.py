@@ -32,16 +32,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import CAPTURE, AdvancingBodies, prometheus_client_parse
-from kvoffload_exporter.collector import TargetView, shared_fragment, target_fragment
 from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.derive import convoy
 from kvoffload_exporter.derive import window as derive
+from kvoffload_exporter.expose.collector import TargetView, shared_fragment, target_fragment
+from kvoffload_exporter.expose.render import merge
 from kvoffload_exporter.ingest import normalise as normalise_module
 from kvoffload_exporter.ingest.exposition import LineCache, read
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.samples import labels_reader
-from kvoffload_exporter.render import merge
 from kvoffload_exporter.targetpoller import TargetPoller
 
 try:

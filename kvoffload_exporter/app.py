@@ -13,12 +13,18 @@ from aiohttp.typedefs import Middleware
 
 from kvoffload_exporter import __version__
 from kvoffload_exporter.config.settings import Config
+from kvoffload_exporter.expose.render import (
+    CONTENT_TYPE,
+    OPENMETRICS_CONTENT_TYPE,
+    accepts_gzip,
+    merge,
+    wants_openmetrics,
+)
 from kvoffload_exporter.guards import GuardStats
 from kvoffload_exporter.plugins import Plugin
 from kvoffload_exporter.poller import Exporter
 from kvoffload_exporter.probe import BadProbe, Forbidden, Probes
 from kvoffload_exporter.redact import redact_url
-from kvoffload_exporter.render import CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE, accepts_gzip, merge, wants_openmetrics
 
 EXPORTER = web.AppKey("exporter", Exporter)
 PROBES = web.AppKey("probes", Probes)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvoffload_exporter.catalogue import HTTP_REJECT_REASONS, PROBE_EVICTIONS, VERSION_ERROR_REASONS
-from kvoffload_exporter.collector import SampleSink
 from kvoffload_exporter.enums import HttpRejectReason, ProbeEviction
+from kvoffload_exporter.expose.collector import SampleSink
 from kvoffload_exporter.sources.version import VERSION_ERRORS
 
 

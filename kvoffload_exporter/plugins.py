@@ -17,11 +17,11 @@ from typing import Protocol, TypeAlias
 
 import aiohttp
 
-from kvoffload_exporter.collector import Collector
 from kvoffload_exporter.config.sections import Section, register_section
 from kvoffload_exporter.config.settings import Config
 from kvoffload_exporter.derive.reasons import CanaryFacts
 from kvoffload_exporter.enums import CollectorName
+from kvoffload_exporter.expose.collector import Collector
 
 Session: TypeAlias = aiohttp.ClientSession
 """The shared client session handed to plugins (one connection pool for polls and canaries)."""

@@ -14,16 +14,16 @@ from collections.abc import Callable
 
 import aiohttp
 
-from kvoffload_exporter.collector import TargetView, target_fragment
 from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.derive import convoy, history
 from kvoffload_exporter.derive import window as derive
 from kvoffload_exporter.derive.reasons import CanaryFacts
+from kvoffload_exporter.expose.collector import TargetView, target_fragment
+from kvoffload_exporter.expose.render import Fragment, Heads
 from kvoffload_exporter.ingest.exposition import LineCache, ParseError, join_bodies
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.snapshot import EngineKey, Snapshot
 from kvoffload_exporter.redact import origin, redact_url
-from kvoffload_exporter.render import Fragment, Heads
 from kvoffload_exporter.sources.vllm_http import (
     BODY_BUDGET,
     Auth,

@@ -183,8 +183,8 @@ def test_sources_name_every_family_read(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def _exposition(d: Path, before: str, after: str) -> str:
-    from kvoffload_exporter.collector import TargetView, collect
     from kvoffload_exporter.derive.window import interval
+    from kvoffload_exporter.expose.collector import TargetView, collect
 
     b, a = _load(_arg(d, before)), _load(_arg(d, after))
     return collect([TargetView(label="t", url="u", up=True, snapshot=a, derived=interval(b, a))], "5m")

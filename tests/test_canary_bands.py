@@ -18,8 +18,8 @@ from kvoffload_exporter.canary.expose import render
 from kvoffload_exporter.canary.plan import Prompts
 from kvoffload_exporter.canary.records import HIGH_RUNNING, CycleLoad, load_band
 from kvoffload_exporter.canary.types import LoadBand
+from kvoffload_exporter.expose.render import Exposition
 from kvoffload_exporter.ingest.snapshot import EngineSignals, Generation, Snapshot
-from kvoffload_exporter.render import Exposition
 from tests.support.prom import samples
 from tests.test_canary_sim import Sim, session, settings
 

@@ -6,7 +6,7 @@ from kvoffload_exporter.canary.config import CanarySettings
 from kvoffload_exporter.canary.engine import CanaryState
 from kvoffload_exporter.canary.expose import render
 from kvoffload_exporter.catalogue import CANARY_REASONS, CANARY_RESULTS, CATALOGUE
-from kvoffload_exporter.render import Exposition
+from kvoffload_exporter.expose.render import Exposition
 
 
 def _state() -> CanaryState:

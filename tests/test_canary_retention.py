@@ -12,7 +12,7 @@ from kvoffload_exporter.canary.client import CanaryClient
 from kvoffload_exporter.canary.engine import CanaryEngine
 from kvoffload_exporter.canary.expose import render
 from kvoffload_exporter.canary.plan import Prompts
-from kvoffload_exporter.render import Exposition
+from kvoffload_exporter.expose.render import Exposition
 from tests.support.prom import samples
 from tests.test_canary_sim import Sim, evicting_sleep, session, settings
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from kvoffload_exporter.catalogue import CATALOGUE, SIGNAL_METRICS, Metric
-from kvoffload_exporter.collector import TargetView, collect
 from kvoffload_exporter.derive.window import interval
 from kvoffload_exporter.enums import COUNTER_SIGNALS, GAUGE_SIGNALS, Group, MetricType, Signal, State, Unit
+from kvoffload_exporter.expose.collector import TargetView, collect
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.snapshot import EngineSignals, Generation, Snapshot
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvoffload_exporter.collector import TargetView, collect
 from kvoffload_exporter.derive.convoy import derive as convoy
 from kvoffload_exporter.derive.window import advance, derive
+from kvoffload_exporter.expose.collector import TargetView, collect
 from kvoffload_exporter.ingest.normalise import normalise
 from tests.support.prom import samples
 

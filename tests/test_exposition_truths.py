@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from kvoffload_exporter.collector import TargetView, collect
 from kvoffload_exporter.derive.window import advance, derive
+from kvoffload_exporter.expose.collector import TargetView, collect
 from kvoffload_exporter.ingest.normalise import normalise
 from tests.support.prom import samples
 
@@ -61,7 +61,7 @@ def test_no_sample_is_nan_or_infinite_even_when_the_target_sends_nan_gauges() ->
 
 
 def test_a_non_finite_value_from_any_source_leaves_the_series_absent() -> None:
-    from kvoffload_exporter.render import Exposition
+    from kvoffload_exporter.expose.render import Exposition
 
     x = Exposition()
     for v in (math.nan, math.inf, -math.inf):

@@ -12,10 +12,10 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvoffload_exporter.collector import TargetView, collect
 from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.derive import window as derive
 from kvoffload_exporter.enums import ScrapeErrorReason
+from kvoffload_exporter.expose.collector import TargetView, collect
 from kvoffload_exporter.ingest.exposition import ParseError
 from kvoffload_exporter.ingest.normalise import FAMILIES, HISTOGRAMS, normalise
 from tests.support.prom import families

@@ -41,7 +41,7 @@ def _chain(directory: str, pattern: str) -> list[str]:
 @pytest.fixture(autouse=True)
 def _fixed_python_version(monkeypatch: pytest.MonkeyPatch) -> None:
     # build_info carries the interpreter version; the golden files must not depend on it.
-    monkeypatch.setattr("kvoffload_exporter.collector.platform.python_version", lambda: "3.x")
+    monkeypatch.setattr("kvoffload_exporter.expose.collector.platform.python_version", lambda: "3.x")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

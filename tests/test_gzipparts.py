@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvoffload_exporter import gzipparts, poller
+from kvoffload_exporter import poller
+from kvoffload_exporter.expose import gzipparts
 
 
 def _parts_gzip(body: bytes, parts: int) -> bytes:

@@ -217,9 +217,11 @@ def test_the_loop_and_climb_checks_can_fail() -> None:
     graph = {
         **GRAPH,
         "kvoffload_exporter.derive.payback": GRAPH["kvoffload_exporter.derive.payback"]
-        | {"kvoffload_exporter.collector"},
+        | {"kvoffload_exporter.expose.collector"},
     }
-    assert any({"kvoffload_exporter.derive.payback", "kvoffload_exporter.collector"} <= loop for loop in _loops(graph))
+    assert any(
+        {"kvoffload_exporter.derive.payback", "kvoffload_exporter.expose.collector"} <= loop for loop in _loops(graph)
+    )
     graph = {
         **GRAPH,
         "kvoffload_exporter.config.settings": GRAPH["kvoffload_exporter.config.settings"]

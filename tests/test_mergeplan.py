@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvoffload_exporter.mergeplan import Merger
-from kvoffload_exporter.render import _HEADERS, _ORDER, merge
+from kvoffload_exporter.expose.mergeplan import Merger
+from kvoffload_exporter.expose.render import _HEADERS, _ORDER, merge
 
 FAMILIES = [*_ORDER[:6], "not_in_the_catalogue"]
 

@@ -10,10 +10,10 @@ import pytest
 from conftest import FIXTURES
 
 from kvoffload_exporter.canary import report
-from kvoffload_exporter.collector import TargetView, collect
 from kvoffload_exporter.derive.payback import GIB, TierUse, check_recommendation, engine_payback, recommend
 from kvoffload_exporter.derive.window import advance, compare
 from kvoffload_exporter.enums import Recommendation, Signal
+from kvoffload_exporter.expose.collector import TargetView, collect
 from kvoffload_exporter.ingest.normalise import normalise
 
 WINDOW = 300.0

@@ -12,13 +12,13 @@ from kvoffload_exporter.canary.config import CanarySettings, from_mapping
 from kvoffload_exporter.canary.engine import CanaryState
 from kvoffload_exporter.canary.expose import CanaryCollector, render
 from kvoffload_exporter.canary.plugin import make_plugin
-from kvoffload_exporter.collector import Collector, collect
 from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.derive.reasons import CanaryFacts
 from kvoffload_exporter.enums import CollectorName
+from kvoffload_exporter.expose.collector import Collector, collect
+from kvoffload_exporter.expose.render import Exposition
 from kvoffload_exporter.plugins import PluginHost
 from kvoffload_exporter.poller import Exporter
-from kvoffload_exporter.render import Exposition
 
 
 class FakeHost:

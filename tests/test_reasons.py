@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from kvoffload_exporter.bundle import reasons_runbook
-from kvoffload_exporter.collector import TargetView, collect
 from kvoffload_exporter.derive.intervalreport import report
 from kvoffload_exporter.derive.reasons import HINTS, NOT_STORING_RULES, RULES, CanaryFacts, explain
 from kvoffload_exporter.derive.window import advance, derive, interval
 from kvoffload_exporter.enums import Signal, State, StateReason
+from kvoffload_exporter.expose.collector import TargetView, collect
 from kvoffload_exporter.ingest.normalise import normalise
 from tests.support.prom import samples
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvoffload_exporter.render import Exposition, Heads
+from kvoffload_exporter.expose.render import Exposition, Heads
 
 LB = {"target": "t", "model_name": 'm"1\\', "engine": "0"}
 NAMES = ("kvoffload_prompt_tokens_total", "kvoffload_offload_tier_bytes", "kvoffload_gpu_kv_cache_blocks")

@@ -17,8 +17,8 @@ from support.prom import families
 
 from kvoffload_exporter.app import EXPORTER, make_app
 from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, from_mapping
+from kvoffload_exporter.expose.render import CATALOGUE, Exposition, accepts_gzip, merge, wants_openmetrics
 from kvoffload_exporter.poller import Exporter
-from kvoffload_exporter.render import CATALOGUE, Exposition, accepts_gzip, merge, wants_openmetrics
 
 CAPTURES = [fixture_text("h200-0.6b/A_00_initial.prom"), fixture_text("h200-0.6b/A_12_final.prom")]
 PROMTOOL = shutil.which("promtool")

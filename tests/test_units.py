@@ -9,9 +9,9 @@ import pytest
 from kvoffload_exporter.catalogue import CATALOGUE
 from kvoffload_exporter.config.settings import ConfigError, from_mapping, load_file, parse_duration
 from kvoffload_exporter.derive import window as derive
+from kvoffload_exporter.expose.render import Exposition
 from kvoffload_exporter.ingest.exposition import ParseError
 from kvoffload_exporter.ingest.normalise import normalise
-from kvoffload_exporter.render import Exposition
 
 
 def expo(

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from kvoffload_exporter.derive import window as derive
 from kvoffload_exporter.enums import GAUGE_SIGNALS, Signal
+from kvoffload_exporter.expose.render import format_value
 from kvoffload_exporter.ingest.snapshot import EngineSignals
-from kvoffload_exporter.render import format_value
 
 FLOATS = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload_exporter.collector import TargetView, collect
 from kvoffload_exporter.derive import window as derive
+from kvoffload_exporter.expose.collector import TargetView, collect
 from kvoffload_exporter.ingest.exposition import ParseError
 from kvoffload_exporter.ingest.normalise import normalise
 from tests.support.prom import families

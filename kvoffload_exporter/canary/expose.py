@@ -25,7 +25,7 @@ from kvoffload_exporter.catalogue import (
     CANARY_TIERS,
     CANARY_VERDICTS,
 )
-from kvoffload_exporter.collector import SampleSink
+from kvoffload_exporter.expose.collector import SampleSink
 
 QUANTILES = (0.25, 0.5, 0.75)
 

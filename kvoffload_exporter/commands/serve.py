@@ -21,8 +21,8 @@ from kvoffload_exporter.config.schema import Where, add_flags, apply, overrides
 from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, check, load_file, parse_targets
 
 if TYPE_CHECKING:
-    from kvoffload_exporter.collector import SampleSink
     from kvoffload_exporter.config.webconfig import WebConfig
+    from kvoffload_exporter.expose.collector import SampleSink
     from kvoffload_exporter.plugins import Plugin
     from kvoffload_exporter.poller import Exporter
     from kvoffload_exporter.webauth import WebReload

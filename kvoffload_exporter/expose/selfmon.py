@@ -10,7 +10,7 @@ import bisect
 from collections import deque
 from dataclasses import dataclass, field
 
-from kvoffload_exporter.render import Exposition
+from kvoffload_exporter.expose.render import Exposition
 
 POLL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 LAG_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

@@ -24,9 +24,9 @@ from kvoffload_exporter.derive.convoy import ConvoyView
 from kvoffload_exporter.derive.findings import EngineFindings, TargetView
 from kvoffload_exporter.derive.procmem import footprint_ratio, growth_step
 from kvoffload_exporter.derive.window import EngineDerived
+from kvoffload_exporter.expose.render import Exposition, Heads, Spec
 from kvoffload_exporter.ingest.backends.schema import Evidence, EvidenceKey
 from kvoffload_exporter.ingest.snapshot import EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory
-from kvoffload_exporter.render import Exposition, Heads, Spec
 
 _SIGNALS = tuple(sig for sig, _ in SIGNAL_METRICS)
 _ENGINE_NAMES = (

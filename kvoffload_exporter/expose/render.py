@@ -15,7 +15,7 @@ from typing import Any
 
 from kvoffload_exporter.catalogue import CATALOGUE, Metric
 from kvoffload_exporter.enums import MetricType
-from kvoffload_exporter.mergeplan import Merger
+from kvoffload_exporter.expose.mergeplan import Merger
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"

@@ -1,0 +1,1 @@
+"""expose: see docs/design.md."""
