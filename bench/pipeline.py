@@ -42,7 +42,7 @@ from kvoffload_exporter.ingest import normalise as normalise_module
 from kvoffload_exporter.ingest.exposition import LineCache, read
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.samples import labels_reader
-from kvoffload_exporter.targetpoller import TargetPoller
+from kvoffload_exporter.server.targetpoller import TargetPoller
 
 try:
     from kvoffload_exporter.derive.history import push

@@ -11,8 +11,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from conftest import fixture_text
 
-from kvoffload_exporter.app import EXPORTER, make_app
 from kvoffload_exporter.config.settings import Config, TargetConfig
+from kvoffload_exporter.server.app import EXPORTER, make_app
 
 GOOD = fixture_text("h200-0.6b/A_12_final.prom")
 
@@ -201,7 +201,7 @@ async def test_exposition_passes_promtool() -> None:
 
 
 async def test_unexpected_error_marks_target_down_and_polling_continues(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kvoffload_exporter.targetpoller as poller
+    import kvoffload_exporter.server.targetpoller as poller
 
     real = poller.normalise
     broken = {"on": False}

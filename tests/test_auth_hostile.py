@@ -17,16 +17,16 @@ import bcrypt
 import pytest
 from aiohttp import web
 
-from kvoffload_exporter import webauth
-from kvoffload_exporter.app import make_app
 from kvoffload_exporter.commands.serve import bind
 from kvoffload_exporter.config import webconfig
 from kvoffload_exporter.config.settings import Config
 from kvoffload_exporter.enums import HttpRejectReason
-from kvoffload_exporter.guards import GuardStats
-from kvoffload_exporter.listener import GuardedSite, ListenLimits
+from kvoffload_exporter.server import webauth
+from kvoffload_exporter.server.app import make_app
+from kvoffload_exporter.server.guards import GuardStats
+from kvoffload_exporter.server.listener import GuardedSite, ListenLimits
+from kvoffload_exporter.server.webauth import AuthGate, WebReload
 from kvoffload_exporter.sources.vllm_http import basic_auth
-from kvoffload_exporter.webauth import AuthGate, WebReload
 
 FIX = Path(__file__).parent / "fixtures" / "webconfig"
 HASH5 = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(5)).decode()

@@ -6,10 +6,10 @@ import asyncio
 import re
 from pathlib import Path
 
-from kvoffload_exporter.app import make_app
 from kvoffload_exporter.canary.config import from_mapping
 from kvoffload_exporter.canary.plugin import make_plugin
 from kvoffload_exporter.config.settings import Config, TargetConfig
+from kvoffload_exporter.server.app import make_app
 from kvoffload_exporter.sim.server import start
 from kvoffload_exporter.sim.simulator import SimOptions, Simulator
 

@@ -19,9 +19,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from kvoffload_exporter.app import EXPORTER, make_app
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.serve import ReloadStatus, config_from_args, reload
+from kvoffload_exporter.server.app import EXPORTER, make_app
 from tests.support.net import free_port
 
 BODY = (Path(__file__).parent / "fixtures" / "h200-0.6b" / "A_00_initial.prom").read_text()

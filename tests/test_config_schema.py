@@ -25,7 +25,7 @@ from kvoffload_exporter.config.settings import (
     from_mapping,
     redact_url,
 )
-from kvoffload_exporter.logs import JsonFormatter, LogfmtFormatter, LogSettings
+from kvoffload_exporter.server.logs import JsonFormatter, LogfmtFormatter, LogSettings
 
 
 def _serve(*argv: str) -> argparse.Namespace:
@@ -181,13 +181,13 @@ def test_exporter_toolkit_aliases() -> None:
     cfg = config_from_args(args, {})
     assert cfg.listen == ":9500" and cfg.listen_host_port == ("0.0.0.0", 9500) and cfg.telemetry_path == "/m"
     args = _serve("--log.level", "debug", "--log.format", "json")
-    from kvoffload_exporter.logs import from_args
+    from kvoffload_exporter.server.logs import from_args
 
     assert from_args(args) == LogSettings(level="DEBUG", format="json")
 
 
 async def test_telemetry_path_serves_the_metrics(aiohttp_client) -> None:  # type: ignore[no-untyped-def]
-    from kvoffload_exporter.app import make_app
+    from kvoffload_exporter.server.app import make_app
 
     app = make_app(Config(telemetry_path="/custom", host_enabled=False, gpu_enabled=False))
     client = await aiohttp_client(app)

@@ -24,12 +24,12 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from kvoffload_exporter import __version__
-from kvoffload_exporter.app import make_app
 from kvoffload_exporter.bundle import deploy
 from kvoffload_exporter.bundle.settings import DEFAULT
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.serve import config_from_args
 from kvoffload_exporter.config.settings import Config, TargetConfig
+from kvoffload_exporter.server.app import make_app
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_DIR = ROOT / "deploy/compose"
@@ -371,7 +371,7 @@ import json, sys
 sys.path[:] = {paths!r}
 from kvoffload_exporter.cli import main
 assert main(json.loads(sys.argv[1]) + ["--config-check"]) == 0
-import kvoffload_exporter.app, kvoffload_exporter.poller, kvoffload_exporter.sources.vllm_http, kvoffload_exporter.sources.host, kvoffload_exporter.sources.gpu
+import kvoffload_exporter.server.app, kvoffload_exporter.server.exporter, kvoffload_exporter.sources.vllm_http, kvoffload_exporter.sources.host, kvoffload_exporter.sources.gpu
 import kvoffload_exporter.canary.plugin, kvoffload_exporter.commands.simulate, kvoffload_exporter.sim.server
 for m in ("grafanalib", "jsonschema", "pytest"):
     assert m not in sys.modules, m

@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestServer
 from support.chain import STEP, ChainServer, ManualClock
 
 from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, from_mapping
-from kvoffload_exporter.poller import Exporter
+from kvoffload_exporter.server.exporter import Exporter
 
 RECON = Path(__file__).resolve().parent / "fixtures" / "reconstructed"
 # (fixture, extra endpoint's file prefix, backend, loaded series read from the extra body: name, labels, value)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kvoffload_exporter import gctune
+from kvoffload_exporter.server import gctune
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvoffload_exporter import poller
 from kvoffload_exporter.expose import gzipparts
+from kvoffload_exporter.server import exporter as poller
 
 
 def _parts_gzip(body: bytes, parts: int) -> bytes:

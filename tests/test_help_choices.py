@@ -7,7 +7,7 @@ import pytest
 from kvoffload_exporter.cli import _parsers, build_parser
 from kvoffload_exporter.config.schema import described, specs
 from kvoffload_exporter.config.settings import Config, TargetConfig
-from kvoffload_exporter.logs import LogSettings
+from kvoffload_exporter.server.logs import LogSettings
 
 PARSERS = {p.prog.split()[-1]: p for p in _parsers(build_parser()) if " " in p.prog}
 

@@ -12,8 +12,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from conftest import fixture_text
 from support.polls import metrics_after_polls
 
-from kvoffload_exporter.app import make_app
 from kvoffload_exporter.config.settings import Config, TargetConfig
+from kvoffload_exporter.server.app import make_app
 from kvoffload_exporter.sources.vllm_http import ScrapeError, fetch_metrics, fetch_version
 
 GOOD = fixture_text("h200-0.6b/A_12_final.prom")

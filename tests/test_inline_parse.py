@@ -12,9 +12,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from kvoffload_exporter import targetpoller
 from kvoffload_exporter.config.settings import Config, TargetConfig
-from kvoffload_exporter.targetpoller import INLINE_PARSE_BYTES, TargetPoller
+from kvoffload_exporter.server import targetpoller
+from kvoffload_exporter.server.targetpoller import INLINE_PARSE_BYTES, TargetPoller
 
 TEXT = (Path(__file__).parent / "fixtures" / "h200-0.6b" / "A_12_final.prom").read_text()
 

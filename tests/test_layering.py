@@ -228,4 +228,4 @@ def test_the_loop_and_climb_checks_can_fail() -> None:
         | {"kvoffload_exporter.canary.config"},
     }
     assert ("kvoffload_exporter.config.settings", "kvoffload_exporter.canary.config") in _climbs(graph)
-    assert "kvoffload_exporter.sources.gpu" in GRAPH["kvoffload_exporter.poller"]
+    assert "kvoffload_exporter.sources.gpu" in GRAPH["kvoffload_exporter.server.exporter"]

@@ -8,9 +8,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from conftest import fixture_text
 from support.polls import metrics_after_polls
 
-from kvoffload_exporter.app import make_app
 from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, from_mapping
+from kvoffload_exporter.server.app import make_app
 
 
 def test_limits_global_and_per_target_from_the_config_file() -> None:

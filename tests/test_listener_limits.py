@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from kvoffload_exporter.app import make_app
 from kvoffload_exporter.commands.serve import bind
 from kvoffload_exporter.config.settings import Config
 from kvoffload_exporter.enums import HttpRejectReason
-from kvoffload_exporter.guards import GuardStats
-from kvoffload_exporter.listener import GuardedSite, ListenLimits
+from kvoffload_exporter.server.app import make_app
+from kvoffload_exporter.server.guards import GuardStats
+from kvoffload_exporter.server.listener import GuardedSite, ListenLimits
 
 FIX = Path(__file__).parent / "fixtures" / "webconfig"
 LIMITS = ListenLimits(max_connections=40, header_timeout=0.5, max_header_bytes=32 * 1024, write_timeout=0.5)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload_exporter import logs
 from kvoffload_exporter.config.settings import Config, TargetConfig
+from kvoffload_exporter.server import logs
 
 RFC3339_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(Z|[+-]\d\d:\d\d)$")
 HOSTILE = "vllm\r\nINFO forged line \x1b[31mred\x1b[0m"

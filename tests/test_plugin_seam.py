@@ -17,8 +17,8 @@ from kvoffload_exporter.derive.reasons import CanaryFacts
 from kvoffload_exporter.enums import CollectorName
 from kvoffload_exporter.expose.collector import Collector, collect
 from kvoffload_exporter.expose.render import Exposition
-from kvoffload_exporter.plugins import PluginHost
-from kvoffload_exporter.poller import Exporter
+from kvoffload_exporter.server.exporter import Exporter
+from kvoffload_exporter.server.plugins import PluginHost
 
 
 class FakeHost:

@@ -13,9 +13,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from conftest import fixture_text
 
-from kvoffload_exporter.app import EXPORTER, make_app
 from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, from_mapping
-from kvoffload_exporter.probe import normalise_url
+from kvoffload_exporter.server.app import EXPORTER, make_app
+from kvoffload_exporter.server.probe import normalise_url
 
 BODY = fixture_text("h200-0.6b/A_12_final.prom")
 BASE = Config(gpu_enabled=False, host_enabled=False, poll_interval=5.0, timeout=5.0)

@@ -131,7 +131,7 @@ def test_runbook_has_a_section_per_reason() -> None:
 def test_serve_canary_facts_reach_the_exported_reason() -> None:
     """The canary plugin reports its facts through the host; the next render explains with them."""
     from kvoffload_exporter.config.settings import Config, TargetConfig
-    from kvoffload_exporter.poller import Exporter
+    from kvoffload_exporter.server.exporter import Exporter
 
     before, after, canary = _chain("evicted_before_reuse")
     assert canary is not None

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from kvoffload_exporter import poller as poller_module
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.serve import ReloadStatus, config_from_args, reload
 from kvoffload_exporter.config.settings import Config, TargetConfig
-from kvoffload_exporter.poller import Exporter
+from kvoffload_exporter.server import exporter as poller_module
+from kvoffload_exporter.server.exporter import Exporter
 
 
 class _Clock:

@@ -18,9 +18,9 @@ import bcrypt
 from aiohttp.test_utils import TestClient, TestServer
 from support.net import free_port
 
-from kvoffload_exporter.app import make_app
 from kvoffload_exporter.config.settings import Config
-from kvoffload_exporter.reloader import Reloader
+from kvoffload_exporter.server.app import make_app
+from kvoffload_exporter.server.reloader import Reloader
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
 

@@ -15,10 +15,10 @@ from support.chain import ChainServer, ManualClock
 from support.net import free_port
 from support.prom import families
 
-from kvoffload_exporter.app import EXPORTER, make_app
 from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, from_mapping
 from kvoffload_exporter.expose.render import CATALOGUE, Exposition, accepts_gzip, merge, wants_openmetrics
-from kvoffload_exporter.poller import Exporter
+from kvoffload_exporter.server.app import EXPORTER, make_app
+from kvoffload_exporter.server.exporter import Exporter
 
 CAPTURES = [fixture_text("h200-0.6b/A_00_initial.prom"), fixture_text("h200-0.6b/A_12_final.prom")]
 PROMTOOL = shutil.which("promtool")
@@ -237,7 +237,7 @@ async def test_probe_refuses_targets_outside_the_allow_list() -> None:
             assert resp.status == 403, url
         assert (await client.get("/probe")).status == 400
         probes = client.server.app[EXPORTER]
-        from kvoffload_exporter.app import PROBES
+        from kvoffload_exporter.server.app import PROBES
 
         allowed = client.server.app[PROBES].allowed
         assert allowed("http://10.0.0.1:8000") and allowed("http://vllm-7:8000") and allowed("http://127.0.0.1:9")
@@ -270,7 +270,7 @@ async def test_probe_answers_with_that_target_only_keeps_history_and_evicts_when
             assert poller.polls == 2
             assert 'kvoffload_targets{kind="probed"} 1.0' in exp.body.decode()
             timer.t += 601
-            from kvoffload_exporter.app import PROBES
+            from kvoffload_exporter.server.app import PROBES
 
             assert client.server.app[PROBES].evict() == 1
             assert not exp.probed

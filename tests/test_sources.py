@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from kvoffload_exporter.app import EXPORTER, make_app
 from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.derive import procmem
 from kvoffload_exporter.enums import Generation, MemorySource, ProcessRole
 from kvoffload_exporter.expose.collector import TargetView, collect
 from kvoffload_exporter.ingest.snapshot import EngineSignals, HostMemory, Snapshot
+from kvoffload_exporter.server.app import EXPORTER, make_app
 from kvoffload_exporter.sources import host
 from kvoffload_exporter.sources.gpu import GpuUnavailable, Nvml
 from tests.support.prom import one, samples

@@ -10,8 +10,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from conftest import fixture_text
 
-from kvoffload_exporter.app import EXPORTER, make_app
 from kvoffload_exporter.config.settings import Config, TargetConfig
+from kvoffload_exporter.server.app import EXPORTER, make_app
 from kvoffload_exporter.sources.version import VersionError, parse_version
 
 GOOD = fixture_text("h200-0.6b/A_12_final.prom")

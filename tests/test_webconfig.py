@@ -14,9 +14,9 @@ import bcrypt
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from kvoffload_exporter.app import make_app
 from kvoffload_exporter.config.settings import Config
-from kvoffload_exporter.webauth import AuthGate
+from kvoffload_exporter.server.app import make_app
+from kvoffload_exporter.server.webauth import AuthGate
 
 
 def basic_auth(user: str, password: str) -> str:

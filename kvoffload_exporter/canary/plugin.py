@@ -17,7 +17,7 @@ from kvoffload_exporter.canary.secrets import load_api_key, load_or_create_secre
 from kvoffload_exporter.config.schema import add_flags, apply, overrides
 from kvoffload_exporter.config.settings import Config, ConfigError
 from kvoffload_exporter.enums import CollectorName
-from kvoffload_exporter.plugins import Plugin, PluginHost, Session
+from kvoffload_exporter.server.plugins import Plugin, PluginHost, Session
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -11,7 +11,6 @@ import sys
 import time
 from dataclasses import replace
 
-from kvoffload_exporter import logs
 from kvoffload_exporter.commands.serve import add_exporter_arguments, config_from_args
 from kvoffload_exporter.commands.simulate import (
     add_simulator_arguments,
@@ -21,7 +20,8 @@ from kvoffload_exporter.commands.simulate import (
     traffic_from_args,
 )
 from kvoffload_exporter.config.settings import ConfigError, TargetConfig, split_listen
-from kvoffload_exporter.poller import Exporter
+from kvoffload_exporter.server import logs
+from kvoffload_exporter.server.exporter import Exporter
 from kvoffload_exporter.sim.simulator import Simulator
 
 ORDER = 5  # the README's first command
@@ -130,7 +130,7 @@ class ListenError(OSError):
 async def _demo(args: argparse.Namespace, sim: Simulator, sim_host: str, sim_port: int, shutdown: Shutdown) -> int:
     from aiohttp import web
 
-    from kvoffload_exporter.app import EXPORTER, make_app
+    from kvoffload_exporter.server.app import EXPORTER, make_app
     from kvoffload_exporter.sim.sender import TrafficReport, send
     from kvoffload_exporter.sim.server import start
 

@@ -15,17 +15,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from kvoffload_exporter import gctune, logs
 from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.config.schema import Where, add_flags, apply, overrides
 from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, check, load_file, parse_targets
+from kvoffload_exporter.server import gctune, logs
 
 if TYPE_CHECKING:
     from kvoffload_exporter.config.webconfig import WebConfig
     from kvoffload_exporter.expose.collector import SampleSink
-    from kvoffload_exporter.plugins import Plugin
-    from kvoffload_exporter.poller import Exporter
-    from kvoffload_exporter.webauth import WebReload
+    from kvoffload_exporter.server.exporter import Exporter
+    from kvoffload_exporter.server.plugins import Plugin
+    from kvoffload_exporter.server.webauth import WebReload
 
 ORDER = 10
 log = logging.getLogger("kvoffload")
@@ -134,7 +134,7 @@ def reload(
     args: argparse.Namespace, exporter: Exporter, status: ReloadStatus, parsed: Config | Exception | None = None
 ) -> None:
     """SIGHUP: re-read the file (flags still on top); an invalid one keeps the running config.
-    `parsed`: the file as read off the event loop (kvoffload_exporter.reloader); None reads it here."""
+    `parsed`: the file as read off the event loop (kvoffload_exporter.server.reloader); None reads it here."""
     try:
         if isinstance(parsed, Exception):
             raise parsed
@@ -173,11 +173,11 @@ class _Prepared:
 async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket) -> int:
     from aiohttp import web
 
-    from kvoffload_exporter.app import EXPORTER, make_app
-    from kvoffload_exporter.guards import GuardStats
-    from kvoffload_exporter.listener import GuardedSite, ListenLimits
-    from kvoffload_exporter.reloader import Reloader
-    from kvoffload_exporter.webauth import AuthGate, WebReload
+    from kvoffload_exporter.server.app import EXPORTER, make_app
+    from kvoffload_exporter.server.guards import GuardStats
+    from kvoffload_exporter.server.listener import GuardedSite, ListenLimits
+    from kvoffload_exporter.server.reloader import Reloader
+    from kvoffload_exporter.server.webauth import AuthGate, WebReload
 
     cfg = prep.cfg
     started = time.monotonic()

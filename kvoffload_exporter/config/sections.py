@@ -1,6 +1,6 @@
 """Plugin sections of the config file: a plugin's own mapping (the canary's `canary:`) that the core
 parses and checks with the rest of the file without importing the plugin. The plugin registers it when
-its settings module is imported (`kvoffload_exporter.plugins` documents the seam); `Config.<key>` hands it back.
+its settings module is imported (`kvoffload_exporter.server.plugins` documents the seam); `Config.<key>` hands it back.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class Section:
 
 
 SECTIONS: dict[str, Section] = {}
-"""Registered plugin sections by key (kvoffload_exporter.plugins documents the seam)."""
+"""Registered plugin sections by key (kvoffload_exporter.server.plugins documents the seam)."""
 
 
 def register_section(section: Section) -> None:

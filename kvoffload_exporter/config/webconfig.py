@@ -13,7 +13,7 @@ configuration.md), so one file and one bcrypt tool serve the whole fleet:
       prometheus: $2y$10$...         # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':\\n')
 
 An invalid file is refused with one line (WebConfigError) that names the file and the line, never what
-the file holds: the path may be a symlink to a secret. The password checks live in kvoffload_exporter.webauth.
+the file holds: the path may be a symlink to a secret. The password checks live in kvoffload_exporter.server.webauth.
 """
 
 from __future__ import annotations

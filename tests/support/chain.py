@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from kvoffload_exporter.config.settings import Config, TargetConfig
-from kvoffload_exporter.poller import Exporter
+from kvoffload_exporter.server.exporter import Exporter
 
 START = 1_700_000_000.0
 STEP = 5.0

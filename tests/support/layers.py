@@ -20,7 +20,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "kvoffload_exporter.config.credentials",
         "kvoffload_exporter.redact",
         "kvoffload_exporter.config.limits",
-        "kvoffload_exporter.logs",
+        "kvoffload_exporter.server.logs",
         "kvoffload_exporter.ingest.backends",
         "kvoffload_exporter.saferegex",
         "kvoffload_exporter.config.yamlsafe",
@@ -55,19 +55,19 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the running exporter (I/O) and the monitoring bundle
     (
         "kvoffload_exporter.sources",
-        "kvoffload_exporter.gctune",
-        "kvoffload_exporter.guards",
-        "kvoffload_exporter.listener",
-        "kvoffload_exporter.webauth",
-        "kvoffload_exporter.reloader",
-        "kvoffload_exporter.targetpoller",
-        "kvoffload_exporter.plugins",
-        "kvoffload_exporter.poller",
-        "kvoffload_exporter.probe",
-        "kvoffload_exporter.app",
+        "kvoffload_exporter.server.gctune",
+        "kvoffload_exporter.server.guards",
+        "kvoffload_exporter.server.listener",
+        "kvoffload_exporter.server.webauth",
+        "kvoffload_exporter.server.reloader",
+        "kvoffload_exporter.server.targetpoller",
+        "kvoffload_exporter.server.plugins",
+        "kvoffload_exporter.server.exporter",
+        "kvoffload_exporter.server.probe",
+        "kvoffload_exporter.server.app",
         "kvoffload_exporter.bundle",
     ),
-    ("kvoffload_exporter.canary",),  # the plugin: registers what it needs through kvoffload_exporter.plugins
+    ("kvoffload_exporter.canary",),  # the plugin: registers what it needs through kvoffload_exporter.server.plugins
     ("kvoffload_exporter.sim",),  # the simulator (its client reuses the canary's SSE parser)
     # entry points, and the README's generated blocks (counts over the whole product, simulator included)
     (

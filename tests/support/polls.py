@@ -6,7 +6,7 @@ import asyncio
 
 from aiohttp.test_utils import TestClient
 
-from kvoffload_exporter.app import EXPORTER
+from kvoffload_exporter.server.app import EXPORTER
 
 
 async def metrics_after_polls(client: TestClient, polls: int = 2, tries: int = 200) -> str:

@@ -26,7 +26,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from kvoffload_exporter.enums import HttpRejectReason
-from kvoffload_exporter.guards import GuardStats
+from kvoffload_exporter.server.guards import GuardStats
 
 log = logging.getLogger("kvoffload.listener")
 _TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"

@@ -33,8 +33,8 @@ from kvoffload_exporter.expose.collector import Collector, shared_fragment
 from kvoffload_exporter.expose.render import Exposition, merge
 from kvoffload_exporter.expose.selfmon import SelfStats
 from kvoffload_exporter.ingest.snapshot import GpuMemory, HostMemory
+from kvoffload_exporter.server.targetpoller import TargetPoller
 from kvoffload_exporter.sources import host as host_source
-from kvoffload_exporter.targetpoller import TargetPoller
 
 if TYPE_CHECKING:
     from kvoffload_exporter.sources.gpu import Nvml
@@ -57,7 +57,7 @@ class Exporter:
         self.clock = clock
         self.timer = timer
         self.targets = [TargetPoller(t, config, clock, timer) for t in config.targets]
-        self.probed: dict[str, TargetPoller] = {}  # by normalised URL, filled by kvoffload_exporter.probe
+        self.probed: dict[str, TargetPoller] = {}  # by normalised URL, filled by kvoffload_exporter.server.probe
         self.host: HostMemory | None = None
         self.gpu: tuple[GpuMemory, ...] | None = None
         self.collectors: dict[str, tuple[bool, float]] = {}

@@ -27,10 +27,10 @@ import aiohttp
 
 from kvoffload_exporter.config.settings import TargetConfig
 from kvoffload_exporter.enums import ProbeEviction
-from kvoffload_exporter.guards import GuardStats
-from kvoffload_exporter.poller import Exporter
 from kvoffload_exporter.saferegex import MAX_TEXT, SafeRegex
-from kvoffload_exporter.targetpoller import TargetPoller
+from kvoffload_exporter.server.exporter import Exporter
+from kvoffload_exporter.server.guards import GuardStats
+from kvoffload_exporter.server.targetpoller import TargetPoller
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 

@@ -20,11 +20,11 @@ from kvoffload_exporter.expose.render import (
     merge,
     wants_openmetrics,
 )
-from kvoffload_exporter.guards import GuardStats
-from kvoffload_exporter.plugins import Plugin
-from kvoffload_exporter.poller import Exporter
-from kvoffload_exporter.probe import BadProbe, Forbidden, Probes
 from kvoffload_exporter.redact import redact_url
+from kvoffload_exporter.server.exporter import Exporter
+from kvoffload_exporter.server.guards import GuardStats
+from kvoffload_exporter.server.plugins import Plugin
+from kvoffload_exporter.server.probe import BadProbe, Forbidden, Probes
 
 EXPORTER = web.AppKey("exporter", Exporter)
 PROBES = web.AppKey("probes", Probes)

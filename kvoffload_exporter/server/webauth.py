@@ -29,11 +29,11 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from kvoffload_exporter.enums import HttpRejectReason
-from kvoffload_exporter.guards import GuardStats
+from kvoffload_exporter.server.guards import GuardStats
 
 if TYPE_CHECKING:
     from kvoffload_exporter.config.webconfig import WebConfig
-    from kvoffload_exporter.listener import GuardedSite
+    from kvoffload_exporter.server.listener import GuardedSite
 
 log = logging.getLogger("kvoffload")
 

@@ -1,0 +1,1 @@
+"""server: see docs/design.md."""
