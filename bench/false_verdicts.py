@@ -1,62 +1,64 @@
 """End to end: how often `check --concurrency` decides when there is nothing to decide, and finds a real effect.
 
-Two identical simulated offload servers (target and control) in the simulator's null setting, where an
-offload hit and a recompute cost the same at every concurrency (`--vllm-version 0.33.0
---prefill-ms-per-token 0 --load-gbps 1e6 --load-queue-ms 0 --load-step-ms 0`); `check` is run RUNS times
-and every decided level (interval excluding 0) and every advice other than `measure_longer` is a false
-verdict. With `--effect-ms X` the target's loads take X ms longer (`--load-queue-ms X`): then a decided
-`offload_slower` is a true finding (power). Rates come with their Wilson 95 % interval.
+One simulated offload server in the simulator's null setting, where an offload hit and a recompute cost the
+same at every concurrency (`--vllm-version 0.33.0 --prefill-ms-per-token 0 --load-gbps 1e6 --load-queue-ms 0
+--load-step-ms 0`); `check` compares offload hits against the in-band recompute control on that server (no
+second server: the recompute control is what enters the decision). `check` is run RUNS times and every run's
+per-level verdicts, advice and exit code are kept.
 
-    python bench/false_verdicts.py [--runs 15] [--levels 1,4,16] [--effect-ms 0] [--time-scale 0.25] [--json]
+- Null (`--effect slower` with `--effect-ms 0`): a decided level is a false decision; an advice other than
+  `measure_longer` (an exit code other than 4) is a false action.
+- `--effect slower --effect-ms X`: the target's loads take X ms longer (`--load-queue-ms X`); only
+  `offload_slower` counts as found (a decided `offload_faster` is a wrong-sign error, counted apart).
+- `--effect faster --effect-ms X`: recomputing costs X ms more than loading (`--prefill-ms-per-token`
+  chosen so that the prefix's prefill takes X ms); only `offload_faster` counts as found.
+
+Rates come with their Wilson 95 % interval, per level and per run.
+
+    python bench/false_verdicts.py [--runs 60] [--levels 1,4,16] [--effect slower|faster] [--effect-ms 0]
+        [--jobs 2] [--time-scale 0.25] [--settle 0.05] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import free_port
+from kvoffload_exporter.canary.stats import wilson
 
-NULL = ["--vllm-version", "0.33.0", "--prefill-ms-per-token", "0", "--load-gbps", "1e6", "--load-step-ms", "0"]
+PREFIX_TOKENS = 1024  # `check --prefix-tokens`: the faster effect's prefill is spread over these tokens
+DECIDED = ("offload_faster", "offload_slower")
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a binomial rate k/n."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    d = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / d
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return max(0.0, mid - half), min(1.0, mid + half)
+def server_args(effect: str, effect_ms: float, scale: float) -> list[str]:
+    """The simulator's flags for one run: the null setting, with the effect (if any) on one side."""
+    prefill = effect_ms / PREFIX_TOKENS if effect == "faster" else 0.0  # recompute pays the prefix's prefill
+    queue = effect_ms if effect == "slower" else 0.0  # an offload hit waits this much longer for its load
+    return [
+        *("--vllm-version", "0.33.0", "--load-gbps", "1e6", "--load-step-ms", "0"),
+        *("--prefill-ms-per-token", str(prefill), "--load-queue-ms", str(queue), "--time-scale", str(scale)),
+    ]
 
 
 @contextmanager
 def _server(extra: list[str], seed: int) -> Iterator[str]:
     port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "kvoffload_exporter",
-        "simulate",
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--seed",
-        str(seed),
-        *extra,
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = [sys.executable, "-m", "kvoffload_exporter", "simulate", "--listen", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen([*cmd, "--seed", str(seed), *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -73,57 +75,78 @@ def _server(extra: list[str], seed: int) -> Iterator[str]:
         proc.wait(10)
 
 
-def _check(target: str, control: str, levels: str, out: Path) -> dict[str, object]:
-    cmd = [sys.executable, "-m", "kvoffload_exporter", "check", "--target", target, "--control-target", control]
-    cmd += ["--allow-pressure", "--quiet", "--json", str(out)]
-    if levels:
-        cmd += ["--concurrency", levels]
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=1800)
-    return dict(json.loads(out.read_text()))
+def one_run(i: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """One `check` against a fresh simulator: its exit code, advice and per-level verdicts."""
+    out = tmp / f"{i}.json"
+    with _server(server_args(args.effect, args.effect_ms, args.time_scale), 100 + i) as target:
+        cmd = [sys.executable, "-m", "kvoffload_exporter", "check", "--target", target, "--allow-pressure"]
+        cmd += ["--quiet", "--json", str(out), "--settle", str(args.settle), "--seed", str(i)]
+        cmd += ["--prefix-tokens", str(PREFIX_TOKENS), "--secret-file", str(tmp / f"{i}.secret")]
+        if args.levels:
+            cmd += ["--concurrency", args.levels]
+        rc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, timeout=1800)
+    doc = json.loads(out.read_text())
+    rows = doc.get("load_sweep") or [{"concurrency": 1, "verdict": doc["verdict"]}]
+    return {
+        "exit_code": rc.returncode,
+        "advice": (doc.get("advice") or {}).get("action"),
+        "levels": {f"c={e['concurrency']}": e["verdict"] for e in rows},
+    }
+
+
+def summarise(runs: list[dict[str, Any]], effect: str, effect_ms: float) -> dict[str, Any]:
+    """Per level: decided (any sign), found (the true sign), wrong sign; per run: any action, exit codes."""
+    n = len(runs)
+    right = None if effect_ms == 0 else ("offload_slower" if effect == "slower" else "offload_faster")
+
+    def rate(k: int) -> dict[str, Any]:
+        lo, hi = wilson(k, n)
+        return {"k": k, "n": n, "rate": round(k / n, 4) if n else None, "wilson95": [round(lo, 4), round(hi, 4)]}
+
+    levels = sorted({k for r in runs for k in r["levels"]}, key=lambda s: int(s[2:]))
+    per_level = {}
+    for lv in levels:
+        verdicts = [r["levels"].get(lv) for r in runs]
+        row = {"decided": rate(sum(v in DECIDED for v in verdicts))}
+        if right:
+            row["found"] = rate(sum(v == right for v in verdicts))
+            row["wrong_sign"] = rate(sum(v in DECIDED and v != right for v in verdicts))
+        per_level[lv] = row
+    return {
+        "runs": n,
+        "effect": effect if effect_ms else "none",
+        "effect_ms": effect_ms,
+        "per_level": per_level,
+        "any_action": rate(sum(r["advice"] != "measure_longer" for r in runs)),
+        "any_level_decided": rate(sum(any(v in DECIDED for v in r["levels"].values()) for r in runs)),
+        "all_levels_found": rate(sum(all(v == right for v in r["levels"].values()) for r in runs)) if right else None,
+        "exit_codes": dict(sorted(Counter(str(r["exit_code"]) for r in runs).items())),
+        "advice": dict(sorted(Counter(str(r["advice"]) for r in runs).items())),
+    }
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--levels", default="1,4,16")
+    ap.add_argument("--effect", choices=("slower", "faster"), default="slower")
     ap.add_argument("--effect-ms", type=float, default=0.0)
+    ap.add_argument("--jobs", type=int, default=2, help="check runs at once (each with its own simulator)")
     ap.add_argument("--time-scale", type=float, default=0.25)
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--settle", type=float, default=0.05)
+    ap.add_argument("--json", metavar="FILE", help="also write the summary and every run here")
     args = ap.parse_args()
-    scale = ["--time-scale", str(args.time_scale)]
-    target_extra = [*NULL, "--load-queue-ms", str(args.effect_ms), *scale]
-    control_extra = [*NULL, "--load-queue-ms", "0", *scale]
-    decided: dict[str, int] = {}
-    acted = runs = 0
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.runs):
-            with _server(target_extra, 100 + i) as target, _server(control_extra, 200 + i) as control:
-                doc = _check(target, control, args.levels, Path(tmp) / f"{i}.json")
-            runs += 1
-            rows = doc.get("load_sweep") or [{"concurrency": 1, "verdict": doc["verdict"]}]
-            for e in rows:  # type: ignore[union-attr]
-                key = f"c={e['concurrency']}"
-                decided[key] = decided.get(key, 0) + (e["verdict"] in ("offload_faster", "offload_slower"))
-            acted += (doc.get("advice") or {}).get("action") != "measure_longer"  # type: ignore[union-attr]
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        runs = list(pool.map(lambda i: one_run(i, args, Path(tmp)), range(args.runs)))
     report = {
-        "runs": runs,
-        "effect_ms": args.effect_ms,
         "levels": args.levels,
         "seconds": round(time.monotonic() - started, 1),
-        "decided_per_level": {k: {"k": v, "rate": v / runs, "wilson95": wilson(v, runs)} for k, v in decided.items()},
-        "advice_not_measure_longer": {"k": acted, "rate": acted / runs, "wilson95": wilson(acted, runs)},
+        **summarise(runs, args.effect, args.effect_ms),
     }
     if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
-    what = "false verdicts (null)" if not args.effect_ms else f"decided at a true +{args.effect_ms:g} ms"
-    print(f"{runs} check runs, levels {args.levels}, {what}, {report['seconds']} s")
-    for k, v in report["decided_per_level"].items():  # type: ignore[attr-defined]
-        lo, hi = v["wilson95"]
-        print(f"  {k:<6} decided {v['k']}/{runs} = {v['rate']:.0%}  Wilson 95% [{lo:.0%}, {hi:.0%}]")
-    lo, hi = report["advice_not_measure_longer"]["wilson95"]  # type: ignore[index]
-    print(f"  advice other than measure_longer: {acted}/{runs}  Wilson 95% [{lo:.0%}, {hi:.0%}]")
+        Path(args.json).write_text(json.dumps({**report, "each_run": runs}, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
     return 0
 
 

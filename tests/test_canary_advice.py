@@ -73,3 +73,23 @@ def test_every_check_document_has_one_advice_even_when_nothing_could_start() -> 
 
     doc = error_document("--target: not a URL")
     assert doc["advice"]["action"] == "measure_longer" and "--target" in doc["advice"]["why"]
+
+
+def test_every_action_has_an_exit_code_and_the_exit_code_follows_the_advice() -> None:
+    from kvoffload_exporter.canary.advice import EXIT_CODES, exit_code
+
+    assert set(EXIT_CODES) == set(Action)
+    # Slower at c = 1, undecided above: the advice is to measure longer, and so is the exit code (not 1).
+    a = advise(Evidence(SLOW, "x", levels=_levels((1, SLOW), (4, OPEN))))
+    assert (a.action, exit_code(a)) == (Action.MEASURE_LONGER, 4)
+    assert exit_code(advise(Evidence(FAST, "x"))) == 0
+    assert exit_code(advise(Evidence(SLOW, "x"))) == 1
+    assert exit_code(advise(Evidence("error", "x", error="unreachable")), error=True) == 3
+
+
+def test_a_sweep_splits_the_confidence_over_its_levels() -> None:
+    from kvoffload_exporter.canary.sweep import SweepRequest
+
+    assert SweepRequest((1, 4), ()).family == 2 and SweepRequest((4, 16), ()).family == 3  # the rounds are c = 1
+    assert SweepRequest((1, 4, 16), (1024, 4096)).family == 6
+    assert abs(SweepRequest((1, 4, 16, 32), ()).per_level_confidence - 0.9875) < 1e-12

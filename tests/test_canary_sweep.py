@@ -63,12 +63,12 @@ def test_one_sign_everywhere_or_partly() -> None:
 
 
 def test_entry_has_no_interval_below_min_bursts() -> None:
-    lv = sweepreport.Level(4, 5120, "recompute", offload_bursts=[[0.05, 0.06]] * 3, control_bursts=[[0.04, 0.05]] * 3)
-    e = sweepreport.entry(lv, min_bursts=4)
+    lv = sweepreport.Level(4, 5120, "recompute", offload_bursts=[[0.05, 0.06]] * 5, control_bursts=[[0.04, 0.05]] * 5)
+    e = sweepreport.entry(lv, min_bursts=6)
     assert e["ci_low_seconds"] is None and e["ci_high_seconds"] is None and e["verdict"] == "inconclusive"
-    assert (e["bursts_offload"], e["bursts_control"], e["n_offload"], e["n_control"]) == (3, 3, 6, 6)
-    assert any("< --min-bursts 4" in n for n in e["notes"])
-    assert sweepreport.entry(lv, min_bursts=3)["ci_low_seconds"] is not None
+    assert (e["bursts_offload"], e["bursts_control"], e["n_offload"], e["n_control"]) == (5, 5, 10, 10)
+    assert any("< --min-bursts 6" in n for n in e["notes"])
+    assert sweepreport.entry(lv, min_bursts=5)["ci_low_seconds"] is not None
 
 
 def test_length_threshold() -> None:
@@ -113,7 +113,7 @@ async def _sweep(
         args = build_parser().parse_args(
             [
                 *["check", "--target", url, "--rounds", "1", "--allow-pressure", "--settle", "0.01"],
-                *["--min-samples", "5", "--min-bursts", "3", "--concurrency", levels],
+                *["--min-samples", "5", "--min-bursts", "5", "--concurrency", levels],
                 *["--secret-file", str(tmp_path / "s")],
                 *["--out", str(tmp_path / "ev"), "--quiet", *extra],
             ]
@@ -132,7 +132,7 @@ async def test_check_sweep_states_the_crossover_from_the_simulator(tmp_path: Pat
     doc = await _sweep(tmp_path, "h200-qwen3-0.6b", 0.5, "1,8", timing)
     sweep = doc["load_sweep"]
     assert [e["concurrency"] for e in sweep] == [1, 8] and all(e["control"] == "recompute" for e in sweep)
-    assert all(e["bursts_offload"] >= 3 and e["bursts_control"] >= 3 for e in sweep)
+    assert all(e["bursts_offload"] >= 5 and e["bursts_control"] >= 5 for e in sweep)
     assert sweep[0]["delta_ttft_seconds"] > 0 > sweep[1]["delta_ttft_seconds"]
     cross = doc["load_sweep_summary"]["crossover"][str(sweep[0]["prefix_tokens"])]
     assert cross["kind"] == "from" and f"pays off from c = {cross['concurrency']}" in doc["_text"]
@@ -155,36 +155,45 @@ async def test_a_length_sweep_finds_the_shortest_prefix_that_pays(tmp_path: Path
     assert "prefix length: at c = 1 loads pay off from prefixes of 6,144 tokens" in doc["_text"]
 
 
-def _recomputed_width(rows: list[dict[str, Any]], entry: dict[str, Any], seed: int) -> float:
-    """An independent cluster bootstrap over the evidence folder's raw request records: group the counted
-    bursts' requests by cycle, resample whole bursts per path, width of the 95 % interval of Δmedian."""
-    import random
+def _recomputed_interval(rows: list[dict[str, Any]], entry: dict[str, Any]) -> tuple[float, float]:
+    """An independent recomputation from the evidence folder's raw request records: group the counted
+    bursts' requests by cycle, one median per burst, the pairwise differences, and the rank-sum critical
+    value counted by enumerating every split of the pooled ranks (not the product's q-binomial table)."""
+    import itertools
+    import math
     import statistics
 
-    def bursts(phase: str, cycles: list[int]) -> list[list[float]]:
+    def medians(phase: str, cycles: list[int]) -> list[float]:
         by: dict[int, list[float]] = {c: [] for c in cycles}
         for r in rows:
             if r["phase"] == phase and r["kind"] == "burst" and r["cycle"] in by and r["ttft_seconds"] is not None:
                 by[r["cycle"]].append(r["ttft_seconds"])
-        return [by[c] for c in cycles]
+        assert all(by.values())
+        return [statistics.median(by[c]) for c in cycles]
 
-    a = bursts("sweep_offload", entry["counted_cycles"]["offload"])
-    b = bursts("sweep_control", entry["counted_cycles"]["control"])
-    assert sum(map(len, a)) == entry["n_offload"] and sum(map(len, b)) == entry["n_control"]
-    rng = random.Random(seed)
-    diffs = sorted(
-        statistics.median([x for y in rng.choices(a, k=len(a)) for x in y])
-        - statistics.median([x for y in rng.choices(b, k=len(b)) for x in y])
-        for _ in range(2000)
-    )
-    return diffs[int(0.975 * 1999)] - diffs[int(0.025 * 1999)]
+    a = medians("sweep_offload", entry["counted_cycles"]["offload"])
+    b = medians("sweep_control", entry["counted_cycles"]["control"])
+    n, m = len(a), len(b)
+    counts = [0] * (n * m + 1)
+    for pos in itertools.combinations(range(n + m), n):
+        counts[sum(p - i for i, p in enumerate(pos))] += 1  # U = pairs (a above b) for a at these ranks
+    alpha, k, below = 1 - entry["confidence"], 0, 0
+    while below + counts[k] <= alpha / 2 * math.comb(n + m, n):
+        below += counts[k]
+        k += 1
+    d = sorted(x - y for x in a for y in b)
+    return d[k - 1], d[n * m - k]
 
 
-async def test_sweep_interval_matches_a_cluster_bootstrap_recomputed_from_requests_jsonl(tmp_path: Path) -> None:
+async def test_sweep_interval_matches_a_rank_sum_interval_recomputed_from_requests_jsonl(tmp_path: Path) -> None:
     timing = {"jitter_ms": 4.0, "load_queue_ms": 20.0}
     doc = await _sweep(tmp_path, "h200-qwen3-0.6b", 0.2, "4", timing, "--min-bursts", "6")
     (entry,) = [e for e in doc["load_sweep"] if e["concurrency"] == 4]
     assert entry["bursts_offload"] >= 6 and entry["n_offload"] == 4 * entry["bursts_offload"]
+    assert entry["confidence"] == pytest.approx(0.975)  # c = 4 and the rounds as c = 1: two levels, Bonferroni
     rows = [json.loads(x) for x in (tmp_path / "ev" / "requests.jsonl").read_text().splitlines()]
-    width = entry["ci_high_seconds"] - entry["ci_low_seconds"]
-    assert 0.7 <= width / _recomputed_width(rows, entry, seed=99) <= 1.5
+    low, high = _recomputed_interval(rows, entry)
+    assert (entry["ci_low_seconds"], entry["ci_high_seconds"]) == (
+        pytest.approx(low, abs=2e-6),
+        pytest.approx(high, abs=2e-6),
+    )

@@ -115,7 +115,7 @@ REHEARSAL = [
     "--levels",
     "1,2",
     "--min-bursts",
-    "3",
+    "5",
     "--rounds",
     "5",
     "--min-samples",

@@ -1,7 +1,10 @@
-"""The README and the GPU reference doc state the H200 load sweep exactly as the recorded `check` JSON says.
+"""The README and the GPU reference doc state the H200 load sweep exactly as the recorded run says.
 
-The numbers are read from the recorded files (tests/fixtures/vllm-0.26.0-h200-sweep/<shape>/report.json),
-never typed into the test: re-recording the run moves the test with it, and a doc that drifts fails.
+The numbers are read from the recorded files (tests/fixtures/vllm-0.26.0-h200-sweep/<shape>/report.json and
+requests.jsonl.gz), never typed into the test: re-recording the run moves the test with it, and a doc that
+drifts fails. The recorded report holds the interval method of its day (a percentile bootstrap of pooled
+medians); the README states the run re-decided with the current method (tools/gpuref/reanalyse.py), and the
+GPU reference doc shows both side by side.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import pytest
 from conftest import FIXTURES
 
 from kvoffload_exporter.canary.advice import Action
-from kvoffload_exporter.canary.stats import cluster_delta
+from kvoffload_exporter.canary.stats import pooled_bootstrap
+from tools.gpuref.reanalyse import _rows, reanalyse
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = FIXTURES / "vllm-0.26.0-h200-sweep"
@@ -31,13 +35,23 @@ def _cell(e: dict) -> str:  # type: ignore[type-arg]
 
 
 @pytest.mark.parametrize("shape", sorted(MODELS))
-def test_readme_row_is_the_recorded_run(shape: str) -> None:
-    doc = _doc(shape)
+def test_readme_row_is_the_recorded_run_re_decided(shape: str) -> None:
+    new = reanalyse(_doc(shape), _rows(SWEEP / shape))
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
-    (row,) = [ln for ln in lines if ln.startswith(f"| {MODELS[shape]} |") and "`" + doc["advice"]["action"] in ln]
-    for e in doc["load_sweep"]:
+    (row,) = [ln for ln in lines if ln.startswith(f"| {MODELS[shape]} |") and "`" + new["advice"]["action"] in ln]
+    for e in new["load_sweep"]:
         assert _cell(e) in row, (e["concurrency"], row)
-    assert f"`{doc['advice']['action']}` ({doc['exit_code']})" in row
+    assert f"`{new['advice']['action']}` ({new['exit_code']})" in row
+
+
+@pytest.mark.parametrize("shape", sorted(MODELS))
+def test_the_reference_doc_shows_old_and_new_side_by_side(shape: str) -> None:
+    doc, new = _doc(shape), reanalyse(_doc(shape), _rows(SWEEP / shape))
+    text = (ROOT / "docs/gpu-reference/vllm-0.26-h200-concurrency.md").read_text(encoding="utf-8")
+    section = text.split("## 9.", 1)[1]
+    for old, now in zip(doc["load_sweep"], new["load_sweep"], strict=True):
+        (row,) = [ln for ln in section.splitlines() if ln.startswith(f"| {MODELS[shape]} | {old['concurrency']} |")]
+        assert _cell(old) in row and _cell(now) in row, row
 
 
 @pytest.mark.parametrize("shape", sorted(MODELS))
@@ -63,7 +77,8 @@ def test_recorded_c1_row_is_the_headline_verdicts_samples() -> None:
 
 
 def test_recorded_intervals_are_reproducible_from_the_counted_bursts() -> None:
-    """The interval recomputed with cluster_delta from the recorded bursts (by `counted_cycles`)."""
+    """The recorded (old-method) interval recomputed from the recorded bursts (by `counted_cycles`) with the
+    pooled-median bootstrap it used, seed 0 and 2,000 resamples as recorded."""
     import gzip
 
     for shape in MODELS:
@@ -86,7 +101,8 @@ def test_recorded_intervals_are_reproducible_from_the_counted_bursts() -> None:
                     ):
                         by.setdefault(r["cycle"], []).append(r["ttft_seconds"])
                 bursts[side] = [by[c] for c in e["counted_cycles"][side]]
-            est = cluster_delta(bursts["offload"], bursts["control"], seed=0)
-            assert est.delta == pytest.approx(e["delta_ttft_seconds"], abs=1e-6)
-            assert est.low == pytest.approx(e["ci_low_seconds"], abs=1e-6)
-            assert est.high == pytest.approx(e["ci_high_seconds"], abs=1e-6)
+            a = [sorted(b) for b in bursts["offload"]]
+            b = [sorted(b) for b in bursts["control"]]
+            low, high = pooled_bootstrap(a, b, 0.5, 0.95, 2000, 0)
+            assert low == pytest.approx(e["ci_low_seconds"], abs=1e-6)
+            assert high == pytest.approx(e["ci_high_seconds"], abs=1e-6)

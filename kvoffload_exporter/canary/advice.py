@@ -27,6 +27,19 @@ class Action(StrEnum):
     MEASURE_LONGER = "measure_longer"
 
 
+EXIT_CODES: dict[Action, int] = {
+    Action.KEEP: 0,
+    Action.SHRINK_TIER: 0,
+    Action.DISABLE_LOADS: 1,
+    Action.SKIP_LOADS_BELOW: 1,
+    Action.GROW_TIER: 3,
+    Action.MEASURE_LONGER: 4,
+}
+"""`check`'s exit code follows the run's one advice, never a single level: 0 keep the tier, 1 offload does not
+pay (disable or skip loads), 3 the tier is misconfigured (or the run could not measure: `exit_code`),
+4 measure longer. A CI gate on the exit code therefore reads the same decision as the report."""
+
+
 @dataclass(frozen=True)
 class Advice:
     action: Action
@@ -179,10 +192,15 @@ def advise(ev: Evidence) -> Advice:
     return Advice(advice.action, advice.concurrency, advice.why + note) if note else advice
 
 
+def exit_code(advice: Advice, error: bool = False) -> int:
+    """The run's exit code: 3 when it could not measure, else the advice's (EXIT_CODES)."""
+    return 3 if error else EXIT_CODES[advice.action]
+
+
 def level_facts(entries: Sequence[Mapping[str, Any]], prefix_tokens: int | None) -> tuple[LevelFact, ...]:
     """The sweep entries at the rounds' prefix length (`load_sweep` rows)."""
     rows = [e for e in entries if prefix_tokens is None or int(e["prefix_tokens"]) == prefix_tokens]
     return tuple(LevelFact(int(e["concurrency"]), str(e["verdict"]), e.get("delta_ttft_seconds")) for e in rows)
 
 
-__all__ = ["Action", "Advice", "Evidence", "LevelFact", "advise", "level_facts"]
+__all__ = ["EXIT_CODES", "Action", "Advice", "Evidence", "LevelFact", "advise", "exit_code", "level_facts"]

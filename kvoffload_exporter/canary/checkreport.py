@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvoffload_exporter.canary import report, sweepreport
-from kvoffload_exporter.canary.advice import Advice, Evidence, LevelFact, advise, level_facts
+from kvoffload_exporter.canary.advice import Advice, Evidence, LevelFact, advise, exit_code, level_facts
 from kvoffload_exporter.canary.checkrun import CheckResult, redact
 from kvoffload_exporter.canary.stalls import stalled
 from kvoffload_exporter.derive.intervalreport import report as interval_report
@@ -101,6 +101,13 @@ def _sweep(doc: dict[str, Any], result: CheckResult) -> None:
     entries = [sweepreport.entry(lv, need, s.seed, s.bootstrap, s.confidence) for lv in result.sweep]
     doc["load_sweep"] = entries if req is not None else None
     doc["load_sweep_summary"] = sweepreport.section(entries) if entries else None
+    doc["decision"] = {
+        "levels": req.family if req is not None else 1,
+        "confidence": req.family_confidence if req is not None else s.confidence,
+        "confidence_per_level": round(s.confidence, 6),
+        "correction": "bonferroni" if req is not None and req.family > 1 else "none",
+        "exit_code_from": "advice",
+    }
 
 
 def _advice(doc: dict[str, Any], result: CheckResult) -> Advice:
@@ -160,6 +167,7 @@ def document(result: CheckResult) -> dict[str, Any]:
     doc["stalled_requests"] = stalled(result.engine.requests)
     advice = _advice(doc, result)
     doc["advice"] = advice.as_dict()
+    doc["exit_code"] = exit_code(advice, error=doc["verdict"] == "error")
     if doc["recommendation"]:
         doc["recommendation"]["model_only"] = True  # evidence for `advice`, which decides
     return doc

@@ -1,7 +1,7 @@
 """The `check` report: JSON document, verdict table as text, and the exit code; pure.
 
-Exit codes: 0 offload pays off (offload_faster), 1 it does not (offload_slower or no_offload_hit),
-2 usage error (argparse, every command), 3 could not run, 4 inconclusive.
+The exit code is the advice's (canary/advice.py EXIT_CODES; checkreport sets it): `build` gives the
+verdict's own code only until the advice is known, and 3 for a run that could not measure.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from kvoffload_exporter.catalogue import CANARY_PATHS
 from kvoffload_exporter.derive.reasons import HINTS
 from kvoffload_exporter.enums import StateReason
 
-EXIT_CODES = {"offload_faster": 0, "offload_slower": 1, "no_offload_hit": 1, "inconclusive": 4, "error": 3}
+EXIT_CODES = {"offload_faster": 0, "offload_slower": 1, "no_offload_hit": 4, "inconclusive": 4, "error": 3}
 PHASES = (
     "seed",
     "gpu_revisit",

@@ -92,8 +92,6 @@ class CanaryState:
             {k: list(v) for k, v in self.band_samples[band].items()},
             self.band_cycles[band],
             min_samples=s.min_samples,
-            seed=s.seed,
-            n_boot=s.bootstrap,
             confidence=s.confidence,
         )
 
@@ -107,8 +105,6 @@ class CanaryState:
             {k: list(v) for k, v in self.samples.items()},
             self.offload_attempts,
             min_samples=s.min_samples,
-            seed=s.seed,
-            n_boot=s.bootstrap,
             confidence=s.confidence,
         )
         return self.verdict

@@ -32,6 +32,20 @@ class SweepRequest:
     levels: tuple[int, ...]
     prefixes: tuple[int, ...]  # empty: the run's planned prefix only
     min_bursts: int = 10  # counted bursts per path and level (`--min-bursts`)
+    family_confidence: float = 0.95  # the chance that a run with no effect decides no level at all
+
+    @property
+    def family(self) -> int:
+        """Levels one run decides on: every (concurrency, prefix) cell, plus the rounds as c = 1 when the
+        sweep leaves 1 out (the advice reads the rounds as that level)."""
+        return len(self.levels) * max(1, len(self.prefixes)) + (0 if 1 in self.levels else 1)
+
+    @property
+    def per_level_confidence(self) -> float:
+        """Bonferroni: each level at 1 - (1 - family) / levels, so that with no effect the chance that any
+        level of the run decides (and the advice acts) is at most 1 - family_confidence. Chosen over Holm so
+        that a printed interval excludes 0 exactly when its level decides."""
+        return 1.0 - (1.0 - self.family_confidence) / self.family
 
 
 def parse_levels(raw: str) -> tuple[int, ...]:

@@ -4,8 +4,9 @@
 
 EVIDENCE_DIR is a `check --out` folder (`requests.jsonl`, `report.json`). A burst is the c requests of one
 sweep round on one path; requests of one burst share a scheduler step, so the bursts, not the requests,
-are resampled: the product's own `cluster_delta` on the bursts read back from `requests.jsonl`. The
-point of this module is the independent reading of the records, not a second statistic.
+are the unit: the product's own `cluster_delta` on the bursts read back from `requests.jsonl`. The
+point of this module is the independent reading of the records, not a second statistic. A run recorded
+before the rank-sum method shows the width ratio of the two methods (its recorded interval is the old one).
 """
 
 from __future__ import annotations
@@ -89,7 +90,9 @@ def _product_interval(entry: Mapping[str, Any]) -> tuple[float | None, float | N
 
 
 def level_row(level: int, bursts: Mapping[str, Bursts], product: Mapping[str, Any] | None, seed: int) -> dict[str, Any]:
-    est = cluster_delta(bursts["offload"], bursts["control"], seed=seed)
+    """At the product entry's own confidence (simultaneous over the run's levels since the rank-sum method)."""
+    confidence = float((product or {}).get("confidence") or 0.95)
+    est = cluster_delta(bursts["offload"], bursts["control"], confidence=confidence, seed=seed)
     row: dict[str, Any] = {
         "concurrency": level,
         "harness": {
