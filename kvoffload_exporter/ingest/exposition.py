@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from kvoffload_exporter.ingest import lineplan
+from kvoffload_exporter.ingest.families import PREFIX
 from kvoffload_exporter.ingest.lineplan import FLOAT_CHARS as _FLOAT_CHARS
 from kvoffload_exporter.ingest.lineplan import UTF8
 
@@ -92,7 +93,7 @@ def parse_float(text: str, what: str) -> float:
 
 def canonical(name: str) -> str:
     if name.startswith("vllm_"):
-        name = "vllm:" + name[5:]
+        name = PREFIX + name[5:]
     return name[:-6] if name.endswith("_total") else name
 
 
@@ -111,7 +112,7 @@ class Selector(NamedTuple):
 
 def _spellings(fam: str) -> tuple[str, ...]:
     """`vllm:` families are also read OpenMetrics-escaped (`vllm_`); other prefixes (lmcache:, kvbm_) as is."""
-    return (fam, "vllm_" + fam[5:]) if fam.startswith("vllm:") else (fam,)
+    return (fam, "vllm_" + fam[5:]) if fam.startswith(PREFIX) else (fam,)
 
 
 def selector(families: tuple[str, ...], histograms: frozenset[str]) -> Selector:
