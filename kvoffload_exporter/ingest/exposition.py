@@ -2,9 +2,8 @@
 
 prometheus_client's parser handles every family and costs ~8 ms on a real vLLM body; a poller only
 needs a few dozen families, so each line is filtered by one slice of its name looked up in a set
-(`Selector.keys`) before any parsing, and kept only when its exact sample name is selected. Families
-are reported by canonical name: `vllm_` (OpenMetrics-escaped) becomes `vllm:`, and a trailing
-`_total` is dropped so names with or without it match.
+(`Selector.keys`) before any parsing, and kept only when its exact sample name is selected. Families are
+reported by canonical name: `vllm_` (OpenMetrics-escaped) becomes `vllm:`, and `_total` is dropped.
 """
 
 from __future__ import annotations
