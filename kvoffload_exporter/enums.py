@@ -117,6 +117,7 @@ class ScrapeErrorReason(StrEnum):
     SAMPLE_LIMIT = "sample_limit"  # too many series or engines (kvoffload_exporter.config.limits)
     LABEL_LIMIT = "label_limit"  # a label value (or line) longer than the cap
     REDIRECT = "redirect"  # redirected to another origin, or too many redirects
+    STALE = "stale"  # no poll finished within the staleness bound (server.targetpoller.STALE_POLLS)
     INTERNAL = "internal"
 
 
@@ -284,3 +285,4 @@ class ProbeEviction(StrEnum):
 
     IDLE = "idle"  # not probed for `probe.idle_ttl`
     CAPACITY = "capacity"  # `probe.max_targets` reached: the least recently probed one goes
+    RELOAD = "reload"  # a reloaded configuration no longer allows it (or now polls it as a configured target)

@@ -15,6 +15,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -208,3 +209,51 @@ def test_port_in_use_fails_before_listening_in_the_real_process() -> None:
     assert r.stderr.strip().splitlines() == [
         f"kvoffload-exporter serve: cannot listen on 127.0.0.1:{port}: Address already in use"
     ]
+
+
+async def test_the_real_process_probes_follow_a_sighup_reload(tmp_path: Path) -> None:
+    """`serve --config` with target A, then A replaced by B and SIGHUP: within 5 s `/probe?target=B`
+    answers 200 and `/probe?target=A` answers 403 (it kept answering 200 from a frozen copy)."""
+    up_a, up_b = TestServer(_upstream([])), TestServer(_upstream([]))
+    await up_a.start_server()
+    await up_b.start_server()
+    a, b = f"http://127.0.0.1:{up_a.port}", f"http://127.0.0.1:{up_b.port}"
+    port = free_port()
+    conf = tmp_path / "c.yaml"
+    _write(conf, [a], f"listen: 127.0.0.1:{port}\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(conf), env=env, stderr=subprocess.DEVNULL
+    )
+    base = f"http://127.0.0.1:{port}/probe"
+
+    async def status(session: aiohttp.ClientSession, target: str) -> int:
+        try:
+            async with session.get(base, params={"target": target}) as r:
+                return r.status
+        except aiohttp.ClientError:
+            return 0  # not listening yet
+
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            started = time.monotonic()
+            while await status(session, a) != 200:
+                assert proc.returncode is None and time.monotonic() - started < 30, "serve did not start"
+                await asyncio.sleep(0.1)
+            assert await status(session, b) == 403
+            _write(conf, [b], f"listen: 127.0.0.1:{port}\n")
+            proc.send_signal(signal.SIGHUP)
+            sent = time.monotonic()
+            seen = (0, 0)
+            while time.monotonic() - sent < 5.0:
+                seen = (await status(session, b), await status(session, a))
+                if seen == (200, 403):
+                    break
+                await asyncio.sleep(0.05)
+            assert seen == (200, 403), f"5 s after SIGHUP: /probe B {seen[0]}, A {seen[1]}"
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            await proc.wait()
+        await up_a.close()
+        await up_b.close()

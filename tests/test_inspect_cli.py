@@ -41,12 +41,16 @@ def test_inspect_one_file_is_cumulative(capsys: pytest.CaptureFixture[str]) -> N
     assert main(["inspect", str(FIXTURES / "h200-0.6b" / "A_12_final.prom"), "--json"]) == 0
     (e,) = json.loads(capsys.readouterr().out)["engines"]
     assert e["offload_load_bytes"] == 14804844544 and e["offload_store_bytes"] == 54147416064
+    assert e["state"] is None and e["state_reason"] is None  # one sample: no window, no claim
 
 
 def test_inspect_table_and_legacy_generation(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", str(FIXTURES / "reconstructed" / "C_v0.16-0.23.prom")]) == 0
     out = capsys.readouterr().out
-    assert "generation: transfer_type" in out and "7,516,192,768" in out and "hit" in out
+    assert "generation: transfer_type" in out and "7,516,192,768" in out
+    row = out.splitlines()[2].split()
+    assert row[:4] == ["Qwen/Qwen3-0.6B", "0", "-", "-"]  # one dump claims no state and no reason
+    assert "state: needs two dumps" in out
 
 
 def test_inspect_errors_are_clear(tmp_path) -> None:  # type: ignore[no-untyped-def]

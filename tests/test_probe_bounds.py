@@ -14,7 +14,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from conftest import fixture_text
 
 from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, from_mapping
-from kvoffload_exporter.server.app import EXPORTER, make_app
+from kvoffload_exporter.enums import ProbeEviction
+from kvoffload_exporter.server.app import EXPORTER, GUARDS, make_app
 from kvoffload_exporter.server.probe import normalise_url
 
 BODY = fixture_text("h200-0.6b/A_12_final.prom")
@@ -179,5 +180,59 @@ async def test_a_catastrophic_regex_is_matched_in_linear_time() -> None:
         r = await client.get("/probe", params={"target": "http://" + "a" * 1500 + "!"})
         assert r.status == 403
         assert (await client.get("/healthz")).status == 200
+    finally:
+        await client.close()
+
+
+async def test_a_reload_rebuilds_the_allow_list_and_drops_what_it_no_longer_allows(
+    upstream: tuple[Upstream, str],
+) -> None:
+    """Configured A is replaced by B and the probe allow-list loses /p: B is probed at once, A and /p are
+    refused, and the probed /p's poller is dropped (counted, reason reload)."""
+    _, url = upstream
+    a, b, p = f"{url}/a", f"{url}/b", f"{url}/p"
+    cfg = from_mapping({"probe": {"allow": [p]}}, replace(BASE, targets=(TargetConfig(url=a),)))
+    client = await _client(cfg)
+    exp = client.server.app[EXPORTER]
+    try:
+        for target in (a, p):
+            assert (await client.get("/probe", params={"target": target})).status == 200
+        assert (await client.get("/probe", params={"target": b})).status == 403
+        exp.reload(replace(BASE, targets=(TargetConfig(url=b),)))
+        r = await client.get("/probe", params={"target": b})
+        assert r.status == 200
+        assert 'kvoffload_up{target="127.0.0.1' in (body := await r.text()) and "} 1.0" in body
+        assert (await client.get("/probe", params={"target": a})).status == 403
+        assert (await client.get("/probe", params={"target": p})).status == 403
+        assert exp.probed == {}
+        assert client.server.app[GUARDS].evicted == {ProbeEviction.RELOAD: 1}
+    finally:
+        await client.close()
+
+
+async def test_a_configured_target_whose_polls_stopped_is_served_as_stale_not_up(
+    upstream: tuple[Upstream, str],
+) -> None:
+    """Kept state older than the staleness bound (here max(3 × 0.05 s, 0.05 s + 0.05 s)) is `up 0`,
+    reason `stale`, on /probe and /metrics alike; never `up 1` with frozen data."""
+    _, url = upstream
+    cfg = replace(BASE, poll_interval=0.05, timeout=0.05, window=1.0, targets=(TargetConfig(url=url, name="a"),))
+    client = await _client(cfg)
+    exp = client.server.app[EXPORTER]
+    try:
+        assert 'kvoffload_up{target="a"} 1.0' in await (await client.get("/probe", params={"target": url})).text()
+        (task,) = exp._loops.values()
+        task.cancel()  # the target's loop stops polling (as a saturated or lost loop would)
+        body = ""
+        for _ in range(300):
+            body = await (await client.get("/probe", params={"target": url})).text()
+            if 'kvoffload_up{target="a"} 0.0' in body:
+                break
+            await asyncio.sleep(0.01)
+        assert 'kvoffload_up{target="a"} 0.0' in body
+        assert 'kvoffload_scrape_errors_total{target="a",reason="stale"} 1.0' in body
+        assert "kvoffload_state{" not in body  # no engine series from data that old
+        metrics = await (await client.get("/metrics")).text()
+        assert 'kvoffload_up{target="a"} 1.0' not in metrics
     finally:
         await client.close()

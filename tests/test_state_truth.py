@@ -27,13 +27,15 @@ def expo(load: float, store: float, hits: float, offload: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-def replay(polls: list[tuple[float, str]]) -> list[tuple[float, str]]:
-    """(t, body) per successful poll → (t, state) as the exporter would publish after each."""
+def replay(polls: list[tuple[float, str]]) -> list[tuple[float, str | None]]:
+    """(t, body) per successful poll → (t, state) as the exporter would publish after each (None: no
+    state, the engine has one sample only)."""
     history: deque[derive.Point] = deque(maxlen=int(WINDOW / POLL) + 3)
-    out = []
+    out: list[tuple[float, str | None]] = []
     for t, body in polls:
         point = derive.advance(history[-1] if history else None, normalise(body), t)
-        out.append((t, derive.derive([*history, point], t, WINDOW)[KEY].state))
+        d = derive.derive([*history, point], t, WINDOW).get(KEY)
+        out.append((t, d.state if d is not None else None))
         history.append(point)
     return out
 

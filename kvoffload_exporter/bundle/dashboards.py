@@ -34,14 +34,40 @@ from kvoffload_exporter.enums import State
 
 OVERVIEW_UID = "kvoffload-overview"
 
-STATE_COLORS: dict[State, str] = {
-    State.NOT_CONFIGURED: "text",
-    State.IDLE: "blue",
-    State.NOT_STORING: "orange",
-    State.STORING: "yellow",
-    State.STORE_WITHOUT_LOAD: "red",
-    State.HIT: "green",
+STATE_VALUES: dict[State, tuple[int, str, str]] = {
+    State.NOT_CONFIGURED: (0, "text", "no offload metrics"),
+    State.IDLE: (1, "blue", "nothing moved"),
+    State.NOT_STORING: (
+        2,
+        "orange",
+        "offload configured, prompts computed, nothing stored (a tier smaller than a prompt, stores skipped "
+        "or dropped)",
+    ),
+    State.STORING: (
+        3,
+        "yellow",
+        "stores, no reuse visible (also the warm-up state: no stores older than the window yet)",
+    ),
+    State.STORE_WITHOUT_LOAD: (
+        4,
+        "red",
+        "stores but no loads while prefixes were reused (the failure mode of vllm-project/vllm#47890)",
+    ),
+    State.HIT: (5, "green", "loads from the tier happened"),
 }
+"""Each state's explicit value in the state timeline (never its position in the enum: a new state must not
+renumber the ones stored in dashboards and screenshots), colour and one-line meaning. A state missing here
+fails the bundle build."""
+
+
+def state_values() -> dict[State, tuple[int, str, str]]:
+    """STATE_VALUES for every state of the enum, in enum order; values unique (checked here)."""
+    out = {s: STATE_VALUES[s] for s in STATES}
+    values = [v for v, _, _ in out.values()]
+    if len(set(values)) != len(values):
+        raise ValueError(f"state timeline values are not unique: {values}")
+    return out
+
 
 __all__ = ["DASHBOARDS", "HEALTH_UID", "OVERVIEW_UID", "UNITS", "render"]
 
@@ -53,22 +79,21 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
     L = Layout()
 
     L.row("Is offloading paying off?")
+    states = state_values()
     state_expr = (
         "max without (state) ("
-        + " or ".join(f"{q('kvoffload_state', mt('state', '=', s))} * {i}" for i, s in enumerate(STATES) if i)
+        + " or ".join(f"{q('kvoffload_state', mt('state', '=', s))} * {v}" for s, (v, _, _) in states.items() if v)
         + ")"
     )
     L.add(
         state_timeline(
             "Offload evidence state per engine",
-            "Exporter's verdict per engine over its window: hit = loads from the tier happened; "
-            "store_without_load = stores but no loads while prefixes were reused (the failure "
-            "mode of vllm-project/vllm#47890); storing = stores, no reuse visible (also the warm-up "
-            "state: no stores older than the window yet); not storing = offload configured, prompts "
-            "computed, nothing stored (a tier smaller than a prompt, stores skipped or dropped); idle = "
-            "nothing moved; not configured = no offload metrics.",
+            "Exporter's verdict per engine over its window (no value until the exporter polled the engine "
+            "twice): "
+            + "; ".join(f"{s.replace('_', ' ')} = {meaning}" for s, (_, _, meaning) in reversed(states.items()))
+            + ".",
             targets([(state_expr, eng)]),
-            {i: (s.replace("_", " "), STATE_COLORS[s]) for i, s in enumerate(STATES)},
+            {v: (s.replace("_", " "), color) for s, (v, color, _) in states.items()},
         ),
         w=24,
         h=6,

@@ -19,6 +19,7 @@ from kvoffload_exporter.catalogue import (
     PROCESS_ROLES,
     RECOMMENDATIONS,
     SCRAPE_ERROR_REASONS,
+    STATE_REASONS,
     STATES,
     Group,
 )
@@ -33,6 +34,7 @@ GROUPS: dict[Group, str] = {
 
 _CLOSED_SETS: tuple[tuple[str, Sequence[str]], ...] = (
     ("`state`", STATES),
+    ("`reason` (state reasons)", STATE_REASONS),
     ("`reason` (scrape errors)", SCRAPE_ERROR_REASONS),
     ("`reason` (exporter listener)", HTTP_REJECT_REASONS),
     ("`reason` (probe evictions)", PROBE_EVICTIONS),

@@ -12,32 +12,42 @@ from kvoffload_exporter.bundle.promql import Query
 from kvoffload_exporter.catalogue import STATE_REASONS
 from kvoffload_exporter.enums import StateReason as R
 
-_REASON_COLORS: dict[R, str] = {
-    R.METRIC_MISSING: "red",
-    R.WARMING_UP: "orange",
-    R.TIER_SMALLER_THAN_PREFIX: "light-purple",
-    R.STORES_SKIPPED: "light-yellow",
-    R.STORES_DROPPED: "yellow",
-    R.TIER_SMALLER_THAN_GPU_POOL: "purple",
-    R.PREFIX_SHORTER_THAN_BLOCK: "blue",
-    R.LOADS_SKIPPED_BY_REQUEST: "dark-orange",
-    R.EVICTED_BEFORE_REUSE: "dark-red",
-    R.NO_REUSE_IN_WORKLOAD: "text",
-    R.LOOKUP_ALWAYS_MISSES: "dark-purple",
+REASON_VALUES: dict[R, tuple[int, str]] = {
+    R.METRIC_MISSING: (1, "red"),
+    R.WARMING_UP: (2, "orange"),
+    R.TIER_SMALLER_THAN_PREFIX: (3, "light-purple"),
+    R.STORES_SKIPPED: (4, "light-yellow"),
+    R.STORES_DROPPED: (5, "yellow"),
+    R.TIER_SMALLER_THAN_GPU_POOL: (6, "purple"),
+    R.PREFIX_SHORTER_THAN_BLOCK: (7, "blue"),
+    R.LOADS_SKIPPED_BY_REQUEST: (8, "dark-orange"),
+    R.EVICTED_BEFORE_REUSE: (9, "dark-red"),
+    R.NO_REUSE_IN_WORKLOAD: (10, "text"),
+    R.LOOKUP_ALWAYS_MISSES: (11, "dark-purple"),
 }
+"""Each reason's explicit value in the reason timeline (0: nothing to explain) and colour; never its
+position in the enum, so a new reason does not renumber the others. A reason missing here fails the build."""
+
+
+def reason_values() -> dict[R, tuple[int, str]]:
+    """REASON_VALUES for every reason of the enum; values unique and above 0 (checked here)."""
+    out = {r: REASON_VALUES[r] for r in STATE_REASONS}
+    values = [v for v, _ in out.values()]
+    if len(set(values)) != len(values) or min(values) < 1:
+        raise ValueError(f"reason timeline values must be unique and > 0: {values}")
+    return out
 
 
 def _why_no_loads(L: Layout, q: Query, eng: str) -> None:
     L.row("Why no loads?")
+    reasons = reason_values()
     reason_expr = (
         "max without (reason) ("
-        + " or ".join(
-            f"{q('kvoffload_state_reason', mt('reason', '=', r))} * {i}" for i, r in enumerate(STATE_REASONS, 1)
-        )
+        + " or ".join(f"{q('kvoffload_state_reason', mt('reason', '=', r))} * {v}" for r, (v, _) in reasons.items())
         + ")"
     )
     mappings = {0: ("nothing to explain", "green")}
-    mappings.update({i: (r.replace("_", " "), _REASON_COLORS[r]) for i, r in enumerate(STATE_REASONS, 1)})
+    mappings.update({v: (r.replace("_", " "), color) for r, (v, color) in reasons.items()})
     L.add(
         state_timeline(
             "Why this engine stores without loading",

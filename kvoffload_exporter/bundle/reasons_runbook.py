@@ -8,6 +8,7 @@ alert carries a `reason` label. tests/test_reasons.py checks the runbook holds e
 
 from __future__ import annotations
 
+from kvoffload_exporter.derive.reasons import RULES_BY_STATE
 from kvoffload_exporter.enums import StateReason
 
 _HEAD = """### State reasons
@@ -16,7 +17,7 @@ _HEAD = """### State reasons
 holds for an engine in `store_without_load` or `not_storing` (or `stores_dropped` for a degraded `hit`), all
 0 when nothing needs explaining. `inspect BEFORE AFTER` prints it (`state_reason` in `--json`);
 KVOffloadStoreWithoutLoad and KVOffloadNotStoring carry it as their `reason` label. Each state has its
-own rules (`not_storing`: `metric_missing`, `tier_smaller_than_prefix`, `stores_skipped`, `stores_dropped`),
+own rules ({rules}),
 tried in the order below; the first that holds wins, so a missing metric is never read as a property of
 the workload. The three canary-backed facts (wait-ladder
 evictions, revisits that never load) sharpen `lookup_always_misses` into `evicted_before_reuse`.
@@ -110,10 +111,19 @@ SECTIONS: dict[StateReason, tuple[str, str, str]] = {
 }
 
 
+def _rules() -> str:
+    """`state`: its reasons in the order they are tried, for each state that has rules (derive.reasons)."""
+    return "; ".join(
+        f"`{state}`: " + ", ".join(f"`{reason}`" for reason, _ in rules) for state, rules in RULES_BY_STATE.items()
+    )
+
+
 def render() -> str:
-    """The Markdown appended to alerts/runbook.md."""
-    parts = [_HEAD]
-    for reason, (meaning, check, act) in SECTIONS.items():
+    """The Markdown appended to alerts/runbook.md: one section per `StateReason`, in enum order (a reason
+    without a section fails the build)."""
+    parts = [_HEAD.replace("{rules}", _rules())]
+    for reason in StateReason:
+        meaning, check, act = SECTIONS[reason]
         parts.append(f"#### Reason {reason}\n\n**Meaning.** {meaning}\n\n**Check.** {check}\n\n**Act.** {act}\n")
     return "\n".join(parts)
 

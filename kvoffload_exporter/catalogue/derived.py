@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 from kvoffload_exporter.catalogue.metric import ENGINE, WINDOWED, Metric
-from kvoffload_exporter.enums import Group, MetricType, Unit
+from kvoffload_exporter.enums import Group, MetricType, Recommendation, State, Unit
+
+
+def _one_of(values: tuple[str, ...]) -> str:
+    """`a, b or c`: a closed set named in a HELP text, from its enum (a new member shows up by itself)."""
+    return f"{', '.join(values[:-1])} or {values[-1]}" if len(values) > 1 else "".join(values)
+
 
 METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_state",
         type=MetricType.STATESET,
-        help="Offload evidence state per engine over the window: not_configured, idle, storing, "
-        "store_without_load (stores, no loads, while reuse is visible) or hit.",
+        help=f"Offload evidence state per engine over the window: {_one_of(tuple(State))} "
+        "(kvoffload_exporter/derive/window.py); absent until the engine was polled twice (no window, no claim).",
         labels=(*ENGINE, "state"),
         group=Group.DERIVED,
     ),
     Metric(
         name="kvoffload_state_reason",
         type=MetricType.STATESET,
-        help="Why the engine is in store_without_load, or why a hit is degraded (closed set, one rule each: "
+        help=f"Why the engine is in {State.STORE_WITHOUT_LOAD} or {State.NOT_STORING}, or why a {State.HIT} is "
+        "degraded (closed set, one rule each: "
         "kvoffload_exporter/derive/reasons.py); every series 0 when nothing needs explaining.",
         labels=(*WINDOWED, "reason"),
         group=Group.DERIVED,
@@ -95,7 +102,7 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_offload_recommendation",
         type=MetricType.STATESET,
-        help="What to do with the tier over the window: grow, keep, shrink or disable (rules in docs/memory.md).",
+        help=f"What to do with the tier over the window: {_one_of(tuple(Recommendation))} (rules in docs/memory.md).",
         labels=(*WINDOWED, "recommendation"),
         group=Group.DERIVED,
     ),

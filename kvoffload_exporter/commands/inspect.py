@@ -23,8 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "inspect",
         help="explain saved /metrics dumps (one file, or before and after)",
-        description="One FILE: cumulative offload signals per engine. FILE FILE2 "
-        "(before, after): the interval's deltas and evidence state.",
+        description="One FILE: cumulative offload signals per engine (no state: one dump has no window). "
+        "FILE FILE2 (before, after): the interval's deltas and evidence state.",
     )
     p.add_argument("file", help="a saved /metrics dump; - reads standard input")
     p.add_argument("file2", nargs="?", help="a later dump of the same server (one of the two may be -)")
@@ -178,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
     print("  ".join(h.ljust(w) for h, w in zip(heads, widths)))
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    if before is None:
+        print("state: needs two dumps (inspect BEFORE AFTER); one dump has no window to judge")
     if doc["second_endpoint_missing"]:
         print(f"missing second endpoint: {doc['second_endpoint_missing']}")
     for e in doc["engines"]:

@@ -46,7 +46,8 @@ def _r(v: float | None) -> float | None:
 
 
 def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
-    """The `--json` document (also used by tests and `check`)."""
+    """The `--json` document (also used by tests and `check`); `before` None: one dump, whose cumulative
+    counters are reported without a state (a state is a claim about a window, and one dump has none)."""
     engines = []
     derived = interval(before, after)
     for e in after.engines:
@@ -55,8 +56,10 @@ def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
         for k, _ in _FIELDS:
             row[k] = _finite(d.deltas.get(k))
         row["prompt_tokens_by_source"] = {k: _finite(v) for k, v in d.by_source.items()}
-        row["state"] = d.state
-        row["state_reason"] = explain(d, e, after.families, tier_bytes=tier_bytes(e, None))  # None: nothing to explain
+        # One dump is one sample: no window, so no state (as `serve` before an engine's second poll).
+        row["state"] = d.state if before is not None else None
+        reason = explain(d, e, after.families, tier_bytes=tier_bytes(e, None)) if before is not None else None
+        row["state_reason"] = reason  # None: nothing to explain, or no state
         row["load_store_ratio"] = _r(d.load_store_ratio)
         row["load_bandwidth_bytes_per_second"] = _r(d.load_bandwidth)
         row["store_bandwidth_bytes_per_second"] = _r(d.store_bandwidth)

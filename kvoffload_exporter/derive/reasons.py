@@ -17,6 +17,7 @@ from kvoffload_exporter.derive.window import EngineDerived, computed_tokens
 from kvoffload_exporter.enums import Signal, State, StateReason
 from kvoffload_exporter.ingest.backends.schema import DropReason, Evidence
 from kvoffload_exporter.ingest.exposition import info_number
+from kvoffload_exporter.ingest.families import Vllm
 from kvoffload_exporter.ingest.snapshot import EngineSignals
 
 NO_REUSE_HIT_RATIO = 0.05
@@ -31,8 +32,8 @@ SKIPPED_QUERY_SHARE = 0.5
 STORE_DROPS = frozenset({DropReason.CPU_FULL, DropReason.BACKPRESSURE, DropReason.ALLOCATION_FAILURE})
 """Backend drop reasons that mean the tier lost a store it was offered (not a request that went away)."""
 
-_LOAD_FAMILY, _STORE_FAMILY = "vllm:kv_offload_load_bytes", "vllm:kv_offload_store_bytes"
-_EXT_QUERIES, _EXT_HITS = "vllm:external_prefix_cache_queries", "vllm:external_prefix_cache_hits"
+_LOAD_FAMILY, _STORE_FAMILY = Vllm.KV_OFFLOAD_LOAD_BYTES, Vllm.KV_OFFLOAD_STORE_BYTES
+_EXT_QUERIES, _EXT_HITS = Vllm.EXTERNAL_PREFIX_CACHE_QUERIES, Vllm.EXTERNAL_PREFIX_CACHE_HITS
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ A gap is a gap, not a reset to zero: a counter missing from a scrape keeps its l
 value, so when it comes back the increase across the gap is counted; when no other poll lies inside
 the window (an outage longer than it) the newest earlier poll is the start. `store_without_load`
 needs stores older than the window start, since the engine's last (re)start: during warm-up the tier
-is filling and the state is `storing`.
+is filling and the state is `storing`. An engine seen in one poll only has no window and no derivation:
+`derive()` leaves it out, so no state is exported for it until its second poll.
 """
 
 from __future__ import annotations
@@ -355,7 +356,8 @@ def window_start(history: Sequence[Mark], now: float, window: float) -> Mark:
 
 
 def derive(history: Sequence[Mark], now: float, window: float) -> dict[EngineKey, EngineDerived]:
-    """Windowed derivations for every engine of the newest point. `history` is oldest-first."""
+    """Windowed derivations for every engine of the newest point that has an earlier one (a window needs
+    two samples: an engine seen once is left out, so nothing is claimed for it). `history` is oldest-first."""
     if not history:
         return {}
     end = history[-1]
@@ -363,9 +365,11 @@ def derive(history: Sequence[Mark], now: float, window: float) -> dict[EngineKey
     out = {}
     for key in end.totals:
         # An engine that appeared inside the window is compared from its first point.
-        first = next((p for p in history if p.t >= start.t and key in p.totals), end)
+        first: Mark | None = next((p for p in history if p.t >= start.t and key in p.totals), end)
         if first is end:  # nothing else inside the window (an outage): compare across the gap
-            first = next((p for p in reversed(history) if p.t < start.t and key in p.totals), end)
+            first = next((p for p in reversed(history) if p.t < start.t and key in p.totals), None)
+        if first is None:  # one sample: no window yet, so no state (never `idle`, which claims no traffic)
+            continue
         anchor = next((p for p in reversed(history) if p.t <= now - window and key in p.totals), None)
         out[key] = compare(first, end, key, anchor)
     return out

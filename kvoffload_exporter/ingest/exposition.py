@@ -2,9 +2,8 @@
 
 prometheus_client's parser handles every family and costs ~8 ms on a real vLLM body; a poller only
 needs a few dozen families, so each line is filtered by one slice of its name looked up in a set
-(`Selector.keys`) before any parsing, and kept only when its exact sample name is selected. Families
-are reported by canonical name: `vllm_` (OpenMetrics-escaped) becomes `vllm:`, and a trailing
-`_total` is dropped so names with or without it match.
+(`Selector.keys`) before any parsing, and kept only when its exact sample name is selected. Families are
+reported by canonical name: `vllm_` (OpenMetrics-escaped) becomes `vllm:`, and `_total` is dropped.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from kvoffload_exporter.ingest import lineplan
+from kvoffload_exporter.ingest.families import PREFIX
 from kvoffload_exporter.ingest.lineplan import FLOAT_CHARS as _FLOAT_CHARS
 from kvoffload_exporter.ingest.lineplan import UTF8
 
@@ -92,7 +92,7 @@ def parse_float(text: str, what: str) -> float:
 
 def canonical(name: str) -> str:
     if name.startswith("vllm_"):
-        name = "vllm:" + name[5:]
+        name = PREFIX + name[5:]
     return name[:-6] if name.endswith("_total") else name
 
 
@@ -111,7 +111,7 @@ class Selector(NamedTuple):
 
 def _spellings(fam: str) -> tuple[str, ...]:
     """`vllm:` families are also read OpenMetrics-escaped (`vllm_`); other prefixes (lmcache:, kvbm_) as is."""
-    return (fam, "vllm_" + fam[5:]) if fam.startswith("vllm:") else (fam,)
+    return (fam, "vllm_" + fam[5:]) if fam.startswith(PREFIX) else (fam,)
 
 
 def selector(families: tuple[str, ...], histograms: frozenset[str]) -> Selector:

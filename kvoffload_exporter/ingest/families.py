@@ -24,41 +24,87 @@ class FamilyType(StrEnum):
 
 T = FamilyType
 
+PREFIX = "vllm:"
+"""vLLM's family prefix (`vllm_` where a body is OpenMetrics-escaped: `exposition.canonical`)."""
+OFFLOAD_PREFIX = "vllm:kv_offload_"
+"""The OffloadingConnector's families: registered only with a connector, so 0 when absent for an engine."""
+
+
+class Vllm:
+    """The vLLM families the signal readers name (`signalmap`, `routes`, `normalise`, `derive.reasons`): each
+    spelled here once and referred to by symbol everywhere else (a test forbids the literal elsewhere). A
+    family renamed by a new vLLM: the new name here and in the table, the old one as a row of the table and
+    of `signalmap.ALIASES`; readers need no code for it, whatever its type."""
+
+    CACHE_CONFIG_INFO = "vllm:cache_config_info"
+    GPU_CACHE_USAGE_PERC = "vllm:gpu_cache_usage_perc"
+    GPU_PREFIX_CACHE_HITS = "vllm:gpu_prefix_cache_hits"
+    GPU_PREFIX_CACHE_QUERIES = "vllm:gpu_prefix_cache_queries"
+    KV_CACHE_USAGE_PERC = "vllm:kv_cache_usage_perc"
+    KV_OFFLOAD_LOAD_SIZE = "vllm:kv_offload_load_size"
+    KV_OFFLOAD_LOAD_TIME = "vllm:kv_offload_load_time"
+    KV_OFFLOAD_LOOKUP_ASYNC_DELAY_SECONDS = "vllm:kv_offload_lookup_async_delay_seconds"
+    KV_OFFLOAD_SIZE = "vllm:kv_offload_size"
+    KV_OFFLOAD_STORE_SIZE = "vllm:kv_offload_store_size"
+    KV_OFFLOAD_STORE_TIME = "vllm:kv_offload_store_time"
+    KV_OFFLOAD_STORES_SKIPPED = "vllm:kv_offload_stores_skipped"
+    KV_OFFLOAD_TOTAL_TIME = "vllm:kv_offload_total_time"
+    NUM_REQUESTS_RUNNING = "vllm:num_requests_running"
+    NUM_REQUESTS_WAITING = "vllm:num_requests_waiting"
+    PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"
+    PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries"
+    PROMPT_TOKENS = "vllm:prompt_tokens"
+    PROMPT_TOKENS_BY_SOURCE = "vllm:prompt_tokens_by_source"
+    REQUEST_PREFILL_KV_COMPUTED_TOKENS = "vllm:request_prefill_kv_computed_tokens"
+    REQUEST_PREFILL_TIME_SECONDS = "vllm:request_prefill_time_seconds"
+    REQUEST_QUEUE_TIME_SECONDS = "vllm:request_queue_time_seconds"
+    TIME_TO_FIRST_TOKEN_SECONDS = "vllm:time_to_first_token_seconds"
+    EXTERNAL_PREFIX_CACHE_HITS = "vllm:external_prefix_cache_hits"
+    EXTERNAL_PREFIX_CACHE_QUERIES = "vllm:external_prefix_cache_queries"
+    KV_OFFLOAD_ALLOCATION_FAILURE = "vllm:kv_offload_allocation_failure"
+    KV_OFFLOAD_CONFIG_INFO = "vllm:kv_offload_config_info"
+    KV_OFFLOAD_CPU_CACHE_USAGE_PERC = "vllm:kv_offload_cpu_cache_usage_perc"
+    KV_OFFLOAD_LOAD_BYTES = "vllm:kv_offload_load_bytes"
+    KV_OFFLOAD_STORE_BYTES = "vllm:kv_offload_store_bytes"
+    KV_OFFLOAD_TOTAL_BYTES = "vllm:kv_offload_total_bytes"
+    NUM_REQUESTS_KV_FETCH_BY_STAGE = "vllm:num_requests_kv_fetch_by_stage"
+
+
 TABLE: dict[str, FamilyType] = {
     # vLLM core (normalise: signals)
-    "vllm:cache_config_info": T.INFO,
-    "vllm:gpu_cache_usage_perc": T.GAUGE,
-    "vllm:gpu_prefix_cache_hits": T.COUNTER,
-    "vllm:gpu_prefix_cache_queries": T.COUNTER,
-    "vllm:kv_cache_usage_perc": T.GAUGE,
-    "vllm:kv_offload_load_size": T.HISTOGRAM,
-    "vllm:kv_offload_load_time": T.COUNTER,
-    "vllm:kv_offload_lookup_async_delay_seconds": T.HISTOGRAM,
-    "vllm:kv_offload_size": T.HISTOGRAM,
-    "vllm:kv_offload_store_size": T.HISTOGRAM,
-    "vllm:kv_offload_store_time": T.COUNTER,
-    "vllm:kv_offload_stores_skipped": T.COUNTER,
-    "vllm:kv_offload_total_time": T.COUNTER,
-    "vllm:num_requests_running": T.GAUGE,
-    "vllm:num_requests_waiting": T.GAUGE,
-    "vllm:prefix_cache_hits": T.COUNTER,
-    "vllm:prefix_cache_queries": T.COUNTER,
-    "vllm:prompt_tokens": T.COUNTER,
-    "vllm:prompt_tokens_by_source": T.COUNTER,
-    "vllm:request_prefill_kv_computed_tokens": T.HISTOGRAM,
-    "vllm:request_prefill_time_seconds": T.HISTOGRAM,
-    "vllm:request_queue_time_seconds": T.HISTOGRAM,
-    "vllm:time_to_first_token_seconds": T.HISTOGRAM,
+    Vllm.CACHE_CONFIG_INFO: T.INFO,
+    Vllm.GPU_CACHE_USAGE_PERC: T.GAUGE,
+    Vllm.GPU_PREFIX_CACHE_HITS: T.COUNTER,
+    Vllm.GPU_PREFIX_CACHE_QUERIES: T.COUNTER,
+    Vllm.KV_CACHE_USAGE_PERC: T.GAUGE,
+    Vllm.KV_OFFLOAD_LOAD_SIZE: T.HISTOGRAM,
+    Vllm.KV_OFFLOAD_LOAD_TIME: T.COUNTER,
+    Vllm.KV_OFFLOAD_LOOKUP_ASYNC_DELAY_SECONDS: T.HISTOGRAM,
+    Vllm.KV_OFFLOAD_SIZE: T.HISTOGRAM,
+    Vllm.KV_OFFLOAD_STORE_SIZE: T.HISTOGRAM,
+    Vllm.KV_OFFLOAD_STORE_TIME: T.COUNTER,
+    Vllm.KV_OFFLOAD_STORES_SKIPPED: T.COUNTER,
+    Vllm.KV_OFFLOAD_TOTAL_TIME: T.COUNTER,
+    Vllm.NUM_REQUESTS_RUNNING: T.GAUGE,
+    Vllm.NUM_REQUESTS_WAITING: T.GAUGE,
+    Vllm.PREFIX_CACHE_HITS: T.COUNTER,
+    Vllm.PREFIX_CACHE_QUERIES: T.COUNTER,
+    Vllm.PROMPT_TOKENS: T.COUNTER,
+    Vllm.PROMPT_TOKENS_BY_SOURCE: T.COUNTER,
+    Vllm.REQUEST_PREFILL_KV_COMPUTED_TOKENS: T.HISTOGRAM,
+    Vllm.REQUEST_PREFILL_TIME_SECONDS: T.HISTOGRAM,
+    Vllm.REQUEST_QUEUE_TIME_SECONDS: T.HISTOGRAM,
+    Vllm.TIME_TO_FIRST_TOKEN_SECONDS: T.HISTOGRAM,
     # vLLM, read as signals and as evidence
-    "vllm:external_prefix_cache_hits": T.COUNTER,
-    "vllm:external_prefix_cache_queries": T.COUNTER,
-    "vllm:kv_offload_allocation_failure": T.COUNTER,
-    "vllm:kv_offload_config_info": T.INFO,
-    "vllm:kv_offload_cpu_cache_usage_perc": T.GAUGE,
-    "vllm:kv_offload_load_bytes": T.COUNTER,
-    "vllm:kv_offload_store_bytes": T.COUNTER,
-    "vllm:kv_offload_total_bytes": T.COUNTER,
-    "vllm:num_requests_kv_fetch_by_stage": T.GAUGE,
+    Vllm.EXTERNAL_PREFIX_CACHE_HITS: T.COUNTER,
+    Vllm.EXTERNAL_PREFIX_CACHE_QUERIES: T.COUNTER,
+    Vllm.KV_OFFLOAD_ALLOCATION_FAILURE: T.COUNTER,
+    Vllm.KV_OFFLOAD_CONFIG_INFO: T.INFO,
+    Vllm.KV_OFFLOAD_CPU_CACHE_USAGE_PERC: T.GAUGE,
+    Vllm.KV_OFFLOAD_LOAD_BYTES: T.COUNTER,
+    Vllm.KV_OFFLOAD_STORE_BYTES: T.COUNTER,
+    Vllm.KV_OFFLOAD_TOTAL_BYTES: T.COUNTER,
+    Vllm.NUM_REQUESTS_KV_FETCH_BY_STAGE: T.GAUGE,
     # vLLM, evidence only (backend tables)
     "vllm:kv_offload_allocation_failure_sharedstorage": T.COUNTER,
     "vllm:kv_offload_cpu_cache_write_usage_perc": T.GAUGE,

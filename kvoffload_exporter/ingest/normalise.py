@@ -19,6 +19,7 @@ from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.ingest import backends, histplan
 from kvoffload_exporter.ingest.exposition import LimitError, LineCache, Sample, read, selector
 from kvoffload_exporter.ingest.families import HISTOGRAMS as _TYPED_HISTOGRAMS
+from kvoffload_exporter.ingest.families import OFFLOAD_PREFIX as _OFFLOAD_FAMILY_PREFIX
 from kvoffload_exporter.ingest.families import TABLE as _TABLE
 from kvoffload_exporter.ingest.lineplan import Planned
 from kvoffload_exporter.ingest.routes import INFO, LEGACY_SIZE_NAMES, ROUTES, Engine, hist_name, idle, on_hist
@@ -45,10 +46,10 @@ from kvoffload_exporter.ingest.snapshot import OFFLOAD_SIGNALS, EngineSignals, G
 _BACKEND_SET = backends.FAMILIES
 # One selection from the one family table: each sample is matched once, then routed to its readers.
 _SELECTOR = selector(tuple(sorted(_TABLE)), _TYPED_HISTOGRAMS)
-_OFFLOAD_FAMILY_PREFIX = "vllm:kv_offload_"
 
 _GEN_FLAT = frozenset({*FLAT, *FLAT_SIZE})
 _GEN_LEGACY = frozenset({*LEGACY, LEGACY_SIZE})
+_ALIASED = frozenset(ALIASES)
 
 
 _FAMILY_OF, _VALUE_OF = itemgetter(0), itemgetter(3)
@@ -102,11 +103,15 @@ class _Fixed(NamedTuple):
     backends: tuple[backends.Backend, ...]
     rows: tuple[backends.Source, ...]
     sources: tuple[backends.SourceRef, ...]
+    renames: dict[str, str]  # deprecated family -> current one, for each alias read in its place
 
 
 def _fixed(samples: Sequence[Sample], typed: set[str], shape: histplan.Shape | None, prev: Snapshot | None) -> _Fixed:
     families = {f for f in typed if f in FAMILY_SET or f in _BACKEND_SET}
     families.update(shape.families if shape is not None else map(_FAMILY_OF, samples))
+    # A deprecated family stands for its current one (any type) only where that one is absent.
+    renames = {a: ALIASES[a] for a in families & _ALIASED if ALIASES[a] not in families}
+    families.update(renames.values())
     generation = (
         Generation.FLAT
         if families & _GEN_FLAT
@@ -117,7 +122,7 @@ def _fixed(samples: Sequence[Sample], typed: set[str], shape: histplan.Shape | N
     found = prev.families if prev is not None and prev.families == families else frozenset(families)
     present = backends.detect(found)
     rows = backends.rows_for(present, found)
-    return _Fixed(found, generation, present, rows, backends.sources(rows))
+    return _Fixed(found, generation, present, rows, backends.sources(rows), renames)
 
 
 def _snapshot(
@@ -137,6 +142,12 @@ def _snapshot(
     engines: dict[tuple[str, str], Engine] = defaultdict(Engine)
     raw: dict[tuple[str, str], list[backends.RawSample]] = defaultdict(list)
     engine_only: dict[str, dict[str, str]] = {}  # cache_config_info has `engine` but no model_name
+    if fixed is None:
+        fixed = _fixed(samples, typed, shape, prev)
+    if fixed.renames:  # an old vLLM: its deprecated families read as the current ones, the long way
+        renames = fixed.renames
+        samples = [(renames.get(s[0], s[0]), *s[1:]) for s in samples]
+        shape = None
     done = histplan.values(shape, values) if shape is not None else None
     if shape is None or done is None:  # the long way: every sample through the loop
         multiprocess = _fold(samples, engines, raw, engine_only)
@@ -148,8 +159,6 @@ def _snapshot(
             engines[key].hists[name] = hist  # type: ignore[assignment]  # .count, .freeze() alike
     if len(engines) > lim.engine_limit:
         raise LimitError("sample_limit", f"{len(engines)} engines (limit {lim.engine_limit})")
-    if fixed is None:
-        fixed = _fixed(samples, typed, shape, prev)
     families, generation, rows = fixed.families, fixed.generation, fixed.rows
     _attribute(raw, engines)
     before = {(x.model_name, x.engine): x for x in prev.engines} if prev is not None else {}
@@ -227,10 +236,6 @@ def _freeze(
     counters = dict(e.counters)
     if generation == Generation.TRANSFER_TYPE:
         counters.update(e.legacy)
-    for alias, current in ALIASES.items():
-        sig = COUNTERS.get(current)
-        if sig and current not in families and alias in families and sig in e.alias_counters:
-            counters[sig] = e.alias_counters[sig]
     if generation != Generation.NONE:
         # A registered offload family without a child for this engine means nothing moved yet.
         for sig in OFFLOAD_SIGNALS:
@@ -253,7 +258,7 @@ def _freeze(
         engine=engine,
         counters=counters,
         prompt_tokens_by_source=dict(e.by_source),
-        gpu_kv_cache_usage=gauges.get(Signal.GPU_KV_CACHE_USAGE, e.alias_gauges.get(Signal.GPU_KV_CACHE_USAGE)),
+        gpu_kv_cache_usage=gauges.get(Signal.GPU_KV_CACHE_USAGE),
         offload_inflight=gauges.get(Signal.OFFLOAD_INFLIGHT),
         requests_running=gauges.get(Signal.REQUESTS_RUNNING),
         requests_waiting=gauges.get(Signal.REQUESTS_WAITING),

@@ -16,7 +16,6 @@ from kvoffload_exporter.ingest.families import TABLE as _TABLE
 from kvoffload_exporter.ingest.samples import Hist as _Hist
 from kvoffload_exporter.ingest.samples import finite as _finite
 from kvoffload_exporter.ingest.signalmap import (
-    ALIASES,
     BY_SOURCE,
     CACHE_INFO,
     COUNTERS,
@@ -50,8 +49,6 @@ class Engine:
     def __init__(self) -> None:
         self.counters: dict[Signal, float] = {}
         self.legacy: dict[Signal, float] = {}
-        self.alias_counters: dict[Signal, float] = {}  # from deprecated families, by the current signal
-        self.alias_gauges: dict[Signal, float] = {}
         self.by_source: dict[str, float] = defaultdict(float)
         self.gauges: dict[Signal, float] = {}
         self.hists: dict[str, _Hist] = defaultdict(_Hist)  # or histplan.Done: read by position
@@ -96,16 +93,6 @@ def _on_counter(e: Engine, fam: str, sfx: str, value: float, rest: Labels, le: f
 def _on_prefill(e: Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
     if sfx == "sum":
         _add(e.counters, PREFILL[fam], value)
-
-
-def _on_alias(e: Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
-    current = ALIASES[fam]
-    if current in GAUGES:
-        v = _gauge(e.alias_gauges.get(GAUGES[current]), value)
-        if v is not None:
-            e.alias_gauges[GAUGES[current]] = v
-    else:
-        _add(e.alias_counters, COUNTERS[current], value)
 
 
 def _on_gauge(e: Engine, fam: str, sfx: str, value: float, rest: Labels, le: float | None) -> None:
@@ -167,8 +154,7 @@ HANDLERS: dict[str, _Handler] = {
     **{f: _on_flat for f in FLAT},
     **{f: _on_legacy for f in LEGACY},
     **{f: _on_counter for f in COUNTERS},
-    **{f: _on_alias for f in ALIASES},
-    **{f: _on_gauge for f in GAUGES if f not in ALIASES},
+    **{f: _on_gauge for f in GAUGES},
     **{f: on_hist for f in (*FLAT_SIZE, TTFT, LOOKUP_DELAY, QUEUE_TIME)},
     FETCH_STAGE: _on_fetch_stage,
     LEGACY_SIZE: on_legacy_size,
@@ -177,6 +163,8 @@ HANDLERS: dict[str, _Handler] = {
 }
 INFO = frozenset({CACHE_INFO, OFFLOAD_INFO})
 ROUTES: dict[str, tuple[bool, _Handler | None]] = {f: (f in backends.FAMILIES, HANDLERS.get(f)) for f in _TABLE}
-"""Family → (handed to the backend resolver, this module's handler): one lookup per sample."""
+"""Family → (handed to the backend resolver, this module's handler): one lookup per sample. A deprecated
+family (`signalmap.ALIASES`) has no handler: `normalise` reads its samples as its current family's when
+that one is absent, whatever the type."""
 
 __all__ = ["INFO", "LEGACY_SIZE_NAMES", "ROUTES", "Engine", "hist_name", "idle", "on_hist", "transfer_direction"]

@@ -1,60 +1,63 @@
 """Which vLLM family feeds which logical signal, per generation (0.10 → 0.33): the tables `normalise`
-folds samples by. Pure declarations; `kvoffload_exporter.ingest.families` lists the same families with their types.
+folds samples by. Pure declarations; `kvoffload_exporter.ingest.families` lists the same families with their
+types and spells their names (`Vllm`): here they are named by symbol only.
 """
 
 from __future__ import annotations
 
 from kvoffload_exporter.ingest.families import HISTOGRAMS as _TYPED_HISTOGRAMS
+from kvoffload_exporter.ingest.families import Vllm
 from kvoffload_exporter.ingest.snapshot import Signal
 
 # Canonical family -> counter signal. Order matters only for the alias families below.
 FLAT = {
-    "vllm:kv_offload_load_bytes": Signal.OFFLOAD_LOAD_BYTES,
-    "vllm:kv_offload_store_bytes": Signal.OFFLOAD_STORE_BYTES,
-    "vllm:kv_offload_load_time": Signal.OFFLOAD_LOAD_SECONDS,
-    "vllm:kv_offload_store_time": Signal.OFFLOAD_STORE_SECONDS,
+    Vllm.KV_OFFLOAD_LOAD_BYTES: Signal.OFFLOAD_LOAD_BYTES,
+    Vllm.KV_OFFLOAD_STORE_BYTES: Signal.OFFLOAD_STORE_BYTES,
+    Vllm.KV_OFFLOAD_LOAD_TIME: Signal.OFFLOAD_LOAD_SECONDS,
+    Vllm.KV_OFFLOAD_STORE_TIME: Signal.OFFLOAD_STORE_SECONDS,
 }
-FLAT_SIZE = {"vllm:kv_offload_load_size": "load", "vllm:kv_offload_store_size": "store"}
+FLAT_SIZE = {Vllm.KV_OFFLOAD_LOAD_SIZE: "load", Vllm.KV_OFFLOAD_STORE_SIZE: "store"}
 LEGACY = {
-    "vllm:kv_offload_total_bytes": (Signal.OFFLOAD_LOAD_BYTES, Signal.OFFLOAD_STORE_BYTES),
-    "vllm:kv_offload_total_time": (Signal.OFFLOAD_LOAD_SECONDS, Signal.OFFLOAD_STORE_SECONDS),
+    Vllm.KV_OFFLOAD_TOTAL_BYTES: (Signal.OFFLOAD_LOAD_BYTES, Signal.OFFLOAD_STORE_BYTES),
+    Vllm.KV_OFFLOAD_TOTAL_TIME: (Signal.OFFLOAD_LOAD_SECONDS, Signal.OFFLOAD_STORE_SECONDS),
 }
-LEGACY_SIZE = "vllm:kv_offload_size"
+LEGACY_SIZE = Vllm.KV_OFFLOAD_SIZE
 COUNTERS = {
-    "vllm:kv_offload_allocation_failure": Signal.OFFLOAD_ALLOCATION_FAILURES,
-    "vllm:kv_offload_stores_skipped": Signal.OFFLOAD_STORES_SKIPPED,
-    "vllm:prefix_cache_queries": Signal.GPU_PREFIX_QUERIES,
-    "vllm:prefix_cache_hits": Signal.GPU_PREFIX_HITS,
-    "vllm:external_prefix_cache_queries": Signal.EXTERNAL_PREFIX_QUERIES,
-    "vllm:external_prefix_cache_hits": Signal.EXTERNAL_PREFIX_HITS,
-    "vllm:prompt_tokens": Signal.PROMPT_TOKENS,
+    Vllm.KV_OFFLOAD_ALLOCATION_FAILURE: Signal.OFFLOAD_ALLOCATION_FAILURES,
+    Vllm.KV_OFFLOAD_STORES_SKIPPED: Signal.OFFLOAD_STORES_SKIPPED,
+    Vllm.PREFIX_CACHE_QUERIES: Signal.GPU_PREFIX_QUERIES,
+    Vllm.PREFIX_CACHE_HITS: Signal.GPU_PREFIX_HITS,
+    Vllm.EXTERNAL_PREFIX_CACHE_QUERIES: Signal.EXTERNAL_PREFIX_QUERIES,
+    Vllm.EXTERNAL_PREFIX_CACHE_HITS: Signal.EXTERNAL_PREFIX_HITS,
+    Vllm.PROMPT_TOKENS: Signal.PROMPT_TOKENS,
 }
-# Deprecated aliases (0.10 default, 0.11 hidden): used only when the current name is absent.
+# Deprecated (or renamed) family -> its current family, of any type (counter, gauge, histogram, info): read
+# as the current family when that one is absent from the scrape (0.10 default, 0.11 hidden). A rename in
+# a new vLLM version is one row here plus the new name in `families`.
 ALIASES = {
-    "vllm:gpu_prefix_cache_queries": "vllm:prefix_cache_queries",
-    "vllm:gpu_prefix_cache_hits": "vllm:prefix_cache_hits",
-    "vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc",
+    Vllm.GPU_PREFIX_CACHE_QUERIES: Vllm.PREFIX_CACHE_QUERIES,
+    Vllm.GPU_PREFIX_CACHE_HITS: Vllm.PREFIX_CACHE_HITS,
+    Vllm.GPU_CACHE_USAGE_PERC: Vllm.KV_CACHE_USAGE_PERC,
 }
 GAUGES = {
-    "vllm:kv_cache_usage_perc": Signal.GPU_KV_CACHE_USAGE,
-    "vllm:gpu_cache_usage_perc": Signal.GPU_KV_CACHE_USAGE,
-    "vllm:kv_offload_cpu_cache_usage_perc": Signal.OFFLOAD_INFLIGHT,
-    "vllm:num_requests_running": Signal.REQUESTS_RUNNING,
-    "vllm:num_requests_waiting": Signal.REQUESTS_WAITING,
+    Vllm.KV_CACHE_USAGE_PERC: Signal.GPU_KV_CACHE_USAGE,
+    Vllm.KV_OFFLOAD_CPU_CACHE_USAGE_PERC: Signal.OFFLOAD_INFLIGHT,
+    Vllm.NUM_REQUESTS_RUNNING: Signal.REQUESTS_RUNNING,
+    Vllm.NUM_REQUESTS_WAITING: Signal.REQUESTS_WAITING,
 }
-TTFT = "vllm:time_to_first_token_seconds"
-BY_SOURCE = "vllm:prompt_tokens_by_source"
-CACHE_INFO = "vllm:cache_config_info"
-OFFLOAD_INFO = "vllm:kv_offload_config_info"
+TTFT = Vllm.TIME_TO_FIRST_TOKEN_SECONDS
+BY_SOURCE = Vllm.PROMPT_TOKENS_BY_SOURCE
+CACHE_INFO = Vllm.CACHE_CONFIG_INFO
+OFFLOAD_INFO = Vllm.KV_OFFLOAD_CONFIG_INFO
 # Per-request prefill histograms (0.26+): only their `_sum` is kept, as a counter (the payback's cost per token).
 PREFILL = {
-    "vllm:request_prefill_time_seconds": Signal.PREFILL_SECONDS,
-    "vllm:request_prefill_kv_computed_tokens": Signal.PREFILL_COMPUTED_TOKENS,
+    Vllm.REQUEST_PREFILL_TIME_SECONDS: Signal.PREFILL_SECONDS,
+    Vllm.REQUEST_PREFILL_KV_COMPUTED_TOKENS: Signal.PREFILL_COMPUTED_TOKENS,
 }
 
-LOOKUP_DELAY = "vllm:kv_offload_lookup_async_delay_seconds"
-QUEUE_TIME = "vllm:request_queue_time_seconds"
-FETCH_STAGE = "vllm:num_requests_kv_fetch_by_stage"
+LOOKUP_DELAY = Vllm.KV_OFFLOAD_LOOKUP_ASYNC_DELAY_SECONDS
+QUEUE_TIME = Vllm.REQUEST_QUEUE_TIME_SECONDS
+FETCH_STAGE = Vllm.NUM_REQUESTS_KV_FETCH_BY_STAGE
 
 FAMILIES = tuple(
     sorted(

@@ -79,6 +79,7 @@ class Exporter:
         self._loops: dict[TargetConfig, asyncio.Task[None]] = {}  # per configured target, for reload
         self._nvml: Nvml | None = None  # once started (imported lazily: pynvml only where --collector.gpu)
         self._smaps = host_source.SmapsCache()
+        self.reload_hooks: list[Callable[[], None]] = []  # run after each reload (the /probe allow-list)
 
     def render(self) -> None:
         """Something changed: a later scrape merges again (the name is kept for plugins that call it)."""
@@ -190,6 +191,17 @@ class Exporter:
         if not self.ready and all(t.polls for t in self.targets):
             self.ready = True
 
+    def mark_stale(self) -> None:
+        """Every target (configured or probed) whose last poll is too old is served as down, now."""
+        if any([t.mark_stale() for t in (*self.targets, *self.probed.values())]):
+            self.render()
+
+    async def _stale_loop(self) -> None:
+        """Staleness is checked on the clock, not at the next poll: a loop that stopped never polls again."""
+        while True:
+            await asyncio.sleep(min(1.0, self.config.poll_interval))
+            self.mark_stale()
+
     async def _loop_lag(self) -> None:
         """How late the event loop wakes a sleeper: what a scrape would wait at worst."""
         while True:
@@ -246,6 +258,7 @@ class Exporter:
         for t in self.targets:
             self._start_target(t, session)
         self._tasks.append(asyncio.create_task(self._loop_lag()))
+        self._tasks.append(asyncio.create_task(self._stale_loop()))
         if self.config.host_enabled:
             self._tasks.append(asyncio.create_task(self._host_loop()))
         if self.config.gpu_enabled:
@@ -259,7 +272,8 @@ class Exporter:
         """New configuration (SIGHUP), applied to every target: unchanged targets keep their poller and
         history (resized for the new window and interval) and poll at the new interval from now on (their
         loop restarts on a new phase, without an extra poll); timeouts, caps and the poll slots apply from
-        the next poll; added targets start, removed ones stop. Probed targets take it too."""
+        the next poll; added targets start, removed ones stop. Probed targets take it too, and the
+        `reload_hooks` rebuild what was derived from the old configuration (the /probe allow-list)."""
         old = {t.cfg: t for t in self.targets}
         kept = set(old) & set(config.targets)
         restart = config.poll_interval != self.config.poll_interval
@@ -283,6 +297,8 @@ class Exporter:
         for tc in old:  # removed
             if task := self._loops.pop(tc, None):
                 task.cancel()
+        for hook in self.reload_hooks:
+            hook()
         self.render()
 
     def add_task(self, coro: Awaitable[None]) -> None:

@@ -15,12 +15,18 @@ Bounded whatever the scrapers send:
   their schedule however many probes wait;
 - `name` obeys the label-value cap, the URL a length cap; probes closer together than half the poll
   interval (several Prometheus replicas) share one poll.
+
+A reload (SIGHUP) rebuilds the allow-list from the new configuration: a target it adds is probed at
+once (its first poll is awaited), one it removes is refused (403) and its poller dropped. A configured
+target is served from kept state, never as live data once that is older than its staleness bound
+(`up 0`, reason `stale`: kvoffload_exporter.server.targetpoller.STALE_POLLS).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from contextlib import suppress
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -64,13 +70,25 @@ class Probes:
     def __init__(self, exporter: Exporter, guards: GuardStats | None = None) -> None:
         self.exp = exporter
         self.guards = guards or GuardStats()
-        cfg = exporter.config
-        self._configured = {normalise_url(t.cfg.url): t for t in exporter.targets}
-        self._exact = {normalise_url(u) for u in cfg.probe_allow}
-        self._regex = SafeRegex(cfg.probe_allow_regex) if cfg.probe_allow_regex else None
         self._last_used: OrderedDict[str, float] = OrderedDict()  # LRU: least recently probed first
         self._locks: dict[str, asyncio.Lock] = {}
-        self._slots = asyncio.Semaphore(cfg.probe_max_concurrent_polls)
+        self._slots_for = exporter.config.probe_max_concurrent_polls
+        self._slots = asyncio.Semaphore(self._slots_for)
+        self.rebuild()
+        exporter.reload_hooks.append(self.rebuild)
+
+    def rebuild(self) -> None:
+        """The allow-list of the exporter's configuration (at start and after each reload); probed
+        targets it no longer allows, or that are now configured targets, are dropped (counted)."""
+        cfg = self.exp.config
+        self._configured = {normalise_url(t.cfg.url): t for t in self.exp.targets}
+        self._exact = {normalise_url(u) for u in cfg.probe_allow}
+        self._regex = SafeRegex(cfg.probe_allow_regex) if cfg.probe_allow_regex else None
+        if cfg.probe_max_concurrent_polls != self._slots_for:  # probes in flight keep the old slots
+            self._slots_for = cfg.probe_max_concurrent_polls
+            self._slots = asyncio.Semaphore(self._slots_for)
+        for key in [k for k in self.exp.probed if k in self._configured or not self._listed(k)]:
+            self._drop(key, ProbeEviction.RELOAD)
 
     def allowed(self, url: str) -> bool:
         parts = urlsplit(url)
@@ -79,7 +97,11 @@ class Probes:
         if parts.query or parts.fragment:
             return False
         url = normalise_url(url)
-        return url in self._configured or url in self._exact or bool(self._regex and self._regex.fullmatch(url))
+        return url in self._configured or self._listed(url)
+
+    def _listed(self, url: str) -> bool:
+        """On `probe.allow` or matching `probe.allow_regex` (`url` normalised)."""
+        return url in self._exact or bool(self._regex and self._regex.fullmatch(url))
 
     def _check(self, url: str, name: str) -> None:
         if len(url) > MAX_TEXT:
@@ -97,8 +119,13 @@ class Probes:
             raise Forbidden(url)
         key = normalise_url(url)
         configured = self._configured.get(key)
-        if configured is not None:
-            return configured  # polled on its own schedule: serve its kept state
+        if configured is not None:  # polled on its own schedule: serve its kept state
+            if not configured.polled.is_set():  # just added (start, reload): its first poll is on its way
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(configured.polled.wait(), self.exp.config.timeout + 1.0)
+            if configured.mark_stale():
+                self.exp.render()
+            return configured
         self.evict()
         poller = self.exp.probed.get(key)
         if poller is None:
@@ -129,7 +156,7 @@ class Probes:
             self.evict()
 
     def _drop(self, key: str, why: ProbeEviction) -> None:
-        del self._last_used[key]
+        self._last_used.pop(key, None)
         lock = self._locks.get(key)
         if lock is None or not lock.locked():
             self._locks.pop(key, None)

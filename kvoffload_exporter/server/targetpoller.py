@@ -11,6 +11,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 
 import aiohttp
 
@@ -45,6 +46,13 @@ of the exporter's CPU); the parse holds the GIL either way. A larger body, hosti
 server, goes to a worker thread, so the loop (and `/healthz`) gets its 5 ms turns while it is read."""
 
 
+STALE_POLLS = 3.0
+"""A target whose last poll finished more than this many poll intervals ago (and more than one interval
+plus the poll timeout: a poll may take its whole timeout) is served as `up 0`, reason `stale`, until a
+poll finishes again. Why: `/metrics` and `/probe` serve kept state, and a loop that stopped polling
+(saturated slots, a removed target) must not look like live data to Prometheus."""
+
+
 class TargetPoller:
     """One vLLM target: poll → normalise → advance totals → derive over the window → its fragment."""
 
@@ -72,6 +80,7 @@ class TargetPoller:
         self._extra_logged: dict[str, str] = {}  # extra URL -> the failure reason last logged for it
         self.canary: CanaryFacts | None = None  # from a plugin (Exporter.report_facts): refines the reasons
         self._lines = LineCache()  # the series this target sent before, read with one lookup each
+        self.polled = asyncio.Event()  # set once the first poll finished (a /probe of a new target waits)
 
     def _parse(self, text: str, now: float) -> Parsed:
         """CPU-bound part of a poll; a large body's runs in a worker thread (INLINE_PARSE_BYTES)."""
@@ -174,6 +183,7 @@ class TargetPoller:
             hold.release()
             self.polls += 1
             self.last_poll = self.timer()
+            self.polled.set()
         self._last_error_logged = None
         if join_error is not None:
             self._extra_failed("", join_error, "bodies (read with vLLM's)")
@@ -234,6 +244,25 @@ class TargetPoller:
                 extra_errors=self._extra_errors(),
             )
         )
+
+    def stale_after(self) -> float:
+        """Seconds after its last poll at which kept data stops being served as live (STALE_POLLS)."""
+        interval = self.config.poll_interval
+        return max(STALE_POLLS * interval, interval + self.config.timeout)
+
+    def mark_stale(self) -> bool:
+        """`up 0`, reason `stale`, when the last poll is older than `stale_after()`; True if it just went
+        stale (counted once in kvoffload_scrape_errors_total). The next poll that succeeds brings it back."""
+        if not self.view.up or self.last_poll is None:
+            return False
+        age = self.timer() - self.last_poll
+        if age <= self.stale_after():
+            return False
+        self.errors["stale"] = self.errors.get("stale", 0) + 1
+        fields = {"target": self.cfg.label, "reason": "stale", "age_seconds": round(age, 3)}
+        log.warning("target %s: no poll finished for %.1f s; served as down (stale)", self.cfg.label, age, extra=fields)
+        self._set_view(replace(self.view, up=False, errors=dict(self.errors), last_error="stale"))
+        return True
 
     def _set_view(self, view: TargetView) -> None:
         self.view = view
