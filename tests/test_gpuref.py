@@ -224,14 +224,21 @@ def test_record_turns_a_run_into_a_fixture_and_table_rows(rehearsal: tuple[str, 
 
 # ---- recorded load sweeps replay into the reference table ---------------------------------------------------
 
-RECORDED = sorted(p for p in SWEEPS.glob("*") if p.is_dir()) if SWEEPS.exists() else []
+RECORDED = [
+    (p, p.name + suffix)
+    for folder, suffix in ((SWEEPS, ""), (SWEEPS.with_name(SWEEPS.name + "-rank"), "-rank"))
+    for p in sorted(folder.glob("*"))
+    if p.is_dir()
+]
 
 
-@pytest.mark.parametrize("fixture", RECORDED or [pytest.param(None, marks=pytest.mark.skip("no sweep recorded yet"))])
-def test_recorded_sweep_replays_into_the_reference_table(gpuref: dict[str, ModuleType], fixture: Path) -> None:
+@pytest.mark.parametrize("fixture,label", RECORDED)
+def test_recorded_sweep_replays_into_the_reference_table(
+    gpuref: dict[str, ModuleType], fixture: Path, label: str
+) -> None:
     result = gpuref["clusters"].analyze(fixture)
     assert result == json.loads((fixture / "clusters.json").read_text(encoding="utf-8"))
-    rows = gpuref["record"].rows(fixture.name, result)
+    rows = gpuref["record"].rows(label, result)
     table = TABLE.read_text(encoding="utf-8")
-    block = re.search(rf"<!-- gpuref:{re.escape(fixture.name)}:begin -->\n(.*?)<!-- gpuref:", table, re.S)
+    block = re.search(rf"<!-- gpuref:{re.escape(label)}:begin -->\n(.*?)<!-- gpuref:", table, re.S)
     assert block is not None and block.group(1).splitlines() == rows

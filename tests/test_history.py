@@ -39,7 +39,9 @@ def test_packed_history_derives_what_the_whole_history_derives(window: float) ->
         history.push(packed, p)
         assert convoy.derive(packed, p.t, window) == convoy.derive(whole, p.t, window)
         compared += len(ref)
-    assert compared >= len(points)  # every poll compared at least one engine
+    assert (
+        compared >= len(points) - 1
+    )  # every poll after the first compared at least one engine (one sample: no window)
     assert all(isinstance(x, PackedPoint) for x in list(packed)[:-1]) and isinstance(packed[-1], Point)
 
 

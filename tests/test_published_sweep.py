@@ -20,12 +20,13 @@ from kvoffload_exporter.canary.stats import pooled_bootstrap
 from tools.gpuref.reanalyse import _rows, reanalyse
 
 ROOT = Path(__file__).resolve().parents[1]
-SWEEP = FIXTURES / "vllm-0.26.0-h200-sweep"
+SWEEP = FIXTURES / "vllm-0.26.0-h200-sweep"  # 2026-12-02, decided with the pooled-median bootstrap
+RANK = FIXTURES / "vllm-0.26.0-h200-sweep-rank"  # 2026-12-04, decided with the rank-sum method
 MODELS = {"0.6b": "Qwen3-0.6B", "14b": "Qwen3-14B"}
 
 
-def _doc(shape: str) -> dict:  # type: ignore[type-arg]
-    return json.loads((SWEEP / shape / "report.json").read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+def _doc(shape: str, run: Path = SWEEP) -> dict:  # type: ignore[type-arg]
+    return json.loads((run / shape / "report.json").read_text(encoding="utf-8"))  # type: ignore[no-any-return]
 
 
 def _cell(e: dict) -> str:  # type: ignore[type-arg]
@@ -35,13 +36,27 @@ def _cell(e: dict) -> str:  # type: ignore[type-arg]
 
 
 @pytest.mark.parametrize("shape", sorted(MODELS))
-def test_readme_row_is_the_recorded_run_re_decided(shape: str) -> None:
-    new = reanalyse(_doc(shape), _rows(SWEEP / shape))
+def test_readme_row_is_the_rank_sum_run(shape: str) -> None:
+    doc = _doc(shape, RANK)
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
-    (row,) = [ln for ln in lines if ln.startswith(f"| {MODELS[shape]} |") and "`" + new["advice"]["action"] in ln]
-    for e in new["load_sweep"]:
+    (row,) = [ln for ln in lines if ln.startswith(f"| {MODELS[shape]} |") and "`" + doc["advice"]["action"] in ln]
+    for e in doc["load_sweep"]:
         assert _cell(e) in row, (e["concurrency"], row)
-    assert f"`{new['advice']['action']}` ({new['exit_code']})" in row
+    assert f"`{doc['advice']['action']}` ({doc['exit_code']})" in row
+
+
+@pytest.mark.parametrize("shape", sorted(MODELS))
+def test_the_rank_sum_run_is_what_its_own_records_decide(shape: str) -> None:
+    """On real GPU data: every level's interval and verdict, the advice and the exit code recomputed from the
+    run's request records and counted rounds are the ones its report printed."""
+    doc = _doc(shape, RANK)
+    new = reanalyse(doc, _rows(RANK / shape))
+    assert doc["decision"]["levels"] == new["levels"] == 4
+    for old, now in zip(doc["load_sweep"], new["load_sweep"], strict=True):
+        assert old["verdict"] == now["verdict"] and old["confidence"] == now["confidence"]
+        for key in ("delta_ttft_seconds", "ci_low_seconds", "ci_high_seconds"):  # the report rounds to 1 us
+            assert old[key] == pytest.approx(now[key], abs=2e-6), (shape, old["concurrency"], key)
+    assert (doc["advice"]["action"], doc["exit_code"]) == (new["advice"]["action"], new["exit_code"])
 
 
 @pytest.mark.parametrize("shape", sorted(MODELS))
