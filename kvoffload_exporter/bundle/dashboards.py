@@ -185,7 +185,7 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
             "ΔTTFT offload hit vs control",
             "TTFT(offload hit) − TTFT(control): above 0 (red line) offloading "
             "made the request slower than the control. H200 reference: +27.7 ms on Qwen3-0.6B (slower), "
-            "−546 ms on Qwen3-32B (7x faster). Dashed: bootstrap CI bounds.",
+            "−546 ms on Qwen3-32B (7x faster). Dashed: rank-sum CI bounds.",
             [
                 (q("kvoffload_canary_delta_ttft_seconds"), "{{target}} vs {{control}}"),
                 (q("kvoffload_canary_delta_ttft_ci_seconds"), "{{target}} vs {{control}} CI {{bound}}"),

@@ -136,9 +136,19 @@ class CanarySettings:
         metavar=_N,
     )
     max_samples: int = setting(50, integer(2), "rolling samples per path kept for the statistics")
-    confidence: float = setting(0.95, number(0.5, 1, hi_open=True), "bootstrap confidence level")
-    bootstrap: int = setting(2000, integer(100), "bootstrap resamples")
-    seed: int = setting(0, integer(0), "bootstrap seed", check_flag="--seed", metavar=_N)
+    confidence: float = setting(
+        0.95,
+        number(0.5, 1, hi_open=True),
+        "confidence of the delta TTFT interval (a check sweep splits it over its levels)",
+    )
+    bootstrap: int = setting(2000, integer(100), "bootstrap resamples of the descriptive p90 interval")
+    seed: int = setting(
+        0,
+        integer(0),
+        "seed of the run's random choices (the descriptive p90 bootstrap)",
+        check_flag="--seed",
+        metavar=_N,
+    )
     recompute_control: bool = setting(
         True,
         boolean,

@@ -95,6 +95,7 @@ def entry(lv: Level, min_bursts: int, seed: int = 0, n_boot: int = 2000, confide
         "ci_p90_low_seconds": _r(est.p90_low) if enough else None,
         "ci_p90_high_seconds": _r(est.p90_high) if enough else None,
         "confidence": confidence,
+        "p_value": _r(est.p_value) if enough else None,
         "interval_method": METHOD,
         "offload_median_seconds": _r(median(a)) if a else None,
         "control_median_seconds": _r(median(b)) if b else None,

@@ -26,7 +26,7 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_canary_delta_ttft_ci_seconds",
         type=MetricType.GAUGE,
-        help="Bootstrap confidence-interval bound of the canary delta TTFT.",
+        help="Confidence-interval bound of the canary delta TTFT (rank-sum over rounds).",
         labels=("target", "control", "bound"),
         unit=Unit.SECONDS,
         group=Group.CANARY,
@@ -112,7 +112,7 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_canary_band_delta_ttft_ci_seconds",
         type=MetricType.GAUGE,
-        help="Bootstrap confidence-interval bound of the per-load-band canary delta TTFT.",
+        help="Confidence-interval bound of the per-load-band canary delta TTFT (rank-sum over rounds).",
         labels=("target", "control", "load_band", "bound"),
         unit=Unit.SECONDS,
         group=Group.CANARY,
