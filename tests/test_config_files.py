@@ -212,3 +212,15 @@ def test_sigterm_ends_the_process_while_a_reload_is_stuck(tmp_path: Path) -> Non
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.split() == ["stuck", "exited"], r.stderr
+
+
+def test_a_pidfile_that_is_a_fifo_or_a_device_is_not_read(tmp_path: Path) -> None:
+    """The host collector reads `pidfile:` on every collection, in a worker thread joined on exit."""
+    from kvoffload_exporter.sources import host
+
+    os.mkfifo(tmp_path / "vllm.pid")
+    with fails_if_blocked():
+        assert host.pids_for(None, str(tmp_path / "vllm.pid"), None) == []
+        assert host.pids_for(None, "/dev/zero", None) == []
+    (tmp_path / "ok.pid").write_text(f"{os.getpid()}\n")
+    assert host.pids_for(None, str(tmp_path / "ok.pid"), None)[0] == os.getpid()
