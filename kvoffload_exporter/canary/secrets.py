@@ -9,16 +9,14 @@ or `Basic` credential whatever its value, become `***`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import re
 import secrets
+from contextlib import suppress
 from pathlib import Path
 from urllib.parse import quote
-
-from kvoffload_exporter.saferead import FileRefused, read_regular
 
 _LOADED: set[str] = set()
 """Every API key value this process loaded (and its escaped spellings): what `scrub` removes."""
@@ -97,6 +95,8 @@ MIN_SECRET_BYTES = 16
 
 
 def _read(path: str | Path, max_bytes: int, what: str) -> bytes:
+    from kvoffload_exporter.saferead import FileRefused, read_regular  # the file loaders' own helper
+
     try:
         return read_regular(path, max_bytes)
     except FileRefused as e:
@@ -163,7 +163,7 @@ def _create(p: Path) -> bytes | None:
         with os.fdopen(fd, "wb") as f:
             f.write(data + b"\n")
     except OSError as e:  # a disk full: no short file left behind to be refused next time
-        with contextlib.suppress(OSError):
+        with suppress(OSError):
             os.unlink(p)
         raise SecretError(f"cannot create canary secret {p}: {e.strerror} (set canary.secret_file)") from None
     return data
