@@ -62,9 +62,12 @@ def test_inspect_refuses_too_many_series_with_sample_limit(tmp_path: Path) -> No
     assert r.returncode != 0 and "sample_limit" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_inspect_joins_count_against_one_cap_in_memory_too() -> None:
-    """40 joined parts of an endless file read one cap in all (not 40), then are refused with one line."""
-    joined = "+".join(["/dev/zero"] * 40)
+def test_inspect_joins_count_against_one_cap_in_memory_too(tmp_path: Path) -> None:
+    """40 joined parts of a 10 MiB file read one cap in all (not 40), then are refused with one line."""
+    part = tmp_path / "part.prom"
+    with part.open("wb") as f:
+        f.truncate(10 << 20)  # sparse: only what is read costs memory
+    joined = "+".join([str(part)] * 40)
     code = (
         "import runpy, sys\n"
         f"sys.argv = ['kvoffload-exporter', 'inspect', {joined!r}]\n"
@@ -76,3 +79,9 @@ def test_inspect_joins_count_against_one_cap_in_memory_too() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "larger than" in r.stderr and "Traceback" not in r.stderr
     assert int(r.stdout.split()[-1]) < 160 * 1024, "more than 160 MiB peak RSS for a refused 40-part join"
+
+
+def test_inspect_refuses_an_endless_device_unread() -> None:
+    r = _run("inspect", "/dev/zero+/dev/zero")
+    assert r.returncode != 0 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "/dev/zero: it is a character device, not a regular file" in r.stderr

@@ -1,4 +1,6 @@
-"""Output files are never written through a symbolic link planted in the output directory."""
+"""Output files are never written through a symbolic link planted in the output directory, and only
+ever create or replace regular files: a device node, a FIFO, a socket or a directory at the path is
+refused and left as it was."""
 
 from __future__ import annotations
 
@@ -7,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.files import KINDS, same, special
+from support.hang import fails_if_blocked
 
 from kvoffload_exporter.canary import evidence
 from kvoffload_exporter.cli import main
-from kvoffload_exporter.safewrite import write_file
+from kvoffload_exporter.safewrite import refusal, write_file
 
 
 def test_writes_atomically_and_leaves_no_temp_file(tmp_path: Path) -> None:
@@ -53,9 +57,10 @@ def test_bundle_out_refuses_a_planted_link(tmp_path: Path, capsys: pytest.Captur
     out = tmp_path / "out"
     (out / "docs").mkdir(parents=True)
     (out / "docs" / "metrics.md").symlink_to(victim)
-    assert main(["bundle", "--out", str(out)]) == 1
+    assert main(["bundle", "--out", str(out)]) == 2  # a bad path, found before anything is written
     assert victim.read_text() == "mine"
     assert "symbolic link" in capsys.readouterr().err
+    assert sorted(p.name for p in out.rglob("*")) == ["docs", "metrics.md"]
 
 
 def test_bundle_out_still_writes_a_fresh_directory(tmp_path: Path) -> None:
@@ -76,3 +81,50 @@ def test_check_json_refuses_a_symlinked_path(tmp_path: Path) -> None:
     assert victim.read_text() == "mine"
     evidence.write(_evidence({"verdict": "x"}), str(tmp_path / "plain.json"), None)
     assert '"verdict": "x"' in (tmp_path / "plain.json").read_text()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_non_regular_target_is_refused_and_left_as_it_was(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / "check.json"
+    with special(target, kind):
+        before = os.lstat(target)
+        assert refusal(target) is not None and "not a regular file" in str(refusal(target))
+        with pytest.raises(OSError, match="not a regular file"):
+            write_file(target, "{}")
+        assert same(target, before)
+        assert sorted(os.listdir(tmp_path)) == ["check.json"]  # no temp file left behind
+
+
+def test_refusal_is_none_for_what_can_be_written(tmp_path: Path) -> None:
+    assert refusal(tmp_path / "new.json") is None
+    (tmp_path / "old.json").write_text("x")
+    assert refusal(tmp_path / "old.json") is None
+    assert refusal("a/b/c.txt", root=tmp_path / "fresh") is None
+    (tmp_path / "file").write_text("x")
+    assert "not a directory" in str(refusal("c.txt", root=tmp_path / "file"))
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "alerts").write_text("x")
+    assert "not a directory" in str(refusal("alerts/rules.yaml", root=tmp_path / "sub"))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_bundle_out_refuses_a_planted_special_file_before_writing_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    out = tmp_path / "out"
+    (out / "docs").mkdir(parents=True)
+    with special(out / "docs" / "metrics.md", kind):
+        before = os.lstat(out / "docs" / "metrics.md")
+        assert main(["bundle", "--out", str(out)]) == 2
+        assert same(out / "docs" / "metrics.md", before)
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "not a regular file" in err
+    assert sorted(p.name for p in out.rglob("*")) == ["docs", "metrics.md"]
+
+
+def test_bundle_check_does_not_wait_on_a_planted_fifo(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "docs").mkdir(parents=True)
+    os.mkfifo(out / "docs" / "metrics.md")  # no writer: a blocking open would wait forever
+    with fails_if_blocked():
+        assert main(["bundle", "--out", str(out), "--check"]) == 1  # stale, not stuck

@@ -6,12 +6,15 @@ may contain `{role}`, then its renderer returns one text per role (target, contr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from kvoffload_exporter import safewrite
 from kvoffload_exporter.canary import png
@@ -61,29 +64,57 @@ def _plot(ev: Evidence) -> bytes:
 
 Render = Callable[[Evidence], str | bytes | Mapping[str, str]]
 
-FILES: tuple[tuple[str, Render], ...] = (
+FILES: tuple[tuple[str, Render], ...] = (  # the order they are written in: the verdict first, the bulk last
+    ("report.json", lambda ev: _json(ev.doc)),
+    ("report.txt", lambda ev: ev.text),
+    ("conditions.json", _conditions),
+    ("cycles.json", lambda ev: json.dumps(ev.result.cycles(), indent=2) + "\n"),
+    ("phases.jsonl", lambda ev: _jsonl(ev.result.phases())),
+    ("requests.jsonl", lambda ev: _jsonl([asdict(r) for r in ev.result.engine.requests])),
+    ("ttft.png", _plot),
     ("{role}_metrics_before.prom", lambda ev: ev.result.engine.first_snapshot),
     ("{role}_metrics_after.prom", lambda ev: ev.result.after),
-    ("requests.jsonl", lambda ev: _jsonl([asdict(r) for r in ev.result.engine.requests])),
-    ("phases.jsonl", lambda ev: _jsonl(ev.result.phases())),
-    ("cycles.json", lambda ev: json.dumps(ev.result.cycles(), indent=2) + "\n"),
-    ("conditions.json", _conditions),
-    ("report.txt", lambda ev: ev.text),
-    ("report.json", lambda ev: _json(ev.doc)),
-    ("ttft.png", _plot),
 )
+ROLES = ("target", "control")
+INCOMPLETE = "INCOMPLETE.txt"
+"""Written into a bundle that could not be written whole (disk full, `ulimit -f`): what is missing and why."""
+STDOUT = ("-", "/dev/stdout")
+"""`--json` values that mean standard output: written to the open descriptor, never renamed over."""
+
+
+class IncompleteBundle(OSError):
+    """Some files of the bundle were not written; the rest were, and INCOMPLETE.txt says which."""
+
+
+def path_refusals(json_path: str | None, out_dir: str | None) -> list[str]:
+    """Output paths that would be refused (a link, a device, a FIFO, a socket, a directory where a file
+    goes): `check` asks before its first request, so a bad path costs nothing."""
+    errors = []
+    if json_path and json_path not in STDOUT:
+        why = safewrite.refusal(json_path)
+        if why:
+            why = why.removeprefix(f"{json_path} ")
+            errors.append(f"--json: cannot write {json_path}: it {why} (--json - writes to standard output)")
+    if out_dir:
+        names = [n.format(role=r) for n, _ in FILES for r in (ROLES if "{role}" in n else ("",))] + [INCOMPLETE]
+        for why in filter(None, (safewrite.refusal(n, root=out_dir) for n in names)):
+            errors.append(f"--out: cannot write the bundle into {out_dir}: {why}")
+            break
+    return errors
 
 
 def _write(path: Path, data: str | bytes) -> None:
-    """One file, written inside the directory (temp file + rename; a symlinked target is refused); text is
-    scrubbed of secrets once more on the way out (the client already did)."""
+    """One file, written inside the directory (temp file + rename; a symlinked or non-regular target is
+    refused); text is scrubbed of secrets once more on the way out (the client already did)."""
     safewrite.write_file(path, data if isinstance(data, bytes) else scrub(data))
 
 
 def write_bundle(out: Path, ev: Evidence) -> list[Path]:
-    """Every file of FILES under `out`; returns the paths written. A file that cannot be rendered is
-    left out (logged) rather than costing the others: the report and the JSON are always written."""
-    written = []
+    """Every file of FILES under `out`, in FILES' order; returns the paths written. A file that cannot be
+    rendered is left out (logged) rather than costing the others. A file that cannot be written (disk
+    full, `ulimit -f`) does not stop the rest either: INCOMPLETE.txt then lists what is missing and
+    IncompleteBundle is raised; a complete bundle removes an INCOMPLETE.txt left by an earlier run."""
+    written, failed = [], []
     for name, render in FILES:
         try:
             data = render(ev)
@@ -93,26 +124,67 @@ def write_bundle(out: Path, ev: Evidence) -> list[Path]:
         items = data.items() if isinstance(data, Mapping) else [("", data)]
         for role, content in items:
             path = out / name.format(role=role)
-            _write(path, content)
+            try:
+                _write(path, content)
+            except OSError as e:
+                failed.append((path.name, e.strerror or str(e)))
+                continue
             written.append(path)
-    return written
+    if not failed:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(out / INCOMPLETE)
+        return written
+    reasons = sorted({why for _, why in failed})
+    lines = [f"incomplete: {len(failed)} of {len(failed) + len(written)} files not written"]
+    lines += [f"{name}: {why}" for name, why in failed]
+    try:
+        _write(out / INCOMPLETE, "\n".join(lines) + "\n")
+        where = f"; see {out / INCOMPLETE}"
+    except OSError:
+        where = f"; {INCOMPLETE} could not be written either"
+    raise IncompleteBundle(
+        f"evidence bundle {out} incomplete: {len(failed)} of {len(failed) + len(written)} files not written "
+        f"({', '.join(reasons)}){where}",
+    )
 
 
-def write(ev: Evidence, json_path: str | None, out_dir: str | None) -> None:
-    """`--json` and `--out`, each when given (OSError propagates: the command reports it)."""
+def _write_json(doc: dict[str, Any], json_path: str, stdout: TextIO | None) -> None:
+    if json_path in STDOUT:
+        out = stdout or sys.stdout
+        out.write(scrub(_json(doc)))
+        out.flush()
+    else:
+        _write(Path(json_path), _json(doc))
+
+
+def write(ev: Evidence, json_path: str | None, out_dir: str | None, stdout: TextIO | None = None) -> None:
+    """`--json` (first: the verdict survives a bundle that does not fit) and `--out`, each when given
+    (OSError propagates: the command reports it). `--json -` or `/dev/stdout` writes to `stdout`."""
     if json_path:
-        _write(Path(json_path), _json(ev.doc))
+        _write_json(ev.doc, json_path, stdout)
     if out_dir:
         write_bundle(Path(out_dir), ev)
 
 
-def write_error(doc: dict[str, Any], text: str, json_path: str | None, out_dir: str | None) -> None:
+def write_error(
+    doc: dict[str, Any], text: str, json_path: str | None, out_dir: str | None, stdout: TextIO | None = None
+) -> None:
     """When the run itself failed: `--json`, and report.json and report.txt of the bundle."""
     if json_path:
-        _write(Path(json_path), _json(doc))
+        _write_json(doc, json_path, stdout)
     if out_dir:
         _write(Path(out_dir) / "report.json", _json(doc))
         _write(Path(out_dir) / "report.txt", text)
 
 
-__all__ = ["FILES", "Evidence", "write", "write_bundle", "write_error"]
+__all__ = [
+    "FILES",
+    "INCOMPLETE",
+    "STDOUT",
+    "Evidence",
+    "IncompleteBundle",
+    "path_refusals",
+    "write",
+    "write_bundle",
+    "write_error",
+]

@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import secrets
+from contextlib import suppress
 from pathlib import Path
 from urllib.parse import quote
 
@@ -83,13 +84,33 @@ class SecretError(Exception):
     pass
 
 
+class SecretPathError(SecretError):
+    """The file named for a secret is not one to read or create (a FIFO, a device, a dangling link, a
+    file too short to be a secret): a bad path, refused before anything is sent."""
+
+
+MAX_API_KEY_BYTES = 64 * 1024
+MAX_SECRET_BYTES = 4 * 1024
+MIN_SECRET_BYTES = 16
+
+
+def _read(path: str | Path, max_bytes: int, what: str) -> bytes:
+    from kvoffload_exporter.saferead import FileRefused, read_regular  # the file loaders' own helper
+
+    try:
+        return read_regular(path, max_bytes)
+    except FileRefused as e:
+        if e.strerror:
+            raise SecretError(f"cannot read {what} {path}: {e.strerror}") from None
+        raise SecretPathError(f"{what} {path} {e}") from None
+
+
 def load_api_key(path: str | None, env: str = "KVOFFLOAD_API_KEY") -> ApiKey | None:
-    """From the file when given (first line, stripped), else from the environment variable, else None."""
+    """From the file when given (first line, stripped), else from the environment variable, else None.
+    The file is read as a regular file under 64 KiB (kvoffload_exporter.saferead): a FIFO never blocks."""
     if path:
         try:
-            value = Path(path).read_text(encoding="utf-8").strip().splitlines()
-        except OSError as e:
-            raise SecretError(f"cannot read API key file {path}: {e.strerror}") from None
+            value = _read(path, MAX_API_KEY_BYTES, "API key file").decode("utf-8").strip().splitlines()
         except UnicodeDecodeError:
             raise SecretError(f"API key file {path} is not UTF-8 text") from None
         if not value or not value[0].strip():
@@ -108,22 +129,41 @@ def load_or_create_secret(path: str | None = None) -> bytes:
     """The installation's salt secret: read it, or create 32 random bytes (mode 0600) on first use.
 
     Fixed per installation so the salt family stays stable across restarts (canary blocks never mix
-    with users' blocks, and an operator can recognise them), secret so users cannot share them."""
+    with users' blocks, and an operator can recognise them), secret so users cannot share them.
+    Read as a regular file under 4 KiB (a link to one is followed: mounted secrets are links); created
+    only where nothing is (O_CREAT | O_EXCL | O_NOFOLLOW), so a link is never written through, a
+    dangling one is refused, and a short file is refused rather than truncated and re-created."""
     p = Path(path) if path else default_secret_path()
-    try:
-        data = p.read_bytes().strip()
-        if len(data) >= 16:
-            return data
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        raise SecretError(f"cannot read canary secret {p}: {e.strerror}") from None
+    if not os.path.lexists(p):
+        created = _create(p)
+        if created is not None:
+            return created
+    if not os.path.exists(p):  # lexists but not exists: a link pointing nowhere
+        raise SecretPathError(f"canary secret {p} is a symbolic link to nothing: refusing to create its target")
+    data = _read(p, MAX_SECRET_BYTES, "canary secret").strip()
+    if len(data) < MIN_SECRET_BYTES:
+        raise SecretPathError(
+            f"canary secret {p} holds {len(data)} bytes, fewer than {MIN_SECRET_BYTES}: "
+            "not a secret this program wrote (remove it to create a new one)"
+        )
+    return data
+
+
+def _create(p: Path) -> bytes | None:
+    """A new secret in a new file, or None when something appeared at `p` first (it is read instead)."""
     data = secrets.token_hex(32).encode()
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return None
+    except OSError as e:
+        raise SecretError(f"cannot create canary secret {p}: {e.strerror} (set canary.secret_file)") from None
+    try:
         with os.fdopen(fd, "wb") as f:
             f.write(data + b"\n")
-    except OSError as e:
+    except OSError as e:  # a disk full: no short file left behind to be refused next time
+        with suppress(OSError):
+            os.unlink(p)
         raise SecretError(f"cannot create canary secret {p}: {e.strerror} (set canary.secret_file)") from None
     return data

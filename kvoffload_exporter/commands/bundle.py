@@ -8,7 +8,8 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from kvoffload_exporter.safewrite import write_file
+from kvoffload_exporter.saferead import FileRefused, read_regular
+from kvoffload_exporter.safewrite import refusal, write_file
 
 if TYPE_CHECKING:
     from kvoffload_exporter.bundle.settings import Settings
@@ -93,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"kvoffload-exporter bundle: {e}", file=sys.stderr)
         return 2
+    refused = None if args.check else next(filter(None, (refusal(rel, root=args.out) for rel in files)), None)
+    if refused:  # before the first file: a bundle is written whole or not at all for a bad path
+        print(f"kvoffload-exporter bundle: cannot write under {args.out}: {refused}", file=sys.stderr)
+        return 2
     try:
         stale = _write_or_compare(files, args.out, args.check)
     except OSError as e:
@@ -110,10 +115,8 @@ def _readme(out: str) -> dict[str, str]:
     """DIR/README.md with its generated blocks re-rendered, when it has any (a checkout); else nothing."""
     from kvoffload_exporter.bundle import readme
 
-    try:
-        with open(os.path.join(out, readme.PATH), encoding="utf-8") as f:
-            text = f.read()
-    except OSError:
+    text = _existing(os.path.join(out, readme.PATH))
+    if text is None:
         return {}
     return {readme.PATH: readme.patch(text)} if readme.has_blocks(text) else {}
 
@@ -124,12 +127,21 @@ def _write_or_compare(files: dict[str, str], out: str, check: bool) -> list[str]
     for rel, text in files.items():
         path = os.path.join(out, rel)
         if check:
-            try:
-                with open(path, encoding="utf-8") as f:
-                    if f.read() != text:
-                        stale.append(rel)
-            except FileNotFoundError:
+            if _existing(path) != text:  # missing, not a regular file, or different
                 stale.append(rel)
             continue
         write_file(rel, text, root=out)  # never through a link planted under `out`
     return stale
+
+
+MAX_EXISTING_BYTES = 16 << 20
+"""A generated file is well under a MiB; what is larger is not one of ours."""
+
+
+def _existing(path: str) -> str | None:
+    """The text of a file already under DIR, or None: read as a regular file under a cap (a FIFO planted
+    there is refused, never waited on)."""
+    try:
+        return read_regular(path, MAX_EXISTING_BYTES).decode("utf-8")
+    except (FileRefused, UnicodeDecodeError):
+        return None

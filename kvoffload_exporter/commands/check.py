@@ -55,7 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="displace the prefix with filler requests (evicts users' GPU cache: staging only); "
         "without it the wait strategy lets real traffic evict it",
     )
-    p.add_argument("--json", metavar="FILE", help="write the verdict document here")
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help="write the verdict document here (a regular file; - or /dev/stdout: standard output, and the "
+        "report goes to stderr)",
+    )
     p.add_argument("--out", metavar="DIR", help="write the evidence bundle into this directory")
     p.add_argument("--quiet", action="store_true", help="no live progress on stderr")
     p.add_argument(
@@ -169,7 +174,7 @@ async def run_check(
     """
     from kvoffload_exporter.canary import checkreport, checkrun, evidence, report
     from kvoffload_exporter.canary.client import open_client
-    from kvoffload_exporter.canary.secrets import SecretError, scrub
+    from kvoffload_exporter.canary.secrets import SecretError, SecretPathError, scrub
     from kvoffload_exporter.canary.sweep import SweepRequest
 
     try:
@@ -180,7 +185,7 @@ async def run_check(
         keys = checkrun.load_keys(settings, stderr)
     except (ConfigError, SecretError) as e:
         print(f"kvoffload-exporter check: {checkrun.redact(str(e))}", file=stderr)
-        code = 2 if isinstance(e, ConfigError) else 3  # a bad flag value or output path is a usage error
+        code = 2 if isinstance(e, ConfigError | SecretPathError) else 3  # a bad flag value or path: usage
         return code, {**checkreport.error_document(str(e)), "exit_code": code}
     sweep = None
     if args.concurrency:
@@ -199,13 +204,13 @@ async def run_check(
     except Exception as e:  # a bug or an answer nothing foresaw: exit 3, with the report
         doc = {**checkreport.error_document(f"internal error ({type(e).__name__})"), "exit_code": 3}
         print(f"kvoffload-exporter check: {scrub(str(doc['why']))}", file=stderr)
-        evidence.write_error(doc, scrub(report.text(doc)), args.json, args.out)
+        evidence.write_error(doc, scrub(report.text(doc)), args.json, args.out, stdout)
         return 3, doc
     if result.ran:  # nothing ran (preflight failed): the one-line error on stderr is the whole answer
-        stdout.write(text)
+        (stderr if args.json in evidence.STDOUT else stdout).write(text)  # `--json -`: stdout is the JSON
     if doc.get("verdict") == "error":
         print(f"kvoffload-exporter check: {scrub(str(doc['why']))}", file=stderr)
-    evidence.write(evidence.Evidence(result, doc, text, _public_argv(args)), args.json, args.out)
+    evidence.write(evidence.Evidence(result, doc, text, _public_argv(args)), args.json, args.out, stdout)
     return int(doc["exit_code"]), doc
 
 
@@ -230,16 +235,19 @@ def _writable(directory: Path) -> str | None:
 
 def _usage_errors(args: argparse.Namespace) -> list[str]:
     """Output paths (and the sweep's precondition), checked before the first request (exit 2); the URLs
-    were checked with the settings."""
-    errors = []
-    if args.json:
+    were checked with the settings. A path that is a link, a device, a FIFO, a socket or a directory
+    where a file goes is refused (canary.evidence.path_refusals); `--json -` is standard output."""
+    from kvoffload_exporter.canary.evidence import STDOUT, path_refusals
+
+    errors = path_refusals(args.json, args.out)
+    if args.json and args.json not in STDOUT and not any(e.startswith("--json") for e in errors):
         p = Path(args.json)
-        why = f"{p} is a directory" if p.is_dir() else _writable(p.parent)
+        why = _writable(p.parent)
         if why or (p.exists() and not os.access(p, os.W_OK)):
             errors.append(f"--json: cannot write {p}: {why or 'not writable'}")
-    if args.out:
+    if args.out and not any(e.startswith("--out") for e in errors):
         p = Path(args.out)
-        why = "it exists and is not a directory" if p.exists() and not p.is_dir() else _writable(p)
+        why = _writable(p)
         if why:
             errors.append(f"--out: cannot write the bundle into {p}: {why}")
     if args.concurrency and not args.allow_pressure:

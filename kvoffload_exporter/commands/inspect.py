@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -15,6 +16,7 @@ from kvoffload_exporter.derive.reasons import HINTS
 from kvoffload_exporter.ingest.exposition import ParseError, join_bodies
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.snapshot import Snapshot
+from kvoffload_exporter.saferead import FileRefused, read_regular
 
 ORDER = 20
 
@@ -36,15 +38,25 @@ MAX_FILE_BYTES = Config().max_body_bytes
 """The exporter's body cap: a dump larger than a poll would accept is refused, not read."""
 
 
+class _TooLarge(Exception):
+    """A file (or a part of a join) past what the cap has left: refused with the whole path's name."""
+
+
 def _read(path: str, room: int = MAX_FILE_BYTES) -> bytes:
-    """At most `room` + 1 bytes of a file or, for `-`, of standard input (`curl … | inspect -`)."""
+    """At most `room` + 1 bytes of a file or, for `-`, of standard input (`curl … | inspect -`).
+
+    A file must be a regular one (kvoffload_exporter.saferead): a FIFO is refused at once instead of
+    waiting for a writer, a device is never read; a pipe comes in as `-`."""
     if path == "-":
         return sys.stdin.buffer.read(room + 1)
     try:
-        with open(path, "rb") as f:
-            return f.read(room + 1)
-    except OSError as e:
-        raise SystemExit(f"kvoffload-exporter inspect: cannot read {path}: {e.strerror}") from None
+        return read_regular(path, room)
+    except FileRefused as e:
+        if e.strerror:
+            raise SystemExit(f"kvoffload-exporter inspect: cannot read {path}: {e.strerror}") from None
+        if "cap" in str(e):
+            raise _TooLarge from None
+        raise SystemExit(f"kvoffload-exporter inspect: cannot read {path}: it {e} (use - for a pipe)") from None
 
 
 def _read_all(path: str) -> list[bytes]:
@@ -62,9 +74,12 @@ def _read_all(path: str) -> list[bytes]:
 
 def _load(path: str) -> Snapshot:
     """Read one dump (or `a+b`) under the exporter's caps (file size, kvoffload_exporter.config.limits defaults)."""
-    parts = _read_all(path)
+    try:
+        parts = _read_all(path)
+    except _TooLarge:
+        parts = []
     path = "standard input" if path == "-" else path
-    if sum(map(len, parts)) + len(parts) - 1 > MAX_FILE_BYTES:
+    if not parts or sum(map(len, parts)) + len(parts) - 1 > MAX_FILE_BYTES:
         raise SystemExit(f"kvoffload-exporter inspect: {path} is larger than {MAX_FILE_BYTES} bytes")
     try:
         text = join_bodies([p.decode("utf-8") for p in parts])
@@ -77,6 +92,21 @@ def _load(path: str) -> Snapshot:
     if not snap.families:
         raise SystemExit(f"kvoffload-exporter inspect: {path} contains no vllm: metrics")
     return snap
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(v: Any) -> Any:
+    """Every string in `v` with control characters written as escapes (`\\x1b`): a label value read
+    from a dump is the target's text, and an ANSI sequence in it must not reach the terminal."""
+    if isinstance(v, str):
+        return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], v)
+    if isinstance(v, dict):
+        return {_escape(k): _escape(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_escape(x) for x in v]
+    return v
 
 
 def _fmt(v: Any) -> str:
@@ -105,7 +135,7 @@ def went_backwards(before: Snapshot, after: Snapshot) -> list[str]:
             if k in b.prompt_tokens_by_source
         )
         if down or (a.ttft is not None and b.ttft is not None and a.ttft.count < b.ttft.count):
-            out.append(f"{a.model_name}/{a.engine}")
+            out.append(_escape(f"{a.model_name}/{a.engine}"))
     return out
 
 
@@ -142,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=2, sort_keys=True, allow_nan=False)
         print()
         return 0
+    doc = _escape(doc)  # text for a terminal: JSON escapes control characters itself
     mode = "interval (after - before)" if before else "cumulative since engine start"
     print(
         f"{mode}; offload metric generation: {doc['generation']}"

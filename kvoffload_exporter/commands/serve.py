@@ -50,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         action="append",
         default=[],
         metavar="URL",
-        help="vLLM base URL, e.g. http://127.0.0.1:8000 (repeatable; user:pass@ is used as basic auth)",
+        help="vLLM base URL, e.g. http://127.0.0.1:8000 (repeatable; user:pass@ is used as basic auth but is "
+        "visible to every local user in ps: prefer username + password_file in --config)",
     )
     p.add_argument("--config", metavar="FILE", help="YAML config file (flags override it; SIGHUP reloads it)")
     p.add_argument("--config-check", action="store_true", help="validate the configuration and exit")

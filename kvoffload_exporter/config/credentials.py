@@ -6,10 +6,10 @@ only `header()` (and `TargetConfig.source_auth()`) hand it to the HTTP source.""
 from __future__ import annotations
 
 import base64
-import os
-import stat
 from dataclasses import dataclass, field
 from urllib.parse import unquote
+
+from kvoffload_exporter.saferead import FileRefused, read_regular
 
 
 @dataclass(frozen=True)
@@ -38,24 +38,22 @@ MAX_SECRET_BYTES = 64 * 1024
 
 def _read_secret(path: str, what: str, where: str, errors: list[str]) -> str | None:
     """The file's text, stripped; a FIFO, a device (`/dev/zero`) or a file over 64 KiB is refused
-    unread, and no error shows a byte of the file."""
+    unread (kvoffload_exporter.saferead), and so is a value with a line break or another control
+    character inside: it cannot be sent in a header. No error shows a byte of the file."""
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer (regular files ignore the flag)
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                errors.append(f"{where} {what} {path} is not a regular file")
-                return None
-            data = f.read(MAX_SECRET_BYTES + 1)
-        value = data.decode("utf-8").strip()
-    except (OSError, UnicodeDecodeError) as e:
-        errors.append(f"{where} cannot read {what} {path}: {getattr(e, 'strerror', None) or 'not UTF-8 text'}")
+        value = read_regular(path, MAX_SECRET_BYTES).decode("utf-8").strip()
+    except FileRefused as e:
+        why = f"cannot read {what} {path}: {e.strerror}" if e.strerror else f"{what} {path} {e}"
+        errors.append(f"{where} {why}")
         return None
-    if len(data) > MAX_SECRET_BYTES:
-        errors.append(f"{where} {what} {path} is over {MAX_SECRET_BYTES:,} bytes")
+    except UnicodeDecodeError:
+        errors.append(f"{where} {what} {path}: not UTF-8 text")
         return None
     if not value:
         errors.append(f"{where} {what} {path} is empty")
+        return None
+    if any(c < " " or "\x7f" <= c <= "\x9f" for c in value):
+        errors.append(f"{where} {what} {path} holds a line break or another control character (one line only)")
         return None
     return value
 

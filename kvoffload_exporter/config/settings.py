@@ -46,14 +46,22 @@ MAX_POLLS_PER_WINDOW = 100_000  # points of history per target: bounds memory
 
 @dataclass(frozen=True)
 class TargetConfig:
-    url: str = setting("", base_url, "base URL of the vLLM OpenAI server, e.g. http://127.0.0.1:8000", env=False)
+    url: str = setting(
+        "",
+        base_url,
+        "base URL of the vLLM OpenAI server, e.g. http://127.0.0.1:8000; user:password@ in it is basic auth, "
+        "but in `--target` every local user sees it in `ps`: use username + password_file",
+        env=False,
+    )
     name: str = setting("", string(), "`target` label (default: host:port)", env=False)
     pid: int | None = setting(None, integer(1), "vLLM API-server PID for memory gauges", env=False)
     pidfile: str | None = setting(None, string(), "file holding that PID", env=False)
     port: int | None = setting(None, integer(1, 65535), "find the vLLM process by this port", env=False)
     tier_bytes: float | None = setting(None, number(0, lo_open=True), "configured CPU-tier bytes", env=False)
     username: str | None = setting(None, string(), "basic auth user (with password_file)", env=False)
-    password_file: str | None = setting(None, file_path, "file holding the basic auth password", env=False)
+    password_file: str | None = setting(
+        None, file_path, "file holding the basic auth password (kept out of `ps`, the config and the URL)", env=False
+    )
     bearer_token_file: str | None = setting(None, file_path, "file holding a bearer token", env=False)
     extra_metrics_urls: tuple[str, ...] = setting(
         (),

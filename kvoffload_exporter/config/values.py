@@ -41,9 +41,19 @@ def file_path(v: object, text: bool) -> object:
     return v
 
 
+_PLAIN_PATH = re.compile(r"/[A-Za-z0-9._~!$&'()*+,;=:@/-]{0,1023}")
+"""A literal URL path: no `{…}` (a route template would serve the metrics at `/x/<anything>`), no `%`
+escapes, spaces, `?`, `#`, backslashes or control characters."""
+
+
 def http_path(v: object, text: bool) -> object:
-    if not isinstance(v, str) or not v.startswith("/") or any(c in v for c in " ?#"):
-        raise ValueError(f"must be a URL path starting with /, got {v!r}")
+    if not isinstance(v, str) or not v.startswith("/"):
+        raise ValueError(f"must be a URL path starting with /, got {v!a}")
+    if not _PLAIN_PATH.fullmatch(v):
+        raise ValueError(
+            f"must be a plain URL path (letters, digits and -._~!$&'()*+,;=:@/; no {{}}, %, spaces, ? or #), "
+            f"got {ascii(v)[:80]}"
+        )
     return v
 
 

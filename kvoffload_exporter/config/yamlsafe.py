@@ -1,6 +1,7 @@
 """YAML from operators' files that cannot take the process down or leak what it read.
 
-- a size cap, checked on the open file before anything is parsed;
+- regular files only, a size cap checked on the open file before anything is parsed;
+- duplicate keys refused (YAML keeps the last silently; Prometheus refuses them too);
 - aliases (`*name`) refused: a 405-byte "billion laughs" file expands to gigabytes otherwise, and no
   setting of ours needs one (anchors alone are harmless and allowed);
 - errors name the file and the line only: PyYAML's messages quote what they read (a tag, a token),
@@ -12,15 +13,17 @@ second builds the value, both linear in the file size.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from kvoffload_exporter.saferead import FileRefused, read_regular
+
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_SHOWABLE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,39}")  # a setting's name; anything else is not echoed
 
 
 class YamlError(ValueError):
@@ -28,18 +31,13 @@ class YamlError(ValueError):
 
 
 def read_capped(path: str, max_bytes: int, what: str) -> str:
-    """The file's text, refused past `max_bytes` (the size is checked on the open file, then enforced
-    while reading, so a FIFO or a growing file cannot get past it)."""
+    """The file's text, refused past `max_bytes` or when it is not a regular file (a FIFO is refused
+    unopened, never waited on: kvoffload_exporter.saferead)."""
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size > max_bytes:
-                raise YamlError(f"{what} {path}: {size:,} bytes is over the {max_bytes:,}-byte cap")
-            data = f.read(max_bytes + 1)
-    except OSError as e:
-        raise YamlError(f"{what} {path}: cannot read: {e.strerror or type(e).__name__}") from None
-    if len(data) > max_bytes:
-        raise YamlError(f"{what} {path}: over the {max_bytes:,}-byte cap")
+        data = read_regular(path, max_bytes)
+    except FileRefused as e:
+        why = f": cannot read: {e.strerror}" if e.strerror else f" {e}"
+        raise YamlError(f"{what} {path}{why}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -66,6 +64,7 @@ def compose(text: str, where: str) -> Node | None:
                 line = getattr(event.start_mark, "line", -1) + 1
                 raise YamlError(f"{where} line {line}: YAML aliases (*name) are not allowed")
         node: Node | None = yaml.compose(text, Loader=_Loader)
+        _refuse_duplicate_keys(node, where)
     except YamlError:
         raise
     except yaml.YAMLError as e:
@@ -73,6 +72,26 @@ def compose(text: str, where: str) -> Node | None:
     except RecursionError:
         raise YamlError(f"{where}: nested too deeply") from None
     return node
+
+
+def _refuse_duplicate_keys(node: Node | None, where: str) -> None:
+    """A key twice in one mapping is refused, as Prometheus refuses it: YAML would keep the last one
+    silently (`targets:` twice drops the first list). Walked without recursion: depth is the file's."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, MappingNode):
+            seen: dict[str, int] = {}
+            for k, v in n.value:
+                if isinstance(k, ScalarNode):
+                    line = k.start_mark.line + 1
+                    if k.value in seen:
+                        shown = f" {k.value!r}" if _SHOWABLE_KEY.fullmatch(k.value) else ""
+                        raise YamlError(f"{where} line {line}: duplicate key{shown} (first on line {seen[k.value]})")
+                    seen[k.value] = line
+                stack += (k, v)
+        elif isinstance(n, SequenceNode):
+            stack += n.value
 
 
 def construct(node: Node | None, where: str) -> object:

@@ -11,6 +11,7 @@ import psutil
 from kvoffload_exporter.derive import procmem
 from kvoffload_exporter.derive.procmem import ProcSample, parse_status
 from kvoffload_exporter.ingest.snapshot import HostMemory, ProcessMemory, ProcessTreeMemory
+from kvoffload_exporter.saferead import FileRefused, read_regular
 
 __all__ = [
     "SmapsCache",
@@ -29,6 +30,18 @@ def _read(path: str) -> str | None:
         with open(path, encoding="ascii", errors="replace") as f:
             return f.read().strip()
     except OSError:
+        return None
+
+
+MAX_PIDFILE_BYTES = 4096
+
+
+def _read_pidfile(path: str) -> str | None:
+    """A pidfile is the operator's path, read every collection: a regular file under 4 KiB, never a FIFO
+    (the collector's thread would wait forever, and SIGTERM with it) nor `/dev/zero`."""
+    try:
+        return read_regular(path, MAX_PIDFILE_BYTES).decode("ascii", errors="replace").strip()
+    except FileRefused:
         return None
 
 
@@ -127,7 +140,7 @@ def pids_for(pid: int | None, pidfile: str | None, port: int | None) -> list[int
     which hold the engine and the pinned offload tier."""
     root = pid
     if root is None and pidfile:
-        text = _read(pidfile)
+        text = _read_pidfile(pidfile)
         root = int(text) if text and text.isdigit() else None
     if root is None and port:
         try:

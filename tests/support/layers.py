@@ -9,6 +9,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "kvoffload_exporter",
         "kvoffload_exporter.enums",
         "kvoffload_exporter.redact",
+        "kvoffload_exporter.saferead",
         "kvoffload_exporter.saferegex",
         "kvoffload_exporter.safewrite",
     ),
