@@ -81,6 +81,8 @@ class TargetPoller:
         self.canary: CanaryFacts | None = None  # from a plugin (Exporter.report_facts): refines the reasons
         self._lines = LineCache()  # the series this target sent before, read with one lookup each
         self.polled = asyncio.Event()  # set once the first poll finished (a /probe of a new target waits)
+        self._skew = 0.0  # added to clock() after it stepped back, so history time never does
+        self._last_now: tuple[float, float] | None = None  # (history time, timer()) of the last poll
 
     def _parse(self, text: str, now: float) -> Parsed:
         """CPU-bound part of a poll; a large body's runs in a worker thread (INLINE_PARSE_BYTES)."""
@@ -158,10 +160,23 @@ class TargetPoller:
             log.warning("target %s extra endpoint %s: %s", self.cfg.label, where, e, extra=fields)
             self._extra_logged[url] = e.reason
 
+    def _history_time(self, wall: float, mono: float) -> float:
+        """The time a poll's point is stamped with: the wall clock, except that a step back (NTP, an
+        operator's `date -s`) is replaced by the monotonic time elapsed since the last poll. Windows are
+        differences of these times: a wall clock set back an hour must not make them negative."""
+        if self._last_now is not None:
+            last, last_mono = self._last_now
+            if wall + self._skew < last:
+                self._skew = last + max(0.0, mono - last_mono) - wall
+        now = wall + self._skew
+        self._last_now = (now, mono)
+        return now
+
     async def poll_once(self, session: aiohttp.ClientSession) -> float:
         """Poll and rebuild this target's fragment; returns the poll's duration in seconds."""
         started = self.timer()
-        now = self.clock()
+        wall = self.clock()
+        now = self._history_time(wall, started)
         version = self.view.version
         hold = BODY_BUDGET.reserve()  # the bodies count against the process budget until parsed
         try:
@@ -187,10 +202,12 @@ class TargetPoller:
         self._last_error_logged = None
         if join_error is not None:
             self._extra_failed("", join_error, "bodies (read with vLLM's)")
-        self._succeeded(parsed, len(text), version, now, started)
+        self._succeeded(parsed, len(text), version, now, started, wall)
         return self.timer() - started
 
-    def _succeeded(self, parsed: Parsed, size: int, version: str | None, now: float, started: float) -> None:
+    def _succeeded(
+        self, parsed: Parsed, size: int, version: str | None, now: float, started: float, wall: float | None = None
+    ) -> None:
         snapshot, point, derived = parsed
         history.push(self.history, point)  # the point it supersedes is packed: ~13 → ~0.6 KiB
         self._set_view(
@@ -201,7 +218,7 @@ class TargetPoller:
                 errors=dict(self.errors),
                 duration=self.timer() - started,
                 body_bytes=size,
-                last_success=now,
+                last_success=now if wall is None else wall,  # the wall clock: Prometheus compares time()
                 version=version,
                 snapshot=snapshot,
                 derived=derived,
