@@ -138,7 +138,9 @@ class CanarySettings:
     max_samples: int = setting(50, integer(2), "rolling samples per path kept for the statistics")
     confidence: float = setting(0.95, number(0.5, 1, hi_open=True), "bootstrap confidence level")
     bootstrap: int = setting(2000, integer(100), "bootstrap resamples")
-    seed: int = setting(0, integer(0), "bootstrap seed", check_flag="--seed", metavar=_N)
+    seed: int = setting(
+        0, integer(0), "seed of the bootstrap and of each round's probe order", check_flag="--seed", metavar=_N
+    )
     recompute_control: bool = setting(
         True,
         boolean,
