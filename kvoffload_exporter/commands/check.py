@@ -76,6 +76,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "each burst is one observation, so fewer bursts give no interval)",
     )
     p.add_argument(
+        "--retry-deadline",
+        type=_deadline,
+        default=None,
+        metavar="DURATION",
+        help="how long rounds that keep failing (5xx, 429, timeouts) are retried with back-off before check "
+        "ends with exit 3 (default 45s); the same 4xx twice in a row ends it at once",
+    )
+    p.add_argument(
         "--allow-no-offload",
         action="store_true",
         help="measure even when preflight finds no offload metrics on the target (default: exit 3 at once)",
@@ -98,6 +106,15 @@ def _min_bursts(raw: str) -> int:
             "at one level)"
         )
     return n
+
+
+def _deadline(raw: str) -> float:
+    from kvoffload_exporter.config.schema import parse_duration
+
+    try:
+        return parse_duration(raw)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _levels(raw: str) -> tuple[int, ...]:
@@ -169,6 +186,7 @@ async def run_check(
     """
     from kvoffload_exporter.canary import checkreport, checkrun, evidence, report
     from kvoffload_exporter.canary.client import open_client
+    from kvoffload_exporter.canary.retries import DEFAULT_DEADLINE
     from kvoffload_exporter.canary.secrets import SecretError, scrub
     from kvoffload_exporter.canary.sweep import SweepRequest
 
@@ -189,7 +207,13 @@ async def run_check(
         # One decision per run: every level's interval (c = 1 included) is simultaneous over the run's levels.
         settings = replace(settings, confidence=sweep.per_level_confidence)
     req = checkrun.CheckRequest(
-        args.target, args.rounds, settings, quiet=args.quiet, sweep=sweep, allow_no_offload=args.allow_no_offload
+        args.target,
+        args.rounds,
+        settings,
+        quiet=args.quiet,
+        sweep=sweep,
+        allow_no_offload=args.allow_no_offload,
+        retry_deadline=DEFAULT_DEADLINE if args.retry_deadline is None else args.retry_deadline,
     )
     try:  # whatever the target answered, the report and the JSON are written, with the error
         async with open_client(keys.api_key, settings.request_timeout) as client:
