@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-from kvoffload_exporter.canary import retries, sweep
+from kvoffload_exporter.canary import diagnose, retries, sweep
 from kvoffload_exporter.canary.config import CanarySettings
 from kvoffload_exporter.canary.context import Sleep, Transport
 from kvoffload_exporter.canary.engine import CanaryEngine
@@ -28,6 +28,8 @@ from kvoffload_exporter.canary.secrets import ApiKey, SecretError, load_api_key,
 from kvoffload_exporter.canary.stats import CONTROL_ORDER
 from kvoffload_exporter.canary.sweepreport import Level
 from kvoffload_exporter.canary.types import CycleReason
+from kvoffload_exporter.ingest.exposition import ParseError
+from kvoffload_exporter.ingest.normalise import normalise
 
 PREFIX = "kvoffload-exporter check"
 
@@ -63,6 +65,7 @@ class CheckResult:
     error: str | None = None  # why there is no verdict (preflight failed, every round failed)
     after: dict[str, str] = field(default_factory=dict)  # role → closing /metrics text
     sweep: list[Level] = field(default_factory=list)
+    config_failure: diagnose.Failure | None = None  # the rounds stopped on a misconfigured tier
 
     @property
     def ran(self) -> bool:
@@ -221,10 +224,12 @@ def _failure_text(engine: CanaryEngine, streak: retries.Streak) -> str:
     return retries.gave_up_text(streak, last)
 
 
-async def _rounds(engine: CanaryEngine, req: CheckRequest, stderr: TextIO, sleep: Sleep) -> str | None:
-    """At least `rounds` completed cycles, then on until `min_samples` are counted (round_cap, budget). A
-    failed round is retried (retries.py) until a refusal is confirmed or the failing streak reaches the
-    deadline: then the error; also when no round completed."""
+async def _rounds(
+    engine: CanaryEngine, req: CheckRequest, stderr: TextIO, sleep: Sleep, stop: Callable[[], bool]
+) -> str | None:
+    """At least `rounds` completed cycles, then on until `min_samples` are counted (round_cap, budget), unless
+    `stop()` says otherwise after a completed round. A failed round is retried (retries.py) until a refusal is
+    confirmed or the failing streak reaches the deadline: then the error; also when no round completed."""
     need = engine.settings.min_samples
     cap = round_cap(req.rounds, need)
     done = errors = 0
@@ -247,9 +252,39 @@ async def _rounds(engine: CanaryEngine, req: CheckRequest, stderr: TextIO, sleep
             continue
         streak.success()
         done += 1
+        if stop():
+            break
     if done == 0 and errors:
         return f"every round failed ({errors}); last: {engine.cycles[-1].detail}"
     return None
+
+
+def _misconfigured(result: CheckResult, stderr: TextIO) -> bool:
+    """After a completed round: has the tier shown a configuration failure (diagnose.py)? Then it is kept in
+    the result, said on stderr, and the rounds stop."""
+    e, run_ = result.engine, result.engine.prepared
+    if run_ is None:
+        return False
+    first = e.first_snapshot.get("target")
+    try:
+        before = normalise(first) if first is not None else None
+    except ParseError:
+        before = None
+    failure = diagnose.config_failure(
+        before,
+        e.scrapes.last("target"),
+        run_.target.model,
+        e.cycles,
+        e.state.reason_facts(),
+        e.state.offload_hits_seen,
+        run_.sizing.prefix_tokens,
+        e.state.bytes_per_token,
+    )
+    if failure is None:
+        return False
+    result.config_failure = failure
+    print(f"{PREFIX}: stopping after {failure.revisits} rounds: {redact(failure.why)}", file=stderr, flush=True)
+    return True
 
 
 def rounds_level(engine: CanaryEngine, control: str, prefix_tokens: int) -> Level:
@@ -325,8 +360,8 @@ async def run(
                 f"~{engine.cycle_cost():,} tokens per round",
                 file=stderr,
             )
-        result.error = await _rounds(engine, req, stderr, raw_sleep)
-        if result.error is None and req.sweep is not None:
+        result.error = await _rounds(engine, req, stderr, raw_sleep, lambda: _misconfigured(result, stderr))
+        if result.error is None and result.config_failure is None and req.sweep is not None:
             verdict = engine.state.verdict
             control = verdict.control if verdict and verdict.control else sweep.control_of(run_)
             c1 = rounds_level(engine, control, run_.sizing.prefix_tokens)

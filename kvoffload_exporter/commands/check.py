@@ -1,8 +1,10 @@
 """`check`: the whole offload verification in one run — preflight, N canary rounds, verdict, evidence.
 
-Exit codes: 0 offload pays off (offload_faster), 1 it does not (offload_slower, or no_offload_hit),
-2 usage error (argparse, and output paths or target URLs refused before the first request), 3 could not
-run (preflight, a control serving another model, every round failed), 4 inconclusive. `--json FILE`
+Exit codes follow the run's one advice (canary.advice.EXIT_CODES): 0 offload pays off (keep), 1 it does
+not (disable or skip loads), 2 usage error (argparse, and output paths or target URLs refused before the
+first request), 3 could not run (preflight, a control serving another model, a refused completion, rounds
+failing past --retry-deadline) or the tier is misconfigured (grow_tier, check_connector), 4 inconclusive
+(measure_longer). `--json FILE`
 holds the machine-readable verdict, `--out DIR` the evidence bundle (both /metrics snapshots, every
 request, the conditions, the report and a TTFT plot); `--concurrency` adds the load sweep.
 
@@ -35,10 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "check",
         help="verify end to end whether KV offloading pays off (canary rounds and a verdict)",
         description="Preflight (/health, /v1/models, /version, /metrics), N canary rounds, a second /metrics "
-        "snapshot, then a verdict table and a TTFT plot. Exit codes: 0 offload pays off; 1 it does not (slower "
-        "than the control, or the tier never served a hit); 2 usage error (bad flags, output paths, target URL); "
-        "3 could not run (unreachable target, preflight, a control serving another model); 4 inconclusive "
-        "(too few samples, interval includes 0, nothing displaced the prefix).",
+        "snapshot, then a verdict table and a TTFT plot. Exit codes follow the advice: 0 offload pays off; 1 it "
+        "does not (slower than the control: disable or skip loads); 2 usage error (bad flags, output paths, target "
+        "URL); 3 could not run (unreachable target, preflight, a control serving another model, completions "
+        "refused or failing past --retry-deadline) or the tier is misconfigured (it never stores or never loads: "
+        "grow_tier, check_connector); 4 inconclusive (too few samples, interval includes 0, nothing displaced the "
+        "prefix).",
     )
     p.add_argument("--target", required=True, metavar="URL", help="vLLM base URL with the offload connector")
     p.add_argument(
