@@ -326,7 +326,7 @@ async def run(
     progress = Progress(stderr, req.rounds, req.quiet, s.min_samples)
     raw_sleep = sleep  # the retry waits say what they wait for themselves (_failed)
     if not req.quiet:
-        sleep = announced(sleep, stderr, "the canary's next step (wait-strategy idle time or a retry back-off)")
+        sleep = announced(sleep, stderr, "the canary's next step (a wait-strategy idle time, a load-sweep retry)")
     engine = CanaryEngine(
         req.target,
         s,
