@@ -101,9 +101,9 @@ async def test_store_without_load_is_ineffective(tmp_path: Path) -> None:
     code, doc, text, _ = await _run(
         tmp_path, "--rounds", "3", "--allow-pressure", sim={"faults": ("store-without-load",)}
     )
-    assert code == 4 and doc["verdict"] == "no_offload_hit"
-    assert doc["reasons"] == {"no_load": 3}
-    assert "no_offload_hit (exit 4)" in text
+    assert code == 3 and doc["verdict"] == "no_offload_hit"  # a connector problem, named: not "measure longer"
+    assert doc["reasons"] == {"no_load": 3} and doc["advice"]["action"] == "check_connector"
+    assert "no_offload_hit (exit 3)" in text
 
 
 async def test_budget_exhaustion_stops_early(tmp_path: Path) -> None:

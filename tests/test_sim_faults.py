@@ -55,7 +55,16 @@ def state_over(sim: Simulator, clock: ManualClock, action: Any) -> Any:
 def test_fault_names_and_arguments() -> None:
     assert str(parse_fault("rename=legacy-only")) == "rename=legacy-only"
     assert parse_fault("slow-load").number() == 10
-    for bad in ("nope", "rename=sideways", "slow-load=0", "metrics-huge=x", "restart=-1"):
+    assert parse_fault("completions-status").number() == 503
+    for bad in (
+        "nope",
+        "rename=sideways",
+        "slow-load=0",
+        "metrics-huge=x",
+        "restart=-1",
+        "completions-status=200",
+        "completions-status=4xx",
+    ):
         with pytest.raises(FaultError):
             parse_fault(bad)
     assert set(FAULTS) == {
@@ -69,6 +78,7 @@ def test_fault_names_and_arguments() -> None:
         "metrics-truncated",
         "metrics-huge",
         "down",
+        "completions-status",
     }
 
 
@@ -210,6 +220,19 @@ async def test_down_drops_every_endpoint_but_admin(live: Any) -> None:
                 await resp.read()
     async with session.get(url + "/_sim/faults") as resp:
         assert (await resp.json())["active"] == ["down"]
+
+
+@pytest.mark.parametrize("code", [400, 503])
+async def test_completions_status_answers_every_completion_with_it(live: Any, code: int) -> None:
+    _, url, session = live
+    await _faults(session, url, add=[f"completions-status={code}"])
+    body = {"model": "any", "prompt": [1, 2, 3], "max_tokens": 1}
+    async with session.post(url + "/v1/completions", json=body) as resp:
+        assert resp.status == code
+        err = (await resp.json())["error"]
+    assert err["code"] == code and str(code) in err["message"]
+    async with session.get(url + "/health") as resp:  # only completions are refused
+        assert resp.status == 200
 
 
 async def test_admin_endpoint_rejects_bad_requests(live: Any) -> None:

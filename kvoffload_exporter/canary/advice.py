@@ -25,6 +25,7 @@ class Action(StrEnum):
     GROW_TIER = "grow_tier"
     SHRINK_TIER = "shrink_tier"
     MEASURE_LONGER = "measure_longer"
+    CHECK_CONNECTOR = "check_connector"  # stores or lookups fail without a size problem (canary/diagnose.py)
 
 
 EXIT_CODES: dict[Action, int] = {
@@ -34,6 +35,7 @@ EXIT_CODES: dict[Action, int] = {
     Action.SKIP_LOADS_BELOW: 1,
     Action.GROW_TIER: 3,
     Action.MEASURE_LONGER: 4,
+    Action.CHECK_CONNECTOR: 3,
 }
 """`check`'s exit code follows the run's one advice, never a single level: 0 keep the tier, 1 offload does not
 pay (disable or skip loads), 3 the tier is misconfigured (or the run could not measure: `exit_code`),
@@ -74,6 +76,7 @@ class Evidence:
     payback_why: str | None = None
     state_reasons: tuple[str, ...] = ()  # the exporter's state reasons over the run, per engine
     error: str | None = None
+    config_failure: Advice | None = None  # the run stopped on a misconfigured tier (canary/diagnose.py)
 
 
 def _cs(cs: Sequence[int]) -> str:
@@ -180,6 +183,8 @@ def advise(ev: Evidence) -> Advice:
     """The run's one advice."""
     if ev.error is not None:
         return Advice(Action.MEASURE_LONGER, None, f"the run could not measure ({ev.error}): fix that and re-run")
+    if ev.config_failure is not None:  # named by the exporter's own reason, with the fix: never measure longer
+        return ev.config_failure
     if "tier_smaller_than_prefix" in ev.state_reasons:
         return Advice(
             Action.GROW_TIER,

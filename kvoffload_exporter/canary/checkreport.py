@@ -128,8 +128,15 @@ def _advice(doc: dict[str, Any], result: CheckResult) -> Advice:
             payback_why=rec.get("why"),
             state_reasons=tuple(str(e["state_reason"]) for e in engines if e.get("state_reason")),
             error=result.error,
+            config_failure=_config_failure(result),
         )
     )
+
+
+def _config_failure(result: CheckResult) -> Advice | None:
+    """The fix for a tier the rounds stopped on (canary/diagnose.py), as the run's advice."""
+    f = result.config_failure
+    return Advice(f.action, None, redact(f.why)) if f is not None else None
 
 
 def document(result: CheckResult) -> dict[str, Any]:
@@ -160,6 +167,8 @@ def document(result: CheckResult) -> dict[str, Any]:
     )
     _sweep(doc, result)
     _explain(doc, result)
+    failure = result.config_failure
+    doc["configuration_failure"] = json.loads(redact(json.dumps(failure.as_dict()))) if failure else None
     if doc.get("conditions"):  # no user:password@ of a URL in any file
         doc["conditions"] = json.loads(redact(json.dumps(doc["conditions"])))
     before, after = result.engine.first_snapshot.get("target"), result.after.get("target")

@@ -17,17 +17,19 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-from kvoffload_exporter.canary import sweep
+from kvoffload_exporter.canary import diagnose, retries, sweep
 from kvoffload_exporter.canary.config import CanarySettings
 from kvoffload_exporter.canary.context import Sleep, Transport
 from kvoffload_exporter.canary.engine import CanaryEngine
-from kvoffload_exporter.canary.errors import CanaryError
+from kvoffload_exporter.canary.errors import CanaryError, CycleFailed
 from kvoffload_exporter.canary.plan import Prompts
 from kvoffload_exporter.canary.protocol import MetricsError
 from kvoffload_exporter.canary.secrets import ApiKey, SecretError, load_api_key, load_or_create_secret
 from kvoffload_exporter.canary.stats import CONTROL_ORDER
 from kvoffload_exporter.canary.sweepreport import Level
 from kvoffload_exporter.canary.types import CycleReason
+from kvoffload_exporter.ingest.exposition import ParseError
+from kvoffload_exporter.ingest.normalise import normalise
 
 PREFIX = "kvoffload-exporter check"
 
@@ -42,6 +44,7 @@ class CheckRequest:
     quiet: bool = False
     sweep: sweep.SweepRequest | None = None  # `--concurrency`: the load sweep after the rounds
     allow_no_offload: bool = False  # measure a target whose preflight found no offload metrics
+    retry_deadline: float = retries.DEFAULT_DEADLINE  # seconds a streak of failed rounds is retried
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class CheckResult:
     error: str | None = None  # why there is no verdict (preflight failed, every round failed)
     after: dict[str, str] = field(default_factory=dict)  # role → closing /metrics text
     sweep: list[Level] = field(default_factory=list)
+    config_failure: diagnose.Failure | None = None  # the rounds stopped on a misconfigured tier
 
     @property
     def ran(self) -> bool:
@@ -139,11 +143,12 @@ class Progress:
                 self.stream.write(f"\r\x1b[K round {self.done + 1}: " + " ".join(self.parts[-4:]))
                 self.stream.flush()
         elif kind == "cycle":
-            if obj.reason != CycleReason.ERROR:
+            failed = obj.reason == CycleReason.ERROR
+            if not failed:  # a failed round is quick and then waits: its time is no basis for an ETA
                 self.done += 1
-            self.durations.append(max(0.0, obj.finished - obj.started))
+                self.durations.append(max(0.0, obj.finished - obj.started))
             left = self._rounds_left()
-            eta = f", ETA {_eta_text(statistics.median(self.durations), left)}" if left else ""
+            eta = f", ETA {_eta_text(statistics.median(self.durations), left)}" if left and self.durations else ""
             counted = f", counted {min(self.counted(), self.need)}/{self.need}" if self.need else ""
             prefix = "\r\x1b[K" if self.tty else ""
             self.stream.write(
@@ -181,14 +186,56 @@ def _counted(engine: CanaryEngine) -> int:
     return min(len(s["offload_hit"]), max(controls, default=0))
 
 
-async def _rounds(engine: CanaryEngine, rounds: int, stderr: TextIO, sleep: Sleep) -> str | None:
-    """At least `rounds` completed cycles, then on until `min_samples` are counted (round_cap, budget); as
-    many failures as the cap allowed. The error when none completed."""
+def _failed(engine: CanaryEngine, streak: retries.Streak, stderr: TextIO | None) -> float | None:
+    """Book a failed round; the seconds to wait before the next one, None when the run ends (a refusal
+    confirmed, or the deadline). Says what it waits for and until when (never an ETA of seconds)."""
+    rec, fail = engine.cycles[-1], engine.last_failure
+    streak.failed(fail.status if fail else None, rec.finished - rec.started)
+    if streak.refused() is not None:
+        return None
+    wait = streak.wait(engine.backoff.failure(engine.retry_after))
+    if wait is not None and stderr is not None:
+        what = f"HTTP {fail.status}" if _http(fail) and fail else (str(fail.reason) if fail else "error")
+        until = time.strftime("%H:%M:%S", time.gmtime(time.time() + streak.left()))
+        why = "once more at once, to confirm a refusal" if wait == 0 else f"in {wait:.0f} s"
+        print(
+            f"{PREFIX}: round {rec.cycle} failed ({what}); retrying {why}; if every round keeps failing the run "
+            f"ends by {until} UTC (retry deadline {streak.deadline:.0f} s)",
+            file=stderr,
+            flush=True,
+        )
+    return wait
+
+
+def _http(fail: CycleFailed | None) -> bool:
+    """The round failed on an HTTP error status (not on a stream, a timeout or a connection)."""
+    return fail is not None and fail.status is not None and fail.status >= 400
+
+
+def _failure_text(engine: CanaryEngine, streak: retries.Streak) -> str:
+    fail = engine.last_failure
+    status = streak.refused()
+    if status is not None and fail is not None:
+        return retries.refused_text(status, fail.said)
+    if fail is not None and _http(fail):
+        last = f"HTTP {fail.status}: {retries.server_message(fail.said)}"
+    else:
+        last = engine.cycles[-1].detail
+    return retries.gave_up_text(streak, last)
+
+
+async def _rounds(
+    engine: CanaryEngine, req: CheckRequest, stderr: TextIO, sleep: Sleep, stop: Callable[[], bool]
+) -> str | None:
+    """At least `rounds` completed cycles, then on until `min_samples` are counted (round_cap, budget), unless
+    `stop()` says otherwise after a completed round. A failed round is retried (retries.py) until a refusal is
+    confirmed or the failing streak reaches the deadline: then the error; also when no round completed."""
     need = engine.settings.min_samples
-    cap = round_cap(rounds, need)
+    cap = round_cap(req.rounds, need)
     done = errors = 0
-    while (done < rounds or _counted(engine) < need) and done < cap and errors <= cap:
-        if done >= rounds and engine.state.offload_hits_seen == 0:
+    streak = retries.Streak(req.retry_deadline)
+    while (done < req.rounds or _counted(engine) < need) and done < cap and errors <= cap:
+        if done >= req.rounds and engine.state.offload_hits_seen == 0:
             break  # past --rounds, only a tier that does serve revisits earns more rounds
         rec = await engine.run_cycle()
         if rec is None:
@@ -197,12 +244,47 @@ async def _rounds(engine: CanaryEngine, rounds: int, stderr: TextIO, sleep: Slee
         if rec.reason == CycleReason.ERROR:
             errors += 1
             # The plan is kept: a failed request does not change the server's shape.
-            await sleep(engine.backoff.failure(engine.retry_after))
+            wait = _failed(engine, streak, None if req.quiet else stderr)
+            if wait is None:
+                return _failure_text(engine, streak)
+            await sleep(wait)
+            streak.waited(wait)
             continue
+        streak.success()
         done += 1
+        if stop():
+            break
     if done == 0 and errors:
         return f"every round failed ({errors}); last: {engine.cycles[-1].detail}"
     return None
+
+
+def _misconfigured(result: CheckResult, stderr: TextIO) -> bool:
+    """After a completed round: has the tier shown a configuration failure (diagnose.py)? Then it is kept in
+    the result, said on stderr, and the rounds stop."""
+    e, run_ = result.engine, result.engine.prepared
+    if run_ is None:
+        return False
+    first = e.first_snapshot.get("target")
+    try:
+        before = normalise(first) if first is not None else None
+    except ParseError:
+        before = None
+    failure = diagnose.config_failure(
+        before,
+        e.scrapes.last("target"),
+        run_.target.model,
+        e.cycles,
+        e.state.reason_facts(),
+        e.state.offload_hits_seen,
+        run_.sizing.prefix_tokens,
+        e.state.bytes_per_token,
+    )
+    if failure is None:
+        return False
+    result.config_failure = failure
+    print(f"{PREFIX}: stopping after {failure.revisits} rounds: {redact(failure.why)}", file=stderr, flush=True)
+    return True
 
 
 def rounds_level(engine: CanaryEngine, control: str, prefix_tokens: int) -> Level:
@@ -242,8 +324,9 @@ async def run(
     s = req.settings
     prompts = Prompts(keys.secret, secrets.token_hex(4), s.id_range)
     progress = Progress(stderr, req.rounds, req.quiet, s.min_samples)
+    raw_sleep = sleep  # the retry waits say what they wait for themselves (_failed)
     if not req.quiet:
-        sleep = announced(sleep, stderr, "the canary's next step (wait-strategy idle time or a retry back-off)")
+        sleep = announced(sleep, stderr, "the canary's next step (a wait-strategy idle time, a load-sweep retry)")
     engine = CanaryEngine(
         req.target,
         s,
@@ -277,8 +360,8 @@ async def run(
                 f"~{engine.cycle_cost():,} tokens per round",
                 file=stderr,
             )
-        result.error = await _rounds(engine, req.rounds, stderr, sleep)
-        if result.error is None and req.sweep is not None:
+        result.error = await _rounds(engine, req, stderr, raw_sleep, lambda: _misconfigured(result, stderr))
+        if result.error is None and result.config_failure is None and req.sweep is not None:
             verdict = engine.state.verdict
             control = verdict.control if verdict and verdict.control else sweep.control_of(run_)
             c1 = rounds_level(engine, control, run_.sizing.prefix_tokens)

@@ -145,7 +145,7 @@ class CanarySettings:
     seed: int = setting(
         0,
         integer(0),
-        "seed of the run's random choices (the descriptive p90 bootstrap)",
+        "seed of each round's probe order and of the descriptive p90 bootstrap",
         check_flag="--seed",
         metavar=_N,
     )

@@ -89,6 +89,7 @@ class CanaryEngine:
         self._req_no = 0
         self.retry_after: float | None = None  # Retry-After of the last refused request
         self.last_error: ErrorReason | None = None  # why the last cycle failed (None: it did not)
+        self.last_failure: CycleFailed | None = None  # the last cycle's failed request (None: none failed)
         self.state.budget_remaining = self.budget.remaining()
         if not settings.recompute_control:
             self.state.recompute_control = "off"
@@ -163,14 +164,14 @@ class CanaryEngine:
         started = self.clock()
         rec = CycleRecord(c, run.strategy, started, started, ProbeResult.ERROR, CycleReason.ERROR, detail="")
         self.progress("cycle_start", c)
-        self.last_error = None
+        self.last_error, self.last_failure = None, None
         try:
             await cycle.run(run, c, rec)
             self.backoff.success()
         except CycleFailed as e:
             rec.result, rec.reason, rec.detail = ProbeResult.ERROR, CycleReason.ERROR, e.detail
             self.state.probes[ProbeResult.ERROR] += 1
-            self.last_error = e.reason
+            self.last_error, self.last_failure = e.reason, e
             self.retry_after = e.retry_after
         except BudgetExhausted as e:
             rec.result, rec.reason, rec.detail = ProbeResult.ERROR, CycleReason.ERROR, str(e)

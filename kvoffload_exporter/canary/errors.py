@@ -21,11 +21,20 @@ class CanaryError(Exception):
 class CycleFailed(Exception):
     """One request or scrape of a cycle failed; the cycle is recorded as an error, not raised further."""
 
-    def __init__(self, detail: str, retry_after: float | None = None, reason: str = ErrorReason.INTERNAL):
+    def __init__(
+        self,
+        detail: str,
+        retry_after: float | None = None,
+        reason: str = ErrorReason.INTERNAL,
+        status: int | None = None,
+        said: str = "",
+    ):
         super().__init__(detail)
         self.detail = detail
         self.retry_after = retry_after
         self.reason = ErrorReason.of(reason)
+        self.status = status  # the HTTP status of a refused request (None: no answer, or not a request)
+        self.said = said  # the server's own words (its error body, scrubbed by the client)
 
 
 class BudgetExhausted(Exception):

@@ -132,7 +132,7 @@ class PreparedRun:
         self._account(cycle, phase, kind, role, prompt, salt is None, kv, comp)
         if comp.error is not None:
             detail = f"{phase} {kind} on {role}: {comp.error} {comp.detail}".strip()
-            raise CycleFailed(detail, comp.retry_after, reason=comp.error)
+            raise CycleFailed(detail, comp.retry_after, reason=comp.error, status=comp.status, said=comp.detail)
         return comp
 
     async def send_burst(
@@ -153,7 +153,9 @@ class PreparedRun:
             for r in recs:
                 r.counted = False  # a burst with a failed request is never one of its level's bursts
             detail = f"{phase} burst on {role}: {bad.error} {bad.detail}".strip()
-            raise CycleFailed(detail, bad.retry_after, reason=bad.error or "internal")
+            raise CycleFailed(
+                detail, bad.retry_after, reason=bad.error or "internal", status=bad.status, said=bad.detail
+            )
         return comps, recs
 
     async def flush(self, cycle: int, phase: str, role: str) -> int:

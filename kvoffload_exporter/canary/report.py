@@ -103,7 +103,10 @@ def build(
         "ttft_seconds": {p: _summary(summarize(list(samples.get(p, ())))) for p in CANARY_PATHS},
         "ttft_first_event_seconds": {p: _summary(summarize(list(first_event.get(p, ())))) for p in CANARY_PATHS},
         "reasons": dict(Counter(str(c["reason"]) for c in cycles)),
-        "cycles": [{k: c[k] for k in ("cycle", "strategy", "result", "reason", "detail")} for c in cycles],
+        "cycles": [
+            {**{k: c[k] for k in ("cycle", "strategy", "result", "reason", "detail")}, "order": c.get("order", [])}
+            for c in cycles
+        ],
         "phase_summary": phase_summary(phases),
         "phases": [{k: (_r(v2) if isinstance(v2, float) else v2) for k, v2 in p.items()} for p in phases],
         "conditions": conditions,

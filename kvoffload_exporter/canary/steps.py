@@ -4,7 +4,7 @@ and the cycle's judgement. Each step appends its phase records to the cycle reco
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvoffload_exporter.canary.classify import Classification, Deltas, revisit_reason
@@ -121,21 +121,26 @@ def _recompute_seen(run: PreparedRun, ph: PhaseRecord, cls: Classification) -> N
         count(run, ph, cls, ProbeResult.MISS)
 
 
-def _control_probes(run: PreparedRun, seeded: Seeded, idle: float | None) -> Iterator[Probe]:
-    """Recompute (B with max_load_tokens 0), cold (A with a fresh salt), A on the control target.
+def _control_probes(run: PreparedRun, seeded: Seeded, idle: float | None) -> dict[str, Callable[[], Probe]]:
+    """Recompute (B with max_load_tokens 0), cold (A with a fresh salt), A on the control target, by kind.
 
-    A generator: each prompt's tail is drawn only when its probe runs, after the previous one's.
+    Makers, not probes: each prompt's tail is drawn only when its probe runs, after the previous one's.
     """
-    if seeded.b is not None:
+    makers: dict[str, Callable[[], Probe]] = {}
+    b = seeded.b
+    if b is not None:
         kv = {"max_load_tokens": 0}
-        yield Probe(
-            "recompute", run.tail(seeded.b), expect=ProbeResult.MISS, path=CanaryPath.RECOMPUTE, kv=kv, idle=idle
+        makers["recompute"] = lambda: Probe(
+            "recompute", run.tail(b), expect=ProbeResult.MISS, path=CanaryPath.RECOMPUTE, kv=kv, idle=idle
         )
-    yield Probe("cold", run.tail(seeded.a), expect=ProbeResult.MISS, path=CanaryPath.COLD, fresh_salt=True)
+    makers["cold"] = lambda: Probe(
+        "cold", run.tail(seeded.a), expect=ProbeResult.MISS, path=CanaryPath.COLD, fresh_salt=True
+    )
     if run.ctx.control_url:
-        yield Probe(
+        makers["control_target"] = lambda: Probe(
             "control_target", run.tail(seeded.a), expect=ProbeResult.MISS, path=CanaryPath.CONTROL_TARGET, role=CONTROL
         )
+    return makers
 
 
 async def revisit(run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded) -> tuple[PhaseRecord, Classification]:
@@ -148,48 +153,52 @@ async def revisit(run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded) ->
     return rev, cls
 
 
+REVISIT = "offload_revisit"
+
+
 async def revisit_and_controls(
     run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded
 ) -> tuple[PhaseRecord, Classification, dict[str, float]]:
-    """The displaced revisit and the controls, the revisit's place among them rotating by round: no path
-    always runs first after the displacement (stores still draining, a warm scheduler) or last."""
-    slots = 2 + (seeded.b is not None) + (run.ctx.control_url is not None)
-    at = (c - 1) % slots
+    """The displaced revisit and the controls in the round's order (order.py: balanced over the rounds,
+    drawn from the seed), recorded in `rec.order`: no path keeps one place after the displacement (stores
+    still draining, a warm scheduler)."""
+    makers = _control_probes(run, seeded, None)
+    rec.order = run.ctx.state.orders.next([REVISIT, *makers])
+    got: dict[str, float] = {}
     done: list[tuple[PhaseRecord, Classification]] = []
-
-    async def first() -> None:
-        done.append(await revisit(run, c, rec, seeded))
-
-    got = await controls(run, c, rec, seeded, before=(at, first))
-    if not done:
-        await first()
+    for kind in rec.order:
+        if kind == REVISIT:
+            done.append(await revisit(run, c, rec, seeded))
+        else:
+            await _control(run, c, rec, makers[kind](), got)
     rev, cls = done[0]
     return rev, cls, got
 
 
+async def _control(run: PreparedRun, c: int, rec: CycleRecord, p: Probe, got: dict[str, float]) -> None:
+    """One control probe; its counted TTFT into `got` by path."""
+    ph, cls = await run.probe(c, p)
+    if p.path == "recompute":
+        _recompute_seen(run, ph, cls)
+    else:
+        count(run, ph, cls, ProbeResult.MISS)
+    probe_done(run, ph)
+    rec.phases.append(ph)
+    if ph.counted and ph.ttft_seconds is not None:
+        got[p.path] = ph.ttft_seconds
+
+
 async def controls(
-    run: PreparedRun,
-    c: int,
-    rec: CycleRecord,
-    seeded: Seeded,
-    idle: float | None = None,
-    before: tuple[int, Callable[[], Awaitable[None]]] | None = None,
+    run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded, idle: float | None = None
 ) -> dict[str, float]:
-    """Run the control probes; their counted TTFTs by path. `before` (index, step): run `step` just before
-    the control at that index."""
+    """The control probes after the wait ladder's revisit (which ends the ladder, so it comes first), in a
+    balanced order among themselves; their counted TTFTs by path."""
+    makers = _control_probes(run, seeded, idle)
+    order = run.ctx.state.orders.next(list(makers))
+    rec.order = ["wait_revisit", *order]
     got: dict[str, float] = {}
-    for i, p in enumerate(_control_probes(run, seeded, idle)):
-        if before is not None and before[0] == i:
-            await before[1]()
-        ph, cls = await run.probe(c, p)
-        if p.path == "recompute":
-            _recompute_seen(run, ph, cls)
-        else:
-            count(run, ph, cls, ProbeResult.MISS)
-        probe_done(run, ph)
-        rec.phases.append(ph)
-        if ph.counted and ph.ttft_seconds is not None:
-            got[p.path] = ph.ttft_seconds
+    for kind in order:
+        await _control(run, c, rec, makers[kind](), got)
     return got
 
 

@@ -1,8 +1,10 @@
 """`check`: the whole offload verification in one run — preflight, N canary rounds, verdict, evidence.
 
-Exit codes: 0 offload pays off (offload_faster), 1 it does not (offload_slower, or no_offload_hit),
-2 usage error (argparse, and output paths or target URLs refused before the first request), 3 could not
-run (preflight, a control serving another model, every round failed), 4 inconclusive. `--json FILE`
+Exit codes follow the run's one advice (canary.advice.EXIT_CODES): 0 offload pays off (keep), 1 it does
+not (disable or skip loads), 2 usage error (argparse, and output paths or target URLs refused before the
+first request), 3 could not run (preflight, a control serving another model, a refused completion, rounds
+failing past --retry-deadline) or the tier is misconfigured (grow_tier, check_connector), 4 inconclusive
+(measure_longer). `--json FILE`
 holds the machine-readable verdict, `--out DIR` the evidence bundle (both /metrics snapshots, every
 request, the conditions, the report and a TTFT plot); `--concurrency` adds the load sweep.
 
@@ -35,10 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "check",
         help="verify end to end whether KV offloading pays off (canary rounds and a verdict)",
         description="Preflight (/health, /v1/models, /version, /metrics), N canary rounds, a second /metrics "
-        "snapshot, then a verdict table and a TTFT plot. Exit codes: 0 offload pays off; 1 it does not (slower "
-        "than the control, or the tier never served a hit); 2 usage error (bad flags, output paths, target URL); "
-        "3 could not run (unreachable target, preflight, a control serving another model); 4 inconclusive "
-        "(too few samples, interval includes 0, nothing displaced the prefix).",
+        "snapshot, then a verdict table and a TTFT plot. Exit codes follow the advice: 0 offload pays off; 1 it "
+        "does not (slower than the control: disable or skip loads); 2 usage error (bad flags, output paths, target "
+        "URL); 3 could not run (unreachable target, preflight, a control serving another model, completions "
+        "refused or failing past --retry-deadline) or the tier is misconfigured (it never stores or never loads: "
+        "grow_tier, check_connector); 4 inconclusive (too few samples, interval includes 0, nothing displaced the "
+        "prefix).",
     )
     p.add_argument("--target", required=True, metavar="URL", help="vLLM base URL with the offload connector")
     p.add_argument(
@@ -81,6 +85,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "each burst is one observation, so fewer bursts give no interval)",
     )
     p.add_argument(
+        "--retry-deadline",
+        type=_deadline,
+        default=None,
+        metavar="DURATION",
+        help="how long rounds that keep failing (5xx, 429, timeouts) are retried with back-off before check "
+        "ends with exit 3 (default 45s); the same 4xx twice in a row ends it at once",
+    )
+    p.add_argument(
         "--allow-no-offload",
         action="store_true",
         help="measure even when preflight finds no offload metrics on the target (default: exit 3 at once)",
@@ -103,6 +115,15 @@ def _min_bursts(raw: str) -> int:
             "at one level)"
         )
     return n
+
+
+def _deadline(raw: str) -> float:
+    from kvoffload_exporter.config.schema import parse_duration
+
+    try:
+        return parse_duration(raw)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _levels(raw: str) -> tuple[int, ...]:
@@ -174,6 +195,7 @@ async def run_check(
     """
     from kvoffload_exporter.canary import checkreport, checkrun, evidence, report
     from kvoffload_exporter.canary.client import open_client
+    from kvoffload_exporter.canary.retries import DEFAULT_DEADLINE
     from kvoffload_exporter.canary.secrets import SecretError, SecretPathError, scrub
     from kvoffload_exporter.canary.sweep import SweepRequest
 
@@ -194,7 +216,13 @@ async def run_check(
         # One decision per run: every level's interval (c = 1 included) is simultaneous over the run's levels.
         settings = replace(settings, confidence=sweep.per_level_confidence)
     req = checkrun.CheckRequest(
-        args.target, args.rounds, settings, quiet=args.quiet, sweep=sweep, allow_no_offload=args.allow_no_offload
+        args.target,
+        args.rounds,
+        settings,
+        quiet=args.quiet,
+        sweep=sweep,
+        allow_no_offload=args.allow_no_offload,
+        retry_deadline=DEFAULT_DEADLINE if args.retry_deadline is None else args.retry_deadline,
     )
     try:  # whatever the target answered, the report and the JSON are written, with the error
         async with open_client(keys.api_key, settings.request_timeout) as client:

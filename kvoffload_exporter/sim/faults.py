@@ -21,8 +21,16 @@ FAULTS: dict[str, str] = {
     "metrics-truncated": "GET /metrics body is cut off in the middle of a sample line",
     "metrics-huge": "GET /metrics body is padded to a huge size (metrics-huge=BYTES, default 20 MiB)",
     "down": "every endpoint except /_sim/* drops the connection without an answer",
+    "completions-status": "POST /v1/completions answers this HTTP status with vLLM's error body "
+    "(completions-status=CODE, 400-599, default 503)",
 }
-DEFAULT_ARGS = {"slow-load": "10", "rename": "flat-only", "metrics-slow": "5", "metrics-huge": str(20 << 20)}
+DEFAULT_ARGS = {
+    "slow-load": "10",
+    "rename": "flat-only",
+    "metrics-slow": "5",
+    "metrics-huge": str(20 << 20),
+    "completions-status": "503",
+}
 # Faults that act once when added instead of staying in effect (unless given a period).
 ONE_SHOT = frozenset({"restart"})
 
@@ -62,6 +70,8 @@ def parse_fault(text: str) -> Fault:
         raise FaultError(f"fault rename: choose one of {', '.join(VARIANTS)}")
     if name in ("slow-load", "metrics-slow", "metrics-huge") or (name == "restart" and fault.arg is not None):
         fault.number()
+    if name == "completions-status" and fault.value not in {str(c) for c in range(400, 600)}:
+        raise FaultError(f"fault completions-status: {fault.value!r} is not an HTTP status 400-599")
     return fault
 
 

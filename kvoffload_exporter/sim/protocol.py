@@ -15,7 +15,14 @@ from typing import Any, TypeGuard
 from kvoffload_exporter.sim.versions import Behaviour
 
 DEFAULT_MAX_TOKENS = 16
-_ERROR_TYPES = {400: "BadRequestError", 401: "Unauthorized", 404: "NotFoundError", 500: "InternalServerError"}
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "Unauthorized",
+    404: "NotFoundError",
+    429: "TooManyRequestsError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
 
 
 class ApiError(Exception):

@@ -100,6 +100,10 @@ def _rank(request: web.Request) -> int | None:
 
 async def _completions(request: web.Request) -> web.StreamResponse:
     sim = request.app[SIMULATOR]
+    refuse = sim.fault("completions-status")
+    if refuse is not None:  # before the body is read: a gateway or a server that refuses every request
+        status = int(refuse.number())
+        return _json_error(ApiError(status, f"simulated fault: every completion is answered {status}"))
     try:
         c, engine = await _admit(request, sim)
     except ApiError as e:
