@@ -5,12 +5,23 @@ document cannot drift from the code (tests/test_config_doc.py compares it)."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from dataclasses import MISSING, Field
 from typing import Any
 
 from kvoffload_exporter.canary.config import CanarySettings
 from kvoffload_exporter.config.limits import Limits
-from kvoffload_exporter.config.schema import Duration, Spec, described, env_name, seconds_text, specs, yaml_key
+from kvoffload_exporter.config.schema import (
+    ENV_PREFIX,
+    Duration,
+    Spec,
+    described,
+    env_name,
+    seconds_text,
+    specs,
+    yaml_key,
+)
 from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.server.logs import LogSettings
 
@@ -27,6 +38,28 @@ _SECTIONS: tuple[tuple[str, type, str, str], ...] = (
     ),
     ("Logging", LogSettings, "log", "flags and environment only"),
 )
+
+
+OTHER_VARIABLES = ("KVOFFLOAD_API_KEY", "KVOFFLOAD_HEALTHCHECK_URL", "KVOFFLOAD_EXPORTER_TAG")
+"""Variables read outside the settings: the canary's API key (`canary.api_key_env`), the image's health
+check, the compose file's image tag."""
+
+
+def variables() -> frozenset[str]:
+    """Every `KVOFFLOAD_*` variable the exporter reads: the settings' and OTHER_VARIABLES."""
+    names = {env_name(section, f, spec) for _, cls, section, _ in _SECTIONS for f, spec in specs(cls) if spec.env}
+    return frozenset(names | set(OTHER_VARIABLES))
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """One line per set `KVOFFLOAD_*` variable that nothing reads, with a did-you-mean where one is close
+    (`KVOFFLOAD_WINDOWS=10m` was silently ignored)."""
+    known = variables()
+    lines = []
+    for name in sorted(n for n in environ if n.startswith(ENV_PREFIX) and n not in known):
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+        lines.append(f"{name} is not a kvoffload-exporter variable" + (f" (did you mean {close[0]}?)" if close else ""))
+    return lines
 
 
 def _default(f: Field[Any], spec: Spec) -> str:

@@ -308,3 +308,25 @@ def test_secrets_in_bad_input_are_not_echoed(tmp_path: Path, capsys: pytest.Capt
     for argv in cases:
         code, out, err = _run(argv(), capsys)
         assert code != 0 and "hunter2" not in out + err, err
+
+
+def test_an_unknown_kvoffload_variable_is_named_with_a_did_you_mean() -> None:
+    """`KVOFFLOAD_WINDOWS=10m` used to be ignored without a word; every variable the settings read is known."""
+    from kvoffload_exporter.configdoc import unknown_variables, variables
+
+    env = {"KVOFFLOAD_WINDOWS": "10m", "KVOFFLOAD_WINDOW": "10m", "KVOFFLOAD_API_KEY": "k", "PATH": "/bin"}
+    assert unknown_variables(env) == [
+        "KVOFFLOAD_WINDOWS is not a kvoffload-exporter variable (did you mean KVOFFLOAD_WINDOW?)"
+    ]
+    assert {"KVOFFLOAD_POLL_INTERVAL", "KVOFFLOAD_CANARY_INTERVAL", "KVOFFLOAD_LIMITS_SAMPLE_LIMIT"} <= variables()
+    assert unknown_variables({"KVOFFLOAD_XYZZY": "1"}) == ["KVOFFLOAD_XYZZY is not a kvoffload-exporter variable"]
+
+
+def test_serve_warns_about_an_unknown_variable_at_start(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    env = {**os.environ, "KVOFFLOAD_WINDOWS": "10m"}
+    argv = [sys.executable, "-m", "kvoffload_exporter", "serve", "--target", "http://127.0.0.1:9", "--config-check"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "KVOFFLOAD_WINDOWS is not a kvoffload-exporter variable" in done.stderr

@@ -283,9 +283,12 @@ def _prepare(args: argparse.Namespace) -> _Prepared:
 def run(args: argparse.Namespace) -> int:
     from kvoffload_exporter.canary.secrets import SecretError
     from kvoffload_exporter.config.webconfig import WebConfigError
+    from kvoffload_exporter.configdoc import unknown_variables
 
     try:
         logs.setup(logs.from_args(args))
+        for line in unknown_variables(os.environ):  # a typo in a variable is ignored by the settings: say so
+            log.warning("%s", line)
         prep = _prepare(args)
     except (ConfigError, SecretError, WebConfigError) as e:
         print(f"kvoffload-exporter: {e}", file=sys.stderr)
