@@ -217,3 +217,24 @@ def test_command_line_against_a_simulate_process(tmp_path: Path, free_port: Call
     recompute = [p["classification"] for p in doc["phases"] if p["phase"] == "recompute"]
     assert recompute == ["miss"] * doc["rounds_completed"] and len(recompute) >= 5
     assert "TTFT path" in r.stdout and "round 2 (2 done, counted" in r.stderr
+
+
+async def test_an_openai_base_url_is_taken_without_its_v1(tmp_path: Path) -> None:
+    """`--target http://host:8000/v1` (what OpenAI clients are given) used to fail preflight on /v1/health."""
+    from kvoffload_exporter.commands.check import _without_v1
+
+    assert _without_v1("http://h:8000/v1") == _without_v1("http://h:8000/v1/") == "http://h:8000"
+    assert _without_v1("http://h:8000/vllm/v1") == "http://h:8000/vllm"
+    assert _without_v1("http://h:8000/v10") == "http://h:8000/v10"
+    runner, url = await start(Simulator(SimOptions(time_scale=0.2, seed=5)))
+    try:
+        args = build_parser().parse_args(
+            ["check", "--target", f"{url}/v1", "--rounds", "1", "--allow-pressure", "--settle", "0.01"]
+            + ["--secret-file", str(tmp_path / "secret"), "--json", str(tmp_path / "c.json")]
+        )
+        err = io.StringIO()
+        code, doc = await run_check(args, stdout=io.StringIO(), stderr=err)
+    finally:
+        await runner.cleanup()
+    assert f"--target {url}/v1 ends in /v1: using {url}" in err.getvalue()
+    assert doc["verdict"] != "error" and doc["rounds_completed"] >= 1, doc["why"]

@@ -199,6 +199,14 @@ async def run_check(
     from kvoffload_exporter.canary.secrets import SecretError, SecretPathError, scrub
     from kvoffload_exporter.canary.sweep import SweepRequest
 
+    for dest, flag in (("target", "--target"), ("control_target", "--control-target")):
+        url = getattr(args, dest, None)
+        if isinstance(url, str) and (base := _without_v1(url)) != url:  # the OpenAI base URL, as clients know it
+            print(
+                f"kvoffload-exporter check: {flag} {checkrun.redact(url)} ends in /v1: using {checkrun.redact(base)}",
+                file=stderr,
+            )
+            setattr(args, dest, base)
     try:
         settings = settings_from_args(args)  # URLs included (config.parse_targets)
         usage = _usage_errors(args)
@@ -240,6 +248,17 @@ async def run_check(
         print(f"kvoffload-exporter check: {scrub(str(doc['why']))}", file=stderr)
     evidence.write(evidence.Evidence(result, doc, text, _public_argv(args)), args.json, args.out, stdout)
     return int(doc["exit_code"]), doc
+
+
+def _without_v1(url: str) -> str:
+    """`http://host:8000/v1` (the usual OpenAI base URL) → `http://host:8000`: check adds /v1/… itself."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    path = parts.path.rstrip("/")
+    if not path.endswith("/v1"):
+        return url
+    return urlunsplit(parts._replace(path=path[: -len("/v1")]))
 
 
 def _writable(directory: Path) -> str | None:
