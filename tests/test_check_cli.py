@@ -229,8 +229,10 @@ async def test_an_openai_base_url_is_taken_without_its_v1(tmp_path: Path) -> Non
     runner, url = await start(Simulator(SimOptions(time_scale=0.2, seed=5)))
     try:
         args = build_parser().parse_args(
-            ["check", "--target", f"{url}/v1", "--rounds", "1", "--allow-pressure", "--settle", "0.01"]
-            + ["--secret-file", str(tmp_path / "secret"), "--json", str(tmp_path / "c.json")]
+            [
+                *("check", "--target", f"{url}/v1", "--rounds", "1", "--allow-pressure", "--settle", "0.01"),
+                *("--secret-file", str(tmp_path / "secret"), "--json", str(tmp_path / "c.json")),
+            ]
         )
         err = io.StringIO()
         code, doc = await run_check(args, stdout=io.StringIO(), stderr=err)
