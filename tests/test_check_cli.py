@@ -235,7 +235,7 @@ async def test_an_openai_base_url_is_taken_without_its_v1(tmp_path: Path) -> Non
             ]
         )
         err = io.StringIO()
-        code, doc = await run_check(args, stdout=io.StringIO(), stderr=err)
+        _, doc = await run_check(args, stdout=io.StringIO(), stderr=err)
     finally:
         await runner.cleanup()
     assert f"--target {url}/v1 ends in /v1: using {url}" in err.getvalue()
