@@ -330,3 +330,37 @@ def test_serve_warns_about_an_unknown_variable_at_start(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "kvoffload_exporter", "serve", "--target", "http://127.0.0.1:9", "--config-check"]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "KVOFFLOAD_WINDOWS is not a kvoffload-exporter variable" in done.stderr
+
+
+def test_a_yaml_error_keeps_the_parsers_words_with_line_and_column(tmp_path: Path) -> None:
+    from kvoffload_exporter.config.settings import ConfigError, load_file
+
+    path = tmp_path / "c.yaml"
+    path.write_text("targets:\n  - url: http://x\n    name: [a\n")
+    with pytest.raises(ConfigError) as e:
+        load_file(str(path))
+    assert "line 4 column 1: not valid YAML: did not find expected ',' or ']'" in str(e.value)
+    path.write_text("targets:\n  - url: 'http://user:s3cret-token@x'\n  bad: [\n")
+    with pytest.raises(ConfigError) as e:
+        load_file(str(path))
+    assert "s3cret" not in str(e.value)  # a longer quote from the file is still masked
+
+
+def test_a_duration_error_names_its_unit(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--window 5` is 5 seconds: the error says so instead of leaving the reader to guess."""
+    assert main(["serve", "--target", "http://127.0.0.1:9", "--window", "5", "--config-check"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "window: 5s must cover at least two poll intervals (poll interval 5s; a number without a unit is seconds)"
+        in err
+    )
+
+
+def test_unlimited_budget_is_accepted_in_yaml_as_in_the_environment(tmp_path: Path) -> None:
+    from kvoffload_exporter.config.settings import load_file
+
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "targets:\n  - url: http://127.0.0.1:9\ncanary:\n  enabled: true\n  budget_tokens_per_hour: unlimited\n"
+    )
+    assert load_file(str(path)).canary.budget_tokens_per_hour is None  # type: ignore[attr-defined]

@@ -254,7 +254,10 @@ def _without_v1(url: str) -> str:
     """`http://host:8000/v1` (the usual OpenAI base URL) → `http://host:8000`: check adds /v1/… itself."""
     from urllib.parse import urlsplit, urlunsplit
 
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not a URL at all: settings_from_args refuses it in one line
+        return url
     path = parts.path.rstrip("/")
     if not path.endswith("/v1"):
         return url

@@ -111,7 +111,7 @@ def _number(v: object, text: bool, kind: str) -> float:
 
 def integer(lo: int | None = None, hi: int | None = None, optional: bool = False) -> Parser:
     def parse(v: object, text: bool) -> object:
-        if v is None or (text and optional and v in ("", "none", "unlimited")):
+        if v is None or (optional and v == "unlimited") or (text and optional and v in ("", "none")):
             if optional:
                 return None
             raise ValueError("must be an integer")

@@ -23,6 +23,7 @@ from kvoffload_exporter.config.schema import (
     number,
     parse_duration,
     parse_section,
+    seconds_text,
     setting,
     string,
 )
@@ -289,10 +290,11 @@ def check(cfg: Config) -> None:
         (dups if t.label in seen else seen).add(t.label)
     for dup in sorted(dups):
         errors.append(f"targets: duplicate target name {dup!r} (set `name`)")
+    poll = f"poll interval {seconds_text(cfg.poll_interval)}; a number without a unit is seconds"
     if cfg.timeout > cfg.poll_interval * 10:
-        errors.append("timeout: must not exceed 10 poll intervals")
+        errors.append(f"timeout: {seconds_text(cfg.timeout)} must not exceed 10 poll intervals ({poll})")
     if cfg.window < cfg.poll_interval * 2:
-        errors.append("window: must cover at least two poll intervals")
+        errors.append(f"window: {seconds_text(cfg.window)} must cover at least two poll intervals ({poll})")
     if cfg.window > cfg.poll_interval * MAX_POLLS_PER_WINDOW:  # history is kept per target
         errors.append(f"window: must not cover more than {MAX_POLLS_PER_WINDOW} poll intervals")
     if cfg.telemetry_path in ("/", "/healthz", "/probe", "/-/healthy", "/-/ready"):

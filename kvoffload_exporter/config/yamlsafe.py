@@ -45,15 +45,19 @@ def read_capped(path: str, max_bytes: int, what: str) -> str:
 
 
 def _problem(e: yaml.YAMLError) -> str:
-    """PyYAML's problem text with anything it quoted from the file masked."""
+    """PyYAML's own words ("did not find expected ',' or ']'", "expected <block end>, but found …"), with
+    anything longer it quoted from the file masked: a token the parser expects (`','`, `<block end>`) is
+    its grammar, a longer quote may be the file's content (a secret)."""
     problem = getattr(e, "problem", None) or type(e).__name__
-    return _QUOTED.sub("'…'", str(problem))
+    return _QUOTED.sub(lambda m: m.group(0) if len(m.group(0)) <= 4 else "'…'", str(problem))
 
 
 def _line(e: yaml.YAMLError) -> str:
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-    line = getattr(mark, "line", None)
-    return f" line {line + 1}" if isinstance(line, int) else ""
+    line, column = getattr(mark, "line", None), getattr(mark, "column", None)
+    if not isinstance(line, int):
+        return ""
+    return f" line {line + 1}" + (f" column {column + 1}" if isinstance(column, int) else "")
 
 
 def compose(text: str, where: str) -> Node | None:
