@@ -72,3 +72,14 @@ def test_simulator_doc_lists_every_simulated_backend_as_modelled():
         assert f"| `{backend}`" in text, backend
     not_modelled = text.split("Not modelled:", 1)[1].split("\n\n", 1)[0].lower()
     assert "tiering" not in not_modelled and "simplecpu" not in not_modelled
+
+
+def test_readme_says_which_extra_bundle_needs() -> None:
+    """`bundle` after the README's first install fails with "install the extra": the README says so first."""
+    from kvoffload_exporter.commands import bundle
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    row = next(ln for ln in readme.splitlines() if ln.startswith("| `kvoffload-exporter bundle"))
+    assert "kvoffload-exporter[bundle]" in row
+    assert "kvoffload-exporter[bundle]" in (ROOT / "kvoffload_exporter" / "commands" / "bundle.py").read_text()
+    assert bundle.register  # the command the row names
