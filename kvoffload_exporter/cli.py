@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from kvoffload_exporter import __version__, commands
+from kvoffload_exporter.revision import revision
 
 
 class Parser(argparse.ArgumentParser):
@@ -47,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kvoffload-exporter",
         description="Prometheus exporter, canary and dashboards for vLLM KV-cache offloading.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__} (revision {revision()})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # Each module in kvoffload_exporter/commands/ registers one sub-command: new commands need no edit here.
     mods = [importlib.import_module(f"{commands.__name__}.{m.name}") for m in pkgutil.iter_modules(commands.__path__)]

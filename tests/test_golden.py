@@ -40,8 +40,9 @@ def _chain(directory: str, pattern: str) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def _fixed_python_version(monkeypatch: pytest.MonkeyPatch) -> None:
-    # build_info carries the interpreter version; the golden files must not depend on it.
+    # build_info carries the interpreter version and the source revision; the golden files depend on neither.
     monkeypatch.setattr("kvoffload_exporter.expose.collector.platform.python_version", lambda: "3.x")
+    monkeypatch.setattr("kvoffload_exporter.expose.collector.revision", lambda: "0123456789ab")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -81,8 +81,8 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_exporter_build_info",
         type=MetricType.INFO,
-        help="Exporter version and Python version.",
-        labels=("version", "python"),
+        help="Exporter version, source revision (12 hex digits or unknown) and Python version.",
+        labels=("version", "revision", "python"),
         group=Group.HEALTH,
     ),
     Metric(

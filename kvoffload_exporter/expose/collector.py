@@ -27,6 +27,7 @@ from kvoffload_exporter.derive.window import EngineDerived
 from kvoffload_exporter.expose.render import Exposition, Heads, Spec
 from kvoffload_exporter.ingest.backends.schema import Evidence, EvidenceKey
 from kvoffload_exporter.ingest.snapshot import EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory
+from kvoffload_exporter.revision import revision
 
 _SIGNALS = tuple(sig for sig, _ in SIGNAL_METRICS)
 _ENGINE_NAMES = (
@@ -251,7 +252,8 @@ def _shared(
     collectors: Mapping[str, tuple[bool, float]] | None,
     extras: Sequence[Collector],
 ) -> None:
-    x.add("kvoffload_exporter_build_info", 1.0, {"version": __version__, "python": platform.python_version()})
+    build = {"version": __version__, "revision": revision(), "python": platform.python_version()}
+    x.add("kvoffload_exporter_build_info", 1.0, build)
     for name in COLLECTORS:
         if collectors and name in collectors:
             ok, dur = collectors[name]

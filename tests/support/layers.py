@@ -12,6 +12,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "kvoffload_exporter.saferead",
         "kvoffload_exporter.saferegex",
         "kvoffload_exporter.safewrite",
+        "kvoffload_exporter.revision",
     ),
     ("kvoffload_exporter.config",),  # settings: declarations, values, files, limits
     ("kvoffload_exporter.ingest",),  # a target's body -> one immutable snapshot (backends/ inside)
