@@ -257,3 +257,52 @@ async def test_the_real_process_probes_follow_a_sighup_reload(tmp_path: Path) ->
             await proc.wait()
         await up_a.close()
         await up_b.close()
+
+
+def _post(url: str) -> tuple[int, str]:
+    req = urllib.request.Request(url, method="POST", data=b"")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+@pytest.mark.parametrize("lifecycle", [True, False])
+def test_post_reload_is_the_sighup_reload_with_the_lifecycle_flag(tmp_path: Path, lifecycle: bool) -> None:
+    port = free_port()
+    conf = tmp_path / "c.yaml"
+    _write(conf, ["http://127.0.0.1:9"], f"listen: 127.0.0.1:{port}\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    argv = [sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(conf)]
+    proc = subprocess.Popen([*argv, *(["--web.enable-lifecycle"] if lifecycle else [])], env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "serve did not start"
+            try:
+                _get(f"http://127.0.0.1:{port}/healthz")
+                break
+            except OSError:
+                time.sleep(0.1)
+        _write(conf, ["http://127.0.0.1:9", "http://127.0.0.1:10"], f"listen: 127.0.0.1:{port}\n")
+        code, text = _post(f"http://127.0.0.1:{port}/-/reload")
+        body = _get(f"http://127.0.0.1:{port}/metrics")
+        if not lifecycle:
+            assert code == 403 and "--web.enable-lifecycle" in text
+            assert 'target="127.0.0.1:10"' not in body
+            return
+        assert (code, text) == (200, "reloaded\n")
+        assert 'target="127.0.0.1:10"' in body and "kvoffload_exporter_config_last_reload_successful 1.0" in body
+        conf.write_text("targets: [\n")  # a broken file: refused, the running configuration kept
+        assert _post(f"http://127.0.0.1:{port}/-/reload")[0] == 500
+        deadline = time.monotonic() + 20  # the exposition shows it from the next poll's render on
+        while "kvoffload_exporter_config_last_reload_successful 0.0" not in _get(f"http://127.0.0.1:{port}/metrics"):
+            assert time.monotonic() < deadline, "the failed reload never showed"
+            time.sleep(0.2)
+        with pytest.raises(urllib.error.HTTPError) as e:
+            _get(f"http://127.0.0.1:{port}/-/reload")
+        assert e.value.code == 405
+    finally:
+        proc.terminate()
+        proc.wait(15)

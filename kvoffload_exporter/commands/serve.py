@@ -61,6 +61,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         metavar="FILE",
         help="exporter-toolkit web config (TLS, basic auth) protecting every endpoint",
     )
+    p.add_argument(
+        "--web.enable-lifecycle",
+        dest="web_enable_lifecycle",
+        action="store_true",
+        help="enable POST /-/reload: the same reload as SIGHUP (403 without this flag)",
+    )
     add_flags(p, Config, "serve")
     add_flags(p, Limits, "serve", section="limits")
     logs.add_arguments(p)
@@ -174,7 +180,7 @@ class _Prepared:
 async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket) -> int:
     from aiohttp import web
 
-    from kvoffload_exporter.server.app import EXPORTER, make_app
+    from kvoffload_exporter.server.app import EXPORTER, LIFECYCLE, make_app
     from kvoffload_exporter.server.guards import GuardStats
     from kvoffload_exporter.server.listener import GuardedSite, ListenLimits
     from kvoffload_exporter.server.reloader import Reloader
@@ -200,6 +206,14 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
         lambda: (_config_or_error(args), web_reload.parse()),
         lambda parsed: _apply_reload(args, exporter, status, web_reload, parsed),
     )
+    if getattr(args, "web_enable_lifecycle", False):
+
+        async def http_reload() -> bool:
+            reloader.trigger()
+            await reloader.wait()
+            return status.ok
+
+        app[LIFECYCLE].reload = http_reload
     host, port = sock.getsockname()[:2]
     scheme = "https" if ssl_context else "http"
     log.info("listening on %s://%s:%d%s, %d target(s)", scheme, host, port, cfg.telemetry_path, len(cfg.targets))

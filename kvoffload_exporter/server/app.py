@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import html
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
@@ -26,7 +27,17 @@ from kvoffload_exporter.server.guards import GuardStats
 from kvoffload_exporter.server.plugins import Plugin
 from kvoffload_exporter.server.probe import BadProbe, Forbidden, Probes
 
+
+@dataclass
+class Lifecycle:
+    """`POST /-/reload` (exporter-toolkit's lifecycle API): None until `serve --web.enable-lifecycle` hands
+    in the same reload SIGHUP runs; it answers whether the reload was applied."""
+
+    reload: Callable[[], Awaitable[bool]] | None = None
+
+
 EXPORTER = web.AppKey("exporter", Exporter)
+LIFECYCLE = web.AppKey("lifecycle", Lifecycle)
 PROBES = web.AppKey("probes", Probes)
 GUARDS = web.AppKey("guards", GuardStats)
 
@@ -85,6 +96,17 @@ async def _healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
 
+async def _reload(request: web.Request) -> web.Response:
+    """The SIGHUP reload over HTTP, only with --web.enable-lifecycle; 200 when applied, 500 when the files were
+    refused (the running configuration is kept, as on SIGHUP)."""
+    reload = request.app[LIFECYCLE].reload
+    if reload is None:
+        return web.Response(status=403, text="lifecycle APIs are not enabled (serve --web.enable-lifecycle)\n")
+    if await reload():
+        return web.Response(text="reloaded\n")
+    return web.Response(status=500, text="reload failed: the running configuration is kept (see the log)\n")
+
+
 async def _ready(request: web.Request) -> web.Response:
     if request.app[EXPORTER].ready:
         return web.Response(text="ready\n")
@@ -141,6 +163,7 @@ def make_app(
     app[GUARDS] = guards or GuardStats()
     app[EXPORTER].add_collector(app[GUARDS])
     app[PROBES] = Probes(app[EXPORTER], app[GUARDS])
+    app[LIFECYCLE] = Lifecycle()
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         exp = app[EXPORTER]
@@ -160,5 +183,6 @@ def make_app(
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/-/healthy", _healthz)
     app.router.add_get("/-/ready", _ready)
+    app.router.add_post("/-/reload", _reload)  # GET and other methods: 405
     app.router.add_get("/", _index)
     return app
