@@ -5,61 +5,13 @@ document cannot drift from the code (tests/test_config_doc.py compares it)."""
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Mapping
+import argparse
 from dataclasses import MISSING, Field
 from typing import Any
 
-from kvoffload_exporter.canary.config import CanarySettings
-from kvoffload_exporter.config.limits import Limits
-from kvoffload_exporter.config.schema import (
-    ENV_PREFIX,
-    Duration,
-    Spec,
-    described,
-    env_name,
-    seconds_text,
-    specs,
-    yaml_key,
-)
-from kvoffload_exporter.config.settings import Config, TargetConfig
+from kvoffload_exporter.config.schema import Duration, Spec, described, env_name, seconds_text, specs, yaml_key
 from kvoffload_exporter.server.logs import LogSettings
-
-_SECTIONS: tuple[tuple[str, type, str, str], ...] = (
-    ("Exporter", Config, "", "top level of the file"),
-    ("Targets", TargetConfig, "", "each entry of `targets:` (a bare URL is shorthand for `{url: URL}`)"),
-    ("Canary", CanarySettings, "canary", "`canary:` (`canary: true` is shorthand for `{enabled: true}`)"),
-    (
-        "Limits",
-        Limits,
-        "limits",
-        "`limits:` at the top level and in each target (a target's keys on top of the top-level ones); "
-        "flags and environment set the top-level ones. Why they exist: [security.md](security.md)",
-    ),
-    ("Logging", LogSettings, "log", "flags and environment only"),
-)
-
-
-OTHER_VARIABLES = ("KVOFFLOAD_API_KEY", "KVOFFLOAD_HEALTHCHECK_URL", "KVOFFLOAD_EXPORTER_TAG")
-"""Variables read outside the settings: the canary's API key (`canary.api_key_env`), the image's health
-check, the compose file's image tag."""
-
-
-def variables() -> frozenset[str]:
-    """Every `KVOFFLOAD_*` variable the exporter reads: the settings' and OTHER_VARIABLES."""
-    names = {env_name(section, f, spec) for _, cls, section, _ in _SECTIONS for f, spec in specs(cls) if spec.env}
-    return frozenset(names | set(OTHER_VARIABLES))
-
-
-def unknown_variables(environ: Mapping[str, str]) -> list[str]:
-    """One line per set `KVOFFLOAD_*` variable that nothing reads, with a did-you-mean where one is close
-    (`KVOFFLOAD_WINDOWS=10m` was silently ignored)."""
-    known = variables()
-    lines = []
-    for name in sorted(n for n in environ if n.startswith(ENV_PREFIX) and n not in known):
-        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
-        lines.append(f"{name} is not a kvoffload-exporter variable" + (f" (did you mean {close[0]}?)" if close else ""))
-    return lines
+from kvoffload_exporter.variables import SECTIONS
 
 
 def _default(f: Field[Any], spec: Spec) -> str:
@@ -98,7 +50,7 @@ def render() -> str:
         "variables apply to `serve` and `demo`; `check` reads only its flags and has its own defaults",
         "(no token budget, retries of 1s to 30s).",
     ]
-    for title, cls, section, where in _SECTIONS:
+    for title, cls, section, where in SECTIONS:
         lines += [
             "",
             f"## {title}",
@@ -109,7 +61,36 @@ def render() -> str:
             "|---|---|---|---|---|---|",
         ]
         lines += [_row(f, s, section, s.yaml and cls is not LogSettings) for f, s in specs(cls)]
+    lines += _command_flags()
     return "\n".join(lines) + "\n"
+
+
+def setting_flags() -> frozenset[str]:
+    """Every flag the settings declare (the tables above), for `serve` and `check`."""
+    return frozenset(
+        n for _, cls, _, _ in SECTIONS for _, spec in specs(cls) for names in spec.flags.values() for n in names
+    )
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    """`serve`'s own parser, as the CLI builds it."""
+    from kvoffload_exporter.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    serve: argparse.ArgumentParser = sub.choices["serve"]
+    return serve
+
+
+def _command_flags() -> list[str]:
+    """`serve`'s flags that are not settings (files, modes), read from its parser: none goes unlisted."""
+    known = setting_flags()
+    rows = []
+    for action in serve_parser()._actions:
+        names = [o for o in action.option_strings if o.startswith("--") and o not in known and o != "--help"]
+        if names and action.help != argparse.SUPPRESS:
+            rows.append(f"| {', '.join(f'`{n}`' for n in names)} | {action.help or ''} |")
+    return ["", "## `serve` flags that are not settings", "", "| flag | meaning |", "|---|---|", *rows]
 
 
 if __name__ == "__main__":

@@ -312,7 +312,7 @@ def test_secrets_in_bad_input_are_not_echoed(tmp_path: Path, capsys: pytest.Capt
 
 def test_an_unknown_kvoffload_variable_is_named_with_a_did_you_mean() -> None:
     """`KVOFFLOAD_WINDOWS=10m` used to be ignored without a word; every variable the settings read is known."""
-    from kvoffload_exporter.configdoc import unknown_variables, variables
+    from kvoffload_exporter.variables import unknown_variables, variables
 
     env = {"KVOFFLOAD_WINDOWS": "10m", "KVOFFLOAD_WINDOW": "10m", "KVOFFLOAD_API_KEY": "k", "PATH": "/bin"}
     assert unknown_variables(env) == [

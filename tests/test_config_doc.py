@@ -19,3 +19,25 @@ def test_reference_names_every_key_flag_and_variable() -> None:
     text = render()
     for needle in ("`host.cgroup`", "`--web.listen-address`", "`KVOFFLOAD_CANARY_INTERVAL`", "`--wait-initial`"):
         assert needle in text
+
+
+def test_every_serve_flag_is_on_the_page_and_every_flag_on_the_page_exists() -> None:
+    """The page claims to list every flag: held against `serve`'s own parser, both ways."""
+    import argparse
+    import re
+
+    from kvoffload_exporter.configdoc import serve_parser, setting_flags
+
+    parser_flags = {
+        o
+        for a in serve_parser()._actions
+        if a.help != argparse.SUPPRESS
+        for o in a.option_strings
+        if o.startswith("--") and o != "--help"
+    }
+    text = DOC.read_text(encoding="utf-8")
+    assert "`--web.config.file`" in text and "`--web.enable-lifecycle`" in text
+    missing = sorted(f for f in parser_flags if f"`{f}`" not in text)
+    assert not missing, f"serve flags missing from docs/configuration.md: {missing}"
+    on_page = set(re.findall(r"`(--[a-z][\w.-]*)`", text))
+    assert not sorted(on_page - parser_flags - setting_flags()), "flags on the page that no command takes"
