@@ -364,3 +364,15 @@ def test_unlimited_budget_is_accepted_in_yaml_as_in_the_environment(tmp_path: Pa
         "targets:\n  - url: http://127.0.0.1:9\ncanary:\n  enabled: true\n  budget_tokens_per_hour: unlimited\n"
     )
     assert load_file(str(path)).canary.budget_tokens_per_hour is None  # type: ignore[attr-defined]
+
+
+def test_a_bad_path_exits_2_in_every_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One exit-code table: usage errors and paths a command cannot use are 2 everywhere (inspect and bundle
+    used to exit 1 where check exits 2)."""
+    with pytest.raises(SystemExit) as e:
+        main(["inspect", str(tmp_path / "missing.prom")])
+    assert e.value.code == 2
+    (tmp_path / "plain").write_text("x")
+    assert main(["bundle", "--out", str(tmp_path / "plain" / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read" in err and "cannot write under" in err

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         stale = _write_or_compare(files, args.out, args.check)
     except OSError as e:
         print(f"kvoffload-exporter bundle: cannot write under {args.out}: {e.strerror or e}", file=sys.stderr)
-        return 1
+        return 2
     if args.check:
         for rel in stale:
             print(f"stale: {rel}", file=sys.stderr)

@@ -42,6 +42,13 @@ class _TooLarge(Exception):
     """A file (or a part of a join) past what the cap has left: refused with the whole path's name."""
 
 
+def _unusable(message: str) -> SystemExit:
+    """A file `inspect` cannot use (missing, not a regular file, too large, not an exposition): one line on
+    stderr and exit 2, as every command exits on a bad path or input (docs/operations: exit codes)."""
+    print(message, file=sys.stderr)
+    return SystemExit(2)
+
+
 def _read(path: str, room: int = MAX_FILE_BYTES) -> bytes:
     """At most `room` + 1 bytes of a file or, for `-`, of standard input (`curl … | inspect -`).
 
@@ -53,10 +60,10 @@ def _read(path: str, room: int = MAX_FILE_BYTES) -> bytes:
         return read_regular(path, room)
     except FileRefused as e:
         if e.strerror:
-            raise SystemExit(f"kvoffload-exporter inspect: cannot read {path}: {e.strerror}") from None
+            raise _unusable(f"kvoffload-exporter inspect: cannot read {path}: {e.strerror}") from None
         if "cap" in str(e):
             raise _TooLarge from None
-        raise SystemExit(f"kvoffload-exporter inspect: cannot read {path}: it {e} (use - for a pipe)") from None
+        raise _unusable(f"kvoffload-exporter inspect: cannot read {path}: it {e} (use - for a pipe)") from None
 
 
 def _read_all(path: str) -> list[bytes]:
@@ -80,17 +87,17 @@ def _load(path: str) -> Snapshot:
         parts = []
     path = "standard input" if path == "-" else path
     if not parts or sum(map(len, parts)) + len(parts) - 1 > MAX_FILE_BYTES:
-        raise SystemExit(f"kvoffload-exporter inspect: {path} is larger than {MAX_FILE_BYTES} bytes")
+        raise _unusable(f"kvoffload-exporter inspect: {path} is larger than {MAX_FILE_BYTES} bytes")
     try:
         text = join_bodies([p.decode("utf-8") for p in parts])
     except UnicodeDecodeError:
-        raise SystemExit(f"kvoffload-exporter inspect: {path} is not UTF-8 text") from None
+        raise _unusable(f"kvoffload-exporter inspect: {path} is not UTF-8 text") from None
     try:
         snap = normalise(text, Limits())
     except ParseError as e:
-        raise SystemExit(f"kvoffload-exporter inspect: {path}: {e} ({e.reason})") from None
+        raise _unusable(f"kvoffload-exporter inspect: {path}: {e} ({e.reason})") from None
     if not snap.families:
-        raise SystemExit(f"kvoffload-exporter inspect: {path} contains no vllm: metrics")
+        raise _unusable(f"kvoffload-exporter inspect: {path} contains no vllm: metrics")
     return snap
 
 
@@ -141,7 +148,7 @@ def went_backwards(before: Snapshot, after: Snapshot) -> list[str]:
 
 def _load_pair(first: str, second: str) -> tuple[Snapshot, Snapshot]:
     if first == second == "-":
-        raise SystemExit("kvoffload-exporter inspect: only one of the two files can be - (standard input)")
+        raise _unusable("kvoffload-exporter inspect: only one of the two files can be - (standard input)")
     before, after = _load(first), _load(second)
     if before.generation != after.generation:
         print(f"note: offload metric generation changed: {before.generation} -> {after.generation}", file=sys.stderr)
