@@ -11,6 +11,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import kvoffload_exporter.canary.config  # noqa: F401  (registers the `canary:` section the test reads)
 from kvoffload_exporter.config.settings import Config, ConfigError, from_mapping
 
 KEYS = ["targets", "listen", "poll_interval", "window", "timeout", "max_body_bytes", "host", "gpu", "canary"]

@@ -226,3 +226,12 @@ def test_the_package_root_keeps_at_most_twelve_modules() -> None:
     """A module that outgrows its size becomes a package, not a new sibling at the root."""
     root = sorted(p.name for p in (ROOT / "kvoffload_exporter").glob("*.py") if p.stem not in ("__init__", "__main__"))
     assert len(root) <= 12, root
+
+
+def test_a_missing_test_dependency_fails_collection_under_ci() -> None:
+    """tests/conftest.py: with CI set, `pytest.importorskip` imports instead of skipping."""
+    from conftest import strict_importorskip
+
+    with pytest.raises(ModuleNotFoundError):
+        strict_importorskip("no_such_module_kvoffload")
+    assert strict_importorskip("json").dumps([]) == "[]"
