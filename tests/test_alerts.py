@@ -390,3 +390,30 @@ def test_jsonnet_mixin_exposes_the_same_rules_and_dashboards(tmp_path):
     assert 'job="vllm-kvoffload"' in out["records"]["groups"][0]["rules"][0]["expr"]
     dashboards = {p.name: json.loads(p.read_text()) for p in (tmp_path / "dashboards").glob("*.json")}
     assert out["dashboards"] == dashboards and len(dashboards) == 2
+
+
+def test_jsonnet_mixin_config_overrides_equal_a_bundle_rendered_with_the_same_settings(tmp_path):
+    """`_config` (selector, thresholds, runbookURLPattern) in jsonnet gives the rules the YAML bundle renders for
+    the same `--selector`, `--set` and `--runbook-url`: one definition, two front ends."""
+    jsonnet = pytest.importorskip("_jsonnet")
+    assert main(["bundle", "--out", str(tmp_path / "default")]) == 0
+    snippet = (
+        "local m = (import 'mixin.libsonnet') + { _config+:: {"
+        " selector: 'job=\"vllm-x\"', runbookURLPattern: 'https://runbooks.example/kv.md#%s',"
+        " thresholds+: { slower_for: '1h', store_without_load_min_bytes: 5e9, headroom_min_tier_ratio: 0.25,"
+        " ttft_regression_min_seconds: 0.1, reuse_window: '2h' } } };"
+        "{alerts: m.prometheusAlerts, records: m.prometheusRules}"
+    )
+    (tmp_path / "default" / "eval.jsonnet").write_text(snippet)
+    out = json.loads(jsonnet.evaluate_file(str(tmp_path / "default" / "eval.jsonnet")))
+    argv = ["bundle", "--out", str(tmp_path / "set"), "--selector", "job=vllm-x"]
+    argv += ["--runbook-url", "https://runbooks.example/kv.md", "--set", "slower_for=1h"]
+    argv += ["--set", "store_without_load_min_bytes=5e9", "--set", "headroom_min_tier_ratio=0.25"]
+    argv += ["--set", "ttft_regression_min_seconds=0.1", "--set", "reuse_window=2h"]
+    assert main(argv) == 0
+    rules = yaml.safe_load((tmp_path / "set" / "alerts/kvoffload.rules.yaml").read_text())
+    assert out["records"]["groups"] + out["alerts"]["groups"] == rules["groups"]
+    slower = next(
+        r for g in out["alerts"]["groups"] for r in g["rules"] if r["alert"] == "KVOffloadSlowerThanRecompute"
+    )
+    assert slower["for"] == "1h" and slower["annotations"]["runbook_url"].startswith("https://runbooks.example/kv.md#")

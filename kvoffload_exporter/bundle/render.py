@@ -44,5 +44,5 @@ def render_bundle(
     files.update(dashboards.render(matchers))
     files.update(grafana_alerts.render(settings, matchers))
     files.update(render_deploy(files, settings))
-    files[mixin.PATH] = mixin.render(files)
+    files[mixin.PATH] = mixin.render(files, settings, matchers)
     return dict(sorted(files.items()))
