@@ -83,3 +83,15 @@ def test_readme_says_which_extra_bundle_needs() -> None:
     assert "kvoffload-exporter[bundle]" in row
     assert "kvoffload-exporter[bundle]" in (ROOT / "kvoffload_exporter" / "commands" / "bundle.py").read_text()
     assert bundle.register  # the command the row names
+
+
+def test_deploy_page_counts_the_locked_wheels() -> None:
+    lock = (ROOT / "deploy" / "requirements.lock").read_text(encoding="utf-8")
+    pins = sum(1 for ln in lock.splitlines() if "==" in ln and not ln.lstrip().startswith("#"))
+    assert f"`deploy/requirements.lock` ({pins} wheels" in (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
+
+
+def test_docs_index_and_readme_cite_the_same_concurrency_sweep() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    index = (ROOT / "docs" / "README.md").read_text(encoding="utf-8")
+    assert "`check --concurrency 1,4,16,32 --min-bursts 10`" in readme and "--concurrency 1,4,16,32`" in index
