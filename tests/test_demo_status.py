@@ -10,8 +10,9 @@ from kvoffload_exporter.derive.window import EngineDerived
 from kvoffload_exporter.enums import State
 
 
-def _line(d: EngineDerived) -> str:
-    view = SimpleNamespace(up=True, label="sim", derived={("m", "0"): d}, last_error=None)
+def _line(d: EngineDerived, reason: str | None = None) -> str:
+    engines = {("m", "0"): SimpleNamespace(reason=reason)}
+    view = SimpleNamespace(up=True, label="sim", derived={("m", "0"): d}, last_error=None, engines=engines)
     exporter = SimpleNamespace(targets=[SimpleNamespace(view=view)])
     sim: Any = SimpleNamespace(state=lambda: {"engines": [{"engine": "0", "cpu_chunks_used": 3, "cpu_chunks": 9}]})
     (line,) = status_lines(exporter, sim, 12.0)
@@ -42,3 +43,9 @@ def test_traffic_summary_adds_up() -> None:
 
     text = TrafficReport(sent=38, ok=36, errors=1, dropped=2).summary()
     assert text.startswith("38 sent = 36 ok + 1 failed + 1 in flight when stopped; 2 not sent (too many in flight)")
+
+
+def test_demo_status_line_names_the_state_reason() -> None:
+    d = EngineDerived(("m", "0"), True, 60.0, {}, {}, State.STORE_WITHOUT_LOAD)
+    assert "state store_without_load (tier_smaller_than_prefix)" in _line(d, "tier_smaller_than_prefix")
+    assert "state store_without_load " in _line(d) and "(" not in _line(d).split("state ")[1].split("GPU")[0]

@@ -77,8 +77,10 @@ def status_lines(exporter: Exporter, sim: Simulator, elapsed: float) -> list[str
             p50 = d.ttft_quantiles.get(0.5)
             ttft = "n/a" if p50 is None else f"{p50 * 1e3:.0f} ms (n={d.ttft_count:.0f})"  # a quantile needs its n
             ratio = "  n/a" if d.load_store_ratio is None else f"{d.load_store_ratio:5.2f}"
+            found = view.engines.get((_model, engine))
+            reason = f" ({found.reason})" if found is not None and found.reason else ""
             lines.append(
-                f"[{elapsed:4.0f}s] engine {engine}: state {d.state:<18} "
+                f"[{elapsed:4.0f}s] engine {engine}: state {d.state + reason:<18} "
                 f"GPU cache hit {_pct(d.gpu_hit_ratio)} of prompt tokens  "
                 f"CPU tier hit {_pct(d.external_hit_ratio)} of the GPU misses  load/store {ratio}  "
                 f"TTFT p50 {ttft}  "
