@@ -163,6 +163,11 @@ def test_check_states_the_figure_when_the_scrape_gives_the_tier() -> None:
     assert rec is not None and rec["action"] == "keep"
     saved = 130560 * 0.628 / 5952 - 0.623903
     assert rec["payback_seconds_per_gib_hour"] == pytest.approx(saved / (2 * 17179344896 / GIB / 60), rel=1e-6)
+    # One prefill figure in the report: the saving per token is named as part of the cost the line prints.
+    cost = f"{rec['prefill_seconds_per_token'] * 1e6:.3g} us/token"
+    assert rec["why"] == f"loads saved {saved / 130560 * 1e6:.3g} of the {cost} prefill (the load took the rest)"
+    line = report.text({"recommendation": rec, "verdict": "offload_faster", "why": "x", "exit_code": 0})
+    assert f"prefill {cost}" in line
 
 
 def test_check_without_scrapes_or_any_prefill_cost_states_nothing() -> None:

@@ -163,9 +163,13 @@ def check_recommendation(doc: Mapping[str, Any], before: str | None, after: str 
     if loaded <= 0:
         action, why = Recommendation.SHRINK, "the run loaded nothing from the tier"
     elif saved < 0:
-        action, why = Recommendation.DISABLE, f"loads cost {-saved / loaded * 1e6:.3g} us/token more than prefill"
-    else:
-        action, why = Recommendation.KEEP, f"loads saved {saved / loaded * 1e6:.3g} us/token of prefill"
+        action = Recommendation.DISABLE
+        why = f"loads cost {-saved / loaded * 1e6:.3g} us/token more than the {cost * 1e6:.3g} us/token prefill"
+    else:  # one prefill figure: the saving is the part of it the load did not take
+        action = Recommendation.KEEP
+        why = (
+            f"loads saved {saved / loaded * 1e6:.3g} of the {cost * 1e6:.3g} us/token prefill (the load took the rest)"
+        )
     return {
         "payback_seconds_per_gib_hour": None if pb is None else round(pb, 6),
         "prefill_seconds_per_token": round(cost, 9),
