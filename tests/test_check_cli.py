@@ -240,3 +240,26 @@ async def test_an_openai_base_url_is_taken_without_its_v1(tmp_path: Path) -> Non
         await runner.cleanup()
     assert f"--target {url}/v1 ends in /v1: using {url}" in err.getvalue()
     assert doc["verdict"] != "error" and doc["rounds_completed"] >= 1, doc["why"]
+
+
+async def test_the_wait_strategy_says_what_it_waits_for_before_its_first_wait(tmp_path: Path) -> None:
+    """`check` with no flags on an idle server (the obvious first try) used to print "waiting 30 s", then 60 s,
+    doubling for up to half an hour, before saying why or naming --allow-pressure."""
+    runner, url = await start(Simulator(SimOptions(time_scale=0.2, seed=5)))
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # the run's own waits, none really taken
+        waits.append(seconds)
+
+    try:
+        args = build_parser().parse_args(
+            ["check", "--target", url, "--rounds", "1", "--settle", "0.01", "--secret-file", str(tmp_path / "s")]
+        )
+        err = io.StringIO()
+        await run_check(args, stdout=io.StringIO(), stderr=err, sleep=sleep)
+    finally:
+        await runner.cleanup()
+    text = err.getvalue()
+    notice = text.find("wait strategy: each round waits for other traffic")
+    assert 0 <= notice < text.find("waiting 30 s") and "--allow-pressure displaces it" in text
+    assert "(at most 32 min a round)" in text and max(waits) == 960

@@ -173,6 +173,20 @@ def announced(sleep: Sleep, stream: TextIO, what: str) -> Sleep:
     return wait
 
 
+def wait_notice(s: CanarySettings) -> str:
+    """What the wait strategy waits for, for how long at most, and how to skip it, before its first wait."""
+    idle, waits = s.wait_initial, []
+    while idle <= s.wait_max:
+        waits.append(idle)
+        idle *= 2
+    worst = sum(waits)
+    return (
+        f"{PREFIX}: wait strategy: each round waits for other traffic to displace the canary's prefix from the "
+        f"GPU cache, idle {waits[0]:.0f} s doubling up to {waits[-1]:.0f} s (at most {worst / 60:.0f} min a round); "
+        "on an idle server nothing displaces it: --allow-pressure displaces it with fillers instead (staging)"
+    )
+
+
 def round_cap(rounds: int, min_samples: int) -> int:
     """Completed rounds at most: `--rounds`, or more while the counted samples are short of `--min-samples`
     (one ambiguous revisit must not make the default run inconclusive), up to 3 × min_samples."""
@@ -360,6 +374,8 @@ async def run(
                 f"~{engine.cycle_cost():,} tokens per round",
                 file=stderr,
             )
+            if run_.strategy == "wait":  # the obvious first run, on an idle server: say what it will wait for
+                print(wait_notice(s), file=stderr)
         result.error = await _rounds(engine, req, stderr, raw_sleep, lambda: _misconfigured(result, stderr))
         if result.error is None and result.config_failure is None and req.sweep is not None:
             verdict = engine.state.verdict
