@@ -263,3 +263,39 @@ async def test_the_wait_strategy_says_what_it_waits_for_before_its_first_wait(tm
     notice = text.find("wait strategy: each round waits for other traffic")
     assert 0 <= notice < text.find("waiting 30 s") and "--allow-pressure displaces it" in text
     assert "(at most 32 min a round)" in text and max(waits) == 960
+
+
+async def test_ctrl_c_keeps_what_was_measured_marked_interrupted(tmp_path: Path) -> None:
+    """Ctrl-C (the run's task cancelled, as asyncio.run does on SIGINT) writes --json and --out with what the
+    rounds measured so far, `interrupted: true`, exit 130."""
+    import asyncio
+
+    runner, url = await start(Simulator(SimOptions(time_scale=0.2, seed=5)))
+    try:
+        args = build_parser().parse_args(
+            [
+                *("check", "--target", url, "--rounds", "50", "--allow-pressure", "--settle", "0.01"),
+                *(
+                    "--secret-file",
+                    str(tmp_path / "s"),
+                    "--json",
+                    str(tmp_path / "c.json"),
+                    "--out",
+                    str(tmp_path / "ev"),
+                ),
+            ]
+        )
+        err = io.StringIO()
+        task = asyncio.ensure_future(run_check(args, stdout=io.StringIO(), stderr=err))
+        while "round 2 " not in err.getvalue():  # two rounds done, then Ctrl-C
+            assert not task.done(), err.getvalue()
+            await asyncio.sleep(0.05)
+        task.cancel()
+        code, doc = await task
+    finally:
+        await runner.cleanup()
+    assert code == 130 and doc["interrupted"] is True and doc["rounds_completed"] >= 2
+    written = json.loads((tmp_path / "c.json").read_text())
+    assert written["interrupted"] is True and written["exit_code"] == 130
+    assert (tmp_path / "ev" / "requests.jsonl").read_text().count("\n") >= 2
+    assert "interrupted: writing what was measured so far" in err.getvalue()

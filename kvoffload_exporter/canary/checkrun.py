@@ -66,6 +66,7 @@ class CheckResult:
     after: dict[str, str] = field(default_factory=dict)  # role → closing /metrics text
     sweep: list[Level] = field(default_factory=list)
     config_failure: diagnose.Failure | None = None  # the rounds stopped on a misconfigured tier
+    interrupted: bool = False  # Ctrl-C: the document holds what was measured until then
 
     @property
     def ran(self) -> bool:
@@ -376,14 +377,23 @@ async def run(
             )
             if run_.strategy == "wait":  # the obvious first run, on an idle server: say what it will wait for
                 print(wait_notice(s), file=stderr)
-        result.error = await _rounds(engine, req, stderr, raw_sleep, lambda: _misconfigured(result, stderr))
-        if result.error is None and result.config_failure is None and req.sweep is not None:
-            verdict = engine.state.verdict
-            control = verdict.control if verdict and verdict.control else sweep.control_of(run_)
-            c1 = rounds_level(engine, control, run_.sizing.prefix_tokens)
-            result.sweep = await sweep.run(run_, req.sweep, None if req.quiet else stderr, c1, _eta_text)
+        try:
+            result.error = await _rounds(engine, req, stderr, raw_sleep, lambda: _misconfigured(result, stderr))
+            if result.error is None and result.config_failure is None and req.sweep is not None:
+                verdict = engine.state.verdict
+                control = verdict.control if verdict and verdict.control else sweep.control_of(run_)
+                c1 = rounds_level(engine, control, run_.sizing.prefix_tokens)
+                result.sweep = await sweep.run(run_, req.sweep, None if req.quiet else stderr, c1, _eta_text)
+        except asyncio.CancelledError:  # Ctrl-C: keep what was measured (the caller writes it, marked)
+            result.interrupted = True
+            print(f"{PREFIX}: interrupted: writing what was measured so far", file=stderr, flush=True)
+            return _finish(result)
         result.error = redact(result.error) if result.error else None
         result.after = await _closing_scrapes(engine, client, stderr)
+    return _finish(result)
+
+
+def _finish(result: CheckResult) -> CheckResult:
     result.finished = time.time()
     return result
 

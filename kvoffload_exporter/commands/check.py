@@ -236,6 +236,8 @@ async def run_check(
         async with open_client(keys.api_key, settings.request_timeout) as client:
             result = await checkrun.run(req, client, keys, stderr=stderr, sleep=sleep)
         doc = checkreport.document(result)
+        if result.interrupted:  # what was measured until Ctrl-C, marked: never read as a finished run
+            doc.update(interrupted=True, exit_code=130)
         text = scrub(report.text(doc))
     except Exception as e:  # a bug or an answer nothing foresaw: exit 3, with the report
         doc = {**checkreport.error_document(f"internal error ({type(e).__name__})"), "exit_code": 3}
