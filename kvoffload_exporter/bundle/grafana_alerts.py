@@ -9,14 +9,13 @@ annotations) with `__expr__` expressions. Contact point and notification policy 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
 
 import grafanalib.core as G
-from grafanalib._gen import DashboardEncoder
 
+from kvoffload_exporter.bundle.panels import plain_json
 from kvoffload_exporter.bundle.promql import Matcher
 from kvoffload_exporter.bundle.rulefile import dump_yaml
 from kvoffload_exporter.bundle.rules import AlertRule, build
@@ -137,7 +136,7 @@ def provisioning(s: Settings = DEFAULT, selectors: Sequence[Matcher] = ()) -> di
         rules=[_rule(a, s) for a in alerts],
     )
     raw = G.AlertFileBasedProvisioning([group]).to_json_data()
-    plain = json.loads(json.dumps(raw, cls=DashboardEncoder))
+    plain = plain_json(raw)
     groups = [
         {
             "orgId": 1,

@@ -16,7 +16,6 @@ from typing import Any
 
 import attr
 import grafanalib.core as G
-from grafanalib._gen import DashboardEncoder
 
 from kvoffload_exporter.bundle.grafana_json import DATASOURCE, modernise
 from kvoffload_exporter.bundle.promql import SCRAPE_LABELS, Matcher, Query, names_in
@@ -56,6 +55,21 @@ ADHOC = {
     "filters": [],
 }
 """Grafana adds these label filters to every query of the datasource (any label, e.g. a cluster's)."""
+
+
+class _Encoder(json.JSONEncoder):
+    """grafanalib objects through their public `to_json_data()` (grafanalib's own encoder lives in its private
+    `_gen` module)."""
+
+    def default(self, o: object) -> object:
+        to_json = getattr(o, "to_json_data", None)
+        return to_json() if callable(to_json) else super().default(o)
+
+
+def plain_json(obj: object) -> Any:
+    """A grafanalib object (or a structure holding them) as plain JSON data."""
+    data = obj.to_json_data() if hasattr(obj, "to_json_data") else obj
+    return json.loads(json.dumps(data, cls=_Encoder))
 
 
 def mt(label: str, op: str, value: str) -> str:
@@ -259,7 +273,7 @@ def dashboard(title: str, uid: str, description: str, layout: Layout, templating
         graphTooltip=G.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR,
         editable=True,
     )
-    plain = json.loads(json.dumps(dash.to_json_data(), cls=DashboardEncoder))
+    plain = plain_json(dash)
     out = modernise(plain, layout.steps)
     for p in out["panels"]:
         if p["type"] != "row":
