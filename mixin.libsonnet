@@ -169,7 +169,7 @@ local groups = [
    },
    {
     "alert": "KVOffloadOOMRisk",
-    "expr": "kvoffload_process_tree_cgroup_headroom_bytes{mixinselector=\"S90999\"}\n< kvoffload_process_tree_growth_step_bytes{mixinselector=\"S90999\"}",
+    "expr": "kvoffload_engine_process_tree_cgroup_headroom_bytes{mixinselector=\"S90999\"}\n< kvoffload_engine_process_tree_growth_step_bytes{mixinselector=\"S90999\"}",
     "for": "90022s",
     "labels": {
      "severity": "critical"

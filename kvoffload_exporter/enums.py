@@ -132,7 +132,7 @@ class CollectorName(StrEnum):
 
 
 class ProcessRole(StrEnum):
-    """Role of a vLLM process in its target's tree: the stable key of kvoffload_process_* (a pid is not)."""
+    """Role of a vLLM process in its target's tree: the stable key of kvoffload_engine_process_* (a pid is not)."""
 
     API_SERVER = "api_server"
     ENGINE_CORE = "engine_core"
@@ -141,7 +141,7 @@ class ProcessRole(StrEnum):
 
 
 class MemorySource(StrEnum):
-    """Where a process tree's shared/anonymous memory came from (kvoffload_process_tree_memory_info)."""
+    """Where a process tree's shared/anonymous memory came from (kvoffload_engine_process_tree_memory_info)."""
 
     SMAPS_ROLLUP = "smaps_rollup"  # Σ Pss_Shmem / Pss / Pss_Anon: shared pages split across their mappers
     CGROUP = "cgroup"  # the vLLM cgroup's memory.stat shmem / anon: each page charged once

@@ -128,8 +128,8 @@ async def test_gpu_failure_does_not_stop_the_rest() -> None:
             await asyncio.sleep(0.02)
         text = await (await client.get("/metrics")).text()
         assert 'kvoffload_collector_success{collector="host"} 1.0' in text
-        assert 'kvoffload_process_resident_memory_bytes{target="x",role="api_server",rank="0"}' in text
-        assert 'kvoffload_process_tree_memory_info{target="x",source="smaps_rollup"} 1.0' in text
+        assert 'kvoffload_engine_process_resident_memory_bytes{target="x",role="api_server",rank="0"}' in text
+        assert 'kvoffload_engine_process_tree_memory_info{target="x",source="smaps_rollup"} 1.0' in text
         assert "kvoffload_host_memory_headroom_bytes" in text
         if not exp.collectors["gpu"][0]:
             assert 'kvoffload_collector_success{collector="gpu"} 0.0' in text
@@ -201,7 +201,7 @@ def _process_series(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], 
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for s in samples(text)
-        if s.name.startswith("kvoffload_process_")
+        if s.name.startswith("kvoffload_engine_process_")
     }
 
 
@@ -210,8 +210,8 @@ def test_a_restart_with_new_pids_keeps_every_process_series(tmp_path: Path) -> N
     pids = _renumbered(tmp_path, 10000)
     after = collect([], "5m", host.read_host(str(tmp_path / "proc"), str(CGROUP), [("a", pids)]))
     assert _process_series(before) == _process_series(after)
-    assert "pid=" not in "".join(line for line in before.splitlines() if line.startswith("kvoffload_process_"))
-    assert len([k for k in _process_series(before) if k[0] == "kvoffload_process_resident_memory_bytes"]) == 5
+    assert "pid=" not in "".join(line for line in before.splitlines() if line.startswith("kvoffload_engine_process_"))
+    assert len([k for k in _process_series(before) if k[0] == "kvoffload_engine_process_resident_memory_bytes"]) == 5
 
 
 @pytest.mark.parametrize(
@@ -271,14 +271,14 @@ def test_tier_bytes_of_a_target_sum_its_dp_engines() -> None:
 def test_exposition_carries_the_tree_the_source_and_the_ratio() -> None:
     m = host.read_host(str(PROC), str(CGROUP), [("a", TREE)], tiers={"a": 8e9})
     text = collect([], "5m", m)
-    assert one(text, "kvoffload_process_tree_memory_info", target="a", source="smaps_rollup") == 1.0
-    assert one(text, "kvoffload_process_tree_shmem_bytes", target="a") == 15 * GIB
-    assert one(text, "kvoffload_process_tree_resident_sum_bytes", target="a") > 17 * GIB
+    assert one(text, "kvoffload_engine_process_tree_memory_info", target="a", source="smaps_rollup") == 1.0
+    assert one(text, "kvoffload_engine_process_tree_shmem_bytes", target="a") == 15 * GIB
+    assert one(text, "kvoffload_engine_process_tree_resident_sum_bytes", target="a") > 17 * GIB
     assert one(text, "kvoffload_offload_tier_footprint_ratio", target="a") == pytest.approx(2.013, abs=1e-3)
-    assert one(text, "kvoffload_process_tree_growth_step_bytes", target="a") == GIB
-    assert one(text, "kvoffload_process_tree_cgroup_headroom_bytes", target="a") == 24 * GIB - 22949371904
+    assert one(text, "kvoffload_engine_process_tree_growth_step_bytes", target="a") == GIB
+    assert one(text, "kvoffload_engine_process_tree_cgroup_headroom_bytes", target="a") == 24 * GIB - 22949371904
     bare = collect([], "5m", HostMemory(1.0, 1.0, None, None))
-    assert "kvoffload_process_tree" not in bare and "footprint" not in bare
+    assert "kvoffload_engine_process_tree" not in bare and "footprint" not in bare
 
 
 def test_smaps_cache_rereads_when_stale_or_when_shared_memory_moved(tmp_path: Path) -> None:

@@ -275,8 +275,8 @@ class _Rules:
             ),
             AlertRule(
                 "KVOffloadOOMRisk",
-                f"{q('kvoffload_process_tree_cgroup_headroom_bytes')}\n"
-                f"< {q('kvoffload_process_tree_growth_step_bytes')}",
+                f"{q('kvoffload_engine_process_tree_cgroup_headroom_bytes')}\n"
+                f"< {q('kvoffload_engine_process_tree_growth_step_bytes')}",
                 s.oom_risk_for,
                 "critical",
                 "The vLLM container is closer to its memory limit than its next allocation.",

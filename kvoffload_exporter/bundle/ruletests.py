@@ -244,8 +244,8 @@ def _oom(e: _Env, fire: bool) -> tuple[Case, int]:
     c = Case(f"cgroup headroom {head} B, growth step {GIB} B")
     lb = e.labels(c, J3)
     c.series = [
-        ("kvoffload_process_tree_cgroup_headroom_bytes", lb, _gauge(head, e.n(t))),
-        ("kvoffload_process_tree_growth_step_bytes", lb, _gauge(GIB, e.n(t))),
+        ("kvoffload_engine_process_tree_cgroup_headroom_bytes", lb, _gauge(head, e.n(t))),
+        ("kvoffload_engine_process_tree_growth_step_bytes", lb, _gauge(GIB, e.n(t))),
     ]
     c.expected = [(lb, head)] if fire else []
     return c, t

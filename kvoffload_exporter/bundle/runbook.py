@@ -189,11 +189,11 @@ and OOM kills on memory-limited pods. On our H200 an 8 GB tier on Qwen3-0.6B hel
 `free` "shared" 14,383 MiB, 7 MiB before start), visible as engine-core RSS, never in `VmLck`/`VmPin`; a
 16 GB tier on Qwen3-32B held 16,424 MiB (1.08×).
 
-**Check.** `kvoffload_process_tree_memory_info` says where the number comes from (`smaps_rollup` is
-per tree; `cgroup` is the whole container). Compare `kvoffload_process_tree_shmem_bytes` with
+**Check.** `kvoffload_engine_process_tree_memory_info` says where the number comes from (`smaps_rollup` is
+per tree; `cgroup` is the whole container). Compare `kvoffload_engine_process_tree_shmem_bytes` with
 `kvoffload_offload_tier_bytes` summed over the target's engines (each DP engine pins its own tier), and
-`kvoffload_process_tree_resident_sum_bytes` (double counts shared memory) with
-`kvoffload_process_tree_pss_bytes`. docs/memory.md explains the accounting.
+`kvoffload_engine_process_tree_resident_sum_bytes` (double counts shared memory) with
+`kvoffload_engine_process_tree_pss_bytes`. docs/memory.md explains the accounting.
 
 **Act.** Size the container limit and the host for the footprint (ratio × tier), not the flag; or lower
 `cpu_bytes_to_use` / `--kv-offloading-size` by the ratio to stay within the memory you budgeted. Raise
@@ -202,20 +202,20 @@ per tree; `cgroup` is the whole container). Compare `kvoffload_process_tree_shme
 ## KVOffloadOOMRisk
 
 **Meaning.** For {oom_risk_for} the headroom under the memory limit of the vLLM container's cgroup
-(`kvoffload_process_tree_cgroup_headroom_bytes`, limit − usage of the API server's own cgroup) was below
-the tree's next growth step (`kvoffload_process_tree_growth_step_bytes`): the part of the configured
+(`kvoffload_engine_process_tree_cgroup_headroom_bytes`, limit − usage of the API server's own cgroup) was below
+the tree's next growth step (`kvoffload_engine_process_tree_growth_step_bytes`): the part of the configured
 tier not yet resident (configured tier − tree shmem) while the tier is still being pinned, and never less
 than 1 GiB of ordinary growth (compile caches, request batches). Shared memory of the tier cannot be
 reclaimed, so the kernel OOM-kills a process of the container instead — usually the engine core.
 
 **Check.** *Host RAM headroom vs configured tier*; `kvoffload_container_memory_usage_bytes` trend;
-`kvoffload_process_tree_anon_bytes` (growing anonymous memory: a leak or batch growth) vs
-`kvoffload_process_tree_shmem_bytes` (the tier). A tier that pins in 7-10 s at start (H200) is too fast
+`kvoffload_engine_process_tree_anon_bytes` (growing anonymous memory: a leak or batch growth) vs
+`kvoffload_engine_process_tree_shmem_bytes` (the tier). A tier that pins in 7-10 s at start (H200) is too fast
 for a `for` of {oom_risk_for}: at start this alert catches only containers that stay within one step of
 their limit.
 
 **Act.** Raise the container's memory limit to at least footprint + anonymous memory + 1 GiB, or lower
-the tier size. In Kubernetes set the limit from the measured `kvoffload_process_tree_pss_bytes`, not from
+the tier size. In Kubernetes set the limit from the measured `kvoffload_engine_process_tree_pss_bytes`, not from
 the flag.
 
 ## KVOffloadAllocationFailures

@@ -56,7 +56,7 @@ RECOMMENDATIONS: tuple[Recommendation, ...] = tuple(Recommendation)
 COLLECTORS: tuple[CollectorName, ...] = tuple(CollectorName)
 
 PROCESS_ROLES: tuple[ProcessRole, ...] = tuple(ProcessRole)
-"""`role` of kvoffload_process_* (with `rank`, stable across restarts, unlike a pid)."""
+"""`role` of kvoffload_engine_process_* (with `rank`, stable across restarts, unlike a pid)."""
 MEMORY_SOURCES: tuple[MemorySource, ...] = tuple(MemorySource)
 
 CANARY_PATHS: tuple[CanaryPath, ...] = tuple(CanaryPath)

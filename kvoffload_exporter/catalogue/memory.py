@@ -14,7 +14,7 @@ def _tree(name: str, help: str, source: str, unit: Unit = Unit.BYTES) -> Metric:
 
 TREE: tuple[Metric, ...] = (
     Metric(
-        name="kvoffload_process_tree_memory_info",
+        name="kvoffload_engine_process_tree_memory_info",
         type=MetricType.INFO,
         help="Where the tree's shared and anonymous memory comes from: smaps_rollup, cgroup or status.",
         labels=("target", "source"),
@@ -22,48 +22,48 @@ TREE: tuple[Metric, ...] = (
         group=Group.MEMORY,
     ),
     _tree(
-        "kvoffload_process_tree_processes",
+        "kvoffload_engine_process_tree_processes",
         "vLLM processes of the target read (API server, engine cores, workers, helpers).",
         "/proc/<pid>/status",
         Unit.NONE,
     ),
     _tree(
-        "kvoffload_process_tree_shmem_bytes",
+        "kvoffload_engine_process_tree_shmem_bytes",
         "Shared memory of the target's process tree counted once: holds the pinned offload tier.",
         "Σ smaps_rollup Pss_Shmem | cgroup memory.stat shmem",
     ),
     _tree(
-        "kvoffload_process_tree_pss_bytes",
+        "kvoffload_engine_process_tree_pss_bytes",
         "Proportional set size of the target's process tree (shared pages split across mappers).",
         "Σ smaps_rollup Pss",
     ),
     _tree(
-        "kvoffload_process_tree_anon_bytes",
+        "kvoffload_engine_process_tree_anon_bytes",
         "Anonymous memory of the target's process tree.",
         "Σ smaps_rollup Pss_Anon | cgroup memory.stat anon | Σ status RssAnon",
     ),
     _tree(
-        "kvoffload_process_tree_resident_sum_bytes",
+        "kvoffload_engine_process_tree_resident_sum_bytes",
         "Sum of the tree's per-process resident memory: counts shared memory once per mapper (for comparison).",
         "Σ /proc/<pid>/status VmRSS",
     ),
     _tree(
-        "kvoffload_process_tree_locked_bytes",
+        "kvoffload_engine_process_tree_locked_bytes",
         "Locked memory (VmLck) of the target's process tree; CUDA-pinned buffers do not show here.",
         "Σ /proc/<pid>/status VmLck",
     ),
     _tree(
-        "kvoffload_process_tree_pinned_bytes",
+        "kvoffload_engine_process_tree_pinned_bytes",
         "Pinned memory (VmPin) of the target's process tree; CUDA-pinned buffers do not show here.",
         "Σ /proc/<pid>/status VmPin",
     ),
     _tree(
-        "kvoffload_process_tree_cgroup_headroom_bytes",
+        "kvoffload_engine_process_tree_cgroup_headroom_bytes",
         "Memory limit minus usage of the cgroup of the target's API server, when it has a limit.",
         "cgroup memory.max - memory.current | memory.limit_in_bytes - memory.usage_in_bytes",
     ),
     _tree(
-        "kvoffload_process_tree_growth_step_bytes",
+        "kvoffload_engine_process_tree_growth_step_bytes",
         "Next allocation the tree is expected to make: the tier not yet resident, at least 1 GiB (docs/memory.md).",
         "max(1 GiB, tier bytes - tree shmem)",
     ),
@@ -117,7 +117,7 @@ METRICS: tuple[Metric, ...] = (
         group=Group.MEMORY,
     ),
     Metric(
-        name="kvoffload_process_resident_memory_bytes",
+        name="kvoffload_engine_process_resident_memory_bytes",
         type=MetricType.GAUGE,
         help="Resident memory of a vLLM process, by role and rank (stable across restarts; see docs/memory.md).",
         labels=("target", "role", "rank"),
@@ -126,7 +126,7 @@ METRICS: tuple[Metric, ...] = (
         group=Group.MEMORY,
     ),
     Metric(
-        name="kvoffload_process_locked_memory_bytes",
+        name="kvoffload_engine_process_locked_memory_bytes",
         type=MetricType.GAUGE,
         help="Locked memory (VmLck) of a vLLM process; CUDA-pinned buffers may not show here.",
         labels=("target", "role", "rank"),
@@ -135,7 +135,7 @@ METRICS: tuple[Metric, ...] = (
         group=Group.MEMORY,
     ),
     Metric(
-        name="kvoffload_process_pinned_memory_bytes",
+        name="kvoffload_engine_process_pinned_memory_bytes",
         type=MetricType.GAUGE,
         help="Pinned memory (VmPin) of a vLLM process.",
         labels=("target", "role", "rank"),

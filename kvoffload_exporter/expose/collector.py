@@ -195,25 +195,25 @@ def _host(x: Exposition, m: HostMemory) -> None:
     x.add("kvoffload_host_memory_headroom_bytes", m.headroom)
     for p in m.processes:  # role/rank, not pid: a restarted engine keeps its series
         lb = {"target": p.target, "role": p.role, "rank": p.rank}
-        x.add("kvoffload_process_resident_memory_bytes", p.rss, lb)
-        x.add("kvoffload_process_locked_memory_bytes", p.locked, lb)
-        x.add("kvoffload_process_pinned_memory_bytes", p.pinned, lb)
+        x.add("kvoffload_engine_process_resident_memory_bytes", p.rss, lb)
+        x.add("kvoffload_engine_process_locked_memory_bytes", p.locked, lb)
+        x.add("kvoffload_engine_process_pinned_memory_bytes", p.pinned, lb)
     for t in m.trees:
         _tree(x, t)
 
 
 def _tree(x: Exposition, t: ProcessTreeMemory) -> None:
     lb = {"target": t.target}
-    x.add("kvoffload_process_tree_memory_info", 1.0, {**lb, "source": t.source})
-    x.add("kvoffload_process_tree_processes", float(t.processes), lb)
-    x.add("kvoffload_process_tree_shmem_bytes", t.shmem, lb)
-    x.add("kvoffload_process_tree_pss_bytes", t.pss, lb)
-    x.add("kvoffload_process_tree_anon_bytes", t.anon, lb)
-    x.add("kvoffload_process_tree_resident_sum_bytes", t.rss_sum, lb)
-    x.add("kvoffload_process_tree_locked_bytes", t.locked, lb)
-    x.add("kvoffload_process_tree_pinned_bytes", t.pinned, lb)
-    x.add("kvoffload_process_tree_cgroup_headroom_bytes", t.cgroup_headroom, lb)
-    x.add("kvoffload_process_tree_growth_step_bytes", growth_step(t), lb)
+    x.add("kvoffload_engine_process_tree_memory_info", 1.0, {**lb, "source": t.source})
+    x.add("kvoffload_engine_process_tree_processes", float(t.processes), lb)
+    x.add("kvoffload_engine_process_tree_shmem_bytes", t.shmem, lb)
+    x.add("kvoffload_engine_process_tree_pss_bytes", t.pss, lb)
+    x.add("kvoffload_engine_process_tree_anon_bytes", t.anon, lb)
+    x.add("kvoffload_engine_process_tree_resident_sum_bytes", t.rss_sum, lb)
+    x.add("kvoffload_engine_process_tree_locked_bytes", t.locked, lb)
+    x.add("kvoffload_engine_process_tree_pinned_bytes", t.pinned, lb)
+    x.add("kvoffload_engine_process_tree_cgroup_headroom_bytes", t.cgroup_headroom, lb)
+    x.add("kvoffload_engine_process_tree_growth_step_bytes", growth_step(t), lb)
     x.add("kvoffload_offload_tier_footprint_ratio", footprint_ratio(t), lb)
 
 
