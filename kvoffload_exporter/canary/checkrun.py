@@ -28,6 +28,7 @@ from kvoffload_exporter.canary.secrets import ApiKey, SecretError, load_api_key,
 from kvoffload_exporter.canary.stats import CONTROL_ORDER
 from kvoffload_exporter.canary.sweepreport import Level
 from kvoffload_exporter.canary.types import CycleReason
+from kvoffload_exporter.canary.wait import wait_notice
 from kvoffload_exporter.ingest.exposition import ParseError
 from kvoffload_exporter.ingest.normalise import normalise
 
@@ -172,20 +173,6 @@ def announced(sleep: Sleep, stream: TextIO, what: str) -> Sleep:
         await sleep(seconds)
 
     return wait
-
-
-def wait_notice(s: CanarySettings) -> str:
-    """What the wait strategy waits for, for how long at most, and how to skip it, before its first wait."""
-    idle, waits = s.wait_initial, []
-    while idle <= s.wait_max:
-        waits.append(idle)
-        idle *= 2
-    worst = sum(waits)
-    return (
-        f"{PREFIX}: wait strategy: each round waits for other traffic to displace the canary's prefix from the "
-        f"GPU cache, idle {waits[0]:.0f} s doubling up to {waits[-1]:.0f} s (at most {worst / 60:.0f} min a round); "
-        "on an idle server nothing displaces it: --allow-pressure displaces it with fillers instead (staging)"
-    )
 
 
 def round_cap(rounds: int, min_samples: int) -> int:
@@ -376,7 +363,7 @@ async def run(
                 file=stderr,
             )
             if run_.strategy == "wait":  # the obvious first run, on an idle server: say what it will wait for
-                print(wait_notice(s), file=stderr)
+                print(f"{PREFIX}: {wait_notice(s)}", file=stderr)
         try:
             result.error = await _rounds(engine, req, stderr, raw_sleep, lambda: _misconfigured(result, stderr))
             if result.error is None and result.config_failure is None and req.sweep is not None:

@@ -5,6 +5,7 @@ it. Safe in production, and it measures how long a prefix stays reusable per tie
 from __future__ import annotations
 
 from kvoffload_exporter.canary import steps
+from kvoffload_exporter.canary.config import CanarySettings
 from kvoffload_exporter.canary.prepared import PreparedRun, Probe
 from kvoffload_exporter.canary.records import CycleRecord
 from kvoffload_exporter.canary.types import CanaryPath, CycleReason, ProbeResult, Strategy, Tier
@@ -63,3 +64,17 @@ class WaitCycle:
             e.state.tier_revisits.append((idle, cls.result == ProbeResult.OFFLOAD_HIT))
         got = await steps.controls(run, c, rec, seeded, idle)
         steps.judge(run, rec, rev, cls, seeded.stored, got)
+
+
+def wait_notice(s: CanarySettings) -> str:
+    """What the wait strategy waits for, for how long at most, and how to skip it, before its first wait."""
+    idle, waits = s.wait_initial, []
+    while idle <= s.wait_max:
+        waits.append(idle)
+        idle *= 2
+    worst = sum(waits)
+    return (
+        "wait strategy: each round waits for other traffic to displace the canary's prefix from the "
+        f"GPU cache, idle {waits[0]:.0f} s doubling up to {waits[-1]:.0f} s (at most {worst / 60:.0f} min a round); "
+        "on an idle server nothing displaces it: --allow-pressure displaces it with fillers instead (staging)"
+    )
