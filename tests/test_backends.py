@@ -254,3 +254,20 @@ def test_negative_backend_counter_fails_the_poll_instead_of_poisoning_totals() -
     assert bad != body
     with pytest.raises(ParseError):
         normalise(bad)
+
+
+def test_mooncake_store_never_counts_errored_puts_as_stored(capsys: pytest.CaptureFixture[str]) -> None:
+    """An errored `save_put` still adds its bytes to `bytes_total{status="error"}`: those are drops (reason
+    store_error, in calls), never stored bytes; every put of the window erroring reads not_storing with the
+    reason naming the lost stores."""
+    d = RECON / "mooncake-store-0.33"
+    body = (d / "after-put-errors.prom").read_text()
+    assert 'operation="save_put",status="error"} 1.5032385536e+10' in body  # the errored bytes are there
+    doc = _inspect(capsys, str(d / "before.prom"), str(d / "after-put-errors.prom"))
+    (engine,) = doc["engines"]
+    assert (engine["state"], engine["state_reason"]) == ("not_storing", "stores_dropped")
+    assert _delta(engine, backends.EvidenceKey(backends.Evidence.STORED, backends.NativeUnit.BYTES)) == 0.0
+    dropped = backends.EvidenceKey(backends.Evidence.DROPPED, backends.NativeUnit.STORES, reason="store_error")
+    assert _delta(engine, dropped) == 32.0
+    hit = _inspect(capsys, str(d / "before.prom"), str(d / "after-hit.prom"))["engines"][0]
+    assert hit["state"] == "hit"

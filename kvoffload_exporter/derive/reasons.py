@@ -29,7 +29,9 @@ FULL_INFLIGHT = 0.99
 SKIPPED_QUERY_SHARE = 0.5
 """Below this share of prompt tokens looked up in the prefix cache, requests skip reading the cache."""
 
-STORE_DROPS = frozenset({DropReason.CPU_FULL, DropReason.BACKPRESSURE, DropReason.ALLOCATION_FAILURE})
+STORE_DROPS = frozenset(
+    {DropReason.CPU_FULL, DropReason.BACKPRESSURE, DropReason.ALLOCATION_FAILURE, DropReason.STORE_ERROR}
+)
 """Backend drop reasons that mean the tier lost a store it was offered (not a request that went away)."""
 
 _LOAD_FAMILY, _STORE_FAMILY = Vllm.KV_OFFLOAD_LOAD_BYTES, Vllm.KV_OFFLOAD_STORE_BYTES

@@ -122,6 +122,8 @@ TABLE: dict[str, FamilyType] = {
     "vllm:kv_offload_tiering_read_bytes": T.COUNTER,
     "vllm:kv_offload_tiering_write_bytes": T.COUNTER,
     "vllm:llmd_fs_metadata_cache_lookup_blocks": T.COUNTER,
+    "vllm:mooncake_store_operation": T.COUNTER,
+    "vllm:mooncake_store_operation_bytes": T.COUNTER,
     "vllm:lmcache_mp_lookup_duration_seconds": T.HISTOGRAM,
     "vllm:prompt_tokens_cached_by_source": T.COUNTER,
     "vllm:simple_kv_offload_info": T.INFO,

@@ -11,7 +11,16 @@ import math
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
-from kvoffload_exporter.ingest.backends import common, kvbm, lmcache, multiconnector, native, simplecpu, tiering
+from kvoffload_exporter.ingest.backends import (
+    common,
+    kvbm,
+    lmcache,
+    mooncake_store,
+    multiconnector,
+    native,
+    simplecpu,
+    tiering,
+)
 from kvoffload_exporter.ingest.backends.schema import (
     CUMULATIVE,
     Backend,
@@ -40,6 +49,7 @@ TABLES: tuple[BackendTable, ...] = (
     lmcache.TABLE,
     lmcache.MP_TABLE,
     kvbm.TABLE,
+    mooncake_store.TABLE,
 )
 _ALL_ROWS: tuple[Source, ...] = (*common.SHARED, *(r for t in TABLES for r in t.rows))
 FAMILIES: frozenset[str] = frozenset({r.family for r in _ALL_ROWS} | {f for t in TABLES for f in t.detect})

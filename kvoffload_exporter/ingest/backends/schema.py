@@ -25,6 +25,7 @@ class Backend(StrEnum):
     LMCACHE = "lmcache"  # LMCacheConnectorV1, in-process LMCache (lmcache:*)
     LMCACHE_MP = "lmcache_mp"  # LMCacheMPConnector + the LMCache MP server endpoint
     KVBM = "kvbm"  # NVIDIA Dynamo KVBM (kvbm_*)
+    MOONCAKE_STORE = "mooncake_store"  # MooncakeStoreConnector (0.33+): puts and gets by key
 
 
 class Evidence(StrEnum):
@@ -72,6 +73,7 @@ class DropReason(StrEnum):
     BACKPRESSURE = "backpressure"
     ALLOCATION_FAILURE = "allocation_failure"
     PROMOTION_ALLOCATION_FAILURE = "promotion_allocation_failure"
+    STORE_ERROR = "store_error"  # a put the store answered with an error (Mooncake store)
 
 
 class Kind(StrEnum):

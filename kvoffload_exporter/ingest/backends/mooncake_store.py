@@ -1,0 +1,31 @@
+"""MooncakeStoreConnector (0.33): a distributed KV store read by key; no vllm:kv_offload_* family.
+
+Stores are `save_put` bytes with `status="ok"`, loads `load_get` bytes with `status="ok"`. An errored
+`save_put` still adds its batch's bytes to `bytes_total{status="error"}`, so summing statuses would count
+failed stores as stored: only the `ok` children are read as stored, and errored puts are drops (reason
+`store_error`, counted in calls). Children appear on each (operation, status)'s first operation.
+"""
+
+from __future__ import annotations
+
+from kvoffload_exporter.ingest.backends.common import by_source, ext_hits, ext_queries
+from kvoffload_exporter.ingest.backends.schema import Backend, BackendTable, DropReason, Evidence, NativeUnit, Source
+
+E, U = Evidence, NativeUnit
+OPS = "vllm:mooncake_store_operation_total"
+BYTES = "vllm:mooncake_store_operation_bytes_total"
+
+ROWS: tuple[Source, ...] = (
+    Source(BYTES, E.STORED, U.BYTES, match=(("operation", "save_put"), ("status", "ok"))),
+    Source(BYTES, E.LOADED, U.BYTES, match=(("operation", "load_get"), ("status", "ok"))),
+    Source(
+        OPS, E.DROPPED, U.STORES, match=(("operation", "save_put"), ("status", "error")), reason=DropReason.STORE_ERROR
+    ),
+    by_source("external_unspecified", group="hits_tokens"),
+    ext_hits(),
+    ext_queries(),
+)
+
+TABLE = BackendTable(
+    Backend.MOONCAKE_STORE, detect=frozenset({Source(OPS, E.DROPPED, U.STORES).family, ROWS[0].family}), rows=ROWS
+)
