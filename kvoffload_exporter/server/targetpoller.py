@@ -80,12 +80,13 @@ class TargetPoller:
         self._extra_logged: dict[str, str] = {}  # extra URL -> the failure reason last logged for it
         self.canary: CanaryFacts | None = None  # from a plugin (Exporter.report_facts): refines the reasons
         self._lines = LineCache()  # the series this target sent before, read with one lookup each
+        self.scrub = cfg.scrubber() or None  # its own credentials, removed from whatever it answers
         self.polled = asyncio.Event()  # set once the first poll finished (a /probe of a new target waits)
 
     def _parse(self, text: str, now: float) -> Parsed:
         """CPU-bound part of a poll; a large body's runs in a worker thread (INLINE_PARSE_BYTES)."""
         try:  # capped by the limits: a hostile body costs bounded time and memory
-            snapshot = normalise(text, self.cfg.limits or self.config.limits, self._lines)
+            snapshot = normalise(text, self.cfg.limits or self.config.limits, self._lines, self.scrub)
         except ParseError as e:
             raise ScrapeError(e.reason, str(e)) from e
         if not snapshot.families:
@@ -109,6 +110,8 @@ class TargetPoller:
     ) -> tuple[str, list[str], str | None]:
         if version is None or now - self._version_checked > 300:  # /version can change on upgrade
             version = await fetch_version(session, self.cfg.url, self.config.timeout, self.cfg.source_auth()) or version
+            if version is not None and self.scrub is not None and self.scrub(version) != version:
+                version = None  # its own token echoed as a version: `unknown`, never exported
             self._version_checked = now
         auth = self.cfg.source_auth()
         main = fetch_metrics(session, self.cfg.url, self.config.timeout, self.config.max_body_bytes, auth, hold)
@@ -148,7 +151,15 @@ class TargetPoller:
         self._extra_logged.pop(url, None)
         return text
 
+    def _cleaned(self, e: ScrapeError) -> ScrapeError:
+        """`e` with the target's credentials removed from its detail (an error body or a quoted line that
+        echoes them): what is logged and kept."""
+        if self.scrub is None:
+            return e
+        return ScrapeError(e.reason, self.scrub(e.detail))
+
     def _extra_failed(self, url: str, e: ScrapeError, shown: str | None = None) -> None:
+        e = self._cleaned(e)
         if self.extra_errors is None:  # the config changed under a running poller: nothing to count into
             return
         self.extra_errors[e.reason] = self.extra_errors.get(e.reason, 0) + 1
@@ -224,6 +235,7 @@ class TargetPoller:
         return None if self.extra_errors is None else dict(self.extra_errors)
 
     def _failed(self, e: ScrapeError, version: str | None, started: float) -> None:
+        e = self._cleaned(e)
         self.errors[e.reason] = self.errors.get(e.reason, 0) + 1
         if e.detail != self._last_error_logged:  # log a failure once, not every poll
             url = redact_url(self.cfg.url) + "/metrics"
