@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from kvoffload_exporter.catalogue import HTTP_REJECT_REASONS, PROBE_EVICTIONS, VERSION_ERROR_REASONS
 from kvoffload_exporter.enums import HttpRejectReason, ProbeEviction
 from kvoffload_exporter.expose.collector import SampleSink
+from kvoffload_exporter.server.logbudget import BOUNDS
 from kvoffload_exporter.sources.version import VERSION_ERRORS
 
 MAX_TRUSTED = 1024
@@ -48,5 +49,7 @@ class GuardStats:
             x.add("kvoffload_exporter_http_rejected_total", float(self.rejected.get(r, 0)), {"reason": r})
         for e in PROBE_EVICTIONS:
             x.add("kvoffload_exporter_probe_evictions_total", float(self.evicted.get(e, 0)), {"reason": e})
+        x.add("kvoffload_exporter_log_lines_suppressed_total", float(BOUNDS.suppressed), {})
+        x.add("kvoffload_exporter_label_churn_total", float(BOUNDS.label_churn), {})
         for v in VERSION_ERROR_REASONS:
             x.add("kvoffload_exporter_version_errors_total", float(VERSION_ERRORS.get(v, 0)), {"reason": v})
