@@ -40,7 +40,8 @@ METRICS: tuple[Metric, ...] = (
         name="kvoffload_exporter_label_churn_total",
         type=MetricType.COUNTER,
         help="History points dropped because a target's label values changed from poll to poll: a target's "
-        "history holds at most twice its engine_limit (model_name, engine) keys (serve only).",
+        "history holds at most twice as many (model_name, engine) keys as it has engines, plus 2, and never "
+        "more than twice its engine_limit (serve only).",
         group=Group.HEALTH,
     ),
     Metric(

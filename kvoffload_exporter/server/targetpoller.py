@@ -48,9 +48,11 @@ server, goes to a worker thread, so the loop (and `/healthz`) gets its 5 ms turn
 
 
 CHURN_FACTOR = 2
-"""A target's history holds at most this many times its `engine_limit` distinct (model_name, engine)
-keys: room for every engine to be replaced once within the window (a restart), not for a new key on
-every poll (each one a packed layout of its own, its label values with it)."""
+CHURN_SLACK = 2
+"""A target's history holds at most CHURN_FACTOR × its engines now + CHURN_SLACK distinct (model_name,
+engine) keys, and never more than CHURN_FACTOR × `engine_limit`: room for every engine to be replaced
+once within the window (a model renamed, engines scaled), not for a new key on every poll (each one a
+packed layout of its own, its label values with it; a point without today's keys is no window start)."""
 
 
 STALE_POLLS = 3.0
@@ -263,7 +265,8 @@ class TargetPoller:
             self._held = Counter(k for m in self.history for k in m.totals)
             self._held_of = self.history
         limits = self.cfg.limits or self.config.limits
-        dropped = history.push(self.history, point, self._held, CHURN_FACTOR * limits.engine_limit)
+        budget = min(CHURN_FACTOR * limits.engine_limit, CHURN_FACTOR * len(keys) + CHURN_SLACK)
+        dropped = history.push(self.history, point, self._held, budget)
         if dropped:
             BOUNDS.label_churn += dropped
             let, before = self.logs.allow("label_churn")
