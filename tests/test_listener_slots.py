@@ -89,6 +89,13 @@ async def test_a_connection_whose_headers_arrived_is_no_longer_half_open(served:
         w.close()
 
 
+async def test_an_address_answered_before_may_open_many_connections_at_once(served: Served) -> None:
+    assert b"200 OK" in await served.get("/metrics")  # Prometheus, seen
+    many = served.site.slots.per_client  # 16 here: twice the pending cap of an address never answered
+    await served.half_open("127.0.0.1", many)  # e.g. many /probe at once, their headers on the way
+    assert many > MAX_PENDING_PER_CLIENT and served.refused() == 0 and served.guards.connections == many
+
+
 async def test_scrapers_seen_before_keep_a_reserve_when_many_addresses_fill_the_rest(served: Served) -> None:
     assert b"200 OK" in await served.get("/metrics")  # Prometheus (127.0.0.1), answered before the attack
     for i in range(10, 60):  # 50 addresses: more than the unreserved 56 slots

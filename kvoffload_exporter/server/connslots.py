@@ -3,7 +3,8 @@ them all from Prometheus and the kubelet.
 
 - Connections of one address whose request headers have not arrived yet (half-open, half-sent) are
   capped at a small absolute number, `MAX_PENDING_PER_CLIENT`: a slowloris from a few addresses holds a
-  few dozen slots, not the listener.
+  few dozen slots, not the listener. A trusted address (below) may have as many pending as it may have
+  open (a quarter of the slots): a Prometheus opening many `/probe` connections at once is not refused.
 - A reserve of the slots (`reserve`, an eighth) is kept for trusted addresses: those that were answered
   with a success before (authenticated, when basic auth is on), remembered in `GuardStats.trusted`.
   Everything else shares the rest, so fifty addresses filling it leave room for the scrapers seen before.
@@ -46,8 +47,8 @@ class Slots:
         self.lane: dict[str, int] = {}  # address -> its /healthz lane connection (0 or 1)
 
     def admit(self, peer: str, trusted: bool, lane_open: bool) -> Admit:
-        room = self.max if trusted else self.max - self.reserve
-        if self.pending.get(peer, 0) >= MAX_PENDING_PER_CLIENT or self.per_peer.get(peer, 0) >= self.per_client:
+        room, pending = (self.max, self.per_client) if trusted else (self.max - self.reserve, MAX_PENDING_PER_CLIENT)
+        if self.pending.get(peer, 0) >= pending or self.per_peer.get(peer, 0) >= self.per_client:
             return Admit.REFUSE
         if self.open < room:
             self.open += 1
