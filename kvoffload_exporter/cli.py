@@ -9,14 +9,21 @@ import logging
 import pkgutil
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from kvoffload_exporter import __version__, commands
 from kvoffload_exporter.revision import revision
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with a one-line usage error (the full usage is one `--help` away)."""
+    """argparse with a one-line usage error (the full usage is one `--help` away) and no abbreviations: a
+    misspelt `--web.listen-addres` is refused with a did-you-mean instead of silently matching a flag (an
+    abbreviation that works today breaks the day a second flag shares its prefix). Sub-commands are built
+    by the same class, so every parser refuses them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}{self._suggest(message)} (see {self.prog} --help)\n")

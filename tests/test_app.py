@@ -206,10 +206,10 @@ async def test_unexpected_error_marks_target_down_and_polling_continues(monkeypa
     real = poller.normalise
     broken = {"on": False}
 
-    def flaky(text: str, limits=None, cache=None):  # type: ignore[no-untyped-def]
+    def flaky(text: str, *rest):  # type: ignore[no-untyped-def]
         if broken["on"]:
             raise RuntimeError("bug")
-        return real(text, limits, cache)
+        return real(text, *rest)
 
     monkeypatch.setattr(poller, "normalise", flaky)
     fake = FakeVllm()

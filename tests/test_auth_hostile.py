@@ -23,6 +23,7 @@ from kvoffload_exporter.config.settings import Config
 from kvoffload_exporter.enums import HttpRejectReason
 from kvoffload_exporter.server import webauth
 from kvoffload_exporter.server.app import make_app
+from kvoffload_exporter.server.connslots import MAX_PENDING_PER_CLIENT
 from kvoffload_exporter.server.guards import GuardStats
 from kvoffload_exporter.server.listener import GuardedSite, ListenLimits
 from kvoffload_exporter.server.webauth import AuthGate, WebReload
@@ -107,7 +108,9 @@ async def test_a_wrong_password_flood_cannot_starve_a_login(
     port, guards = protected
     rec = Recorder(monkeypatch)
     url = f"http://127.0.0.1:{port}/metrics"
-    flooder = aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=("127.0.0.2", 0), limit=50))
+    # as many connections at once as the listener lets an address never answered have half-open
+    connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0), limit=MAX_PENDING_PER_CLIENT)
+    flooder = aiohttp.ClientSession(connector=connector)
     async with flooder, aiohttp.ClientSession() as prometheus:
 
         async def wrong(i: int) -> int:

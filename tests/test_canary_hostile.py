@@ -13,7 +13,7 @@ import pytest
 
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.check import run_check
-from tests.support.hostile_canary import ECHO, Hostile, hostile_vllm
+from tests.support.hostile_canary import ECHO, KEY_ENCODINGS, Hostile, hostile_vllm
 
 KEY = "sk-hostile-canary-0123456789"
 BOUND = 60.0  # seconds: every case here ends well within it, or the test fails instead of hanging
@@ -48,11 +48,19 @@ async def _check(tmp_path: Path, h: Hostile, *argv: str) -> tuple[int, dict[str,
     return code, doc, out.getvalue(), err.getvalue()
 
 
+def _spellings() -> list[str]:
+    """The key as each encoding writes it (base64 of a longer text: the characters that are the key's alone)."""
+    out = [enc(KEY) for name, enc in KEY_ENCODINGS.items() if name not in ("json", "url", "base64_header")]
+    return [*out, KEY, KEY_ENCODINGS["base64_header"](KEY)[-24:-4]]
+
+
 def _no_key_anywhere(tmp_path: Path, *texts: str) -> None:
     for f in [*(tmp_path / "ev").iterdir(), tmp_path / "c.json"]:
-        assert KEY.encode() not in f.read_bytes(), f.name
+        for spelled in _spellings():
+            assert spelled.encode() not in f.read_bytes(), (f.name, spelled)
     for t in texts:
-        assert KEY not in t
+        for spelled in _spellings():
+            assert spelled not in t, spelled
 
 
 @pytest.mark.parametrize(
@@ -96,6 +104,18 @@ async def test_an_echoed_authorization_is_scrubbed_everywhere(tmp_path: Path) ->
         code, doc, text, err = await _check(tmp_path, h)
     assert code == 3 and "refused the canary's completions with HTTP 400" in doc["why"], doc
     assert "Authorization: Bearer ***" in doc["why"]  # the server's message is quoted: the echo visible, not its value
+    _no_key_anywhere(tmp_path, text, err, json.dumps(doc))
+
+
+@pytest.mark.parametrize("encoding", sorted(KEY_ENCODINGS))
+async def test_an_echoed_key_in_any_encoding_is_scrubbed_everywhere(tmp_path: Path, encoding: str) -> None:
+    async with hostile_vllm(api_key=KEY) as h:
+        h.set("/v1/completions", f"echo_key:{encoding}")
+        code, doc, text, err = await _check(tmp_path, h)
+    assert code == 3 and ": http_4xx " in doc["why"], doc
+    assert "***" in doc["why"]  # the echo is still visible as such, without its value
+    names = {f.name for f in (tmp_path / "ev").iterdir()}
+    assert {"report.json", "report.txt", "cycles.json"} <= names, names
     _no_key_anywhere(tmp_path, text, err, json.dumps(doc))
 
 

@@ -18,7 +18,7 @@ from kvoffload_exporter.canary.engine import CanaryEngine
 from kvoffload_exporter.canary.plugin import make_plugin
 from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.server.app import make_app
-from tests.support.hostile_canary import ECHO, hostile_vllm
+from tests.support.hostile_canary import ECHO, KEY_ENCODINGS, hostile_vllm
 
 KEY = "sk-serve-hostile-0123456789"
 BOUND = 60.0
@@ -102,6 +102,23 @@ async def test_an_echoed_key_reaches_neither_the_log_nor_metrics(  # type: ignor
     assert h.seen >= 2 and KEY not in text
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "Authorization: Bearer ***" in logged and KEY not in logged
+
+
+@pytest.mark.parametrize("encoding", sorted(KEY_ENCODINGS))
+async def test_a_key_echoed_in_any_encoding_reaches_neither_the_log_nor_metrics(  # type: ignore[no-untyped-def]
+    aiohttp_client, tmp_path: Path, caplog: pytest.LogCaptureFixture, encoding: str
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="kvoffload")
+    async with hostile_vllm(api_key=KEY) as h:
+        h.set("/v1/completions", f"echo_key:{encoding}")
+        client = await _app(aiohttp_client, tmp_path, h.url)
+        series = 'kvoffload_canary_errors_total{target="h",reason="http_4xx"}'
+        text = await _until(client, lambda t: _value(t, series) >= 2)
+    spelled = KEY_ENCODINGS[encoding](KEY)
+    core = spelled[-24:-4] if encoding == "base64_header" else (KEY if encoding in ("json", "url") else spelled)
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert h.seen >= 2 and "http_4xx" in logged
+    assert core not in text and core not in logged
 
 
 async def test_a_loop_that_raises_is_restarted_and_counted(  # type: ignore[no-untyped-def]

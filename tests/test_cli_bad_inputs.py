@@ -376,3 +376,21 @@ def test_a_bad_path_exits_2_in_every_command(tmp_path: Path, capsys: pytest.Capt
     assert main(["bundle", "--out", str(tmp_path / "plain" / "sub")]) == 2
     err = capsys.readouterr().err
     assert "cannot read" in err and "cannot write under" in err
+
+
+@pytest.mark.parametrize(
+    "argv,hint",
+    [
+        (["serve", "--web.listen-addres", "127.0.0.1:0"], "--web.listen-address"),
+        (["check", "--target", "http://127.0.0.1:9", "--allow-pres"], "--allow-pressure"),
+        (["inspect", "--jso", "x.prom"], "--json"),
+    ],
+)
+def test_abbreviated_flags_are_refused_with_a_did_you_mean(
+    argv: list[str], hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse accepts a unique prefix by default: a typo would silently set another flag's value."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"did you mean {hint}?" in err and len(err.strip().splitlines()) == 1

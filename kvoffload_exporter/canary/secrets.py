@@ -9,17 +9,18 @@ or `Basic` credential whatever its value, become `***`.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 import secrets
 from contextlib import suppress
 from pathlib import Path
-from urllib.parse import quote
 
-_LOADED: set[str] = set()
-"""Every API key value this process loaded (and its escaped spellings): what `scrub` removes."""
+from kvoffload_exporter.redact import secret_forms
+
+_LOADED: list[str] = []
+"""Every API key value this process loaded, in every spelling an echo could carry (raw, JSON- and
+URL-escaped, base64 at any alignment, hex; redact.secret_forms), longest first: what `scrub` removes."""
 
 _CREDENTIAL = re.compile(
     r"(?i:(authorization|x-api-key|api[_-]?key)(\\?[\"']?\s*[:=]\s*\\?[\"']?)(?:(bearer|basic|token)\s+)?)"
@@ -65,8 +66,8 @@ class ApiKey:
 
     def __init__(self, value: str):
         self._value = value
-        if len(value) >= 4:  # shorter values would blank out ordinary text; the patterns still apply
-            _LOADED.update({value, json.dumps(value)[1:-1], quote(value, safe="")})
+        # shorter values would blank out ordinary text (secret_forms keeps none); the patterns still apply
+        _LOADED[:] = sorted(set(_LOADED) | secret_forms(value), key=lambda f: (-len(f), f))
 
     def header(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._value}"}

@@ -30,6 +30,21 @@ METRICS: tuple[Metric, ...] = (
         group=Group.HEALTH,
     ),
     Metric(
+        name="kvoffload_exporter_log_lines_suppressed_total",
+        type=MetricType.COUNTER,
+        help="Log lines about failing targets held back: one WARNING per failure kind per target every 5 "
+        "minutes (/probe targets share one), the rest only counted here (serve only).",
+        group=Group.HEALTH,
+    ),
+    Metric(
+        name="kvoffload_exporter_label_churn_total",
+        type=MetricType.COUNTER,
+        help="History points dropped because a target's label values changed from poll to poll: a target's "
+        "history holds at most twice as many (model_name, engine) keys as it has engines, plus 2, and never "
+        "more than twice its engine_limit (serve only).",
+        group=Group.HEALTH,
+    ),
+    Metric(
         name="kvoffload_exporter_version_errors_total",
         type=MetricType.COUNTER,
         help="GET /version answers that gave no usable version (the target stays up; its vllm_version label "

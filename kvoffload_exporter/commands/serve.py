@@ -200,6 +200,7 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
     await runner.setup()
     ssl_context = prep.web.ssl_context if prep.web else None
     site = GuardedSite(runner, sock, guards, limits, ssl_context=ssl_context)
+    site.healthz_open = lambda: gate is None or not gate.users  # with basic auth, /healthz needs it too
     await site.start()
     web_reload = WebReload(getattr(args, "web_config_file", None), prep.web, gate, site)
     reloader = Reloader(

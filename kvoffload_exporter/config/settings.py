@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from kvoffload_exporter.config.credentials import Auth, BasicAuth, BearerToken, target_auth
 from kvoffload_exporter.config.limits import Limits, limits_from_mapping
@@ -38,7 +38,7 @@ from kvoffload_exporter.config.values import (
     split_listen,
     url_list,
 )
-from kvoffload_exporter.redact import redact_url
+from kvoffload_exporter.redact import Scrubber, redact_url
 
 log = logging.getLogger("kvoffload.config")
 DEFAULT_LISTEN = "127.0.0.1:9466"
@@ -98,6 +98,15 @@ class TargetConfig:
         if isinstance(self.auth, BasicAuth):
             return quote(self.auth.username, safe=""), quote(self.auth.password, safe="")
         return None
+
+    def scrubber(self) -> Scrubber:
+        """What removes this target's own credentials from whatever it answers (labels, errors, version):
+        a target that echoes the `Authorization` header it receives must not export it."""
+        pairs = [(unquote(u), unquote(p)) for u, p in filter(None, self.extra_auth)]
+        if isinstance(self.auth, BasicAuth):
+            pairs.append((self.auth.username, self.auth.password))
+        token = self.auth.token if isinstance(self.auth, BearerToken) else None
+        return Scrubber.for_credentials(self.url, pairs, token)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ read back is built from the same floats, so every derivation is unchanged (tests
 from __future__ import annotations
 
 from array import array
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from itertools import accumulate
 from typing import Any, NamedTuple
@@ -57,6 +57,10 @@ _LAYOUTS: dict[tuple[Any, ...], _Layout] = {}
 """Shape → layout, shared by every packed point of that shape. Bounded: a churning target only starts
 the table over (a layout held by a point stays valid)."""
 _MAX_LAYOUTS = 1024
+_MAX_LAYOUT_CHARS = 1 << 20
+"""Characters of engine keys the shared table holds at most: 1,024 layouts of 64 engines with
+1,000-character `model_name`s would otherwise pin ~64 MiB of label values (label churn)."""
+_layout_chars = 0
 _NO_RAW: dict[Any, float] = {}  # never read from an older point (derive.advance reads the newest one)
 
 
@@ -85,9 +89,13 @@ def _layout(p: Point, hint: _Layout | None = None) -> _Layout:
         *starts, hists = accumulate((sum(e.spans) for e in entries), initial=0)
         keys = {k: i for i, (k, *_) in enumerate(totals)}
         got = _Layout(shape, p.snapshot.generation, keys, entries, tuple(starts), hists, engines)
-        if len(_LAYOUTS) >= _MAX_LAYOUTS:
+        global _layout_chars
+        chars = sum(len(m) + len(e) for m, e in keys)
+        if len(_LAYOUTS) >= _MAX_LAYOUTS or _layout_chars + chars > _MAX_LAYOUT_CHARS:
             _LAYOUTS.clear()
+            _layout_chars = 0
         _LAYOUTS[shape] = got
+        _layout_chars += chars
     return got
 
 
@@ -186,11 +194,33 @@ def pack(p: Point, hint: Mark | None = None) -> Mark:
     return PackedPoint(p, hint if isinstance(hint, PackedPoint) else None)
 
 
-def push(history: deque[Mark], point: Point) -> None:
-    """Append the newest point; the one it supersedes (read whole by the next `derive.advance`) is packed."""
+def push(history: deque[Mark], point: Point, held: Counter[EngineKey] | None = None, budget: int = 0) -> int:
+    """Append the newest point; the one it supersedes (read whole by the next `derive.advance`) is packed.
+
+    With `held` (engine key -> points of `history` holding it, kept up to date here), the oldest points
+    are dropped while the history holds more than `budget` distinct keys: label values that churn cannot
+    grow it past the budget. Returns how many were dropped that way."""
     if history and isinstance(history[-1], Point):
         history[-1] = pack(history[-1], history[-2] if len(history) > 1 else None)
+    if held is None:
+        history.append(point)
+        return 0
+    if history.maxlen is not None and len(history) >= history.maxlen and history:
+        _forget(held, history[0])  # about to fall off the left end
     history.append(point)
+    held.update(point.totals.keys())
+    dropped = 0
+    while len(held) > budget and len(history) > 1:
+        _forget(held, history.popleft())
+        dropped += 1
+    return dropped
+
+
+def _forget(held: Counter[EngineKey], mark: Mark) -> None:
+    for k in mark.totals:
+        held[k] -= 1
+        if held[k] <= 0:
+            del held[k]
 
 
 __all__ = ["PackedPoint", "pack", "push"]

@@ -10,7 +10,7 @@ counters and histograms, max for advisory gauges. Unknown families are ignored.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from operator import itemgetter
 from typing import NamedTuple
@@ -57,14 +57,18 @@ _LINE_FACTOR = 32
 """A selected line may be this many label-value limits long (cache_config_info carries ~20 labels)."""
 
 
-def normalise(text: str, limits: Limits | None = None, cache: LineCache | None = None) -> Snapshot:
+def normalise(
+    text: str, limits: Limits | None = None, cache: LineCache | None = None, scrub: Callable[[str], str] | None = None
+) -> Snapshot:
     """Read one vLLM exposition within `limits` (defaults when None). Pure and CPU-bound: the
     poller runs it off the event loop. Raises exposition.ParseError (LimitError past a cap).
-    `cache` is the target's own LineCache: the same result, with the series it sent before read faster."""
+    `cache` is the target's own LineCache: the same result, with the series it sent before read faster.
+    `scrub` is applied to every label text before it is kept (the target's credentials, redact.Scrubber)."""
     lim = limits or Limits()
     max_len = lim.label_value_length_limit
     line_cap = _LINE_FACTOR * max_len + 1024
-    samples, typed = read(text, _SELECTOR, _labels_reader(max_len), lim.sample_limit, line_cap, cache, max_len)
+    reader, key = _labels_reader(max_len, scrub), (max_len, scrub) if scrub else max_len
+    samples, typed = read(text, _SELECTOR, reader, lim.sample_limit, line_cap, cache, key)
     if cache is None:
         return _snapshot(samples, typed, lim)[0]
     last, slot = cache.last, cache.plan

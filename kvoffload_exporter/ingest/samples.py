@@ -126,15 +126,19 @@ _CACHED_TEXT = 1024
 """Label texts up to this length are cached by `_split`; longer ones are split each time."""
 
 
-def labels_reader(max_len: int) -> Callable[[str], SplitLabels]:
+def labels_reader(max_len: int, scrub: Callable[[str], str] | None = None) -> Callable[[str], SplitLabels]:
     """`_split`, refusing any label value longer than `max_len` (a 3.5 MB `model_name` would be
-    copied into every derived series). Only label texts longer than the cap need the check."""
+    copied into every derived series). Only label texts longer than the cap need the check.
+    `scrub` (the target's redact.Scrubber) removes the credentials sent to the target from the label
+    text before it is split and kept: every label value of a snapshot has been through it."""
 
     def labels_of(text: str) -> SplitLabels:
         if len(text) > max_len:  # only then can a value be over the cap
             for k, v in parse_labels(text):
                 if len(v) > max_len:
                     raise LimitError("label_limit", f"label {k} is {len(v)} characters long (limit {max_len})")
+        if scrub is not None:
+            text = scrub(text)
         # Long label texts are not cached: 4096 of them could otherwise pin ~130 MiB.
         return _split(text) if len(text) <= _CACHED_TEXT else _split.__wrapped__(text)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
-from aiohttp.typedefs import Middleware
+from aiohttp.typedefs import Handler, Middleware
 
 from kvoffload_exporter import __version__
 from kvoffload_exporter.config.settings import Config
@@ -146,6 +146,20 @@ async def _index(request: web.Request) -> web.Response:
     return web.Response(text=body, content_type="text/html")
 
 
+def _trust_answered(guards: GuardStats) -> Middleware:
+    """Outermost: an address answered with a success (past basic auth, when on) is a scraper seen before,
+    for which the listener keeps a reserve of slots."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        response = await handler(request)
+        if response.status < 400:
+            guards.trust(request.remote)
+        return response
+
+    return middleware
+
+
 def make_app(
     config: Config,
     plugins: tuple[Plugin, ...] = (),
@@ -158,9 +172,10 @@ def make_app(
     `plugins` get the running Exporter and the shared HTTP session (the canary uses this);
     `middlewares` guard every route (webconfig's basic auth); `guards` counts what they and the listener
     refuse (kvoffload_exporter_http_*)."""
-    app = web.Application(middlewares=tuple(middlewares))
+    guards = guards or GuardStats()
+    app = web.Application(middlewares=(_trust_answered(guards), *middlewares))
     app[EXPORTER] = exporter or Exporter(config)
-    app[GUARDS] = guards or GuardStats()
+    app[GUARDS] = guards
     app[EXPORTER].add_collector(app[GUARDS])
     app[PROBES] = Probes(app[EXPORTER], app[GUARDS])
     app[LIFECYCLE] = Lifecycle()

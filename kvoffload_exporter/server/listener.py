@@ -2,8 +2,9 @@
 
 Every accepted connection passes through `_Guard` before aiohttp sees a byte:
 - at most `max_connections` open at once (TLS handshakes included, since TLS is started here, after the
-  count), and at most a quarter of them from one client address, so one noisy client cannot take the
-  slots of Prometheus and the kubelet: one more is closed at once and counted (`connection_limit`);
+  count); which address may take a slot (a few half-open ones per address, a reserve for scrapers seen
+  before, a `/healthz` lane when all are taken) is `connslots`: one more is closed and counted
+  (`connection_limit`);
 - the request line and headers must be complete within `header_timeout` seconds of the connection (or of
   the first byte of the next request on a kept-alive one), TLS handshake included (`header_timeout`);
 - at most `max_header_bytes` before the blank line that ends the headers: 431 and close (`bad_request`);
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,6 +28,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from kvoffload_exporter.enums import HttpRejectReason
+from kvoffload_exporter.server.connslots import HEALTHZ_OK, HEALTHZ_TIMEOUT, Admit, Slots, healthz_answer
 from kvoffload_exporter.server.guards import GuardStats
 
 log = logging.getLogger("kvoffload.listener")
@@ -107,19 +110,25 @@ class _Guard(asyncio.Protocol):
         self._stall: asyncio.TimerHandle | None = None  # the write watchdog
         self._raw: asyncio.Transport | None = None  # the TCP transport (under TLS, the one that buffers)
         self._last_buffered = 0
+        self._pending = True  # no complete request headers yet: counted against the address's pending cap
+        self._lane: bytes | None = None  # the /healthz lane: the request line received so far
+        self._in_lane = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         site, guards = self.site, self.site.guards
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
-        per_client = max(1, site.limits.max_connections // 4)
-        if guards.connections >= site.limits.max_connections or site.per_peer.get(self.peer, 0) >= per_client:
+        admit = site.slots.admit(self.peer, guards.is_trusted(self.peer), site.tls is None and site.healthz_open())
+        if admit is Admit.HEALTHZ:
+            self.transport, self._lane, self._in_lane = transport, b"", True
+            self._timer = asyncio.get_running_loop().call_later(HEALTHZ_TIMEOUT, self._lane_answer)
+            return
+        if admit is Admit.REFUSE:
             guards.reject(HttpRejectReason.CONNECTION_LIMIT)
             transport.abort()
             return
-        guards.connections += 1
-        site.per_peer[self.peer] = site.per_peer.get(self.peer, 0) + 1
+        guards.connections = site.slots.open
         self._counted = True
         site.open.add(self)
         self.transport = self._raw = transport
@@ -183,7 +192,30 @@ class _Guard(asyncio.Protocol):
             self.transport.write(_TOO_LARGE)
             self.transport.close()
 
+    def _lane_answer(self) -> None:
+        """The `/healthz` lane's one answer (on its request line, its timeout or its size cap), then close."""
+        self._disarm()
+        answer = healthz_answer(self._lane or b"")
+        if answer != HEALTHZ_OK:
+            self.site.guards.reject(HttpRejectReason.CONNECTION_LIMIT)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(answer)
+            self.transport.close()
+        self._lane = None
+
+    def _track_pending(self) -> None:
+        """Pending while the headers of the first request, or of the next one begun, are not complete."""
+        pending = self._open > 0
+        if pending != self._pending:
+            self._pending = pending
+            (self.site.slots.headers_started if pending else self.site.slots.headers_done)(self.peer)
+
     def data_received(self, data: bytes) -> None:
+        if self._lane is not None:
+            self._lane += data
+            if b"\r\n" in self._lane or len(self._lane) > 1024:
+                self._lane_answer()
+            return
         if self._refused:
             return
         buf, start, biggest = self._tail + data, 0, 0
@@ -204,6 +236,8 @@ class _Guard(asyncio.Protocol):
             self._arm()
         else:
             self._disarm()
+        if self._open or start:  # no byte at all since the last request is still as it was
+            self._track_pending()
         if self.inner is not None:
             self.inner.data_received(data)
         else:  # decrypted before start_tls returned: kept (within the header cap) for the hand-over
@@ -235,6 +269,11 @@ class _Guard(asyncio.Protocol):
         self._stall = asyncio.get_running_loop().call_later(self.site.limits.write_timeout, self._watch_writes)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._in_lane:
+            self._disarm()
+            self._lane, self._in_lane = None, False
+            self.site.slots.release_lane(self.peer)
+            return
         self._release()
         if self.inner is not None:
             self.inner.connection_lost(exc)
@@ -246,11 +285,9 @@ class _Guard(asyncio.Protocol):
             self._stall = None
         if self._counted:
             self._counted = False
-            self.site.guards.connections -= 1
+            self.site.slots.release(self.peer, self._pending)
+            self.site.guards.connections = self.site.slots.open
             self.site.open.discard(self)
-            left = self.site.per_peer.pop(self.peer, 1) - 1
-            if left:
-                self.site.per_peer[self.peer] = left
 
 
 class GuardedSite(web.SockSite):
@@ -271,7 +308,8 @@ class GuardedSite(web.SockSite):
         self.guards = guards
         self.tls = ssl_context
         self.open: set[_Guard] = set()
-        self.per_peer: dict[str, int] = {}  # client address -> connections open
+        self.slots = Slots(self.limits.max_connections)
+        self.healthz_open: Callable[[], bool] = lambda: True  # serve: False while basic auth guards /healthz
         self.tasks: set[asyncio.Future[None]] = set()
 
     def runner_server(self) -> web.Server:

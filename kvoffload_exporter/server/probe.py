@@ -36,6 +36,7 @@ from kvoffload_exporter.enums import ProbeEviction
 from kvoffload_exporter.saferegex import MAX_TEXT, SafeRegex
 from kvoffload_exporter.server.exporter import Exporter
 from kvoffload_exporter.server.guards import GuardStats
+from kvoffload_exporter.server.logbudget import LogBudget
 from kvoffload_exporter.server.targetpoller import TargetPoller
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -72,6 +73,8 @@ class Probes:
         self.guards = guards or GuardStats()
         self._last_used: OrderedDict[str, float] = OrderedDict()  # LRU: least recently probed first
         self._locks: dict[str, asyncio.Lock] = {}
+        # one log budget for every probed target: any client may name thousands of failing URLs
+        self._logs = LogBudget(timer=exporter.timer)
         self._slots_for = exporter.config.probe_max_concurrent_polls
         self._slots = asyncio.Semaphore(self._slots_for)
         self.rebuild()
@@ -131,7 +134,9 @@ class Probes:
         if poller is None:
             while len(self.exp.probed) >= self.exp.config.probe_max_targets:
                 self._drop(next(iter(self._last_used)), ProbeEviction.CAPACITY)
-            poller = TargetPoller(TargetConfig(url=key, name=name), self.exp.config, self.exp.clock, self.exp.timer)
+            poller = TargetPoller(
+                TargetConfig(url=key, name=name), self.exp.config, self.exp.clock, self.exp.timer, self._logs
+            )
             self.exp.probed[key] = poller
             self.exp.render()
         self._last_used[key] = self.exp.timer()

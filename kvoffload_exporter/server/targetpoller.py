@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -25,6 +25,7 @@ from kvoffload_exporter.ingest.exposition import LineCache, ParseError, join_bod
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.snapshot import EngineKey, Snapshot
 from kvoffload_exporter.redact import origin, redact_url
+from kvoffload_exporter.server.logbudget import BOUNDS, LogBudget, clip, held_back
 from kvoffload_exporter.sources.vllm_http import (
     BODY_BUDGET,
     Auth,
@@ -46,6 +47,14 @@ of the exporter's CPU); the parse holds the GIL either way. A larger body, hosti
 server, goes to a worker thread, so the loop (and `/healthz`) gets its 5 ms turns while it is read."""
 
 
+CHURN_FACTOR = 2
+CHURN_SLACK = 2
+"""A target's history holds at most CHURN_FACTOR × its engines now + CHURN_SLACK distinct (model_name,
+engine) keys, and never more than CHURN_FACTOR × `engine_limit`: room for every engine to be replaced
+once within the window (a model renamed, engines scaled), not for a new key on every poll (each one a
+packed layout of its own, its label values with it; a point without today's keys is no window start)."""
+
+
 STALE_POLLS = 3.0
 """A target whose last poll finished more than this many poll intervals ago (and more than one interval
 plus the poll timeout: a poll may take its whole timeout) is served as `up 0`, reason `stale`, until a
@@ -62,6 +71,7 @@ class TargetPoller:
         config: Config,
         clock: Callable[[], float] = time.time,
         timer: Callable[[], float] = time.monotonic,
+        logs: LogBudget | None = None,
     ):
         self.cfg = cfg
         self.config = config
@@ -75,11 +85,14 @@ class TargetPoller:
         self._heads: Heads = {}  # this target's formatted series names, reused every poll
         self.fragment: Fragment = target_fragment(self.view, config.window_label, self._heads)
         self._version_checked = 0.0
-        self._last_error_logged: str | None = None
+        self.logs = logs or LogBudget(timer=timer)  # one WARNING per failure kind per interval
+        self._keys: frozenset[EngineKey] | None = None  # the engines of the last good poll
+        self._held: Counter[EngineKey] = Counter()  # engine key -> points of `_held_of` holding it
+        self._held_of = self.history
         self.extra_errors: dict[str, int] | None = {} if cfg.extra_metrics_urls else None
-        self._extra_logged: dict[str, str] = {}  # extra URL -> the failure reason last logged for it
         self.canary: CanaryFacts | None = None  # from a plugin (Exporter.report_facts): refines the reasons
         self._lines = LineCache()  # the series this target sent before, read with one lookup each
+        self.scrub = cfg.scrubber() or None  # its own credentials, removed from whatever it answers
         self.polled = asyncio.Event()  # set once the first poll finished (a /probe of a new target waits)
         self._skew = 0.0  # added to clock() after it stepped back, so history time never does
         self._last_now: tuple[float, float] | None = None  # (history time, timer()) of the last poll
@@ -87,7 +100,7 @@ class TargetPoller:
     def _parse(self, text: str, now: float) -> Parsed:
         """CPU-bound part of a poll; a large body's runs in a worker thread (INLINE_PARSE_BYTES)."""
         try:  # capped by the limits: a hostile body costs bounded time and memory
-            snapshot = normalise(text, self.cfg.limits or self.config.limits, self._lines)
+            snapshot = normalise(text, self.cfg.limits or self.config.limits, self._lines, self.scrub)
         except ParseError as e:
             raise ScrapeError(e.reason, str(e)) from e
         if not snapshot.families:
@@ -111,6 +124,8 @@ class TargetPoller:
     ) -> tuple[str, list[str], str | None]:
         if version is None or now - self._version_checked > 300:  # /version can change on upgrade
             version = await fetch_version(session, self.cfg.url, self.config.timeout, self.cfg.source_auth()) or version
+            if version is not None and self.scrub is not None and self.scrub(version) != version:
+                version = None  # its own token echoed as a version: `unknown`, never exported
             self._version_checked = now
         auth = self.cfg.source_auth()
         main = fetch_metrics(session, self.cfg.url, self.config.timeout, self.config.max_body_bytes, auth, hold)
@@ -144,21 +159,30 @@ class TargetPoller:
             self._extra_failed(url, e)
             return None
         except Exception as e:  # a bug: counted like the target's own, never stops the poll
-            log.exception("target %s: unexpected error while fetching an extra endpoint", self.cfg.label)
+            if self.logs.allow(("traceback", url))[0]:
+                log.exception("target %s: unexpected error while fetching an extra endpoint", self.cfg.label)
             self._extra_failed(url, ScrapeError("internal", f"{type(e).__name__}: {e}"))
             return None
-        self._extra_logged.pop(url, None)
         return text
 
+    def _cleaned(self, e: ScrapeError) -> ScrapeError:
+        """`e` with the target's credentials removed from its detail (an error body or a quoted line that
+        echoes them): what is logged and kept."""
+        if self.scrub is None:
+            return e
+        return ScrapeError(e.reason, self.scrub(e.detail))
+
     def _extra_failed(self, url: str, e: ScrapeError, shown: str | None = None) -> None:
+        e = self._cleaned(e)
         if self.extra_errors is None:  # the config changed under a running poller: nothing to count into
             return
         self.extra_errors[e.reason] = self.extra_errors.get(e.reason, 0) + 1
-        if self._extra_logged.get(url) != e.reason:  # once per failure kind, not every poll
-            where = shown or redact_url(url)
-            fields = {"target": self.cfg.label, "reason": e.reason, "url": url or None, "error": e.detail}
-            log.warning("target %s extra endpoint %s: %s", self.cfg.label, where, e, extra=fields)
-            self._extra_logged[url] = e.reason
+        let, before = self.logs.allow((url, e.reason))  # once per failure kind and interval, not every poll
+        if let:
+            where, detail = shown or redact_url(url), clip(e.detail)
+            fields = {"target": self.cfg.label, "reason": e.reason, "url": url or None, "error": detail}
+            msg = "target %s extra endpoint %s: %s: %s%s"
+            log.warning(msg, self.cfg.label, where, e.reason, detail, held_back(before), extra=fields)
 
     def _history_time(self, wall: float, mono: float) -> float:
         """The time a poll's point is stamped with: the wall clock, except that a step back (NTP, an
@@ -189,7 +213,8 @@ class TargetPoller:
             except ScrapeError:
                 raise
             except Exception as e:  # a bug must never stop polling or leave `up` stale
-                log.exception("target %s: unexpected error while polling", self.cfg.label)
+                if self.logs.allow("traceback")[0]:
+                    log.exception("target %s: unexpected error while polling", self.cfg.label)
                 raise ScrapeError("internal", f"{type(e).__name__}: {e}") from e
         except ScrapeError as e:
             self._failed(e, version, started)
@@ -199,7 +224,6 @@ class TargetPoller:
             self.polls += 1
             self.last_poll = self.timer()
             self.polled.set()
-        self._last_error_logged = None
         if join_error is not None:
             self._extra_failed("", join_error, "bodies (read with vLLM's)")
         self._succeeded(parsed, len(text), version, now, started, wall)
@@ -209,7 +233,7 @@ class TargetPoller:
         self, parsed: Parsed, size: int, version: str | None, now: float, started: float, wall: float | None = None
     ) -> None:
         snapshot, point, derived = parsed
-        history.push(self.history, point)  # the point it supersedes is packed: ~13 → ~0.6 KiB
+        self._push(point)
         self._set_view(
             TargetView(
                 label=self.cfg.label,
@@ -229,6 +253,28 @@ class TargetPoller:
             )
         )
 
+    def _push(self, point: derive.Point) -> None:
+        """Into the history (the point it supersedes is packed: ~13 → ~0.6 KiB), within the target's
+        budget of engine keys: label values that change every poll (a new `model_name` each time) drop the
+        oldest points instead of growing memory, counted as label churn."""
+        keys = frozenset(point.totals)
+        if keys != self._keys:  # an engine came or went: the formatted series of the others are garbage
+            self._heads.clear()
+            self._keys = keys
+        if self._held_of is not self.history:  # a reload gave it a new (resized) history
+            self._held = Counter(k for m in self.history for k in m.totals)
+            self._held_of = self.history
+        limits = self.cfg.limits or self.config.limits
+        budget = min(CHURN_FACTOR * limits.engine_limit, CHURN_FACTOR * len(keys) + CHURN_SLACK)
+        dropped = history.push(self.history, point, self._held, budget)
+        if dropped:
+            BOUNDS.label_churn += dropped
+            let, before = self.logs.allow("label_churn")
+            if let:
+                fields = {"target": self.cfg.label, "reason": "label_churn"}
+                msg = "target %s: label values change every poll; %d history point(s) dropped%s"
+                log.warning(msg, self.cfg.label, dropped, held_back(before), extra=fields)
+
     def ingest(self, text: str, now: float, version: str | None = None) -> None:
         """A poll's work on a body already fetched, synchronously: what `poll_once` does between the
         fetch and its return (normalise, advance, derive, the fragment), without the poll counters.
@@ -241,12 +287,14 @@ class TargetPoller:
         return None if self.extra_errors is None else dict(self.extra_errors)
 
     def _failed(self, e: ScrapeError, version: str | None, started: float) -> None:
+        e = self._cleaned(e)
         self.errors[e.reason] = self.errors.get(e.reason, 0) + 1
-        if e.detail != self._last_error_logged:  # log a failure once, not every poll
-            url = redact_url(self.cfg.url) + "/metrics"
-            fields = {"target": self.cfg.label, "reason": e.reason, "url": url, "error": e.detail}
-            log.warning("target %s (%s): %s", self.cfg.label, url, e, extra=fields)
-            self._last_error_logged = e.detail
+        let, before = self.logs.allow(e.reason)  # one line per failure kind and interval, the detail cut
+        if let:
+            url, detail = redact_url(self.cfg.url) + "/metrics", clip(e.detail)
+            fields = {"target": self.cfg.label, "reason": e.reason, "url": url, "error": detail}
+            msg = "target %s (%s): %s: %s%s"
+            log.warning(msg, self.cfg.label, url, e.reason, detail, held_back(before), extra=fields)
         self._set_view(
             TargetView(
                 label=self.cfg.label,
@@ -283,6 +331,4 @@ class TargetPoller:
 
     def _set_view(self, view: TargetView) -> None:
         self.view = view
-        if len(self._heads) > 20_000:  # labels churn (model renamed, engines come and go): start over
-            self._heads.clear()
         self.fragment = target_fragment(view, self.config.window_label, self._heads)

@@ -7,10 +7,12 @@ path, that path answers it instead. Clearing `modes` is "the server was fixed".
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 import aiohttp
 from aiohttp import web
@@ -49,6 +51,18 @@ STREAMS: dict[str, Callable[[], bytes]] = {
 
 ECHO = "echo_auth"
 """/v1/completions answers 400 with the request's Authorization header echoed in the body (and a header)."""
+
+KEY_ENCODINGS: dict[str, Callable[[str], str]] = {
+    "raw": lambda k: k,
+    "json": lambda k: json.dumps(json.dumps({"key": k}))[1:-1],
+    "url": lambda k: quote(f"key={k}&x=1", safe=""),
+    "base64": lambda k: base64.b64encode(k.encode()).decode(),
+    "base64_header": lambda k: base64.b64encode(f"Authorization: Bearer {k}".encode()).decode(),
+    "hex": lambda k: k.encode().hex(),
+    "HEX": lambda k: k.encode().hex().upper(),
+}
+"""How an `echo_key:<name>` answer spells the API key it received: no `Authorization`/`Bearer` word
+in clear next to it, so only knowing the key's own spellings can hide it."""
 
 
 @dataclass
@@ -92,6 +106,11 @@ async def _handle(request: web.Request) -> web.StreamResponse:
     if mode == ECHO:
         body = json.dumps({"error": {"message": f"bad request; you sent Authorization: {auth}", "auth": auth}})
         return web.Response(status=400, text=body, headers={"Content-Type": "application/json", "X-Echo": auth})
+    if mode.startswith("echo_key:"):
+        key = auth.removeprefix("Bearer ")
+        said = KEY_ENCODINGS[mode.partition(":")[2]](key)
+        body = json.dumps({"error": {"message": f"model refused: {said}", "detail": said}})
+        return web.Response(status=400, text=body, headers={"Content-Type": "application/json", "X-Echo": said})
     if mode == "deep_json":  # a GET answered with a 100k-deep JSON
         return web.Response(text="[" * DEEP + "]" * DEEP, content_type="application/json")
     if mode == "models_object":
