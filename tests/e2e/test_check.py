@@ -138,11 +138,11 @@ def test_check_phases_match_the_engine_counters(
     }
     cycles = by_cycle(doc)
     assert sorted(cycles) == list(range(1, ROUNDS + 1))
+    orders = {c["cycle"]: c["order"] for c in doc["cycles"]}  # balanced over rounds, seeded, recorded
     for c, phases in cycles.items():
         names = [p["phase"] for p in phases]
-        # the revisit's place among the probes after the displacement rotates by round (3 slots here)
         assert names[:4] == PRESSURE_PHASES[:4] and sorted(names[4:]) == sorted(PRESSURE_PHASES[4:]), c
-        assert names[4:].index("offload_revisit") == (c - 1) % 3, (c, names)
+        assert names[4:] == orders[c], (c, names)
         for p in phases:
             got = (
                 p["classification"],
@@ -204,7 +204,9 @@ def test_check_without_connector_finds_no_offload_hit(plain_small: VllmServer, t
     )  # meaningless without a connector
     why = f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
 
-    assert (done.returncode, doc["exit_code"], doc["verdict"]) == (4, 4, "no_offload_hit"), why
+    # No connector at all: a configuration failure, named with the exporter's state and the fix (exit 3).
+    assert (done.returncode, doc["exit_code"], doc["verdict"]) == (3, 3, "no_offload_hit"), why
+    assert doc["advice"]["action"] == "check_connector" and "not_configured" in doc["advice"]["why"]
     assert doc["why"] == f"0 offload hits in {PLAIN_ROUNDS} displaced revisits"
     assert doc["offload_attempts"] == PLAIN_ROUNDS
     # No connector: no offload families, so nothing is ever stored and every cycle ends with `no_store`.
@@ -213,8 +215,9 @@ def test_check_without_connector_finds_no_offload_hit(plain_small: VllmServer, t
     assert doc["reasons"] == {"no_store": PLAIN_ROUNDS}
     assert [c["result"] for c in doc["cycles"]] == ["miss"] * PLAIN_ROUNDS
     assert "offload metrics: none" in done.stdout and "no_store" in done.stdout
+    orders = {c["cycle"]: c["order"] for c in doc["cycles"]}  # balanced and seeded, recorded per round
     for c, phases in by_cycle(doc).items():
-        probes = ["offload_revisit", "cold"] if c % 2 else ["cold", "offload_revisit"]  # the order rotates
+        probes = orders[c]
         assert [p["phase"] for p in phases] == ["seed", "gpu_revisit", "displace", *probes], c
         for p in phases:
             assert (p["load_bytes"], p["store_bytes"], p["external_hit_tokens"]) == (0, 0, 0), p
@@ -253,7 +256,7 @@ def test_check_load_sweep_on_vllm_0_32(offload_alone: VllmServer, tmp_path: Path
     """`--concurrency 1,2`: bursts of concurrent revisits vs the in-band control (0.32 honours
     max_load_tokens: 0), every burst judged from the engine's counters. Timings are not asserted."""
     done, doc, out = run_check(
-        offload_alone.url, tmp_path, "--rounds", "1", "--concurrency", "1,2", "--min-bursts", "3"
+        offload_alone.url, tmp_path, "--rounds", "1", "--concurrency", "1,2", "--min-bursts", "5"
     )
     why = f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
     assert doc["verdict"] != "error" and doc["recompute_control"] == "honoured", why
@@ -261,7 +264,7 @@ def test_check_load_sweep_on_vllm_0_32(offload_alone: VllmServer, tmp_path: Path
     assert [e["concurrency"] for e in sweep] == [1, 2], why
     for e in sweep:
         assert e["control"] == "recompute" and e["prefix_tokens"] == PREFIX, why
-        assert e["bursts_offload"] >= 3 and e["bursts_control"] >= 3 and e["rounds"] >= 3, why
+        assert e["bursts_offload"] >= 5 and e["bursts_control"] >= 5 and e["rounds"] >= 5, why
         assert e["n_offload"] == e["concurrency"] * e["bursts_offload"], why
         assert e["delta_ttft_seconds"] is not None and e["verdict"] in (
             "offload_faster",
