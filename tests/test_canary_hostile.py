@@ -112,7 +112,7 @@ async def test_an_echoed_key_in_any_encoding_is_scrubbed_everywhere(tmp_path: Pa
     async with hostile_vllm(api_key=KEY) as h:
         h.set("/v1/completions", f"echo_key:{encoding}")
         code, doc, text, err = await _check(tmp_path, h)
-    assert code == 3 and ": http_4xx " in doc["why"], doc
+    assert code == 3 and "refused the canary's completions with HTTP 400" in doc["why"], doc
     assert "***" in doc["why"]  # the echo is still visible as such, without its value
     names = {f.name for f in (tmp_path / "ev").iterdir()}
     assert {"report.json", "report.txt", "cycles.json"} <= names, names
