@@ -80,6 +80,7 @@ class TargetPoller:
         self.history: deque[derive.Mark] = deque(maxlen=config.history_len)  # newest whole, older packed
         self.view = TargetView(label=cfg.label, url=cfg.url, tier_bytes=cfg.tier_bytes, pending=True)
         self.errors: dict[str, int] = {}
+        self._failing: tuple[int, str] = (0, "")  # polls failed in a row since the last success, last reason
         self.polls = 0
         self.last_poll: float | None = None  # timer() at the end of the last poll
         self._heads: Heads = {}  # this target's formatted series names, reused every poll
@@ -234,6 +235,7 @@ class TargetPoller:
     ) -> None:
         snapshot, point, derived = parsed
         self._push(point)
+        self._say_what_changed(snapshot)
         self._set_view(
             TargetView(
                 label=self.cfg.label,
@@ -252,6 +254,33 @@ class TargetPoller:
                 extra_errors=self._extra_errors(),
             )
         )
+
+    def _say_what_changed(self, snapshot: Snapshot) -> None:
+        """One INFO line when the target answers again after failing, and one per engine whose counters went
+        back (a restart: the windows treat it as one, never as a negative delta)."""
+        failed, reason = self._failing
+        if failed:
+            fields = {"target": self.cfg.label, "failed_polls": failed, "reason": reason}
+            log.info(
+                "target %s recovered after %d failed poll(s) (last: %s)", self.cfg.label, failed, reason, extra=fields
+            )
+            self._failing = (0, "")
+        before = self.view.snapshot
+        if before is None:
+            return
+        last = {e.key: e.counters for e in before.engines}
+        for e in snapshot.engines:
+            old = last.get(e.key)
+            if old and any(v < old[k] for k, v in e.counters.items() if k in old):
+                model, engine = e.key
+                fields = {"target": self.cfg.label, "model_name": model, "engine": engine}
+                log.info(
+                    "target %s: engine %s/%s restarted (its counters went back)",
+                    self.cfg.label,
+                    model,
+                    engine,
+                    extra=fields,
+                )
 
     def _push(self, point: derive.Point) -> None:
         """Into the history (the point it supersedes is packed: ~13 → ~0.6 KiB), within the target's
@@ -289,6 +318,7 @@ class TargetPoller:
     def _failed(self, e: ScrapeError, version: str | None, started: float) -> None:
         e = self._cleaned(e)
         self.errors[e.reason] = self.errors.get(e.reason, 0) + 1
+        self._failing = (self._failing[0] + 1, e.reason)
         let, before = self.logs.allow(e.reason)  # one line per failure kind and interval, the detail cut
         if let:
             url, detail = redact_url(self.cfg.url) + "/metrics", clip(e.detail)
