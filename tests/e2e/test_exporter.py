@@ -98,7 +98,9 @@ def test_inspect_offload_sequence(vllm_offload: VllmServer, tmp_path: Path) -> N
     steps = [
         (d0, cold, "storing", 0, PROMPT_BYTES),
         (cold, hit, "idle", 0, 0),
-        (d0, hit, "store_without_load", 0, PROMPT_BYTES),  # stores while GPU prefix hits show reuse
+        # stores while GPU prefix hits show reuse; from a tier that held nothing before d0 (a fresh server)
+        # that is the tier filling up, `storing` (the warm-up rule: derive's stored_before)
+        (d0, hit, "store_without_load" if client.total(dumps.texts[d0], ENGINE_STORE) else "storing", 0, PROMPT_BYTES),
         (hit, displaced, "storing", 0, FILLERS * PROMPT_BYTES),
         (displaced, revisit, "hit", PROMPT_BYTES, 0),
         (d0, revisit, "hit", PROMPT_BYTES, (1 + FILLERS) * PROMPT_BYTES),
@@ -198,7 +200,9 @@ def test_serve_polls_both_servers(exporter_serve, vllm_plain: VllmServer, vllm_o
     def both_up() -> str | None:
         text = client.metrics(base)
         ok = all(client.total(text, "kvoffload_up", target=t) == 1 for t in (plain, offload))
-        return text if ok and "kvoffload_state{" in text else None
+        # A state needs two polls of a target (one sample claims none): wait until each has its state set.
+        stated = all(client.total(text, "kvoffload_state", target=t) == 1 for t in (plain, offload))
+        return text if ok and stated else None
 
     text = wait_for(both_up, "kvoffload_up 1 for both targets", proc, log)
     assert client.total(text, "kvoffload_state", target=plain, state="not_configured") == 1
