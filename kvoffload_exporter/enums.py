@@ -164,6 +164,7 @@ class StateReason(StrEnum):
 
     METRIC_MISSING = "metric_missing"
     WARMING_UP = "warming_up"
+    STORE_ERRORS = "store_errors"
     TIER_SMALLER_THAN_PREFIX = "tier_smaller_than_prefix"
     STORES_SKIPPED = "stores_skipped"
     STORES_DROPPED = "stores_dropped"
