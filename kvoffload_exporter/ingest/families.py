@@ -25,7 +25,36 @@ class FamilyType(StrEnum):
 T = FamilyType
 
 PREFIX = "vllm:"
-"""vLLM's family prefix (`vllm_` where a body is OpenMetrics-escaped: `exposition.canonical`)."""
+"""vLLM's family prefix, the canonical one every family of this table is named with."""
+SPELLINGS: tuple[str, ...] = (PREFIX, "vllm_", "ray_vllm_")
+"""Where vLLM's families arrive under another name, in the order a body's spellings are preferred:
+vLLM's own `vllm:`; `vllm_` from OpenTelemetry and managed-Prometheus pipelines and prometheus_client's
+underscore escaping; `ray_vllm_` from Ray Serve LLM (with `ReplicaId` / `WorkerId` labels). A family is
+read in one spelling per body, never two added (kvoffload_exporter.ingest.spellread)."""
+ESCAPED = SPELLINGS[1]
+NATIVE_NAMESPACES: tuple[str, ...] = (ESCAPED + "llmd_",)
+"""Name prefixes a plugin registers in the escaped spelling itself (llm-d's fs backend): its families are
+read so spelled in every body, and a line of one is no sign that the body is escaped."""
+
+
+def canonical(name: str) -> str:
+    """A sample or family name as this table names it: any vLLM spelling as `vllm:`, no `_total`."""
+    for alt in SPELLINGS[1:]:
+        if name.startswith(alt):
+            name = PREFIX + name[len(alt) :]
+            break
+    return name[:-6] if name.endswith("_total") else name
+
+
+def spelled(family: str, spelling: str) -> str:
+    """`family` (canonical) as a body in `spelling` names it; a plugin's own spelling and other
+    prefixes (`lmcache:`, `kvbm_`) as they are."""
+    if not family.startswith(PREFIX):
+        return family
+    name = family[len(PREFIX) :]
+    return ESCAPED + name if (ESCAPED + name).startswith(NATIVE_NAMESPACES) else spelling + name
+
+
 OFFLOAD_PREFIX = "vllm:kv_offload_"
 """The OffloadingConnector's families: registered only with a connector, so 0 when absent for an engine."""
 
