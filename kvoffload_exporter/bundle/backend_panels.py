@@ -114,3 +114,22 @@ def backend_rows(L: Layout, q: Query, eng: str) -> None:
         w=8,
         h=8,
     )
+    L.row("KV store errors (Mooncake store)")
+    L.add(
+        timeseries(
+            "Store errors",
+            "Puts the KV store answered with an error, per second (MooncakeStoreConnector save_put with "
+            "status=error, in calls). vLLM still adds an errored put's bytes to its status=error bytes: they are "
+            "never counted as stored, so Stored and loaded by tier shows only puts that succeeded. Every put of "
+            "a window failing reads not_storing, reason store_errors. Alert: KVOffloadStoreErrors.",
+            [
+                (
+                    f"rate({q('kvoffload_offload_dropped_total', str(Matcher('reason', '=', 'store_error')))}{r})",
+                    f"failed puts {eng}",
+                )
+            ],
+            "cps",
+        ),
+        w=24,
+        h=8,
+    )
