@@ -96,6 +96,11 @@ ALERTS_NOT_SIMULATED = {
 NEEDS_NVML = ("VRAM",)
 # Series no simulated scenario produces, with the reason (the query still has to be valid PromQL).
 NOT_SIMULATED = {
+    "kvoffload_kv_transfer_bytes_total": "the simulator models no disaggregated prefill/decode transfers",
+    "kvoffload_kv_transfer_failures_total": "the simulator models no disaggregated prefill/decode transfers",
+    "kvoffload_hisparse_cache_hits_total": "the simulator models no HiSparse",
+    "kvoffload_hisparse_cache_misses_total": "the simulator models no HiSparse",
+    "kvoffload_hisparse_host_to_device_bytes_total": "the simulator models no HiSparse",
     "kvoffload_offload_stores_skipped_total": "needs a vLLM with store_threshold >= 2; the simulator has none",
     "kvoffload_offload_lookup_async_delay_seconds": "the simulator registers the family but never defers a lookup",
     "kvoffload_tier_retention_seconds": "needs the wait strategy's ladder outliving the GPU; this canary uses pressure",

@@ -70,6 +70,13 @@ class Vllm:
     GPU_PREFIX_CACHE_HITS = "vllm:gpu_prefix_cache_hits"
     GPU_PREFIX_CACHE_QUERIES = "vllm:gpu_prefix_cache_queries"
     KV_CACHE_USAGE_PERC = "vllm:kv_cache_usage_perc"
+    HISPARSE_CACHE_HITS = "vllm:hisparse_cache_hits"
+    HISPARSE_CACHE_MISSES = "vllm:hisparse_cache_misses"
+    HISPARSE_HOST_TO_DEVICE_BYTES = "vllm:hisparse_host_to_device_bytes"
+    MOONCAKE_BYTES_TRANSFERRED = "vllm:mooncake_bytes_transferred"
+    MOONCAKE_NUM_FAILED_TRANSFERS = "vllm:mooncake_num_failed_transfers"
+    UMBP_TRANSFER_BYTES = "vllm:umbp_transfer_bytes"
+    UMBP_TRANSFER_FAILED = "vllm:umbp_transfer_failed"
     KV_OFFLOAD_LOAD_SIZE = "vllm:kv_offload_load_size"
     KV_OFFLOAD_LOAD_TIME = "vllm:kv_offload_load_time"
     KV_OFFLOAD_LOOKUP_ASYNC_DELAY_SECONDS = "vllm:kv_offload_lookup_async_delay_seconds"
@@ -106,6 +113,14 @@ TABLE: dict[str, FamilyType] = {
     Vllm.GPU_PREFIX_CACHE_HITS: T.COUNTER,
     Vllm.GPU_PREFIX_CACHE_QUERIES: T.COUNTER,
     Vllm.KV_CACHE_USAGE_PERC: T.GAUGE,
+    # KV transfers between instances and HiSparse pages (normalise: signals; never offload evidence)
+    Vllm.HISPARSE_CACHE_HITS: T.COUNTER,
+    Vllm.HISPARSE_CACHE_MISSES: T.COUNTER,
+    Vllm.HISPARSE_HOST_TO_DEVICE_BYTES: T.COUNTER,
+    Vllm.MOONCAKE_BYTES_TRANSFERRED: T.HISTOGRAM,  # bytes per transfer: its `_sum` is the bytes moved
+    Vllm.MOONCAKE_NUM_FAILED_TRANSFERS: T.COUNTER,
+    Vllm.UMBP_TRANSFER_BYTES: T.COUNTER,
+    Vllm.UMBP_TRANSFER_FAILED: T.COUNTER,
     Vllm.KV_OFFLOAD_LOAD_SIZE: T.HISTOGRAM,
     Vllm.KV_OFFLOAD_LOAD_TIME: T.COUNTER,
     Vllm.KV_OFFLOAD_LOOKUP_ASYNC_DELAY_SECONDS: T.HISTOGRAM,
