@@ -105,3 +105,17 @@ def test_spellings_are_told_by_sample_lines_only() -> None:
     llmd = (ROOT / "tests" / "fixtures" / "reconstructed" / "multiconnector-llmd-0.32" / "after-hit.prom").read_text()
     assert "\nvllm_llmd_fs_metadata_cache_lookup_blocks_total{" in llmd
     assert spellings_in(llmd) == ("vllm:",)
+
+
+def test_each_ray_replica_in_one_body_is_its_own_engine() -> None:
+    """A Ray node's body holds every replica on it, each with `engine="0"`: the replica is part of the engine,
+    so two replicas are two engines with their own numbers, not one engine with the sum."""
+    one = (HERE / "ray" / "after-hit.prom").read_text()
+    other = "".join(
+        line for line in one.replace(REPLICA, "SERVE_REPLICA::llm#other").splitlines(True) if not line.startswith("#")
+    )
+    snap = normalise(one + other)
+    assert sorted(e.engine for e in snap.engines) == sorted([f"{REPLICA}/0", "SERVE_REPLICA::llm#other/0"])
+    single = normalise(one).engines[0]
+    for e in snap.engines:
+        assert e.counters == single.counters and e.evidence == single.evidence
