@@ -207,6 +207,19 @@ local groups = [
     }
    },
    {
+    "alert": "KVOffloadStoreErrors",
+    "expr": "increase(kvoffload_offload_dropped_total{mixinselector=\"S90999\",reason=\"store_error\"}[90023s]) > 0",
+    "for": "90024s",
+    "labels": {
+     "severity": "warning"
+    },
+    "annotations": {
+     "summary": "The KV store keeps answering offload puts with errors.",
+     "description": "{{ $labels.target }} {{ $labels.model_name }} engine {{ $labels.engine }} had {{ $value | humanize }} offload puts answered with an error in the last 90023s (Mooncake store `save_put`, status error): those prefixes are not stored (their bytes are never counted as stored) and revisits recompute. Check the store's master, its segments and the transfer engine.",
+     "runbook_url": "alerts/runbook.md#kvoffloadstoreerrors"
+    }
+   },
+   {
     "alert": "KVOffloadCanaryFailing",
     "expr": "(time() - kvoffload_canary_last_success_timestamp_seconds{mixinselector=\"S90999\"} > 90026)\nor\n(kvoffload_canary_budget_remaining_tokens{mixinselector=\"S90999\"}\nunless kvoffload_canary_last_success_timestamp_seconds{mixinselector=\"S90999\"})\nor\n(sum without (result) (increase(kvoffload_canary_probes_total{mixinselector=\"S90999\",result=\"error\"}[90025s])) > 0\nunless sum without (result) (increase(kvoffload_canary_probes_total{mixinselector=\"S90999\",result!=\"error\"}[90025s])) > 0)",
     "for": "90027s",

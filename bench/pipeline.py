@@ -116,7 +116,15 @@ class Target:
         lim = Limits()
         n = lim.label_value_length_limit
         t0 = time.perf_counter()
-        read(text, normalise_module._SELECTOR, labels_reader(n), lim.sample_limit, 32 * n + 1024, self.reader, n)
+        read(
+            text,
+            normalise_module._SELECTORS["vllm:"],
+            labels_reader(n),
+            lim.sample_limit,
+            32 * n + 1024,
+            self.reader,
+            n,
+        )
         t1 = time.perf_counter()
         snap = normalise(text, lim, p._lines)
         t2 = time.perf_counter()

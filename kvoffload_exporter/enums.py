@@ -63,6 +63,13 @@ class Signal(StrEnum):
     PROMPT_TOKENS = "prompt_tokens"
     PREFILL_SECONDS = "prefill_seconds"  # Σ request_prefill_time_seconds (SCHEDULED → first token)
     PREFILL_COMPUTED_TOKENS = "prefill_computed_tokens"  # Σ request_prefill_kv_computed_tokens
+    # KV moved between instances (disaggregated prefill/decode), not to a tier: never offload evidence.
+    KV_TRANSFER_BYTES = "kv_transfer_bytes"
+    KV_TRANSFER_FAILURES = "kv_transfer_failures"
+    # HiSparse's host-offloaded sparse attention pages: read on TPOT, never offload evidence.
+    HISPARSE_CACHE_HITS = "hisparse_cache_hits"
+    HISPARSE_CACHE_MISSES = "hisparse_cache_misses"
+    HISPARSE_HOST_TO_DEVICE_BYTES = "hisparse_host_to_device_bytes"
     # Gauges (attributes of EngineSignals of the same name).
     GPU_KV_CACHE_USAGE = "gpu_kv_cache_usage"
     OFFLOAD_INFLIGHT = "offload_inflight"
@@ -164,6 +171,7 @@ class StateReason(StrEnum):
 
     METRIC_MISSING = "metric_missing"
     WARMING_UP = "warming_up"
+    STORE_ERRORS = "store_errors"
     TIER_SMALLER_THAN_PREFIX = "tier_smaller_than_prefix"
     STORES_SKIPPED = "stores_skipped"
     STORES_DROPPED = "stores_dropped"

@@ -23,6 +23,7 @@ BACKENDS = {
     "simplecpu": Backend.SIMPLECPU,
     "tiering": Backend.TIERING,
     "lmcache": Backend.LMCACHE,
+    "mooncake-store": Backend.MOONCAKE_STORE,
 }
 
 
@@ -55,7 +56,13 @@ async def test_canary_sees_the_offload_hit_on_every_backend(session: aiohttp.Cli
     (d,) = interval(before, after).values()
     assert d.state == "hit"
     loaded = {k.unit for k, v in d.evidence.items() if k.signal == Evidence.LOADED and v > 0}
-    assert loaded == {"bytes" if backend in ("native", "tiering") else "tokens" if backend == "lmcache" else "blocks"}
+    assert loaded == {
+        "bytes"
+        if backend in ("native", "tiering", "mooncake-store")
+        else "tokens"
+        if backend == "lmcache"
+        else "blocks"
+    }
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
@@ -79,3 +86,33 @@ def test_tiering_sheds_writes_on_the_slow_tier() -> None:
         k.reason: v for k, v in snap.engines[0].evidence.items() if k.signal == Evidence.DROPPED and k.tier == "1:fs"
     }
     assert drops["backpressure"] > 0
+
+
+def test_mooncake_store_simulation_reads_as_hit_and_its_put_errors_as_store_errors() -> None:
+    """The simulator's Mooncake store body: stores and loads read `hit` in bytes; with `store-errors` every
+    put errors, its bytes sit under status="error", and the exporter reads `not_storing` / `store_errors`
+    with nothing stored."""
+    from kvoffload_exporter.derive.reasons import explain
+    from kvoffload_exporter.ingest.backends import NativeUnit
+
+    for faults, state in (((), "hit"), (("store-errors",), "not_storing")):
+        sim = Simulator(SimOptions(version="0.33.0", backend="mooncake-store", seed=1, time_scale=0.01, faults=faults))
+        before = normalise(sim.metrics_text())
+        assert before.backends == (Backend.MOONCAKE_STORE,)
+        for e in sim.engines:
+            e.stats.inc("kv_offload_store_bytes", 64 * 114_688 * 16)
+            e.stats.inc("kv_offload_load_bytes", 32 * 114_688 * 16)
+            e.stats.inc("prompt_tokens", 1_000_000)
+            e.stats.inc("prompt_tokens_by_source", 1_000_000, ("local_compute",))
+            e.stats.observe("request_prefill_kv_computed_tokens", 1_000_000)
+        body = sim.metrics_text()
+        after = normalise(body)
+        (d,) = interval(before, after).values()
+        assert d.state == state, faults
+        stored = {k: v for k, v in d.evidence.items() if k.signal == Evidence.STORED}
+        if faults:
+            assert 'operation="save_put",status="error"} 117440512.0' in body
+            assert set(stored.values()) == {0.0}
+            assert explain(d, after.engines[0], after.families) == "store_errors"
+        else:
+            assert {k.unit for k, v in stored.items() if v > 0} == {NativeUnit.BYTES}

@@ -265,9 +265,59 @@ def test_mooncake_store_never_counts_errored_puts_as_stored(capsys: pytest.Captu
     assert 'operation="save_put",status="error"} 1.5032385536e+10' in body  # the errored bytes are there
     doc = _inspect(capsys, str(d / "before.prom"), str(d / "after-put-errors.prom"))
     (engine,) = doc["engines"]
-    assert (engine["state"], engine["state_reason"]) == ("not_storing", "stores_dropped")
+    assert (engine["state"], engine["state_reason"]) == ("not_storing", "store_errors")
     assert _delta(engine, backends.EvidenceKey(backends.Evidence.STORED, backends.NativeUnit.BYTES)) == 0.0
     dropped = backends.EvidenceKey(backends.Evidence.DROPPED, backends.NativeUnit.STORES, reason="store_error")
     assert _delta(engine, dropped) == 32.0
     hit = _inspect(capsys, str(d / "before.prom"), str(d / "after-hit.prom"))["engines"][0]
     assert hit["state"] == "hit"
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "state", "reason", "stored", "loaded"),
+    [
+        ("before.prom", "after-hit.prom", "hit", None, 15032385536.0, 14973665280.0),
+        # from the warm tier: stores into an empty one are the tier filling up (`storing`)
+        ("after-cold.prom", "after-store-without-load.prom", "store_without_load", None, 11274289152.0, 0.0),
+        ("before.prom", "after-put-errors.prom", "not_storing", "store_errors", 0.0, 0.0),
+    ],
+    ids=["hit", "store_without_load", "put_errors"],
+)
+def test_mooncake_store_case_reads_right_with_inspect_json(
+    capsys: pytest.CaptureFixture[str],
+    before: str,
+    after: str,
+    state: str,
+    reason: str | None,
+    stored: float,
+    loaded: float,
+) -> None:
+    """Each reconstructed Mooncake store case, read by `inspect --json BEFORE AFTER`: state, reason, and the
+    stored / loaded bytes from the `ok` children only."""
+    d = RECON / "mooncake-store-0.33"
+    doc = _inspect(capsys, str(d / before), str(d / after))
+    assert doc["backends"] == ["mooncake_store"]
+    (engine,) = doc["engines"]
+    assert engine["state"] == state
+    if reason is not None:
+        assert engine["state_reason"] == reason
+    assert _delta(engine, backends.EvidenceKey(backends.Evidence.STORED, backends.NativeUnit.BYTES)) == stored
+    assert _delta(engine, backends.EvidenceKey(backends.Evidence.LOADED, backends.NativeUnit.BYTES)) == loaded
+
+
+def test_mooncake_store_errored_put_bytes_are_never_stored_even_beside_good_puts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A window where some puts succeed and some fail: stored is the `ok` bytes alone (the errored batch's
+    bytes, which vLLM adds to `status="error"`, are not), and the loss reads as `stores_dropped`."""
+    d = RECON / "mooncake-store-0.33"
+    after = (d / "after-put-errors.prom").read_text()
+    ok = 'vllm:mooncake_store_operation_bytes_total{engine="0",model_name="Qwen/Qwen3-0.6B",operation="save_put",status="ok"}'
+    assert ok not in after
+    mixed = after.rstrip("\n") + "\n" + ok + " 1000.0\n"
+    f = tmp_path / "mixed.prom"
+    f.write_text(mixed)
+    (engine,) = _inspect(capsys, str(d / "before.prom"), str(f))["engines"]
+    assert _delta(engine, backends.EvidenceKey(backends.Evidence.STORED, backends.NativeUnit.BYTES)) == 1000.0
+    dropped = backends.EvidenceKey(backends.Evidence.DROPPED, backends.NativeUnit.STORES, reason="store_error")
+    assert _delta(engine, dropped) == 32.0

@@ -14,7 +14,17 @@ from conftest import fixture_text
 
 from kvoffload_exporter.ingest import normalise, routes, signalmap
 from kvoffload_exporter.ingest.exposition import selector
-from kvoffload_exporter.ingest.families import HISTOGRAMS, TABLE, FamilyType, Vllm
+from kvoffload_exporter.ingest.families import (
+    HISTOGRAMS,
+    NATIVE_NAMESPACES,
+    PREFIX,
+    SPELLINGS,
+    TABLE,
+    FamilyType,
+    Vllm,
+    canonical,
+)
+from kvoffload_exporter.ingest.spellread import selectors
 
 resolve = importlib.import_module(
     "kvoffload_exporter.ingest.backends.resolve"
@@ -46,7 +56,13 @@ def test_each_wire_name_belongs_to_one_family() -> None:
         for name in selector((fam,), HISTOGRAMS).names:
             owners.setdefault(name, set()).add(fam)
     assert {n: f for n, f in owners.items() if len(f) > 1} == {}
-    assert set(normalise._SELECTOR.names) == set(owners)
+    assert set(normalise._SELECTORS[PREFIX].names) == set(owners)
+    for sp in SPELLINGS:  # every spelling's selector reads every family, in that spelling only
+        names = normalise._SELECTORS[sp].names
+        assert {fam for fam, _ in names.values()} == set(TABLE)
+        assert {n for n, (fam, _) in names.items() if canonical(n).startswith(PREFIX)} == {
+            n for n in names if n.startswith(sp if not n.startswith(NATIVE_NAMESPACES) else "vllm_")
+        }
 
 
 def test_every_selected_family_has_one_route() -> None:
@@ -75,7 +91,7 @@ def test_a_renamed_family_of_any_type_is_one_alias_row(monkeypatch: pytest.Monke
     monkeypatch.setattr(normalise, "_ALIASED", frozenset(signalmap.ALIASES))
     table = {**TABLE, old: TABLE[current]}
     hists = HISTOGRAMS | ({old} if current in HISTOGRAMS else set())
-    monkeypatch.setattr(normalise, "_SELECTOR", selector(tuple(sorted(table)), hists))
+    monkeypatch.setattr(normalise, "_SELECTORS", selectors(tuple(sorted(table)), hists))
     want = normalise.normalise(body)
     got = normalise.normalise(body.replace(current, old))
     assert old in got.families and current in got.families  # read in the current one's place

@@ -214,11 +214,11 @@ def test_a_planned_value_never_takes_its_line_past_the_cap() -> None:
 
 
 def test_a_planned_read_gives_the_long_ways_samples_and_picks_them_by_position() -> None:
-    from kvoffload_exporter.ingest.normalise import _SELECTOR
+    from kvoffload_exporter.ingest.normalise import _SELECTORS
     from kvoffload_exporter.ingest.samples import labels_reader
 
     n = Limits().label_value_length_limit
-    args = (_SELECTOR, labels_reader(n), Limits().sample_limit, CAP, None, n)
+    args = (_SELECTORS["vllm:"], labels_reader(n), Limits().sample_limit, CAP, None, n)
     cache = LineCache()
     exposition.read(_advanced(1), *args[:4], cache, n)
     samples, typed = exposition.read(_advanced(2), *args[:4], cache, n)

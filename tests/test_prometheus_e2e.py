@@ -83,6 +83,7 @@ ALERT_SCENARIOS = {
     "KVOffloadCanaryFailing": (FAULTS, "down"),  # canary never succeeded
     "KVOffloadCanaryNoOffloadHit": (FAULTS, "store-without-load"),
     "KVOffloadTierDroppingWrites": (FAULTS, "tiering"),  # the simulated fs tier sheds cascade writes
+    "KVOffloadStoreErrors": (FAULTS, "mooncake-errors"),  # the simulated Mooncake store fails every put
 }
 # Alerts no simulated scenario can trigger, with the reason (their expressions are still checked as PromQL).
 ALERTS_NOT_SIMULATED = {
@@ -95,6 +96,11 @@ ALERTS_NOT_SIMULATED = {
 NEEDS_NVML = ("VRAM",)
 # Series no simulated scenario produces, with the reason (the query still has to be valid PromQL).
 NOT_SIMULATED = {
+    "kvoffload_kv_transfer_bytes_total": "the simulator models no disaggregated prefill/decode transfers",
+    "kvoffload_kv_transfer_failures_total": "the simulator models no disaggregated prefill/decode transfers",
+    "kvoffload_hisparse_cache_hits_total": "the simulator models no HiSparse",
+    "kvoffload_hisparse_cache_misses_total": "the simulator models no HiSparse",
+    "kvoffload_hisparse_host_to_device_bytes_total": "the simulator models no HiSparse",
     "kvoffload_offload_stores_skipped_total": "needs a vLLM with store_threshold >= 2; the simulator has none",
     "kvoffload_offload_lookup_async_delay_seconds": "the simulator registers the family but never defers a lookup",
     "kvoffload_tier_retention_seconds": "needs the wait strategy's ladder outliving the GPU; this canary uses pressure",
@@ -329,6 +335,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
         upgrade = s.simulator("upgrade", "--cpu-bytes", "7340032", "--seed", "5")
         tiering = s.simulator("tiering", "--backend", "tiering", "--vllm-version", "0.33", "--seed", "6")
         not_storing = s.simulator("not-storing", "--cpu-bytes", "1000000", "--seed", "7")
+        mooncake = s.simulator(
+            "mooncake-errors", "--backend", "mooncake-store", "--fault", "store-errors", "--seed", "8"
+        )
         e_ok = s.exporter("healthy", [{"url": healthy, "name": "healthy"}])
         e_bad = s.exporter(
             "faults",
@@ -339,6 +348,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
                 {"url": upgrade, "name": "upgrade"},
                 {"url": tiering, "name": "tiering"},
                 {"url": not_storing, "name": "not-storing"},
+                {"url": mooncake, "name": "mooncake-errors"},
                 {"url": f"http://127.0.0.1:{free_port()}", "name": "down"},
             ],
         )

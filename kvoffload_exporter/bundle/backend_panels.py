@@ -114,3 +114,60 @@ def backend_rows(L: Layout, q: Query, eng: str) -> None:
         w=8,
         h=8,
     )
+    L.row("KV store errors (Mooncake store)")
+    L.add(
+        timeseries(
+            "Store errors",
+            "Puts the KV store answered with an error, per second (MooncakeStoreConnector save_put with "
+            "status=error, in calls). vLLM still adds an errored put's bytes to its status=error bytes: they are "
+            "never counted as stored, so Stored and loaded by tier shows only puts that succeeded. Every put of "
+            "a window failing reads not_storing, reason store_errors. Alert: KVOffloadStoreErrors.",
+            [
+                (
+                    f"rate({q('kvoffload_offload_dropped_total', str(Matcher('reason', '=', 'store_error')))}{r})",
+                    f"failed puts {eng}",
+                )
+            ],
+            "cps",
+        ),
+        w=24,
+        h=8,
+    )
+    L.row("KV transfers and HiSparse (not offload evidence)")
+    L.add(
+        timeseries(
+            "KV transfers between instances",
+            "KV bytes per second moved to or from another vLLM instance (disaggregated prefill/decode: Mooncake "
+            "P2P, UMBP) and failed transfers per second. A transfer feeds another instance, not a tier this "
+            "engine reloads from: never part of stored/loaded.",
+            [
+                (f"rate({q('kvoffload_kv_transfer_bytes_total')}{r})", f"bytes {eng}"),
+                (f"rate({q('kvoffload_kv_transfer_failures_total')}{r})", f"failed transfers {eng}"),
+            ],
+            "Bps",
+        ),
+        w=12,
+        h=8,
+    )
+    hits, misses = q("kvoffload_hisparse_cache_hits_total"), q("kvoffload_hisparse_cache_misses_total")
+    L.add(
+        timeseries(
+            "HiSparse host-cache hit ratio",
+            "Share of HiSparse's sparse-attention pages found on the GPU: hits / (hits + misses). HiSparse pays "
+            "off in decode: read it against TPOT, not TTFT.",
+            [(f"rate({hits}{r}) / (rate({hits}{r}) + rate({misses}{r}))", f"hit ratio {eng}")],
+            "percentunit",
+        ),
+        w=6,
+        h=8,
+    )
+    L.add(
+        timeseries(
+            "HiSparse host → GPU bytes",
+            "Bytes per second HiSparse copies from host memory to the GPU for the pages it missed.",
+            [(f"rate({q('kvoffload_hisparse_host_to_device_bytes_total')}{r})", f"host → GPU {eng}")],
+            "Bps",
+        ),
+        w=6,
+        h=8,
+    )

@@ -308,6 +308,18 @@ class _Rules:
                 "(SimpleCPU), so prefixes never reach it and later revisits recompute.",
             ),
             AlertRule(
+                "KVOffloadStoreErrors",
+                f"increase({q('kvoffload_offload_dropped_total', _m('reason', '=', 'store_error'))}"
+                f"[{s.allocation_window}]) > 0",
+                s.allocation_for,
+                "warning",
+                "The KV store keeps answering offload puts with errors.",
+                f"{engine} had {{{{ $value | humanize }}}} offload puts answered with an error in the last "
+                f"{s.allocation_window} (Mooncake store `save_put`, status error): those prefixes are not "
+                "stored (their bytes are never counted as stored) and revisits recompute. Check the store's "
+                "master, its segments and the transfer engine.",
+            ),
+            AlertRule(
                 "KVOffloadCanaryFailing",
                 f"(time() - {q('kvoffload_canary_last_success_timestamp_seconds')} "
                 f"> {_num(s.canary_stale_seconds)})\n"

@@ -1,7 +1,6 @@
 """promtool unit tests for the rules as rendered (`alerts/tests/rendered-<alert>.test.yaml`): one firing
 and one silent case per alert, built from the same settings and selectors as the rules, so a bundle
 rendered with `--set`/`--selector` can be checked with `promtool test rules` like the committed one.
-
 Series are shaped from the thresholds and evaluated after the window and `for` have passed; label values
 satisfy the user's selectors. The hand-written `alerts/tests/kvoffload.test.yaml` (real failure replays)
 stays the independent check. A case the rendered rules cannot make fire (a selector on a label its series
@@ -25,6 +24,7 @@ B5 = (*J3, "model_name", "engine")
 OWN = {"state", "window", "quantile", "unit", "tier", "connector", "reason", "control", "verdict", "load_band"}
 OWN |= {"bound", "generation", "vllm_version", "result"}
 GIB = 1073741824
+DROPPED, FS = "kvoffload_offload_dropped_total", "1:fs"
 
 
 @dataclass
@@ -306,9 +306,8 @@ BUILDERS: Mapping[str, Builder] = {
     "KVOffloadTierOvercommitted": _overcommitted,
     "KVOffloadOOMRisk": _oom,
     "KVOffloadAllocationFailures": _failing_counter("kvoffload_offload_allocation_failures_total", {}),
-    "KVOffloadTierDroppingWrites": _failing_counter(
-        "kvoffload_offload_dropped_total", {"unit": "chunks", "tier": "1:fs", "reason": "backpressure"}
-    ),
+    "KVOffloadTierDroppingWrites": _failing_counter(DROPPED, {"unit": "chunks", "tier": FS, "reason": "backpressure"}),
+    "KVOffloadStoreErrors": _failing_counter(DROPPED, {"unit": "stores", "reason": "store_error"}),
     "KVOffloadCanaryFailing": _canary_failing,
     "KVOffloadCanaryNoOffloadHit": _no_offload_hit,
 }
@@ -328,6 +327,7 @@ STEPS: Mapping[str, Callable[[Settings], int]] = {
     "KVOffloadOOMRisk": lambda s: _quarter(s.oom_risk_for),
     "KVOffloadAllocationFailures": lambda s: _dividing(s.allocation_window),
     "KVOffloadTierDroppingWrites": lambda s: _dividing(s.allocation_window),
+    "KVOffloadStoreErrors": lambda s: _dividing(s.allocation_window),
     "KVOffloadCanaryFailing": lambda s: _quarter(s.canary_for),
     "KVOffloadCanaryNoOffloadHit": lambda s: _quarter(s.canary_for),
 }

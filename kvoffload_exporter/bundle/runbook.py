@@ -244,6 +244,20 @@ tier* and *Promotion latency*; `kvoffload_source_metric_info` names the upstream
 so fewer cascades are needed, or lower the store rate (`store_threshold` ≥ 2). SimpleCPU `cpu_full`:
 enlarge `--kv-offloading-size`.
 
+## KVOffloadStoreErrors
+
+**Meaning.** For {allocation_for} the KV store has kept answering offload puts with errors (counted over
+{allocation_window}): MooncakeStoreConnector's `vllm:mooncake_store_operation_total{{operation="save_put",
+status="error"}}`, exported as `kvoffload_offload_dropped_total{{reason="store_error"}}` in calls. vLLM still
+adds an errored put's bytes to `..._bytes_total{{status="error"}}`; the exporter never counts them as stored.
+When every put of the window errors the engine reads `not_storing` with reason `store_errors`.
+
+**Check.** Overview → *Per-tier offload* row: *Store errors* (puts and keys that failed, beside the puts
+that succeeded); the store master's logs, its segments (mounted, full, reachable) and the transfer engine's
+protocol and devices.
+
+**Act.** Fix the store: a larger tier does not help. Until puts succeed the tier holds nothing of what fails.
+
 ## KVOffloadCanaryFailing
 
 **Meaning.** The canary has not completed a cycle for {canary_stale_seconds} s (or never did), or every

@@ -123,14 +123,18 @@ class Settings:
         "1 GiB) for this long.",
     )
 
-    # --- KVOffloadAllocationFailures --------------------------------------------------------------
+    # --- KVOffloadAllocationFailures, KVOffloadTierDroppingWrites, KVOffloadStoreErrors -----------
     allocation_window: str = _s(
         "10m",
         Kind.DURATION,
         "Window counted. Keep `allocation_for` longer: one burst (or a counter reset) that leaves the window "
         "before `for` elapses never fires; sustained failures do.",
     )
-    allocation_for: str = _s("15m", Kind.DURATION, "`for` of KVOffloadAllocationFailures.")
+    allocation_for: str = _s(
+        "15m",
+        Kind.DURATION,
+        "`for` of KVOffloadAllocationFailures, KVOffloadTierDroppingWrites and KVOffloadStoreErrors.",
+    )
 
     # --- KVOffloadCanaryFailing / KVOffloadCanaryNoOffloadHit -------------------------------------
     canary_window: str = _s("30m", Kind.DURATION, "Window in which every canary probe failing fires.")

@@ -55,7 +55,7 @@ class Deltas:
             if model and m and m != model:
                 continue
             for k in sums:
-                sums[k] += d.deltas.get(k, 0.0)
+                sums[k] += max(d.deltas.get(k, 0.0), _backend_bytes(d, k))
             t, o = _unit_loads(d, after)
             other += o
             stores += sum(
@@ -82,6 +82,18 @@ class Deltas:
         if self.prompt_tokens is None:
             return 0.0
         return max(0.0, self.prompt_tokens - own_tokens)
+
+
+_BYTES_OF = {Signal.OFFLOAD_LOAD_BYTES: Evidence.LOADED, Signal.OFFLOAD_STORE_BYTES: Evidence.STORED}
+
+
+def _backend_bytes(d: EngineDerived, sig: Signal) -> float:
+    """Bytes a backend counts in its own families (Mooncake store) for a native byte signal; where the
+    native family is read it is the same number (max, never a sum)."""
+    ev = _BYTES_OF.get(sig)
+    if ev is None:
+        return 0.0
+    return sum(v for k, v in d.evidence.items() if k.signal == ev and k.unit == NativeUnit.BYTES and not k.tier)
 
 
 def _unit_loads(d: EngineDerived, after: Snapshot) -> tuple[float | None, float]:

@@ -8,7 +8,7 @@ base units, `_total` only on counters, no colons. Rows live in one module per do
 
 from __future__ import annotations
 
-from kvoffload_exporter.catalogue import backends, canary, derived, engine, guards, health, memory
+from kvoffload_exporter.catalogue import backends, canary, derived, engine, guards, health, memory, transfer
 from kvoffload_exporter.catalogue.metric import ENGINE, PREFIX, WINDOWED, Metric
 from kvoffload_exporter.enums import (
     CanaryPath,
@@ -73,7 +73,7 @@ CANARY_LOAD_BANDS: tuple[LoadBand, ...] = tuple(LoadBand)
 EVIDENCE_METRICS = backends.EVIDENCE_METRICS
 
 CATALOGUE: dict[str, Metric] = {
-    m.name: m for part in (health, guards, engine, backends, derived, memory, canary) for m in part.METRICS
+    m.name: m for part in (health, guards, engine, backends, transfer, derived, memory, canary) for m in part.METRICS
 }
 
 SIGNAL_METRICS: tuple[tuple[Signal, Metric], ...] = tuple(

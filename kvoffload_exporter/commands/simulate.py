@@ -84,7 +84,8 @@ def add_simulator_arguments(p: argparse.ArgumentParser) -> None:
         default="native",
         choices=BACKENDS,
         help="offload backend whose metrics are exposed: native OffloadingConnector (default), simplecpu "
-        "(blocks), tiering (CPU + a slow fs tier that sheds writes) or lmcache (lmcache:* tokens)",
+        "(blocks), tiering (CPU + a slow fs tier that sheds writes), lmcache (lmcache:* tokens) or "
+        "mooncake-store (puts and gets by key; the store-errors fault fails every put)",
     )
     p.add_argument("--model", metavar="NAME", help="served model name (default: the calibration's)")
     p.add_argument(

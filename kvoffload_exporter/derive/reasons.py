@@ -88,6 +88,14 @@ def _stores_dropped(i: Inputs) -> bool:
     return _dropped(i) or i.delta(Signal.OFFLOAD_STORES_SKIPPED) > 0
 
 
+def _store_errors(i: Inputs) -> bool:
+    """The store answered puts with errors (Mooncake store `save_put`/`error`): in a `not_storing` window
+    no put succeeded, so every put it was offered failed at the store, not for want of space."""
+    return any(
+        v > 0 for k, v in i.d.evidence.items() if k.signal == Evidence.DROPPED and k.reason == DropReason.STORE_ERROR
+    )
+
+
 def _stores_skipped(i: Inputs) -> bool:
     """The connector counted stores it skipped (vllm:kv_offload_stores_skipped)."""
     return i.delta(Signal.OFFLOAD_STORES_SKIPPED) > 0
@@ -171,11 +179,13 @@ RULES: Rules = (
 
 NOT_STORING_RULES: Rules = (
     (StateReason.METRIC_MISSING, _store_metric_missing),
+    (StateReason.STORE_ERRORS, _store_errors),
     (StateReason.TIER_SMALLER_THAN_PREFIX, _tier_smaller_than_prefix),
     (StateReason.STORES_SKIPPED, _stores_skipped),
     (StateReason.STORES_DROPPED, _dropped),
 )
-"""The reasons of `not_storing`: an unseen store first, the tier's size (the cause) before its symptoms."""
+"""The reasons of `not_storing`: an unseen store first, then puts the store refused (an error it names is
+the cause, whatever the size), the tier's size (the cause) before its symptoms."""
 
 RULES_BY_STATE: dict[State, Rules] = {State.STORE_WITHOUT_LOAD: RULES, State.NOT_STORING: NOT_STORING_RULES}
 
@@ -189,6 +199,8 @@ HINTS: dict[StateReason, str] = {
     "no prompt fits, so nothing is ever stored; make the tier larger than a prompt or disable it",
     StateReason.STORES_SKIPPED: "the connector skips the stores it is offered (vllm:kv_offload_stores_skipped): "
     "check the tier size and the store policy",
+    StateReason.STORE_ERRORS: "every put of the window failed at the store (Mooncake store save_put errors): "
+    "nothing is stored; check the store's master, segments and transfer engine, not the tier size",
     StateReason.STORES_DROPPED: "allocation failures, skipped or backpressure-dropped stores, or a tier pinned by "
     "in-flight transfers: the tier loses blocks; enlarge it or lower the store rate",
     StateReason.TIER_SMALLER_THAN_GPU_POOL: "the tier holds fewer tokens than the GPU pool, so a prefix "

@@ -3,7 +3,8 @@
 prometheus_client's parser handles every family and costs ~8 ms on a real vLLM body; a poller only
 needs a few dozen families, so each line is filtered by one slice of its name looked up in a set
 (`Selector.keys`) before any parsing, and kept only when its exact sample name is selected. Families are
-reported by canonical name: `vllm_` (OpenMetrics-escaped) becomes `vllm:`, and `_total` is dropped.
+reported by canonical name (`families.canonical`: any vLLM spelling becomes `vllm:`, `_total` is dropped);
+one body is read in one spelling (`selector`'s; kvoffload_exporter.ingest.spellread picks it).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from kvoffload_exporter.ingest import lineplan
-from kvoffload_exporter.ingest.families import PREFIX
+from kvoffload_exporter.ingest.families import PREFIX, SPELLINGS, canonical, spelled
 from kvoffload_exporter.ingest.lineplan import FLOAT_CHARS as _FLOAT_CHARS
 from kvoffload_exporter.ingest.lineplan import UTF8
 
@@ -90,12 +91,6 @@ def parse_float(text: str, what: str) -> float:
     raise ParseError(f"{what}: not a Prometheus float: {text[:40]!r}")
 
 
-def canonical(name: str) -> str:
-    if name.startswith("vllm_"):
-        name = PREFIX + name[5:]
-    return name[:-6] if name.endswith("_total") else name
-
-
 KEY = 12
 """Characters of a family name after `vllm:`/`vllm_` used as a set key to drop unwanted lines cheaply."""
 
@@ -109,25 +104,22 @@ class Selector(NamedTuple):
     names: dict[str, tuple[str, str]]  # raw sample name -> (canonical family, suffix)
 
 
-def _spellings(fam: str) -> tuple[str, ...]:
-    """`vllm:` families are also read OpenMetrics-escaped (`vllm_`); other prefixes (lmcache:, kvbm_) as is."""
-    return (fam, "vllm_" + fam[5:]) if fam.startswith(PREFIX) else (fam,)
-
-
-def selector(families: tuple[str, ...], histograms: frozenset[str]) -> Selector:
-    """Accept each family as `vllm:` or `vllm_`, with or without `_total`, histograms by suffix."""
+def selector(families: tuple[str, ...], histograms: frozenset[str], spelling: str = PREFIX) -> Selector:
+    """Accept each family in one `spelling` (families.SPELLINGS), with or without `_total`, histograms by
+    suffix; TYPE lines in every spelling (a declaration adds no number; prometheus_client's escaping
+    renames the samples and keeps `vllm:` in TYPE)."""
     assert all(len(f) >= 5 + KEY for f in families), "family name shorter than the filter key"
     names: dict[str, tuple[str, str]] = {}
     for fam in families:
-        for base in _spellings(fam):
-            if fam in histograms:
-                for sfx in _HIST_SUFFIXES:
-                    names[f"{base}_{sfx}"] = (fam, sfx)
-            else:
-                names[base] = names[base + "_total"] = (fam, "")
+        base = spelled(fam, spelling)
+        if fam in histograms:
+            for sfx in _HIST_SUFFIXES:
+                names[f"{base}_{sfx}"] = (fam, sfx)
+        else:
+            names[base] = names[base + "_total"] = (fam, "")
     # TYPE lines of the same families share the per-line key: "# TYPE vllm:prefix_cache_..."[5:17].
-    type_keys = {f"E {base}"[:KEY] for f in families for base in _spellings(f)}
-    return Selector(frozenset(f[5 : 5 + KEY] for f in families) | type_keys, names)
+    type_keys = {f"E {spelled(f, sp)}"[:KEY] for f in families for sp in SPELLINGS}
+    return Selector(frozenset(spelled(f, spelling)[5 : 5 + KEY] for f in families) | type_keys, names)
 
 
 _MISS = object()
@@ -235,12 +227,12 @@ def read(
     `<known series> <plain decimal>` is read with one lookup and `float()`; anything else the long way;
     a body of exactly the last one's shape by its `lineplan`, in C (its samples: a `lineplan.Planned`).
     """
-    cap = max_samples if max_samples is not None else sys.maxsize
-    limit = max_line if max_line is not None else sys.maxsize
+    plan_key = plan_of(sel, cache_key, max_samples, max_line)
+    _, _, cap, limit = plan_key
     known: Known = cache.for_reader(cache_key) if cache is not None else {}
     if cache is None or len(text) > _BLOCK:
         return _read_lines(_lines(text), sel, labels_of, cap, limit, cache, known)
-    plan_key, keys = (sel.keys, cache_key, cap, limit), sel.keys
+    keys = sel.keys
     got = cache.plan.replay(plan_key, text)
     if got is not None:  # the same shape as the last body: its series by position, in C
         return got  # type: ignore[no-any-return]
@@ -250,6 +242,12 @@ def read(
         lambda: lineplan.build(plan_key, lines, keys, 5 + KEY, known, _COMMENTS, samples, typed, limit)
     )
     return samples, typed
+
+
+def plan_of(sel: Selector, cache_key: object, max_samples: int | None, max_line: int | None) -> tuple[Any, ...]:
+    """What a line plan is valid for (`LineCache.plan.replay`'s key): selector, label reader, caps."""
+    cap, limit = (sys.maxsize if v is None else v for v in (max_samples, max_line))
+    return (sel.keys, cache_key, cap, limit)
 
 
 def _read_lines(

@@ -25,7 +25,36 @@ class FamilyType(StrEnum):
 T = FamilyType
 
 PREFIX = "vllm:"
-"""vLLM's family prefix (`vllm_` where a body is OpenMetrics-escaped: `exposition.canonical`)."""
+"""vLLM's family prefix, the canonical one every family of this table is named with."""
+SPELLINGS: tuple[str, ...] = (PREFIX, "vllm_", "ray_vllm_")
+"""Where vLLM's families arrive under another name, in the order a body's spellings are preferred:
+vLLM's own `vllm:`; `vllm_` from OpenTelemetry and managed-Prometheus pipelines and prometheus_client's
+underscore escaping; `ray_vllm_` from Ray Serve LLM (with `ReplicaId` / `WorkerId` labels). A family is
+read in one spelling per body, never two added (kvoffload_exporter.ingest.spellread)."""
+ESCAPED = SPELLINGS[1]
+NATIVE_NAMESPACES: tuple[str, ...] = (ESCAPED + "llmd_",)
+"""Name prefixes a plugin registers in the escaped spelling itself (llm-d's fs backend): its families are
+read so spelled in every body, and a line of one is no sign that the body is escaped."""
+
+
+def canonical(name: str) -> str:
+    """A sample or family name as this table names it: any vLLM spelling as `vllm:`, no `_total`."""
+    for alt in SPELLINGS[1:]:
+        if name.startswith(alt):
+            name = PREFIX + name[len(alt) :]
+            break
+    return name[:-6] if name.endswith("_total") else name
+
+
+def spelled(family: str, spelling: str) -> str:
+    """`family` (canonical) as a body in `spelling` names it; a plugin's own spelling and other
+    prefixes (`lmcache:`, `kvbm_`) as they are."""
+    if not family.startswith(PREFIX):
+        return family
+    name = family[len(PREFIX) :]
+    return ESCAPED + name if (ESCAPED + name).startswith(NATIVE_NAMESPACES) else spelling + name
+
+
 OFFLOAD_PREFIX = "vllm:kv_offload_"
 """The OffloadingConnector's families: registered only with a connector, so 0 when absent for an engine."""
 
@@ -41,6 +70,13 @@ class Vllm:
     GPU_PREFIX_CACHE_HITS = "vllm:gpu_prefix_cache_hits"
     GPU_PREFIX_CACHE_QUERIES = "vllm:gpu_prefix_cache_queries"
     KV_CACHE_USAGE_PERC = "vllm:kv_cache_usage_perc"
+    HISPARSE_CACHE_HITS = "vllm:hisparse_cache_hits"
+    HISPARSE_CACHE_MISSES = "vllm:hisparse_cache_misses"
+    HISPARSE_HOST_TO_DEVICE_BYTES = "vllm:hisparse_host_to_device_bytes"
+    MOONCAKE_BYTES_TRANSFERRED = "vllm:mooncake_bytes_transferred"
+    MOONCAKE_NUM_FAILED_TRANSFERS = "vllm:mooncake_num_failed_transfers"
+    UMBP_TRANSFER_BYTES = "vllm:umbp_transfer_bytes"
+    UMBP_TRANSFER_FAILED = "vllm:umbp_transfer_failed"
     KV_OFFLOAD_LOAD_SIZE = "vllm:kv_offload_load_size"
     KV_OFFLOAD_LOAD_TIME = "vllm:kv_offload_load_time"
     KV_OFFLOAD_LOOKUP_ASYNC_DELAY_SECONDS = "vllm:kv_offload_lookup_async_delay_seconds"
@@ -77,6 +113,14 @@ TABLE: dict[str, FamilyType] = {
     Vllm.GPU_PREFIX_CACHE_HITS: T.COUNTER,
     Vllm.GPU_PREFIX_CACHE_QUERIES: T.COUNTER,
     Vllm.KV_CACHE_USAGE_PERC: T.GAUGE,
+    # KV transfers between instances and HiSparse pages (normalise: signals; never offload evidence)
+    Vllm.HISPARSE_CACHE_HITS: T.COUNTER,
+    Vllm.HISPARSE_CACHE_MISSES: T.COUNTER,
+    Vllm.HISPARSE_HOST_TO_DEVICE_BYTES: T.COUNTER,
+    Vllm.MOONCAKE_BYTES_TRANSFERRED: T.HISTOGRAM,  # bytes per transfer: its `_sum` is the bytes moved
+    Vllm.MOONCAKE_NUM_FAILED_TRANSFERS: T.COUNTER,
+    Vllm.UMBP_TRANSFER_BYTES: T.COUNTER,
+    Vllm.UMBP_TRANSFER_FAILED: T.COUNTER,
     Vllm.KV_OFFLOAD_LOAD_SIZE: T.HISTOGRAM,
     Vllm.KV_OFFLOAD_LOAD_TIME: T.COUNTER,
     Vllm.KV_OFFLOAD_LOOKUP_ASYNC_DELAY_SECONDS: T.HISTOGRAM,

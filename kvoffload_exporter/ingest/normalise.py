@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.ingest import backends, histplan
-from kvoffload_exporter.ingest.exposition import LimitError, LineCache, Sample, read, selector
+from kvoffload_exporter.ingest.exposition import LimitError, LineCache, Sample
 from kvoffload_exporter.ingest.families import HISTOGRAMS as _TYPED_HISTOGRAMS
 from kvoffload_exporter.ingest.families import OFFLOAD_PREFIX as _OFFLOAD_FAMILY_PREFIX
 from kvoffload_exporter.ingest.families import TABLE as _TABLE
@@ -41,11 +41,13 @@ from kvoffload_exporter.ingest.signalmap import (
     TTFT,
 )
 from kvoffload_exporter.ingest.snapshot import OFFLOAD_SIGNALS, EngineSignals, Generation, Signal, Snapshot
+from kvoffload_exporter.ingest.spellread import read_spelled, selectors
 
 # Backend families (SimpleCPU, tiering, LMCache, KVBM, ...) go to ingest.backends, which owns their meaning.
 _BACKEND_SET = backends.FAMILIES
-# One selection from the one family table: each sample is matched once, then routed to its readers.
-_SELECTOR = selector(tuple(sorted(_TABLE)), _TYPED_HISTOGRAMS)
+# One selection from the one family table (one per spelling of vLLM's names): each sample is matched
+# once, then routed to its readers.
+_SELECTORS = selectors(tuple(sorted(_TABLE)), _TYPED_HISTOGRAMS)
 
 _GEN_FLAT = frozenset({*FLAT, *FLAT_SIZE})
 _GEN_LEGACY = frozenset({*LEGACY, LEGACY_SIZE})
@@ -68,7 +70,7 @@ def normalise(
     max_len = lim.label_value_length_limit
     line_cap = _LINE_FACTOR * max_len + 1024
     reader, key = _labels_reader(max_len, scrub), (max_len, scrub) if scrub else max_len
-    samples, typed = read(text, _SELECTOR, reader, lim.sample_limit, line_cap, cache, key)
+    samples, typed = read_spelled(text, _SELECTORS, reader, lim.sample_limit, line_cap, cache, key)
     if cache is None:
         return _snapshot(samples, typed, lim)[0]
     last, slot = cache.last, cache.plan

@@ -29,8 +29,11 @@ _MAX_SHARED = 8192
 def _split(text: str) -> SplitLabels:
     """Label text → ((model_name, engine), remaining labels without pid, had_pid, `le` as a float).
 
-    Cached by the label text itself: a target repeats the same label sets every poll."""
-    model = engine = ""
+    Ray Serve's re-export (`ray_vllm_*`) adds `ReplicaId` and `WorkerId`: one node's body holds every
+    replica on it, so the replica is part of the engine (`<ReplicaId>/<engine>`), and the worker process
+    serving it is not (a restarted worker is the same engine). Cached by the label text itself: a target
+    repeats the same label sets every poll."""
+    model = engine = replica = ""
     rest = []
     pid = False
     le = None
@@ -41,10 +44,16 @@ def _split(text: str) -> SplitLabels:
             engine = v
         elif k == "pid":
             pid = True
+        elif k == "ReplicaId":
+            replica = v
+        elif k == "WorkerId":
+            continue
         else:
             if k == "le":
                 le = _bound(v)
             rest.append((k, v))
+    if replica:
+        engine = f"{replica}/{engine}"
     if len(text) > _CACHED_TEXT:
         return (model, engine), tuple(rest), pid, le
     return held(_SHARED, (model, engine), _MAX_SHARED), held(_SHARED, tuple(rest), _MAX_SHARED), pid, le

@@ -30,6 +30,14 @@ COUNTERS = {
     Vllm.EXTERNAL_PREFIX_CACHE_QUERIES: Signal.EXTERNAL_PREFIX_QUERIES,
     Vllm.EXTERNAL_PREFIX_CACHE_HITS: Signal.EXTERNAL_PREFIX_HITS,
     Vllm.PROMPT_TOKENS: Signal.PROMPT_TOKENS,
+    # KV moved between instances (Mooncake P2P, UMBP): transfer bytes and failures, not tier evidence
+    Vllm.MOONCAKE_NUM_FAILED_TRANSFERS: Signal.KV_TRANSFER_FAILURES,
+    Vllm.UMBP_TRANSFER_BYTES: Signal.KV_TRANSFER_BYTES,
+    Vllm.UMBP_TRANSFER_FAILED: Signal.KV_TRANSFER_FAILURES,
+    # HiSparse: host-cache pages hit and missed, bytes copied host → device (its payoff shows in TPOT)
+    Vllm.HISPARSE_CACHE_HITS: Signal.HISPARSE_CACHE_HITS,
+    Vllm.HISPARSE_CACHE_MISSES: Signal.HISPARSE_CACHE_MISSES,
+    Vllm.HISPARSE_HOST_TO_DEVICE_BYTES: Signal.HISPARSE_HOST_TO_DEVICE_BYTES,
 }
 # Deprecated (or renamed) family -> its current family, of any type (counter, gauge, histogram, info): read
 # as the current family when that one is absent from the scrape (0.10 default, 0.11 hidden). A rename in
@@ -49,10 +57,12 @@ TTFT = Vllm.TIME_TO_FIRST_TOKEN_SECONDS
 BY_SOURCE = Vllm.PROMPT_TOKENS_BY_SOURCE
 CACHE_INFO = Vllm.CACHE_CONFIG_INFO
 OFFLOAD_INFO = Vllm.KV_OFFLOAD_CONFIG_INFO
-# Per-request prefill histograms (0.26+): only their `_sum` is kept, as a counter (the payback's cost per token).
+# Histograms of which only the `_sum` is kept, as a counter: the per-request prefill histograms (0.26+; the
+# payback's cost per token) and Mooncake P2P's bytes per transfer (the bytes moved).
 PREFILL = {
     Vllm.REQUEST_PREFILL_TIME_SECONDS: Signal.PREFILL_SECONDS,
     Vllm.REQUEST_PREFILL_KV_COMPUTED_TOKENS: Signal.PREFILL_COMPUTED_TOKENS,
+    Vllm.MOONCAKE_BYTES_TRANSFERRED: Signal.KV_TRANSFER_BYTES,
 }
 
 LOOKUP_DELAY = Vllm.KV_OFFLOAD_LOOKUP_ASYNC_DELAY_SECONDS

@@ -3,8 +3,10 @@
 Why a rewrite and not a second engine model: the engine already decides what is stored, loaded and hit;
 a backend changes only how that is *reported* (families, units, labels). `reshape` turns the native
 body into SimpleCPU (blocks, no kv_offload_* family), tiering (CPU primary + a slow `1:fs` secondary
-that sheds half of its cascade writes under backpressure) or LMCache in-process (`lmcache:*` tokens,
-no `engine` label). Family names, labels and units follow tests/fixtures/reconstructed/*. Pure.
+that sheds half of its cascade writes under backpressure), LMCache in-process (`lmcache:*` tokens,
+no `engine` label) or the Mooncake store (puts and gets by key; with `errors`, every put answered with
+an error, its bytes under `status="error"` as vLLM counts them). Family names, labels and units follow
+tests/fixtures/reconstructed/*. Pure.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Sequence
 
 from kvoffload_exporter.sim.family import EngineView
 
-BACKENDS = ("native", "simplecpu", "tiering", "lmcache")
+BACKENDS = ("native", "simplecpu", "tiering", "lmcache", "mooncake-store")
 _OFFLOAD = ("vllm:kv_offload_", "vllm_kv_offload_")
 FS = "1:fs"
 SHED = 0.5  # share of the fs tier's cascade writes the slow tier drops (backpressure)
@@ -119,8 +121,59 @@ def _lmcache(out: list[str], engines: Sequence[EngineView]) -> None:
     _family(out, "lmcache:num_lookup_hits_total", "counter", "Tokens hit on lookup.", hits)
 
 
-def reshape(text: str, backend: str, engines: Sequence[EngineView]) -> str:
-    """The native body as `backend` would expose the same engine activity."""
+_MOONCAKE = "vllm:mooncake_store_operation"
+_BY_SOURCE = "prompt_tokens_cached_by_source_total{"
+
+
+def _host_as_external(out: list[str]) -> list[str]:
+    """A store outside vLLM supplies its hits as `external_unspecified`, not `host` (the CPU tier's)."""
+    host: dict[str, float] = {}
+    for line in out:
+        if _BY_SOURCE in line and not line.startswith("#") and 'source="host"' in line:
+            series, _, value = line.rpartition(" ")
+            host[series.replace('source="host"', 'source="external_unspecified"')] = float(value)
+    moved = []
+    for line in out:
+        series, _, value = line.rpartition(" ")
+        if series in host:
+            line = f"{series} {float(value) + host[series]!r}"
+        elif 'source="host"' in series and series.replace('source="host"', 'source="external_unspecified"') in host:
+            line = f"{series} 0.0"
+        moved.append(line)
+    return moved
+
+
+def _mooncake_store(out: list[str], engines: Sequence[EngineView], errors: bool) -> None:
+    """One put per stored chunk, one get per loaded chunk, keys = blocks; an existence check before each
+    put. Children appear with their first operation, as vLLM creates them."""
+    calls: list[tuple[str, float]] = []
+    keys: list[tuple[str, float]] = []
+    size: list[tuple[str, float]] = []
+    failed: list[tuple[str, float]] = []
+    for e in engines:
+        block = e.cfg.kv_bytes_per_token * e.cfg.block_size
+        chunk = max(1, e.cfg.chunk_bytes)
+        put, get = e.stats.counter("kv_offload_store_bytes"), e.stats.counter("kv_offload_load_bytes")
+        status = "error" if errors else "ok"
+        for op, st, nbytes in (("save_exists", "ok", put), ("save_put", status, put), ("load_get", "ok", get)):
+            if not nbytes or (errors and op == "load_get"):
+                continue
+            lb = _lb(e, f'operation="{op}",status="{st}"')
+            calls.append((lb, float(-(-nbytes // chunk))))
+            keys.append((lb, float(int(nbytes // block))))
+            if op != "save_exists":
+                size.append((lb, float(nbytes)))
+            if st == "error":
+                failed.append((lb, float(int(nbytes // block))))
+    _family(out, _MOONCAKE + "_total", "counter", "Mooncake store operations by operation and status.", calls)
+    _family(out, _MOONCAKE + "_keys_total", "counter", "Keys in Mooncake store operations.", keys)
+    _family(out, _MOONCAKE + "_bytes_total", "counter", "Bytes in Mooncake store operations.", size)
+    _family(out, _MOONCAKE + "_failed_keys_total", "counter", "Keys whose Mooncake store operation failed.", failed)
+
+
+def reshape(text: str, backend: str, engines: Sequence[EngineView], errors: bool = False) -> str:
+    """The native body as `backend` would expose the same engine activity (`errors`: the Mooncake store
+    answers every put with an error)."""
     live = [e for e in engines if e.connector]
     if backend == "native" or not live:
         return text
@@ -131,6 +184,9 @@ def reshape(text: str, backend: str, engines: Sequence[EngineView]) -> str:
         _simplecpu(out, live)
     elif backend == "lmcache":
         _lmcache(out, live)
+    elif backend == "mooncake-store":
+        out = _host_as_external(out)
+        _mooncake_store(out, live, errors)
     else:
         raise ValueError(f"unknown simulated backend {backend!r}; known: {', '.join(BACKENDS)}")
     return "\n".join(out) + "\n"

@@ -49,7 +49,7 @@ class SimOptions:
     prompt_tokens_details: bool = True  # --enable-prompt-tokens-details, as in the H200 runs
     per_request_metrics: bool = True  # --enable-per-request-metrics (0.25+), as in the H200 runs
     show_hidden_metrics: bool = False  # --show-hidden-metrics-for-version=<previous minor>
-    backend: str = "native"  # how offload is reported: native | simplecpu | tiering | lmcache (sim.backends)
+    backend: str = "native"  # how offload is reported: native | simplecpu | tiering | lmcache | mooncake-store
     engine: Mapping[str, Any] = field(default_factory=dict)  # EngineConfig overrides (ENGINE_FIELDS)
     timing: Mapping[str, float] = field(default_factory=dict)  # Calibration overrides (TIMING_FIELDS)
 
@@ -183,7 +183,7 @@ class Simulator:
             variant=rename.value if rename else None,
             show_hidden=self.opts.show_hidden_metrics,
         )
-        return reshape(text, self.opts.backend, self.engines)
+        return reshape(text, self.opts.backend, self.engines, "store-errors" in self.faults)
 
     def state(self) -> dict[str, Any]:
         """The simulator's own view (GET /_sim/state): what vLLM itself does not export."""

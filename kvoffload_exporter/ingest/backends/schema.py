@@ -12,7 +12,7 @@ from dataclasses import KW_ONLY, dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
-from kvoffload_exporter.ingest.exposition import canonical
+from kvoffload_exporter.ingest.families import canonical
 
 
 class Backend(StrEnum):
