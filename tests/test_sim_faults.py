@@ -79,6 +79,7 @@ def test_fault_names_and_arguments() -> None:
         "metrics-huge",
         "down",
         "completions-status",
+        "store-errors",
     }
 
 
