@@ -56,10 +56,10 @@ SECTIONS: dict[StateReason, tuple[str, str, str]] = {
         "Enlarge the tier or relax the store policy; until then the tier holds nothing.",
     ),
     StateReason.STORE_ERRORS: (
-        "`not_storing`: the store answered every put of the window with an error (MooncakeStoreConnector "
-        '`vllm:mooncake_store_operation_total{operation="save_put",status="error"}`), so nothing was '
-        "stored. vLLM still adds an errored put's bytes to `vllm:mooncake_store_operation_bytes_total"
-        '{status="error"}`; the exporter never counts those as stored.',
+        "`not_storing`: the store answered every put of the window with an error, whole or in part "
+        '(MooncakeStoreConnector `vllm:mooncake_store_operation_total{operation="save_put",status="error"}` '
+        'or `status="partial_failure"`), so no put was stored whole. vLLM still adds a failing put\'s whole '
+        "batch to `vllm:mooncake_store_operation_bytes_total{status=...}`; the exporter never counts those as stored.",
         '`kvoffload_offload_dropped_total{reason="store_error"}`; the store\'s master and its segments '
         "(are they mounted, full, reachable), the transfer engine's protocol and devices.",
         "Fix the store (a larger tier does not help): until a put succeeds the tier holds nothing.",

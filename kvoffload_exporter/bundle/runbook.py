@@ -248,9 +248,10 @@ enlarge `--kv-offloading-size`.
 
 **Meaning.** For {allocation_for} the KV store has kept answering offload puts with errors (counted over
 {allocation_window}): MooncakeStoreConnector's `vllm:mooncake_store_operation_total{{operation="save_put",
-status="error"}}`, exported as `kvoffload_offload_dropped_total{{reason="store_error"}}` in calls. vLLM still
-adds an errored put's bytes to `..._bytes_total{{status="error"}}`; the exporter never counts them as stored.
-When every put of the window errors the engine reads `not_storing` with reason `store_errors`.
+status="error"|"partial_failure"}}`, exported as `kvoffload_offload_dropped_total{{reason="store_error"}}` in
+calls. vLLM still adds a failing put's whole batch to `..._bytes_total{{status="error"|"partial_failure"}}`; the
+exporter never counts those bytes as stored. When every put of the window fails, whole or in part, the engine
+reads `not_storing` with reason `store_errors`.
 
 **Check.** Overview → *Per-tier offload* row: *Store errors* (puts and keys that failed, beside the puts
 that succeeded); the store master's logs, its segments (mounted, full, reachable) and the transfer engine's

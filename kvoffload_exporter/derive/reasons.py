@@ -89,8 +89,8 @@ def _stores_dropped(i: Inputs) -> bool:
 
 
 def _store_errors(i: Inputs) -> bool:
-    """The store answered puts with errors (Mooncake store `save_put`/`error`): in a `not_storing` window
-    no put succeeded, so every put it was offered failed at the store, not for want of space."""
+    """The store answered puts with errors (Mooncake store `save_put` `error` or `partial_failure`): in a
+    `not_storing` window no put fully succeeded, so every put failed at the store, not for want of space."""
     return any(
         v > 0 for k, v in i.d.evidence.items() if k.signal == Evidence.DROPPED and k.reason == DropReason.STORE_ERROR
     )
@@ -199,7 +199,8 @@ HINTS: dict[StateReason, str] = {
     "no prompt fits, so nothing is ever stored; make the tier larger than a prompt or disable it",
     StateReason.STORES_SKIPPED: "the connector skips the stores it is offered (vllm:kv_offload_stores_skipped): "
     "check the tier size and the store policy",
-    StateReason.STORE_ERRORS: "every put of the window failed at the store (Mooncake store save_put errors): "
+    StateReason.STORE_ERRORS: "every put of the window failed at the store, whole or in part (Mooncake store "
+    "save_put error or partial_failure): "
     "nothing is stored; check the store's master, segments and transfer engine, not the tier size",
     StateReason.STORES_DROPPED: "allocation failures, skipped or backpressure-dropped stores, or a tier pinned by "
     "in-flight transfers: the tier loses blocks; enlarge it or lower the store rate",

@@ -1,9 +1,10 @@
 """MooncakeStoreConnector (0.33): a distributed KV store read by key; no vllm:kv_offload_* family.
 
-Stores are `save_put` bytes with `status="ok"`, loads `load_get` bytes with `status="ok"`. An errored
-`save_put` still adds its batch's bytes to `bytes_total{status="error"}`, so summing statuses would count
-failed stores as stored: only the `ok` children are read as stored, and errored puts are drops (reason
-`store_error`, counted in calls). Children appear on each (operation, status)'s first operation.
+Stores are `save_put` bytes with `status="ok"`, loads `load_get` bytes with `status="ok"`. A put whose
+RPC raised (`status="error"`) or whose store refused some keys (`status="partial_failure"`) still adds the
+whole batch's bytes to its status, so summing statuses would count failed stores as stored: only the `ok`
+children are read as stored, and both failing statuses are drops (reason `store_error`, counted in calls).
+Children appear on each (operation, status)'s first operation (vLLM 0.33.0 store/worker.py:682-703).
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ BYTES = "vllm:mooncake_store_operation_bytes_total"
 ROWS: tuple[Source, ...] = (
     Source(BYTES, E.STORED, U.BYTES, match=(("operation", "save_put"), ("status", "ok"))),
     Source(BYTES, E.LOADED, U.BYTES, match=(("operation", "load_get"), ("status", "ok"))),
-    Source(
-        OPS, E.DROPPED, U.STORES, match=(("operation", "save_put"), ("status", "error")), reason=DropReason.STORE_ERROR
+    *(
+        Source(
+            OPS, E.DROPPED, U.STORES, match=(("operation", "save_put"), ("status", st)), reason=DropReason.STORE_ERROR
+        )
+        for st in ("error", "partial_failure")
     ),
     by_source("external_unspecified", group="hits_tokens"),
     ext_hits(),
