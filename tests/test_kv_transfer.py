@@ -1,4 +1,4 @@
-"""KV moved between instances (Mooncake P2P, UMBP) and HiSparse's host-cache pages are exported per engine in
+"""KV moved between instances (Mooncake P2P) and HiSparse's host-cache pages are exported per engine in
 base units, and never read as offload evidence.
 
 Why: an engine doing disaggregated prefill/decode or HiSparse read `not_configured` with every byte it moved
@@ -39,11 +39,24 @@ async def test_transfer_bytes_and_failures_are_exported_and_are_no_offload_evide
     texts = [(KVT / "before.prom").read_text(), (KVT / "after.prom").read_text()]
     body = (await run_chain(texts, "0.33.0")).body.decode()
     got = _values(body)
-    # Mooncake P2P (histogram _sum) and UMBP (counter) bytes add up: two transports, one engine
-    assert got["kvoffload_kv_transfer_bytes_total"] == 2 * 32 * PER
-    assert got["kvoffload_kv_transfer_failures_total"] == 2 + 2
+    # Mooncake P2P: the bytes-per-transfer histogram's _sum, the failed-transfer counter
+    assert got["kvoffload_kv_transfer_bytes_total"] == 32 * PER
+    assert got["kvoffload_kv_transfer_failures_total"] == 2
     before, after = (normalise(t) for t in texts)
     assert before.engines[0].evidence == after.engines[0].evidence  # nothing of it is tier evidence
+
+
+def test_umbp_store_and_load_bytes_are_tier_evidence_not_transfers() -> None:
+    """UMBP's counters carry `operation` = store / load to a pool this engine reads back (vLLM 0.33.0
+    umbp/worker.py): stored and loaded bytes of a `umbp` backend, never KV-transfer bytes."""
+    d = ROOT / "tests" / "fixtures" / "reconstructed" / "umbp-0.33"
+    before, after = (normalise((d / f).read_text()) for f in ("before.prom", "after-hit.prom"))
+    assert [str(b) for b in after.backends] == ["umbp"]
+    delta = {k: v - before.engines[0].evidence.get(k, 0.0) for k, v in after.engines[0].evidence.items()}
+    stored = next(v for k, v in delta.items() if k.signal == "stored" and k.unit == "bytes")
+    loaded = next(v for k, v in delta.items() if k.signal == "loaded" and k.unit == "bytes")
+    assert stored > 0 and loaded > 0
+    assert "kv_transfer_bytes" not in {str(s) for s in after.engines[0].counters}
 
 
 async def test_hisparse_pages_and_host_to_device_bytes_are_exported_and_it_stays_not_configured() -> None:

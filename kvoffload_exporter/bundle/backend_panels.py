@@ -138,7 +138,7 @@ def backend_rows(L: Layout, q: Query, eng: str) -> None:
         timeseries(
             "KV transfers between instances",
             "KV bytes per second moved to or from another vLLM instance (disaggregated prefill/decode: Mooncake "
-            "P2P, UMBP) and failed transfers per second. A transfer feeds another instance, not a tier this "
+            "P2P) and failed transfers per second. A transfer feeds another instance, not a tier this "
             "engine reloads from: never part of stored/loaded.",
             [
                 (f"rate({q('kvoffload_kv_transfer_bytes_total')}{r})", f"bytes {eng}"),

@@ -31,7 +31,7 @@ METRICS: tuple[Metric, ...] = (
         name="kvoffload_offload_backend_info",
         type=MetricType.INFO,
         help="Offload backends whose families the target exposes (native, tiering, simplecpu, multiconnector, "
-        "lmcache, lmcache_mp, kvbm).",
+        "lmcache, lmcache_mp, kvbm, mooncake_store, umbp).",
         labels=("target", "backend"),
         source="kvoffload_exporter.ingest.backends",
         group=Group.ENGINE,

@@ -1,6 +1,7 @@
-"""KV moved between vLLM instances (Mooncake P2P, UMBP) and HiSparse's host-cache pages: per engine, as vLLM
-counts them. Neither is offload evidence: a transfer feeds another instance's prefill or decode, not a tier
-this engine reloads from, and HiSparse's payoff is read on TPOT (decode), not TTFT."""
+"""KV moved between vLLM instances (Mooncake P2P) and HiSparse's host-cache pages: per engine, as vLLM counts
+them. Neither is offload evidence: a transfer feeds another instance's prefill or decode, not a tier this
+engine reloads from, and HiSparse's payoff is read on TPOT (decode), not TTFT. (UMBP's store/load counters
+are a pool the engine reads back: offload evidence, kvoffload_exporter.ingest.backends.umbp.)"""
 
 from __future__ import annotations
 
@@ -12,20 +13,20 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_kv_transfer_bytes_total",
         type=C,
-        help="KV bytes moved to or from another vLLM instance (disaggregated prefill/decode: Mooncake P2P, "
-        "UMBP); not tier evidence.",
+        help="KV bytes moved to or from another vLLM instance (disaggregated prefill/decode: Mooncake P2P); "
+        "not tier evidence.",
         labels=ENGINE,
         unit=Unit.BYTES,
-        source="vllm:mooncake_bytes_transferred_sum + vllm:umbp_transfer_bytes_total",
+        source="vllm:mooncake_bytes_transferred_sum",
         group=Group.ENGINE,
         signal=Signal.KV_TRANSFER_BYTES,
     ),
     Metric(
         name="kvoffload_kv_transfer_failures_total",
         type=C,
-        help="KV transfers to or from another vLLM instance that failed (Mooncake P2P, UMBP).",
+        help="KV transfers to or from another vLLM instance that failed (Mooncake P2P).",
         labels=ENGINE,
-        source="vllm:mooncake_num_failed_transfers_total + vllm:umbp_transfer_failed_total",
+        source="vllm:mooncake_num_failed_transfers_total",
         group=Group.ENGINE,
         signal=Signal.KV_TRANSFER_FAILURES,
     ),

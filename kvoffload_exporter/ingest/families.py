@@ -75,8 +75,6 @@ class Vllm:
     HISPARSE_HOST_TO_DEVICE_BYTES = "vllm:hisparse_host_to_device_bytes"
     MOONCAKE_BYTES_TRANSFERRED = "vllm:mooncake_bytes_transferred"
     MOONCAKE_NUM_FAILED_TRANSFERS = "vllm:mooncake_num_failed_transfers"
-    UMBP_TRANSFER_BYTES = "vllm:umbp_transfer_bytes"
-    UMBP_TRANSFER_FAILED = "vllm:umbp_transfer_failed"
     KV_OFFLOAD_LOAD_SIZE = "vllm:kv_offload_load_size"
     KV_OFFLOAD_LOAD_TIME = "vllm:kv_offload_load_time"
     KV_OFFLOAD_LOOKUP_ASYNC_DELAY_SECONDS = "vllm:kv_offload_lookup_async_delay_seconds"
@@ -113,14 +111,12 @@ TABLE: dict[str, FamilyType] = {
     Vllm.GPU_PREFIX_CACHE_HITS: T.COUNTER,
     Vllm.GPU_PREFIX_CACHE_QUERIES: T.COUNTER,
     Vllm.KV_CACHE_USAGE_PERC: T.GAUGE,
-    # KV transfers between instances and HiSparse pages (normalise: signals; never offload evidence)
+    # KV transfers between instances (Mooncake P2P) and HiSparse pages (normalise: signals; never offload evidence)
     Vllm.HISPARSE_CACHE_HITS: T.COUNTER,
     Vllm.HISPARSE_CACHE_MISSES: T.COUNTER,
     Vllm.HISPARSE_HOST_TO_DEVICE_BYTES: T.COUNTER,
     Vllm.MOONCAKE_BYTES_TRANSFERRED: T.HISTOGRAM,  # bytes per transfer: its `_sum` is the bytes moved
     Vllm.MOONCAKE_NUM_FAILED_TRANSFERS: T.COUNTER,
-    Vllm.UMBP_TRANSFER_BYTES: T.COUNTER,
-    Vllm.UMBP_TRANSFER_FAILED: T.COUNTER,
     Vllm.KV_OFFLOAD_LOAD_SIZE: T.HISTOGRAM,
     Vllm.KV_OFFLOAD_LOAD_TIME: T.COUNTER,
     Vllm.KV_OFFLOAD_LOOKUP_ASYNC_DELAY_SECONDS: T.HISTOGRAM,
@@ -168,6 +164,8 @@ TABLE: dict[str, FamilyType] = {
     "vllm:llmd_fs_metadata_cache_lookup_blocks": T.COUNTER,
     "vllm:mooncake_store_operation": T.COUNTER,
     "vllm:mooncake_store_operation_bytes": T.COUNTER,
+    "vllm:umbp_transfer_bytes": T.COUNTER,
+    "vllm:umbp_transfer_failed": T.COUNTER,
     "vllm:lmcache_mp_lookup_duration_seconds": T.HISTOGRAM,
     "vllm:prompt_tokens_cached_by_source": T.COUNTER,
     "vllm:simple_kv_offload_info": T.INFO,

@@ -30,10 +30,9 @@ COUNTERS = {
     Vllm.EXTERNAL_PREFIX_CACHE_QUERIES: Signal.EXTERNAL_PREFIX_QUERIES,
     Vllm.EXTERNAL_PREFIX_CACHE_HITS: Signal.EXTERNAL_PREFIX_HITS,
     Vllm.PROMPT_TOKENS: Signal.PROMPT_TOKENS,
-    # KV moved between instances (Mooncake P2P, UMBP): transfer bytes and failures, not tier evidence
+    # KV moved between instances (Mooncake P2P): transfer bytes and failures, not tier evidence (UMBP's
+    # store/load counters are a pool this engine reads back: evidence, ingest/backends/umbp.py)
     Vllm.MOONCAKE_NUM_FAILED_TRANSFERS: Signal.KV_TRANSFER_FAILURES,
-    Vllm.UMBP_TRANSFER_BYTES: Signal.KV_TRANSFER_BYTES,
-    Vllm.UMBP_TRANSFER_FAILED: Signal.KV_TRANSFER_FAILURES,
     # HiSparse: host-cache pages hit and missed, bytes copied host → device (its payoff shows in TPOT)
     Vllm.HISPARSE_CACHE_HITS: Signal.HISPARSE_CACHE_HITS,
     Vllm.HISPARSE_CACHE_MISSES: Signal.HISPARSE_CACHE_MISSES,

@@ -20,6 +20,7 @@ from kvoffload_exporter.ingest.backends import (
     native,
     simplecpu,
     tiering,
+    umbp,
 )
 from kvoffload_exporter.ingest.backends.schema import (
     CUMULATIVE,
@@ -50,6 +51,7 @@ TABLES: tuple[BackendTable, ...] = (
     lmcache.MP_TABLE,
     kvbm.TABLE,
     mooncake_store.TABLE,
+    umbp.TABLE,
 )
 _ALL_ROWS: tuple[Source, ...] = (*common.SHARED, *(r for t in TABLES for r in t.rows))
 FAMILIES: frozenset[str] = frozenset({r.family for r in _ALL_ROWS} | {f for t in TABLES for f in t.detect})

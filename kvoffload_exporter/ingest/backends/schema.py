@@ -26,6 +26,7 @@ class Backend(StrEnum):
     LMCACHE_MP = "lmcache_mp"  # LMCacheMPConnector + the LMCache MP server endpoint
     KVBM = "kvbm"  # NVIDIA Dynamo KVBM (kvbm_*)
     MOONCAKE_STORE = "mooncake_store"  # MooncakeStoreConnector (0.33+): puts and gets by key
+    UMBP = "umbp"  # UMBP store connector (0.33+): stores and loads to a shared memory pool
 
 
 class Evidence(StrEnum):
@@ -56,6 +57,7 @@ class NativeUnit(StrEnum):
     BLOCKS = "blocks"
     CHUNKS = "chunks"
     STORES = "stores"
+    KEYS = "keys"  # objects of a key-value store, one per block key (UMBP)
     PROMOTIONS = "promotions"
     JOBS = "jobs"
     REQUESTS = "requests"
@@ -73,7 +75,7 @@ class DropReason(StrEnum):
     BACKPRESSURE = "backpressure"
     ALLOCATION_FAILURE = "allocation_failure"
     PROMOTION_ALLOCATION_FAILURE = "promotion_allocation_failure"
-    STORE_ERROR = "store_error"  # a put the store answered with an error (Mooncake store)
+    STORE_ERROR = "store_error"  # a put the store answered with an error (Mooncake store, UMBP)
 
 
 class Kind(StrEnum):
