@@ -14,6 +14,7 @@ import pytest
 from test_canary_sim import Sim, engine, phases
 
 from kvoffload_exporter.derive.window import interval
+from kvoffload_exporter.enums import Signal
 from kvoffload_exporter.ingest.backends import Backend, Evidence
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.sim.simulator import SimOptions, Simulator
@@ -24,7 +25,9 @@ BACKENDS = {
     "tiering": Backend.TIERING,
     "lmcache": Backend.LMCACHE,
     "mooncake-store": Backend.MOONCAKE_STORE,
+    "umbp": Backend.UMBP,
 }
+"""Simulated backends that are an offload tier (HiSparse is not: tested on its own)."""
 
 
 @pytest.fixture
@@ -58,7 +61,7 @@ async def test_canary_sees_the_offload_hit_on_every_backend(session: aiohttp.Cli
     loaded = {k.unit for k, v in d.evidence.items() if k.signal == Evidence.LOADED and v > 0}
     assert loaded == {
         "bytes"
-        if backend in ("native", "tiering", "mooncake-store")
+        if backend in ("native", "tiering", "mooncake-store", "umbp")
         else "tokens"
         if backend == "lmcache"
         else "blocks"
@@ -116,3 +119,46 @@ def test_mooncake_store_simulation_reads_as_hit_and_its_put_errors_as_store_erro
             assert explain(d, after.engines[0], after.families) == "store_errors"
         else:
             assert {k.unit for k, v in stored.items() if v > 0} == {NativeUnit.BYTES}
+
+
+def test_umbp_simulation_reads_as_hit_and_its_failed_stores_as_store_errors() -> None:
+    """The simulator's UMBP body: store/load bytes read `hit`; with `store-errors` every store fails (no bytes,
+    failed objects) and the exporter reads `not_storing` / `store_errors`."""
+    from kvoffload_exporter.derive.reasons import explain
+
+    for faults, state in (((), "hit"), (("store-errors",), "not_storing")):
+        sim = Simulator(SimOptions(version="0.33.0", backend="umbp", seed=1, time_scale=0.01, faults=faults))
+        before = normalise(sim.metrics_text())
+        for e in sim.engines:
+            e.stats.inc("kv_offload_store_bytes", 64 * 114_688 * 16)
+            e.stats.inc("kv_offload_load_bytes", 32 * 114_688 * 16)
+            e.stats.inc("prompt_tokens", 1_000_000)
+            e.stats.inc("prompt_tokens_by_source", 1_000_000, ("local_compute",))
+            e.stats.observe("request_prefill_kv_computed_tokens", 1_000_000)
+        body = sim.metrics_text()
+        after = normalise(body)
+        (d,) = interval(before, after).values()
+        assert d.state == state, faults
+        if faults:
+            assert (
+                'vllm:umbp_transfer_failed_total{engine="0",model_name="Qwen/Qwen3-0.6B",operation="store"} 64.0'
+                in body
+            )
+            assert explain(d, after.engines[0], after.families) == "store_errors"
+
+
+def test_hisparse_simulation_exports_pages_and_reads_not_configured() -> None:
+    """`--backend hisparse`: no offload tier (no kv_offload_* family, state not_configured), the HiSparse
+    pages and host-to-device bytes grow with the decoded tokens."""
+    sim = Simulator(SimOptions(version="0.33.0", backend="hisparse", seed=1, time_scale=0.01))
+    assert not any(e.connector for e in sim.engines)
+    for e in sim.engines:
+        e.stats.inc("generation_tokens", 10)
+    body = sim.metrics_text()
+    snap = normalise(body)
+    assert snap.backends == () and not snap.offload_configured
+    assert "vllm:kv_offload_" not in body
+    counters = snap.engines[0].counters
+    assert counters[Signal.HISPARSE_CACHE_HITS] == 18000.0
+    assert counters[Signal.HISPARSE_CACHE_MISSES] == 2480.0
+    assert counters[Signal.HISPARSE_HOST_TO_DEVICE_BYTES] == 2480.0 * 36864

@@ -85,7 +85,9 @@ def add_simulator_arguments(p: argparse.ArgumentParser) -> None:
         choices=BACKENDS,
         help="offload backend whose metrics are exposed: native OffloadingConnector (default), simplecpu "
         "(blocks), tiering (CPU + a slow fs tier that sheds writes), lmcache (lmcache:* tokens) or "
-        "mooncake-store (puts and gets by key; the store-errors fault fails every put)",
+        "mooncake-store (puts and gets by key; the store-errors fault fails every put), umbp (stores and loads "
+        "to a pool; store-errors fails every store) or hisparse (no offload tier: sparse-attention pages "
+        "per decoded token, read on TPOT)",
     )
     p.add_argument("--model", metavar="NAME", help="served model name (default: the calibration's)")
     p.add_argument(

@@ -4,8 +4,10 @@ Why a rewrite and not a second engine model: the engine already decides what is 
 a backend changes only how that is *reported* (families, units, labels). `reshape` turns the native
 body into SimpleCPU (blocks, no kv_offload_* family), tiering (CPU primary + a slow `1:fs` secondary
 that sheds half of its cascade writes under backpressure), LMCache in-process (`lmcache:*` tokens,
-no `engine` label) or the Mooncake store (puts and gets by key; with `errors`, every put answered with
-an error, its bytes under `status="error"` as vLLM counts them). Family names, labels and units follow
+no `engine` label), the Mooncake store (puts and gets by key; with `errors`, every put answered with
+an error, its bytes under `status="error"` as vLLM counts them), UMBP (stores and loads to a pool by
+`operation`; with `errors`, every store fails) or HiSparse (no offload tier: sparse-attention pages per
+decoded token, so the engine runs without the OffloadingConnector). Family names, labels and units follow
 tests/fixtures/reconstructed/*. Pure.
 """
 
@@ -15,7 +17,9 @@ from collections.abc import Sequence
 
 from kvoffload_exporter.sim.family import EngineView
 
-BACKENDS = ("native", "simplecpu", "tiering", "lmcache", "mooncake-store")
+BACKENDS = ("native", "simplecpu", "tiering", "lmcache", "mooncake-store", "umbp", "hisparse")
+NO_CONNECTOR = frozenset({"hisparse"})
+"""Backends that are no offload tier: the simulated engine runs without the OffloadingConnector."""
 _OFFLOAD = ("vllm:kv_offload_", "vllm_kv_offload_")
 FS = "1:fs"
 SHED = 0.5  # share of the fs tier's cascade writes the slow tier drops (backpressure)
@@ -171,9 +175,51 @@ def _mooncake_store(out: list[str], engines: Sequence[EngineView], errors: bool)
     _family(out, _MOONCAKE + "_failed_keys_total", "counter", "Keys whose Mooncake store operation failed.", failed)
 
 
+def _umbp(out: list[str], engines: Sequence[EngineView], errors: bool) -> None:
+    """One object per block; bytes count completed ranges only, so a failing store moves none."""
+    names = ("submitted", "completed", "failed", "bytes")
+    rows: dict[str, list[tuple[str, float]]] = {n: [] for n in names}
+    for e in engines:
+        block = e.cfg.kv_bytes_per_token * e.cfg.block_size
+        for op, fam in (("store", "kv_offload_store_bytes"), ("load", "kv_offload_load_bytes")):
+            nbytes = e.stats.counter(fam)
+            if not nbytes or (errors and op == "load"):
+                continue
+            objects, failing = float(int(nbytes // block)), errors and op == "store"
+            values = (objects, 0.0 if failing else objects, objects if failing else 0.0, 0.0 if failing else nbytes)
+            for n, v in zip(names, values, strict=True):
+                rows[n].append((_lb(e, f'operation="{op}"'), float(v)))
+    for n in names:
+        _family(out, f"vllm:umbp_transfer_{n}_total", "counter", f"UMBP objects {n}.", rows[n])
+
+
+HISPARSE_PAGES = (1800, 248)  # hot-buffer hits and misses per decoded token
+HISPARSE_PAGE_BYTES = 36864
+
+
+def _hisparse(out: list[str], engines: Sequence[EngineView]) -> None:
+    """Pages found in the GPU hot buffer or fetched from the host, per decoded token."""
+    tokens = {e.index: e.stats.counter("generation_tokens") for e in engines}
+    hits, misses = HISPARSE_PAGES
+    rows = (
+        ("hisparse_cache_hits_total", "counter", "HiSparse device hot-buffer hits.", hits),
+        ("hisparse_cache_misses_total", "counter", "HiSparse device hot-buffer misses.", misses),
+        ("hisparse_host_to_device_bytes_total", "counter", "Bytes from host to HiSparse hot buffers.", misses),
+    )
+    for name, kind, text, per in rows:
+        scale = HISPARSE_PAGE_BYTES if "bytes" in name else 1
+        _family(out, "vllm:" + name, kind, text, [(_lb(e), float(tokens[e.index] * per * scale)) for e in engines])
+    usage = [(_lb(e), 0.31 if tokens[e.index] else 0.0) for e in engines]
+    _family(out, "vllm:hisparse_host_cache_usage_perc", "gauge", "HiSparse host KV-cache usage.", usage)
+
+
 def reshape(text: str, backend: str, engines: Sequence[EngineView], errors: bool = False) -> str:
     """The native body as `backend` would expose the same engine activity (`errors`: the Mooncake store
-    answers every put with an error)."""
+    or UMBP answers every store with an error)."""
+    if backend == "hisparse":
+        out = text.splitlines()
+        _hisparse(out, engines)
+        return "\n".join(out) + "\n"
     live = [e for e in engines if e.connector]
     if backend == "native" or not live:
         return text
@@ -187,6 +233,9 @@ def reshape(text: str, backend: str, engines: Sequence[EngineView], errors: bool
     elif backend == "mooncake-store":
         out = _host_as_external(out)
         _mooncake_store(out, live, errors)
+    elif backend == "umbp":
+        out = _host_as_external(out)
+        _umbp(out, live, errors)
     else:
         raise ValueError(f"unknown simulated backend {backend!r}; known: {', '.join(BACKENDS)}")
     return "\n".join(out) + "\n"

@@ -12,8 +12,8 @@ from kvoffload_exporter.sim.profiles import VARIANTS
 
 FAULTS: dict[str, str] = {
     "store-without-load": "the CPU tier never finds what it stored: lookups miss, every store writes again",
-    "store-errors": "the Mooncake store answers every put with an error (reported by --backend mooncake-store "
-    "only: its bytes under status=error, no get)",
+    "store-errors": "the KV store answers every put with an error (reported by --backend mooncake-store: its "
+    "bytes under status=error, no get; and umbp: failed store objects, no bytes)",
     "slow-load": "CPU→GPU loads run at 1/N of the calibrated bandwidth (slow-load=N, default 10)",
     "no-connector": "no OffloadingConnector: no kv_offload_* families, no lookups, loads or stores",
     "restart": "the engines restart: every counter resets to 0 (restart=SECONDS repeats it periodically)",

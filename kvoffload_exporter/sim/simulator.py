@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from kvoffload_exporter.sim.backends import BACKENDS, reshape
+from kvoffload_exporter.sim.backends import BACKENDS, NO_CONNECTOR, reshape
 from kvoffload_exporter.sim.calibration import CALIBRATIONS, DEFAULT_CALIBRATION, Calibration
 from kvoffload_exporter.sim.engine import Engine, EngineConfig
 from kvoffload_exporter.sim.faults import ONE_SHOT, Fault, FaultError, FaultSet, parse_fault
@@ -49,7 +49,7 @@ class SimOptions:
     prompt_tokens_details: bool = True  # --enable-prompt-tokens-details, as in the H200 runs
     per_request_metrics: bool = True  # --enable-per-request-metrics (0.25+), as in the H200 runs
     show_hidden_metrics: bool = False  # --show-hidden-metrics-for-version=<previous minor>
-    backend: str = "native"  # how offload is reported: native | simplecpu | tiering | lmcache | mooncake-store
+    backend: str = "native"  # how offload is reported: sim.backends.BACKENDS
     engine: Mapping[str, Any] = field(default_factory=dict)  # EngineConfig overrides (ENGINE_FIELDS)
     timing: Mapping[str, float] = field(default_factory=dict)  # Calibration overrides (TIMING_FIELDS)
 
@@ -90,7 +90,7 @@ class Simulator:
         self.calibration = replace(CALIBRATIONS[opts.calibration], **timing)
         self.clock = clock or (lambda: time.monotonic() / opts.time_scale)
         self.wall = wall
-        cfg = EngineConfig.from_calibration(self.calibration, connector=opts.connector, **dict(opts.engine))
+        cfg = EngineConfig.from_calibration(self.calibration, connector=self._has_connector(), **dict(opts.engine))
         if opts.model:
             cfg = replace(cfg, model_name=opts.model)
         self.config = cfg
@@ -136,7 +136,11 @@ class Simulator:
         for e in self.engines:
             e.tier.forgetful = "store-without-load" in self.faults
             e.timing.slow_load = slow.number() if slow else 1.0
-            e.connector = self.opts.connector and "no-connector" not in self.faults
+            e.connector = self._has_connector() and "no-connector" not in self.faults
+
+    def _has_connector(self) -> bool:
+        """The engines run the OffloadingConnector unless told not to or the backend is no offload tier."""
+        return self.opts.connector and self.opts.backend not in NO_CONNECTOR
 
     def restart(self) -> None:
         for e in self.engines:
