@@ -329,3 +329,15 @@ def test_mooncake_store_errored_put_bytes_are_never_stored_even_beside_good_puts
     assert _delta(engine, backends.EvidenceKey(backends.Evidence.STORED, backends.NativeUnit.BYTES)) == 1000.0
     dropped = backends.EvidenceKey(backends.Evidence.DROPPED, backends.NativeUnit.STORES, reason="store_error")
     assert _delta(engine, dropped) == 32.0
+
+
+def test_every_backend_table_says_what_the_readme_table_shows_of_it() -> None:
+    """The README's backend table is rendered from the tables: each names itself, its releases and where it
+    is proven; every Backend value has a table, and the README carries each one's row."""
+    from kvoffload_exporter.ingest.backends.resolve import TABLES
+
+    assert {t.backend for t in TABLES} == set(backends.Backend)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for t in TABLES:
+        assert t.title and t.versions and t.evidence, t.backend
+        assert f"(`{t.backend}`) | {t.versions} |" in readme, t.backend

@@ -70,6 +70,45 @@ def _backends() -> str:
     return "|".join(BACKENDS)
 
 
+def _vllm_range() -> str:
+    from kvoffload_exporter.ingest.families import VLLM_RELEASES
+
+    return " → ".join(VLLM_RELEASES)
+
+
+def _read_from(rows: tuple[object, ...], signal: str) -> str:
+    """The series a signal is read from: alternatives of one tier and connector joined by "or" (the first
+    the scrape declares is read), separate tiers or connectors (added) by ";"."""
+    from kvoffload_exporter.ingest.backends.schema import Source
+
+    parts: dict[str, list[str]] = {}
+    for r in rows:
+        if isinstance(r, Source) and r.signal == signal:
+            where = ", ".join(x for x in (r.tier and f"tier {r.tier}", r.connector and f"connector {r.connector}") if x)
+            parts.setdefault(where, []).append(f"`{r.resolved_name}`")
+    return "; ".join(" or ".join(dict.fromkeys(n)) + (f" ({w})" if w else "") for w, n in parts.items()) or "–"
+
+
+def _backend_table() -> str:
+    """One row per backend table (kvoffload_exporter.ingest.backends): what it reads, from its own rows."""
+    from kvoffload_exporter.ingest.backends.resolve import TABLES
+    from kvoffload_exporter.ingest.backends.schema import Backend, Evidence
+
+    lines = [
+        "",
+        "| Backend (`backend`) | versions | stored from | loaded from | unit | dropped (`reason`) | evidence |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for t in sorted(TABLES, key=lambda t: list(Backend).index(t.backend)):
+        moved = (Evidence.STORED, Evidence.LOADED)
+        units = ", ".join(dict.fromkeys(str(r.unit) for r in t.rows if r.signal in moved))
+        reasons = ", ".join(f"`{x}`" for x in dict.fromkeys(r.reason for r in t.rows if r.signal == Evidence.DROPPED))
+        stored, loaded = _read_from(t.rows, Evidence.STORED), _read_from(t.rows, Evidence.LOADED)
+        cells = (f"{t.title} (`{t.backend}`)", t.versions, stored, loaded, units, reasons or "–", t.evidence)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _calibrations() -> str:
     from kvoffload_exporter.sim.calibration import CALIBRATIONS, DEFAULT_CALIBRATION
 
@@ -85,6 +124,8 @@ BLOCKS: Mapping[str, Callable[[], str]] = {
     "sim-faults": _faults,
     "sim-backends": _backends,
     "calibrations": _calibrations,
+    "vllm-range": _vllm_range,
+    "backend-table": _backend_table,
 }
 
 

@@ -24,6 +24,10 @@ class FamilyType(StrEnum):
 
 T = FamilyType
 
+VLLM_RELEASES: tuple[str, str] = ("0.10", "0.33")
+"""The oldest and newest vLLM release whose families this table and the backend tables are checked against
+(reconstructed expositions from 0.10, the newest wheel on the package index); the README's range."""
+
 PREFIX = "vllm:"
 """vLLM's family prefix, the canonical one every family of this table is named with."""
 SPELLINGS: tuple[str, ...] = (PREFIX, "vllm_", "ray_vllm_")

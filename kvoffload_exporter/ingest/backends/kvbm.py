@@ -24,4 +24,11 @@ ROWS: tuple[Source, ...] = (
     ext_queries(),
 )
 
-TABLE = BackendTable(Backend.KVBM, detect=frozenset(s.family for s in ROWS[:8]), rows=ROWS)
+TABLE = BackendTable(
+    Backend.KVBM,
+    detect=frozenset(s.family for s in ROWS[:8]),
+    rows=ROWS,
+    title="NVIDIA Dynamo KVBM (its own endpoint)",
+    versions="KVBM 1.6.1",
+    evidence="reconstructed (`kvbm-1.6.1`)",
+)

@@ -35,5 +35,19 @@ MP: tuple[Source, ...] = (
 )
 MP_DURATION = "vllm:lmcache_mp_lookup_duration_seconds"  # vLLM side: selects the backend without the server
 
-TABLE = BackendTable(Backend.LMCACHE, detect=frozenset(s.family for s in IN_PROCESS[:3]), rows=IN_PROCESS)
-MP_TABLE = BackendTable(Backend.LMCACHE_MP, detect=frozenset({*(s.family for s in MP[:3]), MP_DURATION}), rows=MP)
+TABLE = BackendTable(
+    Backend.LMCACHE,
+    detect=frozenset(s.family for s in IN_PROCESS[:3]),
+    rows=IN_PROCESS,
+    title="LMCache in-process (`LMCacheConnectorV1`)",
+    versions="vLLM 0.33, LMCache 0.5.6",
+    evidence="reconstructed (`lmcache-0.33`); simulated",
+)
+MP_TABLE = BackendTable(
+    Backend.LMCACHE_MP,
+    detect=frozenset({*(s.family for s in MP[:3]), MP_DURATION}),
+    rows=MP,
+    title="LMCache MP server (`--kv-offloading-backend lmcache`, its own endpoint)",
+    versions="vLLM 0.33",
+    evidence="reconstructed (`lmcache-mp-0.33`)",
+)

@@ -31,5 +31,10 @@ ROWS: tuple[Source, ...] = (
 )
 
 TABLE = BackendTable(
-    Backend.MOONCAKE_STORE, detect=frozenset({Source(OPS, E.DROPPED, U.STORES).family, ROWS[0].family}), rows=ROWS
+    Backend.MOONCAKE_STORE,
+    detect=frozenset({Source(OPS, E.DROPPED, U.STORES).family, ROWS[0].family}),
+    rows=ROWS,
+    title="Mooncake store (`MooncakeStoreConnector`)",
+    versions="vLLM 0.32–0.33",
+    evidence="reconstructed (`mooncake-store-0.33`); simulated",
 )

@@ -37,4 +37,7 @@ TABLE = BackendTable(
     detect=frozenset(s.family for sfx in SUFFIXES for s in _child(sfx)),
     rows=ROWS,
     supersedes=frozenset({Backend.NATIVE}),
+    title="MultiConnector + llm-d fs",
+    versions="vLLM 0.26–0.33",
+    evidence="reconstructed (`multiconnector-llmd-0.32`)",
 )

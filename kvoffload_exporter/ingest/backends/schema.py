@@ -164,3 +164,8 @@ class BackendTable:
     detect: frozenset[str]  # canonical families; any one present selects the backend
     rows: tuple[Source, ...]
     supersedes: frozenset[Backend] = frozenset()
+    _: KW_ONLY
+    # What the README's generated backend table says of it (kvoffload_exporter.bundle.readme), beside the rows:
+    title: str = ""  # the connector or product as users name it
+    versions: str = ""  # the releases whose families the rows are checked against
+    evidence: str = ""  # where the rows are proven: captured / reconstructed fixtures, simulated

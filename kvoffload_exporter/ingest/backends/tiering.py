@@ -62,4 +62,7 @@ TABLE = BackendTable(
     detect=frozenset(s.family for s in ROWS if s.name.startswith(P)),
     rows=ROWS,
     supersedes=frozenset({Backend.NATIVE}),
+    title="Tiering (CPU primary + secondary tiers)",
+    versions="vLLM 0.28–0.33",
+    evidence="reconstructed (`tiering-0.32`, `tiering-0.33`); simulated",
 )

@@ -25,4 +25,11 @@ ROWS: tuple[Source, ...] = (
     ext_queries(),
 )
 
-TABLE = BackendTable(Backend.UMBP, detect=frozenset({ROWS[0].family, ROWS[2].family}), rows=ROWS)
+TABLE = BackendTable(
+    Backend.UMBP,
+    detect=frozenset({ROWS[0].family, ROWS[2].family}),
+    rows=ROWS,
+    title="UMBP store connector",
+    versions="vLLM 0.33",
+    evidence="reconstructed (`umbp-0.33`); simulated",
+)
