@@ -79,6 +79,8 @@ def test_fault_names_and_arguments() -> None:
         "metrics-huge",
         "down",
         "completions-status",
+        "store-errors",
+        "corrupt-loads",
     }
 
 
