@@ -49,6 +49,7 @@ class Completion:
     detail: str = ""
     retry_after: float | None = None
     kv_transfer_params: object = None
+    token_ids: list[int] = field(default_factory=list)  # generated ids (return_token_ids), at most MAX_OUTPUT_IDS
 
     @property
     def ok(self) -> bool:
@@ -181,6 +182,8 @@ class CompletionStream:
             out.server_metrics = ev.metrics
         if ev.kv_transfer_params is not None:
             out.kv_transfer_params = ev.kv_transfer_params
+        if ev.token_ids and len(out.token_ids) < validate.MAX_OUTPUT_IDS:
+            out.token_ids.extend(ev.token_ids[: validate.MAX_OUTPUT_IDS - len(out.token_ids)])
 
     def finish(self, total: float) -> Completion:
         """The completion once the body has ended (or reading stopped)."""

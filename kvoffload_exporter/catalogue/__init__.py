@@ -20,6 +20,7 @@ from kvoffload_exporter.enums import (
     LoadBand,
     MemorySource,
     MetricType,
+    OutputPair,
     ProbeEviction,
     ProbeResult,
     ProcessRole,
@@ -62,6 +63,8 @@ MEMORY_SOURCES: tuple[MemorySource, ...] = tuple(MemorySource)
 CANARY_PATHS: tuple[CanaryPath, ...] = tuple(CanaryPath)
 CANARY_RESULTS: tuple[ProbeResult, ...] = tuple(ProbeResult)
 CANARY_VERDICTS: tuple[VerdictKind, ...] = tuple(VerdictKind)
+CANARY_OUTPUT_PAIRS: tuple[OutputPair, ...] = tuple(OutputPair)
+"""`pair` of the output check's counters (canary/outputcheck.py)."""
 CANARY_REASONS: tuple[CycleReason, ...] = tuple(CycleReason)
 """Why a canary cycle ended as it did (closed set; see docs/canary.md)."""
 CANARY_ERROR_REASONS: tuple[ErrorReason, ...] = tuple(ErrorReason)
@@ -90,6 +93,7 @@ def metric(name: str) -> Metric:
 __all__ = [
     "CANARY_ERROR_REASONS",
     "CANARY_LOAD_BANDS",
+    "CANARY_OUTPUT_PAIRS",
     "CANARY_PATHS",
     "CANARY_REASONS",
     "CANARY_RESULTS",
