@@ -219,6 +219,28 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         h=8,
         steps=[("blue", None)],
     )
+    L.add(
+        stat(
+            "Canary output mismatches",
+            "Offload hits whose answer (greedy token ids) differed from the same prompt served from the GPU or "
+            "recomputed, over the dashboard's range. Anything above 0 is critical: the tier changes answers "
+            "(alert KVOffloadOutputMismatch). No value while the model's answer does not depend on the prefix "
+            "(kvoffload_canary_output_sensitive 0): the check cannot see a corruption then.",
+            [
+                (
+                    f"sum by (target) (increase({q('kvoffload_canary_output_mismatches_total')}[$__range])) "
+                    f"and on (target) max by (target) ({q('kvoffload_canary_output_sensitive')}) == 1",
+                    "{{target}}",
+                )
+            ],
+            "none",
+            color_mode="background",
+            mappings=[],
+        ),
+        w=4,
+        h=8,
+        steps=[("green", None), ("red", 1.0)],
+    )
 
     L.row("Memory")
     L.add(

@@ -347,6 +347,17 @@ class _Rules:
                 "but no offload load happened (verdict no_offload_hit): stores are not turning into "
                 "hits. Check that the tier is large enough to keep the prefix and that loads work.",
             ),
+            AlertRule(
+                "KVOffloadOutputMismatch",
+                f"increase({q('kvoffload_canary_output_mismatches_total')}[{s.output_mismatch_window}]) > 0",
+                "0m",
+                "critical",
+                "Requests served from the offload tier get different answers.",
+                "The canary on {{ $labels.target }} sent the same prompt twice and got other tokens when the "
+                "prefix came from the offload tier ({{ $labels.pair }}: {{ $value | humanize }} in the last "
+                f"{s.output_mismatch_window}). Users' answers may be corrupted: disable offloading (or loads) "
+                "on this server and keep the evidence (`kvoffload-exporter check --out DIR`).",
+            ),
         ]
 
 

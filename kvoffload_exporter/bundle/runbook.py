@@ -279,6 +279,27 @@ behind KVOffloadStoreWithoutLoad.
 have been evicted from the tier too)? Does `kvoffload_offload_load_bytes_total` ever grow?
 
 **Act.** As for KVOffloadStoreWithoutLoad.
+
+## KVOffloadOutputMismatch
+
+**Meaning.** The canary asked the same prompt with greedy decoding twice or three times: once served
+from the GPU prefix cache or recomputed, once from the offload tier, and the tier's answer had other
+token ids (`kvoffload_canary_output_mismatches_total{{pair}}`). A tier that changes answers is worse than
+one that is slow: users' requests that hit it may be getting garbled output right now, and no latency
+panel shows it. Known causes are races between the offload and compute streams under load (restored KV
+that was not fully written) and connector bugs under high concurrency.
+
+**Check.** `kvoffload_canary_output_sensitive` is 1 (the model's answer does depend on the prefix; the
+mismatch is not noise of an insensitive model). Which `pair` counts: `offload_vs_gpu` mismatching is
+unambiguous (both read cached KV through the same path); `offload_vs_recompute` alone, with
+`offload_vs_gpu` equal, can be numerics of a cached against a recomputed prefix on some kernels. Run
+`kvoffload-exporter check --target URL --allow-pressure --out DIR` on a staging copy: its `output_check`
+lists the token ids of both sides of every comparison (never the prompt), and exits 5 on a mismatch.
+
+**Act.** Disable offloading on the server (remove the connector from `--kv-transfer-config`, or cap
+loads with `kv_transfer_params.max_load_tokens: 0` where the version honours it) until the connector is
+fixed; keep the `check` evidence bundle for the bug report (vLLM version, connector configuration,
+concurrency at the time).
 """
 
 

@@ -141,6 +141,14 @@ class Settings:
     canary_stale_seconds: float = _s(1800.0, Kind.NUMBER, "Fire when no canary cycle succeeded for this many seconds.")
     canary_for: str = _s("10m", Kind.DURATION, "`for` of KVOffloadCanaryFailing and KVOffloadCanaryNoOffloadHit.")
 
+    # --- KVOffloadOutputMismatch ------------------------------------------------------------------
+    output_mismatch_window: str = _s(
+        "1h",
+        Kind.DURATION,
+        "Window of KVOffloadOutputMismatch: one canary answer changed by the tier in it fires at once (`for: 0m`) "
+        "and keeps the alert firing until it leaves the window.",
+    )
+
     # --- Grafana-managed alerts and links ---------------------------------------------------------
     grafana_datasource_uid: str = _s("prometheus", Kind.TEXT, "Prometheus datasource uid the Grafana rules query.")
     grafana_folder: str = _s("KV offload", Kind.TEXT, "Grafana folder of the rules and dashboards.")
@@ -243,6 +251,7 @@ PRESETS: Mapping[str, Mapping[str, str]] = {
         "canary_window": "1m",
         "canary_stale_seconds": "120",
         "canary_for": "30s",
+        "output_mismatch_window": "1m",
         "grafana_interval": "10s",
     },
 }

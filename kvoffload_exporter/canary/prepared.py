@@ -19,8 +19,9 @@ from kvoffload_exporter.canary.records import TARGET, Conditions, PhaseRecord, R
 from kvoffload_exporter.canary.types import Strategy
 
 OPTIONAL_FIELDS = ("seed", "return_token_ids")
-"""Body fields a server may refuse (HTTP 400) without the probe losing its point: the request is sent again
-once without the refused one, and the run remembers it. `seed` goes first (greedy output needs none)."""
+"""Body fields a server may refuse (HTTP 400 naming the field) without the probe losing its point: the request
+is sent again once without it, and the run remembers it (greedy output needs no seed; without token ids the
+output check has nothing to compare and says so)."""
 SEED = 0
 """The probes' sampling seed: with temperature 0 it changes nothing, but a server that samples anyway
 samples the same way for every path."""
@@ -116,11 +117,11 @@ class PreparedRun:
         return body
 
     def _refusable(self, body: dict[str, Any], comp: Completion) -> str | None:
-        """The optional field a 400 may be about: the one the server names, else the first one still sent."""
+        """The optional field a 400 is about: one the server's message names (any other 400 is a refusal of
+        the request itself, which retries.py confirms and reports)."""
         if comp.status != 400:
             return None
-        sent = [f for f in OPTIONAL_FIELDS if f in body]
-        return next((f for f in sent if f in comp.detail), sent[0] if sent else None)
+        return next((f for f in OPTIONAL_FIELDS if f in body and f in comp.detail), None)
 
     def _reserve(self, tokens: int) -> None:
         """The one budget check of every request: raises BudgetExhausted when `tokens` do not fit now."""

@@ -15,7 +15,7 @@ BASE = {"job": "kvoffload", "instance": "sidecar:9466", "target": "vllm-a", "mod
 J3 = ("job", "instance", "target")
 B5 = (*J3, "model_name", "engine")
 OWN = {"state", "window", "quantile", "unit", "tier", "connector", "reason", "control", "verdict", "load_band"}
-OWN |= {"bound", "generation", "vllm_version", "result"}
+OWN |= {"bound", "generation", "vllm_version", "result", "pair"}
 GIB = 1073741824
 DROPPED, FS = "kvoffload_offload_dropped_total", "1:fs"
 

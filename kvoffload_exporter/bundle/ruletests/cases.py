@@ -208,6 +208,15 @@ def _not_storing(e: _Env, fire: bool) -> tuple[Case, int]:
     return c, t
 
 
+def _output_mismatch(e: _Env, fire: bool) -> tuple[Case, int]:
+    t = e.at(e.s.output_mismatch_window)
+    c = Case("one mismatch" if fire else "every answer equal")
+    lb = e.labels(c, J3, pair="offload_vs_gpu")
+    c.series = [("kvoffload_canary_output_mismatches_total", lb, f"0x{e.n(t) - 1} 1" if fire else _gauge(0, e.n(t)))]
+    c.expected = [(lb, 1)] if fire else []
+    return c, t
+
+
 BUILDERS: Mapping[str, Builder] = {
     "KVOffloadStoreWithoutLoad": _store_without_load,
     "KVOffloadNotStoring": _not_storing,
@@ -225,6 +234,7 @@ BUILDERS: Mapping[str, Builder] = {
     "KVOffloadStoreErrors": _failing_counter(DROPPED, {"unit": "stores", "reason": "store_error"}),
     "KVOffloadCanaryFailing": _canary_failing,
     "KVOffloadCanaryNoOffloadHit": _no_offload_hit,
+    "KVOffloadOutputMismatch": _output_mismatch,
 }
 """One case builder per alert; tests/test_alerts.py fails when an alert has none."""
 
@@ -245,5 +255,6 @@ STEPS: Mapping[str, Callable[[Settings], int]] = {
     "KVOffloadStoreErrors": lambda s: _dividing(s.allocation_window),
     "KVOffloadCanaryFailing": lambda s: _quarter(s.canary_for),
     "KVOffloadCanaryNoOffloadHit": lambda s: _quarter(s.canary_for),
+    "KVOffloadOutputMismatch": lambda s: _dividing(s.output_mismatch_window),
 }
 """Each alert's evaluation step (its own file: promtool has one evaluation_interval per file)."""
