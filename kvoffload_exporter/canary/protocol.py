@@ -201,8 +201,8 @@ class CompletionStream:
         elif out.error is None and out.ttft_token is None:
             if self._first_choice is None:
                 out.error, out.detail = "protocol", "no token-bearing event"
-            else:  # a server without return_token_ids and no text: with max_tokens 1 the
-                out.ttft_token = self._first_choice  # first choices event is the token's
+            else:  # a server without return_token_ids and no text: the first choices event is the first
+                out.ttft_token = self._first_choice  # token's (vLLM suppresses empty chunks)
                 out.detail = "token event inferred (no text, no token_ids)"
         return out
 
