@@ -103,3 +103,26 @@ async def test_a_server_that_refuses_the_seed_is_asked_once_more_without_it(tmp_
     assert doc["rounds_completed"] >= 2 and doc["output_check"]["compared"] >= 2, doc["why"]
     rows = [json.loads(line) for line in (tmp_path / "ev" / "requests.jsonl").read_text().splitlines()]
     assert [r["status"] for r in rows][:2] == [400, 200]
+
+
+async def _sweep(tmp_path: Path, **sim: Any) -> dict[str, Any]:
+    runner, target = await start(Simulator(SimOptions(time_scale=0.1, seed=5, version="0.32.0", **sim)))
+    try:
+        argv = ["check", "--target", target, "--settle", "0.01", "--secret-file", str(tmp_path / "secret")]
+        argv += [*ARGS, "--concurrency", "1,4", "--min-bursts", "5"]
+        _, doc = await run_check(build_parser().parse_args(argv), stdout=io.StringIO(), stderr=io.StringIO())
+        return doc
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_load_sweep_compares_every_offload_hit_of_a_burst(tmp_path: Path) -> None:
+    clean = await _sweep(tmp_path)
+    four = next(e for e in clean["load_sweep"] if e["concurrency"] == 4 and e["source"] == "sweep")
+    assert four["output"]["compared"] >= 4 * 5 and four["output"]["mismatched"] == 0, four["output"]
+    assert four["output"]["mismatch_rate"] == 0 and clean["output_check"]["mismatched"] == 0
+    bad = await _sweep(tmp_path, faults=("corrupt-loads=1",))
+    four = next(e for e in bad["load_sweep"] if e["concurrency"] == 4 and e["source"] == "sweep")
+    # The simulator corrupts the request that loads; its burst peers share the loaded blocks on the GPU.
+    assert four["output"]["mismatched"] >= four["bursts_offload"] >= 5 and four["output"]["mismatch_rate"] > 0
+    assert bad["verdict"] == "output_mismatch" and bad["exit_code"] == 5

@@ -168,14 +168,21 @@ class PreparedRun:
         return comp
 
     async def send_burst(
-        self, cycle: int, phase: str, role: str, prompts: list[list[int]], salt: str, kv: dict[str, Any] | None
+        self,
+        cycle: int,
+        phase: str,
+        role: str,
+        prompts: list[list[int]],
+        salt: str,
+        kv: dict[str, Any] | None,
+        max_tokens: int = 1,
     ) -> tuple[list[Completion], list[RequestRecord]]:
         """`len(prompts)` requests at once (the load sweep), through the same budget, body and records as
         `send`; a failed request fails the round."""
         e = self.ctx
-        self._reserve(sum(len(p) + 1 for p in prompts))
+        self._reserve(sum(len(p) + max_tokens for p in prompts))
         client: BurstTransport = e.client  # type: ignore[assignment]
-        comps = await client.burst(e.url_of(role), [self.body(p, salt, kv, role) for p in prompts])
+        comps = await client.burst(e.url_of(role), [self.body(p, salt, kv, role, max_tokens) for p in prompts])
         fresh = salt != e.prompts.salt
         recs = [self._account(cycle, phase, "burst", role, p, fresh, kv, c) for p, c in zip(prompts, comps)]
         for r in recs:
