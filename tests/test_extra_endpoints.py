@@ -45,7 +45,7 @@ async def _poll(target: TargetConfig, polls: int = 2) -> Exporter:
     exp = Exporter(config, clock=clock, timer=clock, runtime_metrics=False)
     async with aiohttp.ClientSession() as session:
         for _ in range(polls):
-            await exp.poll(exp.targets[0], session)
+            await exp.scheduler.poll(exp.targets[0], session)
             clock.t += STEP
     return exp
 

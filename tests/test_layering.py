@@ -196,7 +196,7 @@ def test_the_core_never_imports_the_canary() -> None:
 
 def test_the_loop_and_climb_checks_can_fail() -> None:
     """An import back (payback -> collector) is a loop; config -> canary.config climbs a layer; an import
-    inside a function is an edge like any other (poller imports sources.gpu only where it starts NVML)."""
+    inside a function is an edge like any other (the scheduler imports sources.gpu only where it starts NVML)."""
     graph = {
         **GRAPH,
         "kvoffload_exporter.derive.payback": GRAPH["kvoffload_exporter.derive.payback"]
@@ -211,7 +211,7 @@ def test_the_loop_and_climb_checks_can_fail() -> None:
         | {"kvoffload_exporter.canary.config"},
     }
     assert ("kvoffload_exporter.config.settings", "kvoffload_exporter.canary.config") in _climbs(graph)
-    assert "kvoffload_exporter.sources.gpu" in GRAPH["kvoffload_exporter.server.exporter"]
+    assert "kvoffload_exporter.sources.gpu" in GRAPH["kvoffload_exporter.server.scheduler"]
 
 
 def test_the_pure_check_follows_imports_through_the_project() -> None:
@@ -219,7 +219,7 @@ def test_the_pure_check_follows_imports_through_the_project() -> None:
     collector = _closure("kvoffload_exporter.expose.collector", set())
     assert "kvoffload_exporter.derive.window" in collector  # imported by the collector
     assert "kvoffload_exporter.ingest.backends.schema" in collector  # imported by what it imports
-    assert "aiohttp" in _closure("kvoffload_exporter.server.probe", set())  # through server.exporter
+    assert "aiohttp" in _closure("kvoffload_exporter.server.probe", set())  # through server.exporter and its scheduler
 
 
 def test_the_package_root_keeps_at_most_twelve_modules() -> None:
