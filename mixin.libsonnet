@@ -9,24 +9,24 @@ local groups = [
   "name": "kvoffload.records",
   "rules": [
    {
-    "record": "engine:kvoffload_offload_store_bytes:increase90001s",
-    "expr": "increase(kvoffload_offload_store_bytes_total{mixinselector=\"S90999\"}[90001s])"
+    "record": "engine:kvoffload_store_bytes:increase90001s",
+    "expr": "increase(kvoffload_store_bytes_total{mixinselector=\"S90999\"}[90001s])"
    },
    {
-    "record": "engine:kvoffload_offload_load_bytes:increase90001s",
-    "expr": "increase(kvoffload_offload_load_bytes_total{mixinselector=\"S90999\"}[90001s])"
+    "record": "engine:kvoffload_load_bytes:increase90001s",
+    "expr": "increase(kvoffload_load_bytes_total{mixinselector=\"S90999\"}[90001s])"
    },
    {
     "record": "engine:kvoffload_prefix_hits_tokens:increase90001s",
     "expr": "(increase(kvoffload_gpu_prefix_hits_tokens_total{mixinselector=\"S90999\"}[90001s]) + increase(kvoffload_external_prefix_hits_tokens_total{mixinselector=\"S90999\"}[90001s])) or increase(kvoffload_gpu_prefix_hits_tokens_total{mixinselector=\"S90999\"}[90001s]) or increase(kvoffload_external_prefix_hits_tokens_total{mixinselector=\"S90999\"}[90001s])"
    },
    {
-    "record": "engine:kvoffload_offload_stored_units:increase90001s",
-    "expr": "max without (tier, connector) (increase(kvoffload_offload_stored_total{mixinselector=\"S90999\",unit!=\"bytes\"}[90001s]))"
+    "record": "engine:kvoffload_backend_stored_units:increase90001s",
+    "expr": "max without (tier, connector) (label_replace(increase(kvoffload_backend_stored_tokens_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"tokens\", \"\", \"\") or label_replace(increase(kvoffload_backend_stored_blocks_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"blocks\", \"\", \"\") or label_replace(increase(kvoffload_backend_stored_chunks_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"chunks\", \"\", \"\"))"
    },
    {
-    "record": "engine:kvoffload_offload_loaded_units:increase90001s",
-    "expr": "max without (unit, tier, connector) (increase(kvoffload_offload_loaded_total{mixinselector=\"S90999\"}[90001s]))"
+    "record": "engine:kvoffload_backend_loaded_units:increase90001s",
+    "expr": "max without (unit, tier, connector) (label_replace(increase(kvoffload_backend_loaded_bytes_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"bytes\", \"\", \"\") or label_replace(increase(kvoffload_backend_loaded_tokens_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"tokens\", \"\", \"\") or label_replace(increase(kvoffload_backend_loaded_blocks_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"blocks\", \"\", \"\") or label_replace(increase(kvoffload_backend_loaded_chunks_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"chunks\", \"\", \"\"))"
    },
    {
     "record": "engine:kvoffload_ttft_seconds:avg90009s",
@@ -39,7 +39,7 @@ local groups = [
   "rules": [
    {
     "alert": "KVOffloadStoreWithoutLoad",
-    "expr": "(\n(engine:kvoffload_offload_store_bytes:increase90001s > 90002 or engine:kvoffload_offload_stored_units:increase90001s > 0)\nunless ignoring (unit) (engine:kvoffload_offload_load_bytes:increase90001s > 0 or engine:kvoffload_offload_loaded_units:increase90001s > 0)\nand ignoring (unit) engine:kvoffload_prefix_hits_tokens:increase90001s > 0\n)\n* on (job, instance, target, model_name, engine) group_left (reason)\ntopk without (window, reason) (1, kvoffload_state_reason{mixinselector=\"S90999\"} == 1)\nor on (job, instance, target, model_name, engine)\n(\n(engine:kvoffload_offload_store_bytes:increase90001s > 90002 or engine:kvoffload_offload_stored_units:increase90001s > 0)\nunless ignoring (unit) (engine:kvoffload_offload_load_bytes:increase90001s > 0 or engine:kvoffload_offload_loaded_units:increase90001s > 0)\nand ignoring (unit) engine:kvoffload_prefix_hits_tokens:increase90001s > 0\n)",
+    "expr": "(\n(engine:kvoffload_store_bytes:increase90001s > 90002 or engine:kvoffload_backend_stored_units:increase90001s > 0)\nunless ignoring (unit) (engine:kvoffload_load_bytes:increase90001s > 0 or engine:kvoffload_backend_loaded_units:increase90001s > 0)\nand ignoring (unit) engine:kvoffload_prefix_hits_tokens:increase90001s > 0\n)\n* on (job, instance, target, model_name, engine) group_left (reason)\ntopk without (window, reason) (1, kvoffload_state_reason{mixinselector=\"S90999\"} == 1)\nor on (job, instance, target, model_name, engine)\n(\n(engine:kvoffload_store_bytes:increase90001s > 90002 or engine:kvoffload_backend_stored_units:increase90001s > 0)\nunless ignoring (unit) (engine:kvoffload_load_bytes:increase90001s > 0 or engine:kvoffload_backend_loaded_units:increase90001s > 0)\nand ignoring (unit) engine:kvoffload_prefix_hits_tokens:increase90001s > 0\n)",
     "for": "90003s",
     "labels": {
      "severity": "warning"
@@ -65,7 +65,7 @@ local groups = [
    },
    {
     "alert": "KVOffloadEngineImbalance",
-    "expr": "engine:kvoffload_offload_store_bytes:increase90001s > 90002\nunless engine:kvoffload_offload_load_bytes:increase90001s > 0\nand on (job, instance, target, model_name)\n(max by (job, instance, target, model_name) (engine:kvoffload_offload_load_bytes:increase90001s) > 0)",
+    "expr": "engine:kvoffload_store_bytes:increase90001s > 90002\nunless engine:kvoffload_load_bytes:increase90001s > 0\nand on (job, instance, target, model_name)\n(max by (job, instance, target, model_name) (engine:kvoffload_load_bytes:increase90001s) > 0)",
     "for": "90003s",
     "labels": {
      "severity": "warning"
@@ -143,7 +143,7 @@ local groups = [
    },
    {
     "alert": "KVOffloadHostMemoryHeadroomLow",
-    "expr": "kvoffload_host_memory_headroom_bytes{mixinselector=\"S90999\"}\n< 90018 * sum without (target, model_name, engine) (kvoffload_offload_tier_bytes{mixinselector=\"S90999\"})",
+    "expr": "kvoffload_host_memory_headroom_bytes{mixinselector=\"S90999\"}\n< 90018 * sum without (target, model_name, engine) (kvoffload_tier_bytes{mixinselector=\"S90999\"})",
     "for": "90019s",
     "labels": {
      "severity": "critical"
@@ -156,7 +156,7 @@ local groups = [
    },
    {
     "alert": "KVOffloadTierOvercommitted",
-    "expr": "kvoffload_offload_tier_footprint_ratio{mixinselector=\"S90999\"} > 90020",
+    "expr": "kvoffload_tier_footprint_ratio{mixinselector=\"S90999\"} > 90020",
     "for": "90021s",
     "labels": {
      "severity": "warning"
@@ -182,7 +182,7 @@ local groups = [
    },
    {
     "alert": "KVOffloadAllocationFailures",
-    "expr": "increase(kvoffload_offload_allocation_failures_total{mixinselector=\"S90999\"}[90023s]) > 0",
+    "expr": "increase(kvoffload_allocation_failures_total{mixinselector=\"S90999\"}[90023s]) > 0",
     "for": "90024s",
     "labels": {
      "severity": "warning"
@@ -195,7 +195,7 @@ local groups = [
    },
    {
     "alert": "KVOffloadTierDroppingWrites",
-    "expr": "increase(kvoffload_offload_dropped_total{mixinselector=\"S90999\",reason=~\"backpressure|cpu_full\"}[90023s]) > 0",
+    "expr": "(label_replace(increase(kvoffload_backend_dropped_blocks_total{mixinselector=\"S90999\",reason=~\"backpressure|cpu_full\"}[90023s]), \"unit\", \"blocks\", \"\", \"\") or label_replace(increase(kvoffload_backend_dropped_stores_total{mixinselector=\"S90999\",reason=~\"backpressure|cpu_full\"}[90023s]), \"unit\", \"stores\", \"\", \"\") or label_replace(increase(kvoffload_backend_dropped_promotions_total{mixinselector=\"S90999\",reason=~\"backpressure|cpu_full\"}[90023s]), \"unit\", \"promotions\", \"\", \"\")) > 0",
     "for": "90024s",
     "labels": {
      "severity": "warning"
@@ -208,7 +208,7 @@ local groups = [
    },
    {
     "alert": "KVOffloadStoreErrors",
-    "expr": "increase(kvoffload_offload_dropped_total{mixinselector=\"S90999\",reason=\"store_error\"}[90023s]) > 0",
+    "expr": "(label_replace(increase(kvoffload_backend_dropped_blocks_total{mixinselector=\"S90999\",reason=\"store_error\"}[90023s]), \"unit\", \"blocks\", \"\", \"\") or label_replace(increase(kvoffload_backend_dropped_stores_total{mixinselector=\"S90999\",reason=\"store_error\"}[90023s]), \"unit\", \"stores\", \"\", \"\") or label_replace(increase(kvoffload_backend_dropped_promotions_total{mixinselector=\"S90999\",reason=\"store_error\"}[90023s]), \"unit\", \"promotions\", \"\", \"\")) > 0",
     "for": "90024s",
     "labels": {
      "severity": "warning"

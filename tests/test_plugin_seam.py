@@ -97,8 +97,8 @@ async def test_exporter_implements_the_host_protocol() -> None:
     host.add_collector(CanaryCollector([engine]))
     host.report_collector(CollectorName.CANARY, False, 1.5)
     body = exp.body.decode()
-    assert 'kvoffload_collector_success{collector="canary"} 0.0' in body
-    assert 'kvoffload_collector_duration_seconds{collector="canary"} 1.5' in body
+    assert 'kvoffload_exporter_collector_success{collector="canary"} 0.0' in body
+    assert 'kvoffload_exporter_collector_duration_seconds{collector="canary"} 1.5' in body
     assert 'kvoffload_canary_verdict{target="a",verdict="inconclusive"} 1.0' in body
     ran = asyncio.Event()
 

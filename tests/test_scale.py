@@ -78,14 +78,14 @@ async def test_a_target_not_polled_yet_is_not_reported_down() -> None:
     exp = Exporter(config, clock=clock, timer=clock, runtime_metrics=False)
     before = exp.body.decode()
     assert 'target="gone"' not in before
-    assert 'kvoffload_collector_success{collector="vllm"} 1.0' in before
+    assert 'kvoffload_exporter_collector_success{collector="vllm"} 1.0' in before
     async with aiohttp.ClientSession() as s:
         clock.t += 5
         await exp.scheduler.poll(exp.targets[0], s)  # a closed port: the first poll fails
     after = exp.body.decode()
     assert 'kvoffload_up{target="gone"} 0.0' in after
     assert 'kvoffload_scrape_errors_total{target="gone",reason="connect"} 1.0' in after
-    assert 'kvoffload_collector_success{collector="vllm"} 0.0' in after
+    assert 'kvoffload_exporter_collector_success{collector="vllm"} 0.0' in after
 
 
 async def test_a_poll_rebuilds_only_its_own_fragment() -> None:

@@ -40,7 +40,7 @@ class PluginHost(Protocol):
         ...
 
     def report_collector(self, name: CollectorName, ok: bool, duration: float) -> None:
-        """Record a collector run (kvoffload_collector_success / _duration_seconds) and re-render."""
+        """Record a collector run (kvoffload_exporter_collector_success / _duration_seconds) and re-render."""
         ...
 
     def spawn(self, task: Awaitable[None]) -> None:
