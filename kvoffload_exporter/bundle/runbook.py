@@ -19,9 +19,10 @@ _HEAD = """# Runbook: KV offload alerts
 
 One section per alert in `alerts/kvoffload.rules.yaml` (and the Grafana-managed copies in
 `alerts/grafana/`); each alert's `runbook_url` points at its section. `bundle --out DIR` writes this file
-next to the rules. The committed rules carry the relative `alerts/runbook.md#<alert>`: render them with
-`kvoffload-exporter bundle --out DIR --runbook-url https://<where you host this file>` so that the link in
-a notification opens. Windows and thresholds below are those of this render; change them with
+next to the rules. The committed rules link to this file as the project publishes it (an absolute URL, so
+the link in a notification opens); render them with
+`kvoffload-exporter bundle --out DIR --runbook-url https://<where you host this file>` to link your copy.
+Windows and thresholds below are those of this render; change them with
 `bundle --set KEY=VALUE` or `--preset rehearsal` (every key: docs/alerts.md).
 Dashboards: *KV offload overview* (`kvoffload-overview`) and *KV offload exporter health*
 (`kvoffload-exporter-health`).
