@@ -238,7 +238,7 @@ def test_a_missing_test_dependency_fails_collection_under_ci() -> None:
 
 
 PRIVATE_ALLOWED = {
-    # RE2 semantics in linear time: google-re2 has no musllinux (Alpine) or macOS-arm64 wheel, so the pattern is
+    # RE2 semantics in linear time: google-re2 has no musllinux (Alpine) or CPython 3.13 wheel, so the pattern is
     # parsed with Python's own parser (same syntax and errors as `re`) and run on a Pike VM; the parser's
     # opcodes live in these modules. docs/design.md, "Private APIs".
     ("kvoffload_exporter.saferegex", "re._constants"),
