@@ -6,7 +6,10 @@ import statement wherever it stands (inside functions and `if TYPE_CHECKING:` to
 from __future__ import annotations
 
 import ast
+import os
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -235,6 +238,26 @@ def test_a_missing_test_dependency_fails_collection_under_ci() -> None:
     with pytest.raises(ModuleNotFoundError):
         strict_importorskip("no_such_module_kvoffload")
     assert strict_importorskip("json").dumps([]) == "[]"
+
+
+@pytest.mark.parametrize(("ci", "outcome"), [("true", "1 error"), ("", "1 skipped")])
+def test_a_module_level_importorskip_is_a_collection_error_only_under_ci(tmp_path: Path, ci: str, outcome: str) -> None:
+    """The hook in tests/conftest.py runs before collection: a test module whose dependency is missing errors
+    under CI and is skipped (with its reason) elsewhere."""
+    (tmp_path / "test_probe.py").write_text(
+        'import pytest\n\npytest.importorskip("no_such_module_kvoffload")\n\n\ndef test_x():\n    pass\n'
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CI"} | {"PYTHONPATH": str(ROOT / "tests")}
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest"]
+    run = subprocess.run(
+        [*argv, "--rootdir", str(tmp_path), str(tmp_path / "test_probe.py")],
+        cwd=tmp_path,
+        env=env | ({"CI": ci} if ci else {}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert outcome in run.stdout, run.stdout + run.stderr
 
 
 PRIVATE_ALLOWED = {
