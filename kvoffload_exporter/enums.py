@@ -130,7 +130,7 @@ class ScrapeErrorReason(StrEnum):
 
 
 class CollectorName(StrEnum):
-    """Collectors reported by kvoffload_collector_success / _duration_seconds, in exposition order."""
+    """Collectors reported by kvoffload_exporter_collector_success / _duration_seconds, in exposition order."""
 
     VLLM = "vllm"
     HOST = "host"

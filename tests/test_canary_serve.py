@@ -59,7 +59,7 @@ async def test_canary_samples_on_metrics(aiohttp_client, tmp_path: Path) -> None
     assert remaining is not None and remaining < 10_000_000
     assert 'kvoffload_canary_ttft_seconds{target="sim",path="offload_hit",quantile="0.5"}' in text
     assert 'kvoffload_canary_verdict{target="sim",verdict="inconclusive"} 1.0' in text
-    assert 'kvoffload_collector_success{collector="canary"} 1.0' in text
+    assert 'kvoffload_exporter_collector_success{collector="canary"} 1.0' in text
     assert _value(text, 'kvoffload_canary_last_success_timestamp_seconds{target="sim"}') is not None
 
 
@@ -89,7 +89,7 @@ async def test_unreachable_target_counts_error_cycles(aiohttp_client, tmp_path: 
             break
         await asyncio.sleep(0.05)
     assert (_value(text, 'kvoffload_canary_cycles_total{target="gone",reason="error"}') or 0) >= 1, text
-    assert 'kvoffload_collector_success{collector="canary"} 0.0' in text
+    assert 'kvoffload_exporter_collector_success{collector="canary"} 0.0' in text
     assert _value(text, 'kvoffload_canary_last_success_timestamp_seconds{target="gone"}') is None
 
 

@@ -18,9 +18,12 @@ from typing import TypeVar
 from kvoffload_exporter.config.schema import did_you_mean
 from kvoffload_exporter.derive.window import QUANTILES
 
-RUNBOOK_URL = "alerts/runbook.md"
-"""Where `runbook_url` points (anchor = lower-case alert name). The default is the bundle's own file, not a
-link: render with `bundle --runbook-url https://<where you host alerts/runbook.md>` to make it clickable."""
+PROJECT_URL = "https://github.com/kvoffload-exporter/kvoffload-exporter"
+"""The project's home, where the committed runbook is published."""
+RUNBOOK_URL = f"{PROJECT_URL}/blob/main/alerts/runbook.md"
+"""Where `runbook_url` points (anchor = lower-case alert name): an absolute URL, so the link in a notification
+opens from Alertmanager or Grafana. The default is the published runbook of the release; render with
+`bundle --runbook-url https://<where you host alerts/runbook.md>` to point at your own copy."""
 
 
 class Kind(StrEnum):

@@ -52,7 +52,7 @@ VERSION_ERROR_REASONS: tuple[ScrapeErrorReason, ...] = tuple(
 """`reason` of kvoffload_exporter_version_errors_total: the scrape-error reasons a /version answer can hit."""
 
 RECOMMENDATIONS: tuple[Recommendation, ...] = tuple(Recommendation)
-"""`recommendation` of kvoffload_offload_recommendation (kvoffload_exporter/derive/payback.py)."""
+"""`recommendation` of kvoffload_recommendation (kvoffload_exporter/derive/payback.py)."""
 
 COLLECTORS: tuple[CollectorName, ...] = tuple(CollectorName)
 
@@ -73,7 +73,8 @@ CANARY_TIERS: tuple[Tier, ...] = tuple(Tier)
 CANARY_LOAD_BANDS: tuple[LoadBand, ...] = tuple(LoadBand)
 """Load bands of serve --canary cycles (thresholds: kvoffload_exporter/canary/records.load_band)."""
 
-EVIDENCE_METRICS = backends.EVIDENCE_METRICS
+evidence_metric = backends.evidence_metric
+unit_size_name = backends.unit_size_name
 
 CATALOGUE: dict[str, Metric] = {
     m.name: m for part in (health, guards, engine, backends, transfer, derived, memory, canary) for m in part.METRICS
@@ -102,7 +103,6 @@ __all__ = [
     "CATALOGUE",
     "COLLECTORS",
     "ENGINE",
-    "EVIDENCE_METRICS",
     "HTTP_REJECT_REASONS",
     "MEMORY_SOURCES",
     "PREFIX",
@@ -120,5 +120,7 @@ __all__ = [
     "MetricType",
     "Signal",
     "Unit",
+    "evidence_metric",
     "metric",
+    "unit_size_name",
 ]

@@ -17,7 +17,7 @@ B5 = (*J3, "model_name", "engine")
 OWN = {"state", "window", "quantile", "unit", "tier", "connector", "reason", "control", "verdict", "load_band"}
 OWN |= {"bound", "generation", "vllm_version", "result", "pair"}
 GIB = 1073741824
-DROPPED, FS = "kvoffload_offload_dropped_total", "1:fs"
+FS, DROPPED = "1:fs", "kvoffload_backend_dropped_%s_total"
 
 
 @dataclass

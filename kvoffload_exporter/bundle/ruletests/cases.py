@@ -33,8 +33,8 @@ def _store_without_load(e: _Env, fire: bool) -> tuple[Case, int]:
     c = Case("stores clear the minimum in the window, zero loads, prefix reuse" if fire else "loads happen")
     lb = e.labels(c, B5)
     c.series = [
-        ("kvoffload_offload_store_bytes_total", lb, _counter(rate, e.n(t))),
-        ("kvoffload_offload_load_bytes_total", lb, _counter(0 if fire else 1000, e.n(t))),
+        ("kvoffload_store_bytes_total", lb, _counter(rate, e.n(t))),
+        ("kvoffload_load_bytes_total", lb, _counter(0 if fire else 1000, e.n(t))),
         ("kvoffload_gpu_prefix_hits_tokens_total", lb, _counter(100, e.n(t))),
     ]
     c.expected = [(lb, rate * (w // e.step))] if fire else []
@@ -48,10 +48,10 @@ def _engine_imbalance(e: _Env, fire: bool) -> tuple[Case, int]:
     c = Case("engine 1 stores and never loads while engine 0 loads" if fire else "both engines load")
     e0, e1 = e.labels(c, B5, engine="0"), e.labels(c, B5, engine="1")
     c.fits &= e0 != e1
-    c.series = [("kvoffload_offload_store_bytes_total", lb, _counter(rate, e.n(t))) for lb in (e0, e1)]
+    c.series = [("kvoffload_store_bytes_total", lb, _counter(rate, e.n(t))) for lb in (e0, e1)]
     c.series += [
-        ("kvoffload_offload_load_bytes_total", e0, _counter(rate, e.n(t))),
-        ("kvoffload_offload_load_bytes_total", e1, _counter(0 if fire else rate, e.n(t))),
+        ("kvoffload_load_bytes_total", e0, _counter(rate, e.n(t))),
+        ("kvoffload_load_bytes_total", e1, _counter(0 if fire else rate, e.n(t))),
     ]
     c.expected = [(e1, rate * (w // e.step))] if fire else []
     return c, t
@@ -140,7 +140,7 @@ def _headroom(e: _Env, fire: bool) -> tuple[Case, int]:
     lb = e.labels(c, ("job", "instance"))
     c.series = [
         ("kvoffload_host_memory_headroom_bytes", lb, _gauge(head, e.n(t))),
-        ("kvoffload_offload_tier_bytes", e.labels(c, B5), _gauge(tier, e.n(t))),
+        ("kvoffload_tier_bytes", e.labels(c, B5), _gauge(tier, e.n(t))),
     ]
     c.expected = [(lb, head)] if fire else []
     return c, t
@@ -149,7 +149,7 @@ def _headroom(e: _Env, fire: bool) -> tuple[Case, int]:
 def _overcommitted(e: _Env, fire: bool) -> tuple[Case, int]:
     limit = e.s.tier_footprint_max_ratio
     return _gauge_case(
-        "kvoffload_offload_tier_footprint_ratio", J3, limit + 0.38, limit / 2, "tier_footprint_for", "footprint ratio"
+        "kvoffload_tier_footprint_ratio", J3, limit + 0.38, limit / 2, "tier_footprint_for", "footprint ratio"
     )(e, fire)
 
 
@@ -166,14 +166,15 @@ def _oom(e: _Env, fire: bool) -> tuple[Case, int]:
     return c, t
 
 
-def _failing_counter(metric: str, own: Mapping[str, str]) -> Builder:
+def _failing_counter(metric: str, own: Mapping[str, str], unit: str = "") -> Builder:
     def build(e: _Env, fire: bool) -> tuple[Case, int]:
         s = e.s
         t = e.at(s.allocation_window, s.allocation_for)
         c = Case("one more every step" if fire else "counter flat")
         lb = e.labels(c, B5, **own)
         c.series = [(metric, lb, _counter(1, e.n(t)) if fire else _gauge(5, e.n(t)))]
-        c.expected = [(lb, tv.duration_ms(s.allocation_window) // e.step)] if fire else []
+        alert = {**lb, "unit": unit} if unit else lb  # a kvoffload_backend_* family's unit: named by the alert
+        c.expected = [(alert, tv.duration_ms(s.allocation_window) // e.step)] if fire else []
         return c, t
 
     return build
@@ -229,9 +230,9 @@ BUILDERS: Mapping[str, Builder] = {
     "KVOffloadHostMemoryHeadroomLow": _headroom,
     "KVOffloadTierOvercommitted": _overcommitted,
     "KVOffloadOOMRisk": _oom,
-    "KVOffloadAllocationFailures": _failing_counter("kvoffload_offload_allocation_failures_total", {}),
-    "KVOffloadTierDroppingWrites": _failing_counter(DROPPED, {"unit": "chunks", "tier": FS, "reason": "backpressure"}),
-    "KVOffloadStoreErrors": _failing_counter(DROPPED, {"unit": "stores", "reason": "store_error"}),
+    "KVOffloadAllocationFailures": _failing_counter("kvoffload_allocation_failures_total", {}),
+    "KVOffloadTierDroppingWrites": _failing_counter(DROPPED % "blocks", dict(tier=FS, reason="backpressure"), "blocks"),
+    "KVOffloadStoreErrors": _failing_counter(DROPPED % "stores", {"reason": "store_error"}, "stores"),
     "KVOffloadCanaryFailing": _canary_failing,
     "KVOffloadCanaryNoOffloadHit": _no_offload_hit,
     "KVOffloadOutputMismatch": _output_mismatch,
