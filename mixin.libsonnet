@@ -9,24 +9,24 @@ local groups = [
   "name": "kvoffload.records",
   "rules": [
    {
-    "record": "engine:kvoffload_offload_store_bytes:increase90001s",
-    "expr": "increase(kvoffload_offload_store_bytes_total{mixinselector=\"S90999\"}[90001s])"
+    "record": "engine:kvoffload_store_bytes:increase90001s",
+    "expr": "increase(kvoffload_store_bytes_total{mixinselector=\"S90999\"}[90001s])"
    },
    {
-    "record": "engine:kvoffload_offload_load_bytes:increase90001s",
-    "expr": "increase(kvoffload_offload_load_bytes_total{mixinselector=\"S90999\"}[90001s])"
+    "record": "engine:kvoffload_load_bytes:increase90001s",
+    "expr": "increase(kvoffload_load_bytes_total{mixinselector=\"S90999\"}[90001s])"
    },
    {
     "record": "engine:kvoffload_prefix_hits_tokens:increase90001s",
     "expr": "(increase(kvoffload_gpu_prefix_hits_tokens_total{mixinselector=\"S90999\"}[90001s]) + increase(kvoffload_external_prefix_hits_tokens_total{mixinselector=\"S90999\"}[90001s])) or increase(kvoffload_gpu_prefix_hits_tokens_total{mixinselector=\"S90999\"}[90001s]) or increase(kvoffload_external_prefix_hits_tokens_total{mixinselector=\"S90999\"}[90001s])"
    },
    {
-    "record": "engine:kvoffload_offload_stored_units:increase90001s",
-    "expr": "max without (tier, connector) (increase(kvoffload_offload_stored_total{mixinselector=\"S90999\",unit!=\"bytes\"}[90001s]))"
+    "record": "engine:kvoffload_backend_stored_units:increase90001s",
+    "expr": "max without (tier, connector) (label_replace(increase(kvoffload_backend_stored_tokens_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"tokens\", \"\", \"\") or label_replace(increase(kvoffload_backend_stored_blocks_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"blocks\", \"\", \"\") or label_replace(increase(kvoffload_backend_stored_chunks_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"chunks\", \"\", \"\"))"
    },
    {
-    "record": "engine:kvoffload_offload_loaded_units:increase90001s",
-    "expr": "max without (unit, tier, connector) (increase(kvoffload_offload_loaded_total{mixinselector=\"S90999\"}[90001s]))"
+    "record": "engine:kvoffload_backend_loaded_units:increase90001s",
+    "expr": "max without (unit, tier, connector) (label_replace(increase(kvoffload_backend_loaded_bytes_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"bytes\", \"\", \"\") or label_replace(increase(kvoffload_backend_loaded_tokens_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"tokens\", \"\", \"\") or label_replace(increase(kvoffload_backend_loaded_blocks_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"blocks\", \"\", \"\") or label_replace(increase(kvoffload_backend_loaded_chunks_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"chunks\", \"\", \"\"))"
    },
    {
     "record": "engine:kvoffload_ttft_seconds:avg90009s",
@@ -39,7 +39,7 @@ local groups = [
   "rules": [
    {
     "alert": "KVOffloadStoreWithoutLoad",
-    "expr": "(\n(engine:kvoffload_offload_store_bytes:increase90001s > 90002 or engine:kvoffload_offload_stored_units:increase90001s > 0)\nunless ignoring (unit) (engine:kvoffload_offload_load_bytes:increase90001s > 0 or engine:kvoffload_offload_loaded_units:increase90001s > 0)\nand ignoring (unit) engine:kvoffload_prefix_hits_tokens:increase90001s > 0\n)\n* on (job, instance, target, model_name, engine) group_left (reason)\ntopk without (window, reason) (1, kvoffload_state_reason{mixinselector=\"S90999\"} == 1)\nor on (job, instance, target, model_name, engine)\n(\n(engine:kvoffload_offload_store_bytes:increase90001s > 90002 or engine:kvoffload_offload_stored_units:increase90001s > 0)\nunless ignoring (unit) (engine:kvoffload_offload_load_bytes:increase90001s > 0 or engine:kvoffload_offload_loaded_units:increase90001s > 0)\nand ignoring (unit) engine:kvoffload_prefix_hits_tokens:increase90001s > 0\n)",
+    "expr": "(\n(engine:kvoffload_store_bytes:increase90001s > 90002 or engine:kvoffload_backend_stored_units:increase90001s > 0)\nunless ignoring (unit) (engine:kvoffload_load_bytes:increase90001s > 0 or engine:kvoffload_backend_loaded_units:increase90001s > 0)\nand ignoring (unit) engine:kvoffload_prefix_hits_tokens:increase90001s > 0\n)\n* on (job, instance, target, model_name, engine) group_left (reason)\ntopk without (window, reason) (1, kvoffload_state_reason{mixinselector=\"S90999\"} == 1)\nor on (job, instance, target, model_name, engine)\n(\n(engine:kvoffload_store_bytes:increase90001s > 90002 or engine:kvoffload_backend_stored_units:increase90001s > 0)\nunless ignoring (unit) (engine:kvoffload_load_bytes:increase90001s > 0 or engine:kvoffload_backend_loaded_units:increase90001s > 0)\nand ignoring (unit) engine:kvoffload_prefix_hits_tokens:increase90001s > 0\n)",
     "for": "90003s",
     "labels": {
      "severity": "warning"
@@ -47,7 +47,7 @@ local groups = [
     "annotations": {
      "summary": "KV offload stores blocks but never loads them back while prefixes are reused.",
      "description": "{{ $labels.target }} {{ $labels.model_name }} engine {{ $labels.engine }} stored {{ if $labels.unit }}{{ $value | humanize }} {{ $labels.unit }}{{ else }}{{ $value | humanize1024 }}B{{ end }} into the offload tier in the last 90001s and loaded nothing back, although prompts were served from prefix caches. Either the tier never gets a hit (GPU cache big enough, no revisits after eviction: consider store_threshold) or the load path is broken (vllm-project/vllm#47890).{{ with $labels.reason }} The exporter's rules name the likely reason: {{ . }} (runbook: section \"Reason {{ . }}\").{{ end }}",
-     "runbook_url": "alerts/runbook.md#kvoffloadstorewithoutload"
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadstorewithoutload"
     }
    },
    {
@@ -60,12 +60,12 @@ local groups = [
     "annotations": {
      "summary": "KV offload is configured but stores nothing while the engine computes prompts.",
      "description": "{{ $labels.target }} {{ $labels.model_name }} engine {{ $labels.engine }} computed more prompt tokens than one offload chunk over the exporter's window and stored nothing into the offload tier: the tier costs pinned host memory and can never help (a tier smaller than one prompt, stores skipped or dropped, or no store metric).{{ with $labels.reason }} The exporter's rules name the likely reason: {{ . }} (runbook: section \"Reason {{ . }}\").{{ end }}",
-     "runbook_url": "alerts/runbook.md#kvoffloadnotstoring"
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadnotstoring"
     }
    },
    {
     "alert": "KVOffloadEngineImbalance",
-    "expr": "engine:kvoffload_offload_store_bytes:increase90001s > 90002\nunless engine:kvoffload_offload_load_bytes:increase90001s > 0\nand on (job, instance, target, model_name)\n(max by (job, instance, target, model_name) (engine:kvoffload_offload_load_bytes:increase90001s) > 0)",
+    "expr": "engine:kvoffload_store_bytes:increase90001s > 90002\nunless engine:kvoffload_load_bytes:increase90001s > 0\nand on (job, instance, target, model_name)\n(max by (job, instance, target, model_name) (engine:kvoffload_load_bytes:increase90001s) > 0)",
     "for": "90003s",
     "labels": {
      "severity": "warning"
@@ -73,7 +73,7 @@ local groups = [
     "annotations": {
      "summary": "One engine (DP rank) stores into the offload tier and never loads while its siblings load.",
      "description": "{{ $labels.target }} {{ $labels.model_name }} engine {{ $labels.engine }} stored {{ $value | humanize1024 }}B into the offload tier in the last 90001s and loaded nothing back, while another engine serving the same model on this target did load: the workload reuses prefixes, but this rank's tier never serves them (routing that sends revisits elsewhere, a rank-local tier that is full or misconfigured, or a rank-specific bug). Compare the engines on the overview's per-engine load/store panel.",
-     "runbook_url": "alerts/runbook.md#kvoffloadengineimbalance"
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadengineimbalance"
     }
    },
    {
@@ -86,7 +86,7 @@ local groups = [
     "annotations": {
      "summary": "Canary requests served from the offload tier are slower than without it.",
      "description": "On {{ $labels.target }} a canary prompt loaded from the offload tier reached its first token {{ $value | humanizeDuration }} later than the {{ $labels.control }} control, and the canary verdict is offload_slower: the tier costs more than recomputing the prefix (small model or short prefix). Consider disabling offload for this model.",
-     "runbook_url": "alerts/runbook.md#kvoffloadslowerthanrecompute"
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadslowerthanrecompute"
     }
    },
    {
@@ -99,7 +99,7 @@ local groups = [
     "annotations": {
      "summary": "Under the load the target runs now, canary requests served from the offload tier are slower.",
      "description": "On {{ $labels.target }}, in the {{ $labels.load_band }} load band the target is in now, a canary prompt loaded from the offload tier reached its first token {{ $value | humanizeDuration }} later than the {{ $labels.control }} control (confidence interval above 0): loads are convoying behind concurrent requests (vllm#44294). Consider selective loading under load (max_load_tokens) rather than disabling offload everywhere.",
-     "runbook_url": "alerts/runbook.md#kvoffloadslowerunderload"
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadslowerunderload"
     }
    },
    {
@@ -112,7 +112,7 @@ local groups = [
     "annotations": {
      "summary": "Server TTFT of an offloading engine regressed against its baseline or a no-offload control.",
      "description": "p90.008 TTFT of {{ $labels.target }} {{ $labels.model_name }} engine {{ $labels.engine }} averaged {{ $value | humanizeDuration }} over 90009s: at least 90011x its value 90010s earlier, or 90013x a no-offload control serving the same model (and more than 90012000 ms slower).",
-     "runbook_url": "alerts/runbook.md#kvoffloadttftregression"
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadttftregression"
     }
    },
    {
@@ -125,7 +125,7 @@ local groups = [
     "annotations": {
      "summary": "Offload metrics vanished from a target that exported them before.",
      "description": "{{ $labels.target }} (vLLM {{ $labels.vllm_version }}) exports no KV offload series, but it did within the last 90015s: after an upgrade the offload metrics may have been renamed or hidden, or the connector was dropped from the configuration. Offload is now unmonitored.",
-     "runbook_url": "alerts/runbook.md#kvoffloadmetricsabsent"
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadmetricsabsent"
     }
    },
    {
@@ -138,12 +138,12 @@ local groups = [
     "annotations": {
      "summary": "The exporter cannot poll a vLLM target.",
      "description": "The kvoffload exporter {{ $labels.instance }} has failed to read /metrics of {{ $labels.target }} for 90017s; all offload panels for it are empty. kvoffload_scrape_errors_total{reason} says why.",
-     "runbook_url": "alerts/runbook.md#kvoffloadexportertargetdown"
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadexportertargetdown"
     }
    },
    {
     "alert": "KVOffloadHostMemoryHeadroomLow",
-    "expr": "kvoffload_host_memory_headroom_bytes{mixinselector=\"S90999\"}\n< 90018 * sum without (target, model_name, engine) (kvoffload_offload_tier_bytes{mixinselector=\"S90999\"})",
+    "expr": "kvoffload_host_memory_headroom_bytes{mixinselector=\"S90999\"}\n< 90018 * sum without (target, model_name, engine) (kvoffload_tier_bytes{mixinselector=\"S90999\"})",
     "for": "90019s",
     "labels": {
      "severity": "critical"
@@ -151,12 +151,12 @@ local groups = [
     "annotations": {
      "summary": "Host memory headroom is small compared with the pinned offload tier.",
      "description": "Only {{ $value | humanize1024 }}B of memory can still be allocated on {{ $labels.instance }}, less than 9.0018e+06% of the offload tier configured there. The tier is pinned and cannot be reclaimed: the next allocation spike or a restart that re-pins the tier may be OOM-killed.",
-     "runbook_url": "alerts/runbook.md#kvoffloadhostmemoryheadroomlow"
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadhostmemoryheadroomlow"
     }
    },
    {
     "alert": "KVOffloadTierOvercommitted",
-    "expr": "kvoffload_offload_tier_footprint_ratio{mixinselector=\"S90999\"} > 90020",
+    "expr": "kvoffload_tier_footprint_ratio{mixinselector=\"S90999\"} > 90020",
     "for": "90021s",
     "labels": {
      "severity": "warning"
@@ -164,7 +164,7 @@ local groups = [
     "annotations": {
      "summary": "The offload tier holds far more host memory than it was configured for.",
      "description": "The vLLM processes of {{ $labels.target }} hold {{ $value | humanize }}x the configured offload tier as shared memory (counted once across the process tree), more than 90020x: size memory limits for the footprint, not the flag (vllm-project/vllm#53042: --kv-offloading-size allocates 1.92x).",
-     "runbook_url": "alerts/runbook.md#kvoffloadtierovercommitted"
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadtierovercommitted"
     }
    },
    {
@@ -177,12 +177,12 @@ local groups = [
     "annotations": {
      "summary": "The vLLM container is closer to its memory limit than its next allocation.",
      "description": "Only {{ $value | humanize1024 }}B are left under the memory limit of the cgroup of {{ $labels.target }}, less than the next growth step of its process tree (the part of the offload tier not yet resident, at least 1 GiB): the next allocation is likely an OOM kill. Shared memory of the pinned tier cannot be reclaimed.",
-     "runbook_url": "alerts/runbook.md#kvoffloadoomrisk"
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadoomrisk"
     }
    },
    {
     "alert": "KVOffloadAllocationFailures",
-    "expr": "increase(kvoffload_offload_allocation_failures_total{mixinselector=\"S90999\"}[90023s]) > 0",
+    "expr": "increase(kvoffload_allocation_failures_total{mixinselector=\"S90999\"}[90023s]) > 0",
     "for": "90024s",
     "labels": {
      "severity": "warning"
@@ -190,12 +190,12 @@ local groups = [
     "annotations": {
      "summary": "The offload tier keeps failing to allocate space for stores.",
      "description": "{{ $labels.target }} {{ $labels.model_name }} engine {{ $labels.engine }} had {{ $value | humanize }} offload store allocation failures in the last 90023s: the tier is full of in-flight chunks, so blocks are dropped instead of offloaded. Enlarge the tier or lower the store rate.",
-     "runbook_url": "alerts/runbook.md#kvoffloadallocationfailures"
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadallocationfailures"
     }
    },
    {
     "alert": "KVOffloadTierDroppingWrites",
-    "expr": "increase(kvoffload_offload_dropped_total{mixinselector=\"S90999\",reason=~\"backpressure|cpu_full\"}[90023s]) > 0",
+    "expr": "(label_replace(increase(kvoffload_backend_dropped_blocks_total{mixinselector=\"S90999\",reason=~\"backpressure|cpu_full\"}[90023s]), \"unit\", \"blocks\", \"\", \"\") or label_replace(increase(kvoffload_backend_dropped_stores_total{mixinselector=\"S90999\",reason=~\"backpressure|cpu_full\"}[90023s]), \"unit\", \"stores\", \"\", \"\") or label_replace(increase(kvoffload_backend_dropped_keys_total{mixinselector=\"S90999\",reason=~\"backpressure|cpu_full\"}[90023s]), \"unit\", \"keys\", \"\", \"\") or label_replace(increase(kvoffload_backend_dropped_promotions_total{mixinselector=\"S90999\",reason=~\"backpressure|cpu_full\"}[90023s]), \"unit\", \"promotions\", \"\", \"\")) > 0",
     "for": "90024s",
     "labels": {
      "severity": "warning"
@@ -203,12 +203,12 @@ local groups = [
     "annotations": {
      "summary": "An offload tier keeps silently shedding writes.",
      "description": "{{ $labels.target }} {{ $labels.model_name }} engine {{ $labels.engine }} dropped {{ $value | humanize }} {{ $labels.unit }} of offload writes to tier '{{ $labels.tier }}' ({{ $labels.reason }}) in the last 90023s: a slow secondary tier sheds its cascade writes under backpressure (tiering) or the CPU pool is full (SimpleCPU), so prefixes never reach it and later revisits recompute.",
-     "runbook_url": "alerts/runbook.md#kvoffloadtierdroppingwrites"
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadtierdroppingwrites"
     }
    },
    {
     "alert": "KVOffloadStoreErrors",
-    "expr": "increase(kvoffload_offload_dropped_total{mixinselector=\"S90999\",reason=\"store_error\"}[90023s]) > 0",
+    "expr": "(label_replace(increase(kvoffload_backend_dropped_blocks_total{mixinselector=\"S90999\",reason=\"store_error\"}[90023s]), \"unit\", \"blocks\", \"\", \"\") or label_replace(increase(kvoffload_backend_dropped_stores_total{mixinselector=\"S90999\",reason=\"store_error\"}[90023s]), \"unit\", \"stores\", \"\", \"\") or label_replace(increase(kvoffload_backend_dropped_keys_total{mixinselector=\"S90999\",reason=\"store_error\"}[90023s]), \"unit\", \"keys\", \"\", \"\") or label_replace(increase(kvoffload_backend_dropped_promotions_total{mixinselector=\"S90999\",reason=\"store_error\"}[90023s]), \"unit\", \"promotions\", \"\", \"\")) > 0",
     "for": "90024s",
     "labels": {
      "severity": "warning"
@@ -216,7 +216,7 @@ local groups = [
     "annotations": {
      "summary": "The KV store keeps answering offload puts with errors.",
      "description": "{{ $labels.target }} {{ $labels.model_name }} engine {{ $labels.engine }} had {{ $value | humanize }} offload puts answered with an error in the last 90023s (Mooncake store `save_put`, status error): those prefixes are not stored (their bytes are never counted as stored) and revisits recompute. Check the store's master, its segments and the transfer engine.",
-     "runbook_url": "alerts/runbook.md#kvoffloadstoreerrors"
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadstoreerrors"
     }
    },
    {
@@ -229,7 +229,7 @@ local groups = [
     "annotations": {
      "summary": "The offload canary is not producing results.",
      "description": "The canary for {{ $labels.target }} is not producing results: no cycle completed for more than 90026 s (or none ever did), or every probe in the last 90025s failed. ΔTTFT and the verdict are stale; check kvoffload_canary_cycles_total{reason} and the canary token budget.",
-     "runbook_url": "alerts/runbook.md#kvoffloadcanaryfailing"
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadcanaryfailing"
     }
    },
    {
@@ -242,7 +242,20 @@ local groups = [
     "annotations": {
      "summary": "Canary prefix revisits are never served from the offload tier.",
      "description": "The canary on {{ $labels.target }} evicted its prefix from the GPU and revisited it, but no offload load happened (verdict no_offload_hit): stores are not turning into hits. Check that the tier is large enough to keep the prefix and that loads work.",
-     "runbook_url": "alerts/runbook.md#kvoffloadcanarynooffloadhit"
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadcanarynooffloadhit"
+    }
+   },
+   {
+    "alert": "KVOffloadOutputMismatch",
+    "expr": "increase(kvoffload_canary_output_mismatches_total{mixinselector=\"S90999\"}[90028s]) > 0",
+    "for": "0m",
+    "labels": {
+     "severity": "critical"
+    },
+    "annotations": {
+     "summary": "Requests served from the offload tier get different answers.",
+     "description": "The canary on {{ $labels.target }} sent the same prompt twice and got other tokens when the prefix came from the offload tier ({{ $labels.pair }}: {{ $value | humanize }} in the last 90028s). Users' answers may be corrupted: disable offloading (or loads) on this server and keep the evidence (`kvoffload-exporter check --out DIR`).",
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadoutputmismatch"
     }
    }
   ]
@@ -255,7 +268,7 @@ local ms(v) = num(v * 1000);
 {
   _config+:: {
     selector: "",
-    runbookURLPattern: "alerts/runbook.md#%s",
+    runbookURLPattern: "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#%s",
     thresholds: {
      "reuse_window": "1h",
      "store_without_load_min_bytes": 1000000000.0,
@@ -283,14 +296,15 @@ local ms(v) = num(v * 1000);
      "allocation_for": "15m",
      "canary_window": "30m",
      "canary_stale_seconds": 1800.0,
-     "canary_for": "10m"
+     "canary_for": "10m",
+     "output_mismatch_window": "1h"
     },
   },
   local c = self._config,
   local sel(s) = std.strReplace(std.strReplace(s, '{mixinselector="S90999"}',
     if c.selector == '' then '' else '{' + c.selector + '}'),
     'mixinselector="S90999",', if c.selector == '' then '' else c.selector + ','),
-  local sub(s) = sel(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(s, '9.0002e+06', pct(c.thresholds.store_without_load_min_bytes)), '9.0006e+06', pct(c.thresholds.slower_min_delta_seconds)), '9.0011e+06', pct(c.thresholds.ttft_regression_ratio)), '9.0012e+06', pct(c.thresholds.ttft_regression_min_seconds)), '9.0013e+06', pct(c.thresholds.ttft_control_ratio)), '9.0018e+06', pct(c.thresholds.headroom_min_tier_ratio)), '9.0026e+06', pct(c.thresholds.canary_stale_seconds)), '9.002e+06', pct(c.thresholds.tier_footprint_max_ratio)), '90002000', ms(c.thresholds.store_without_load_min_bytes)), '90006000', ms(c.thresholds.slower_min_delta_seconds)), '90011000', ms(c.thresholds.ttft_regression_ratio)), '90012000', ms(c.thresholds.ttft_regression_min_seconds)), '90013000', ms(c.thresholds.ttft_control_ratio)), '90018000', ms(c.thresholds.headroom_min_tier_ratio)), '90020000', ms(c.thresholds.tier_footprint_max_ratio)), '90026000', ms(c.thresholds.canary_stale_seconds)), '0.90008', text(c.thresholds.ttft_quantile)), '90001s', text(c.thresholds.reuse_window)), '90003s', text(c.thresholds.store_without_load_for)), '90004s', text(c.thresholds.not_storing_for)), 'R90005', text(c.thresholds.slower_controls)), '90007s', text(c.thresholds.slower_for)), '90.008', pct(c.thresholds.ttft_quantile)), '90009s', text(c.thresholds.ttft_smoothing)), '90010s', text(c.thresholds.ttft_baseline_offset)), '90014s', text(c.thresholds.ttft_regression_for)), '90015s', text(c.thresholds.absent_memory)), '90016s', text(c.thresholds.absent_for)), '90017s', text(c.thresholds.target_down_for)), '90019s', text(c.thresholds.headroom_for)), '90021s', text(c.thresholds.tier_footprint_for)), '90022s', text(c.thresholds.oom_risk_for)), '90023s', text(c.thresholds.allocation_window)), '90024s', text(c.thresholds.allocation_for)), '90025s', text(c.thresholds.canary_window)), '90027s', text(c.thresholds.canary_for)), '90002', num(c.thresholds.store_without_load_min_bytes)), '90006', num(c.thresholds.slower_min_delta_seconds)), '90011', num(c.thresholds.ttft_regression_ratio)), '90012', num(c.thresholds.ttft_regression_min_seconds)), '90013', num(c.thresholds.ttft_control_ratio)), '90018', num(c.thresholds.headroom_min_tier_ratio)), '90020', num(c.thresholds.tier_footprint_max_ratio)), '90026', num(c.thresholds.canary_stale_seconds))),
+  local sub(s) = sel(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(s, '9.0002e+06', pct(c.thresholds.store_without_load_min_bytes)), '9.0006e+06', pct(c.thresholds.slower_min_delta_seconds)), '9.0011e+06', pct(c.thresholds.ttft_regression_ratio)), '9.0012e+06', pct(c.thresholds.ttft_regression_min_seconds)), '9.0013e+06', pct(c.thresholds.ttft_control_ratio)), '9.0018e+06', pct(c.thresholds.headroom_min_tier_ratio)), '9.0026e+06', pct(c.thresholds.canary_stale_seconds)), '9.002e+06', pct(c.thresholds.tier_footprint_max_ratio)), '90002000', ms(c.thresholds.store_without_load_min_bytes)), '90006000', ms(c.thresholds.slower_min_delta_seconds)), '90011000', ms(c.thresholds.ttft_regression_ratio)), '90012000', ms(c.thresholds.ttft_regression_min_seconds)), '90013000', ms(c.thresholds.ttft_control_ratio)), '90018000', ms(c.thresholds.headroom_min_tier_ratio)), '90020000', ms(c.thresholds.tier_footprint_max_ratio)), '90026000', ms(c.thresholds.canary_stale_seconds)), '0.90008', text(c.thresholds.ttft_quantile)), '90001s', text(c.thresholds.reuse_window)), '90003s', text(c.thresholds.store_without_load_for)), '90004s', text(c.thresholds.not_storing_for)), 'R90005', text(c.thresholds.slower_controls)), '90007s', text(c.thresholds.slower_for)), '90.008', pct(c.thresholds.ttft_quantile)), '90009s', text(c.thresholds.ttft_smoothing)), '90010s', text(c.thresholds.ttft_baseline_offset)), '90014s', text(c.thresholds.ttft_regression_for)), '90015s', text(c.thresholds.absent_memory)), '90016s', text(c.thresholds.absent_for)), '90017s', text(c.thresholds.target_down_for)), '90019s', text(c.thresholds.headroom_for)), '90021s', text(c.thresholds.tier_footprint_for)), '90022s', text(c.thresholds.oom_risk_for)), '90023s', text(c.thresholds.allocation_window)), '90024s', text(c.thresholds.allocation_for)), '90025s', text(c.thresholds.canary_window)), '90027s', text(c.thresholds.canary_for)), '90028s', text(c.thresholds.output_mismatch_window)), '90002', num(c.thresholds.store_without_load_min_bytes)), '90006', num(c.thresholds.slower_min_delta_seconds)), '90011', num(c.thresholds.ttft_regression_ratio)), '90012', num(c.thresholds.ttft_regression_min_seconds)), '90013', num(c.thresholds.ttft_control_ratio)), '90018', num(c.thresholds.headroom_min_tier_ratio)), '90020', num(c.thresholds.tier_footprint_max_ratio)), '90026', num(c.thresholds.canary_stale_seconds))),
   local rule(r) = {
     [k]: if k == 'annotations' then
       { [a]: sub(r.annotations[a]) for a in std.objectFields(r.annotations) }

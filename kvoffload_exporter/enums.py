@@ -130,7 +130,7 @@ class ScrapeErrorReason(StrEnum):
 
 
 class CollectorName(StrEnum):
-    """Collectors reported by kvoffload_collector_success / _duration_seconds, in exposition order."""
+    """Collectors reported by kvoffload_exporter_collector_success / _duration_seconds, in exposition order."""
 
     VLLM = "vllm"
     HOST = "host"
@@ -225,6 +225,23 @@ class VerdictKind(StrEnum):
     OFFLOAD_SLOWER = "offload_slower"
     NO_OFFLOAD_HIT = "no_offload_hit"
     INCONCLUSIVE = "inconclusive"
+    OUTPUT_MISMATCH = "output_mismatch"  # an offload hit answered other tokens: before every speed verdict
+
+
+class OutputPair(StrEnum):
+    """Which two answers to the same prompt the output check compared (label `pair`)."""
+
+    OFFLOAD_VS_GPU = "offload_vs_gpu"
+    OFFLOAD_VS_RECOMPUTE = "offload_vs_recompute"
+
+
+class OutputResult(StrEnum):
+    """One comparison's (and the run's) outcome; `unverifiable` when the output does not depend on the prefix."""
+
+    EQUAL = "equal"
+    MISMATCH = "mismatch"
+    UNVERIFIABLE = "unverifiable"
+    NONE = "none"  # nothing compared yet
 
 
 class Tier(StrEnum):

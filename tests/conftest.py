@@ -22,8 +22,12 @@ def strict_importorskip(modname: str, minversion: str | None = None, reason: str
     return importlib.import_module(modname)
 
 
-if os.environ.get("CI", "").lower() in ("true", "1"):
-    pytest.importorskip = strict_importorskip  # type: ignore[assignment]
+def pytest_configure(config: pytest.Config) -> None:
+    """Under CI (`CI=true` or `1`), before any test module is collected: a module-level
+    `pytest.importorskip` of a missing test dependency is a collection error, not a silent skip."""
+    if os.environ.get("CI", "").lower() in ("true", "1"):
+        pytest.importorskip = strict_importorskip  # type: ignore[assignment]
+
 
 __all__ = ["FIXTURES", "fixture_text", "offload_bytes_oracle"]
 

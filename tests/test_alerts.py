@@ -417,3 +417,37 @@ def test_jsonnet_mixin_config_overrides_equal_a_bundle_rendered_with_the_same_se
         r for g in out["alerts"]["groups"] for r in g["rules"] if r["alert"] == "KVOffloadSlowerThanRecompute"
     )
     assert slower["for"] == "1h" and slower["annotations"]["runbook_url"].startswith("https://runbooks.example/kv.md#")
+
+
+def test_every_runbook_url_is_absolute_in_the_rules_the_grafana_copy_and_the_mixin():
+    """A relative runbook_url cannot be opened from a notification: every committed link is https://."""
+    assert DEFAULT.runbook_url.startswith("https://")
+    files = render_bundle()
+    urls = [
+        r["annotations"]["runbook_url"]
+        for g in yaml.safe_load(files["alerts/kvoffload.rules.yaml"])["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    ]
+    urls += re.findall(r"runbook_url: (\S+)", files[GRAFANA_RULES])
+    assert urls and all(u.startswith("https://") and "#kvoffload" in u for u in urls), urls
+    assert f'runbookURLPattern: "{DEFAULT.runbook_url}#%s"' in files["mixin.libsonnet"]
+
+
+def test_jsonnet_mixin_one_config_field_overridden_shows_in_the_rendered_alert(tmp_path):
+    """Overriding one `_config` threshold changes that alert's `for`, and only that alert's."""
+    jsonnet = pytest.importorskip("_jsonnet")
+    assert main(["bundle", "--out", str(tmp_path)]) == 0
+    (tmp_path / "eval.jsonnet").write_text(
+        "local m = (import 'mixin.libsonnet') + { _config+:: { thresholds+: { not_storing_for: '2h' } } };"
+        " m.prometheusAlerts"
+    )
+    out = json.loads(jsonnet.evaluate_file(str(tmp_path / "eval.jsonnet")))
+    fors = {r["alert"]: r["for"] for g in out["groups"] for r in g["rules"]}
+    default = {
+        r["alert"]: r["for"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r
+    }
+    assert fors["KVOffloadNotStoring"] == "2h" != default["KVOffloadNotStoring"]
+    assert {a: f for a, f in fors.items() if a != "KVOffloadNotStoring"} == {
+        a: f for a, f in default.items() if a != "KVOffloadNotStoring"
+    }

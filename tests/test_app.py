@@ -120,8 +120,8 @@ async def test_failures_set_up_zero_with_reason(mode: str, reason: str) -> None:
         }
         assert errors[reason] >= 1
         assert sum(errors.values()) == errors[reason]
-        assert "kvoffload_offload_load_bytes_total" not in text  # a failed source omits its series
-        assert 'kvoffload_collector_success{collector="vllm"} 0.0' in text
+        assert "kvoffload_load_bytes_total" not in text  # a failed source omits its series
+        assert 'kvoffload_exporter_collector_success{collector="vllm"} 0.0' in text
         fake.mode = "ok"  # and it recovers
         text = await _metrics_after_polls(client, 2)
         assert 'kvoffload_up{target="a"} 1.0' in text
@@ -153,13 +153,11 @@ async def test_values_and_version_exported() -> None:
     try:
         text = await _metrics_after_polls(client)
         assert 'kvoffload_target_info{target="a",vllm_version="0.26.0",generation="flat"} 1.0' in text
-        assert (
-            'kvoffload_offload_load_bytes_total{target="a",model_name="Qwen/Qwen3-0.6B",engine="0"} 14804844544.0'
-        ) in text
+        assert ('kvoffload_load_bytes_total{target="a",model_name="Qwen/Qwen3-0.6B",engine="0"} 14804844544.0') in text
         fake.body = fixture_text("h200-0.6b/B_08_final.prom")
         text = await _metrics_after_polls(client)
         assert 'state="not_configured"} 1.0' in text
-        assert "kvoffload_offload_load_bytes_total" not in text
+        assert "kvoffload_load_bytes_total" not in text
     finally:
         await client.close()
         await upstream.close()
@@ -175,7 +173,7 @@ async def test_restart_yields_no_negative_window_values() -> None:
         ratios = [
             float(line.rsplit(" ", 1)[1])
             for line in text.splitlines()
-            if line.startswith(("kvoffload_load_store_ratio", "kvoffload_offload_store_bandwidth"))
+            if line.startswith(("kvoffload_load_store_ratio", "kvoffload_store_bandwidth"))
         ]
         assert all(v >= 0 for v in ratios)
         exp = client.server.app[EXPORTER]

@@ -202,27 +202,29 @@ def test_exposition_names_the_source_and_unit_of_every_number() -> None:
         'unit="blocks"} 1.0' in text
     )
     assert (
-        'kvoffload_offload_loaded_total{target="t",model_name="Qwen/Qwen3-0.6B",engine="0",unit="blocks",tier="",'
+        'kvoffload_backend_loaded_blocks_total{target="t",model_name="Qwen/Qwen3-0.6B",engine="0",tier="",'
         'connector=""} 8160.0' in text
     )
-    assert 'kvoffload_offload_backend_info{target="t",backend="simplecpu"} 1.0' in text
+    assert 'kvoffload_backend_info{target="t",backend="simplecpu"} 1.0' in text
     assert 'kvoffload_state{target="t",model_name="Qwen/Qwen3-0.6B",engine="0",state="hit"} 1.0' in text
     # bytes per block only from the exposition's own factor: 16 GiB / 9362 capacity blocks
-    assert f'unit="blocks",basis="kv_offloading_size/capacity_blocks"}} {16 * 2**30 / 9362!r}' in text
-    assert "kvoffload_offload_load_bytes_total" not in text  # no bytes invented for a blocks backend
+    assert (
+        f'kvoffload_backend_block_size_bytes{{target="t",model_name="Qwen/Qwen3-0.6B",engine="0",basis="kv_offloading_size/capacity_blocks"}} {16 * 2**30 / 9362!r}'
+        in text
+    )
+    assert "kvoffload_load_bytes_total" not in text  # no bytes invented for a blocks backend
 
 
 def test_tiering_exposes_per_tier_drops_promotions_and_the_serving_tier() -> None:
     text = _exposition(RECON / "tiering-0.33", "before.prom", "after-hit.prom")
     lb = 'target="t",model_name="Qwen/Qwen3-0.6B",engine="0"'
     assert (
-        f'kvoffload_offload_dropped_total{{{lb},unit="blocks",tier="1:fs",connector="",reason="backpressure"}} 1024.0'
-        in text
+        f'kvoffload_backend_dropped_blocks_total{{{lb},tier="1:fs",connector="",reason="backpressure"}} 1024.0' in text
     )
     assert f'kvoffload_tier_promotions_total{{{lb},tier="1:fs",result="success"}} 10.0' in text
     assert f'kvoffload_prompt_tokens_cached_by_source_total{{{lb},source="disk"}} 40800.0' in text
-    assert f'kvoffload_offload_promoted_total{{{lb},unit="bytes",tier="1:fs",connector=""}}' in text
-    assert f"kvoffload_offload_tier_bytes{{{lb}}} 8589672448.0" in text  # the 1:fs info series has empty sizes
+    assert f'kvoffload_backend_promoted_bytes_total{{{lb},tier="1:fs",connector=""}}' in text
+    assert f"kvoffload_tier_bytes{{{lb}}} 8589672448.0" in text  # the 1:fs info series has empty sizes
 
 
 def test_cache_config_backend_label_alone_is_configured() -> None:

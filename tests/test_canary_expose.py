@@ -6,6 +6,7 @@ from kvoffload_exporter.canary.config import CanarySettings
 from kvoffload_exporter.canary.engine import CanaryState
 from kvoffload_exporter.canary.expose import render
 from kvoffload_exporter.catalogue import CANARY_REASONS, CANARY_RESULTS, CATALOGUE
+from kvoffload_exporter.enums import OutputPair
 from kvoffload_exporter.expose.render import Exposition
 
 
@@ -21,6 +22,8 @@ def _state() -> CanaryState:
     st.budget_remaining = 5000.0
     st.last_success = 1.7e9
     st.residency["gpu"] = 60.0
+    st.output.sense(1, [5, 6], [7, 8])
+    st.output.add(1, OutputPair.OFFLOAD_VS_GPU, [5, 6], [5, 6])
     st.recompute()
     return st
 
@@ -50,6 +53,9 @@ def test_exposition() -> None:
     for r in CANARY_REASONS:
         assert f'kvoffload_canary_cycles_total{{target="gpu0",reason="{r}"}}' in text
     assert 'control="control_target",bound="lower"' in text
+    assert 'kvoffload_canary_output_compared_total{target="gpu0",pair="offload_vs_gpu"} 1.0' in text
+    assert 'kvoffload_canary_output_mismatches_total{target="gpu0",pair="offload_vs_recompute"} 0.0' in text
+    assert 'kvoffload_canary_output_sensitive{target="gpu0"} 1.0' in text
     (line,) = [ln for ln in text.splitlines() if ln.startswith("kvoffload_canary_delta_ttft_seconds{")]
     assert abs(float(line.rsplit(" ", 1)[1]) - 0.028) < 1e-9
 
@@ -72,3 +78,23 @@ def test_ttft_summary_count_and_sum_only_grow_past_the_rolling_window() -> None:
         line = next(ln for ln in _text([st]).splitlines() if ln.startswith("kvoffload_canary_ttft_seconds_count"))
         seen.append(float(line.rsplit(" ", 1)[1]))
     assert seen == [float(i + 1) for i in range(60)] and len(st.samples["offload_hit"]) == 50
+
+
+def test_a_mismatch_makes_the_verdict_output_mismatch_whatever_the_speed() -> None:
+    st = _state()
+    st.output.add(2, OutputPair.OFFLOAD_VS_GPU, [5, 9], [5, 6])
+    text = _text([st])
+    assert 'kvoffload_canary_output_mismatches_total{target="gpu0",pair="offload_vs_gpu"} 1.0' in text
+    assert 'kvoffload_canary_verdict{target="gpu0",verdict="output_mismatch"} 1.0' in text
+    assert 'kvoffload_canary_verdict{target="gpu0",verdict="offload_slower"} 0.0' in text
+
+
+def test_an_insensitive_model_counts_nothing_and_says_so() -> None:
+    st = CanaryState("gpu0", CanarySettings(), max_samples=50)
+    st.output.sense(1, [5, 6], [5, 6])
+    st.output.add(1, OutputPair.OFFLOAD_VS_GPU, [5, 9], [5, 6])  # differs, but the check cannot see the prefix
+    text = _text([st])
+    assert 'kvoffload_canary_output_sensitive{target="gpu0"} 0.0' in text
+    assert 'kvoffload_canary_output_mismatches_total{target="gpu0",pair="offload_vs_gpu"} 0.0' in text
+    assert 'kvoffload_canary_output_compared_total{target="gpu0",pair="offload_vs_gpu"} 0.0' in text
+    assert st.output.as_dict()["result"] == "unverifiable"

@@ -78,6 +78,8 @@ async def test_check_records_the_order_the_requests_ran_in(tmp_path: Path) -> No
         sent = [
             r["phase"]
             for r in requests
-            if r["cycle"] == c["cycle"] and r["kind"] == "probe" and r["phase"] not in ("seed", "gpu_revisit", "seed_b")
+            if r["cycle"] == c["cycle"]
+            and r["kind"] == "probe"
+            and r["phase"] not in ("seed", "gpu_revisit", "seed_b", "sensitivity")
         ]
         assert sent == c["order"]

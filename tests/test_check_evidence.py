@@ -108,7 +108,14 @@ def test_help_documents_the_exit_codes(capsys: Any) -> None:
     with contextlib.suppress(SystemExit):
         build_parser().parse_args(["check", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    for code in ("0 offload pays off", "1 it does not", "2 usage error", "3 could not run", "4 inconclusive"):
+    for code in (
+        "0 offload pays off",
+        "1 it does not",
+        "2 usage error",
+        "3 could not run",
+        "4 inconclusive",
+        "5 output mismatch",
+    ):
         assert code in out
 
 

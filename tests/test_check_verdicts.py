@@ -27,6 +27,7 @@ EXPECTED = {
     "recompute": "offload_hit",
     "cold": "miss",
     "control_target": "miss",
+    "sensitivity": "miss",  # the output check's one probe a run: the prompt with its first token changed
 }
 
 
@@ -78,7 +79,7 @@ def _assert_phases(doc: dict[str, Any], rounds: int) -> None:
     for name in ("seed", "gpu_revisit", "displace", "offload_revisit", "cold", "control_target"):
         assert names.count(name) == rounds, name
     # vLLM 0.26 ignores max_load_tokens: one probe shows it, then the control is dropped.
-    assert names.count("recompute") == 1 and names.count("seed_b") == 1
+    assert names.count("recompute") == 1 and names.count("seed_b") == 1 and names.count("sensitivity") == 1
     assert doc["recompute_control"] == "ignored"
     for p in phases:
         if p["phase"] == "offload_revisit":

@@ -55,10 +55,10 @@ def test_windowed_p99_and_stages_are_exported() -> None:
     assert v.queue_time[0.5] > 0.1
     view = TargetView("gpu0", "http://x", up=True, snapshot=after, derived=derive([p0, p1], 60.0, 300.0), convoy=views)
     out = {(s.name, s.labels.get("quantile") or s.labels.get("stage")): s.value for s in samples(collect([view], "5m"))}
-    assert out[("kvoffload_offload_lookup_async_delay_seconds", "0.99")] == v.lookup_delay_p99
+    assert out[("kvoffload_lookup_async_delay_seconds", "0.99")] == v.lookup_delay_p99
     assert ("kvoffload_request_queue_time_seconds", "0.9") in out
     # _count is vLLM's own, cumulative (110 lookups since start), not the window's 10
-    assert out[("kvoffload_offload_lookup_async_delay_seconds_count", None)] == 110
+    assert out[("kvoffload_lookup_async_delay_seconds_count", None)] == 110
     assert out[("kvoffload_requests_kv_fetch", "waiting_to_start")] == 3
 
 

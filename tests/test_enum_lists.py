@@ -69,7 +69,7 @@ def test_each_reason_is_in_every_list(reason: StateReason) -> None:
 
 @pytest.mark.parametrize("action", list(Recommendation))
 def test_each_recommendation_is_in_every_list(action: Recommendation) -> None:
-    assert re.search(rf"\b{action}\b", _help("kvoffload_offload_recommendation"))
+    assert re.search(rf"\b{action}\b", _help("kvoffload_recommendation"))
     metrics_doc = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
     assert f"`{action}`" in next(line for line in metrics_doc.splitlines() if line.startswith("- `recommendation`:"))
 

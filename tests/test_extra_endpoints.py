@@ -24,12 +24,12 @@ from kvoffload_exporter.server.exporter import Exporter
 RECON = Path(__file__).resolve().parent / "fixtures" / "reconstructed"
 # (fixture, extra endpoint's file prefix, backend, loaded series read from the extra body: name, labels, value)
 PAIRS = [
-    ("kvbm-1.6.1", "kvbm-", "kvbm", ("kvbm_onboard_blocks_h2d", 'unit="blocks",tier="host"', "8160.0")),
+    ("kvbm-1.6.1", "kvbm-", "kvbm", ("kvbm_onboard_blocks_h2d", "blocks", 'tier="host"', "8160.0")),
     (
         "lmcache-mp-0.33",
         "lmcache-server-",
         "lmcache_mp",
-        ("lmcache_mp_l1_read_chunks_total", 'unit="chunks",tier=""', "512.0"),
+        ("lmcache_mp_l1_read_chunks_total", "chunks", 'tier=""', "512.0"),
     ),
 ]
 
@@ -45,25 +45,25 @@ async def _poll(target: TargetConfig, polls: int = 2) -> Exporter:
     exp = Exporter(config, clock=clock, timer=clock, runtime_metrics=False)
     async with aiohttp.ClientSession() as session:
         for _ in range(polls):
-            await exp.poll(exp.targets[0], session)
+            await exp.scheduler.poll(exp.targets[0], session)
             clock.t += STEP
     return exp
 
 
 @pytest.mark.parametrize("d,prefix,backend,loaded", PAIRS)
 async def test_serve_joins_the_backend_endpoint_and_sees_the_hit(
-    d: str, prefix: str, backend: str, loaded: tuple[str, str, str]
+    d: str, prefix: str, backend: str, loaded: tuple[str, str, str, str]
 ) -> None:
     async with ChainServer(_texts(d, ""), "0.33.0") as vllm, ChainServer(_texts(d, prefix), "") as extra:
         exp = await _poll(TargetConfig(url=vllm, name="t", extra_metrics_urls=(extra + "/metrics",)))
     body = exp.body.decode()
     lb = 'target="t",model_name="Qwen/Qwen3-0.6B",engine="0"'
     assert 'kvoffload_up{target="t"} 1.0' in body
-    assert f'kvoffload_offload_backend_info{{target="t",backend="{backend}"}} 1.0' in body
+    assert f'kvoffload_backend_info{{target="t",backend="{backend}"}} 1.0' in body
     assert f'kvoffload_state{{{lb},state="hit"}} 1.0' in body
-    name, labels, value = loaded  # the evidence series come from the extra body
+    name, unit, labels, value = loaded  # the evidence series come from the extra body
     assert f'kvoffload_source_metric_info{{target="t",signal="loaded",resolved_name="{name}",' in body
-    assert f'kvoffload_offload_loaded_total{{{lb},{labels},connector=""}} {value}' in body
+    assert f'kvoffload_backend_loaded_{unit}_total{{{lb},{labels},connector=""}} {value}' in body
     assert 'kvoffload_extra_endpoint_errors_total{target="t",reason="connect"} 0.0' in body
 
 
@@ -74,7 +74,7 @@ async def test_without_the_extra_endpoint_the_backend_is_not_seen() -> None:
     body = exp.body.decode()
     lb = 'target="t",model_name="Qwen/Qwen3-0.6B",engine="0"'
     assert f'kvoffload_state{{{lb},state="not_configured"}} 1.0' in body
-    assert 'kvoffload_offload_backend_info{target="t",backend="kvbm"}' not in body
+    assert 'kvoffload_backend_info{target="t",backend="kvbm"}' not in body
     assert "kvoffload_extra_endpoint_errors_total" not in body  # no series for targets without extras
 
 

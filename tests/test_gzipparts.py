@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvoffload_exporter.expose import gzipparts
-from kvoffload_exporter.server import exporter as poller
+from kvoffload_exporter.server import expocache
 
 
 def _parts_gzip(body: bytes, parts: int) -> bytes:
@@ -50,9 +50,9 @@ def test_a_wrong_crc_is_refused_by_a_reader() -> None:
 
 
 def test_the_exporter_gzips_a_large_body_in_parts_that_read_back_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(poller, "_PARTS", 3)
+    monkeypatch.setattr(expocache, "_PARTS", 3)
     body = b"".join(b'kvoffload_up{target="t%06d"} 1.0\n' % i for i in range(40_000))  # > 1 MiB
     assert len(body) > 1 << 20
-    out = asyncio.run(poller._gzip(body))
+    out = asyncio.run(expocache._gzip(body))
     assert gzip.decompress(out) == body
     assert out.startswith(gzipparts.HEADER)  # the parts path, not gzip.compress

@@ -6,7 +6,10 @@ import statement wherever it stands (inside functions and `if TYPE_CHECKING:` to
 from __future__ import annotations
 
 import ast
+import os
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -196,7 +199,7 @@ def test_the_core_never_imports_the_canary() -> None:
 
 def test_the_loop_and_climb_checks_can_fail() -> None:
     """An import back (payback -> collector) is a loop; config -> canary.config climbs a layer; an import
-    inside a function is an edge like any other (poller imports sources.gpu only where it starts NVML)."""
+    inside a function is an edge like any other (the scheduler imports sources.gpu only where it starts NVML)."""
     graph = {
         **GRAPH,
         "kvoffload_exporter.derive.payback": GRAPH["kvoffload_exporter.derive.payback"]
@@ -211,7 +214,7 @@ def test_the_loop_and_climb_checks_can_fail() -> None:
         | {"kvoffload_exporter.canary.config"},
     }
     assert ("kvoffload_exporter.config.settings", "kvoffload_exporter.canary.config") in _climbs(graph)
-    assert "kvoffload_exporter.sources.gpu" in GRAPH["kvoffload_exporter.server.exporter"]
+    assert "kvoffload_exporter.sources.gpu" in GRAPH["kvoffload_exporter.server.scheduler"]
 
 
 def test_the_pure_check_follows_imports_through_the_project() -> None:
@@ -219,7 +222,7 @@ def test_the_pure_check_follows_imports_through_the_project() -> None:
     collector = _closure("kvoffload_exporter.expose.collector", set())
     assert "kvoffload_exporter.derive.window" in collector  # imported by the collector
     assert "kvoffload_exporter.ingest.backends.schema" in collector  # imported by what it imports
-    assert "aiohttp" in _closure("kvoffload_exporter.server.probe", set())  # through server.exporter
+    assert "aiohttp" in _closure("kvoffload_exporter.server.probe", set())  # through server.exporter and its scheduler
 
 
 def test_the_package_root_keeps_at_most_twelve_modules() -> None:
@@ -237,8 +240,28 @@ def test_a_missing_test_dependency_fails_collection_under_ci() -> None:
     assert strict_importorskip("json").dumps([]) == "[]"
 
 
+@pytest.mark.parametrize(("ci", "outcome"), [("true", "1 error"), ("", "1 skipped")])
+def test_a_module_level_importorskip_is_a_collection_error_only_under_ci(tmp_path: Path, ci: str, outcome: str) -> None:
+    """The hook in tests/conftest.py runs before collection: a test module whose dependency is missing errors
+    under CI and is skipped (with its reason) elsewhere."""
+    (tmp_path / "test_probe.py").write_text(
+        'import pytest\n\npytest.importorskip("no_such_module_kvoffload")\n\n\ndef test_x():\n    pass\n'
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CI"} | {"PYTHONPATH": str(ROOT / "tests")}
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest"]
+    run = subprocess.run(
+        [*argv, "--rootdir", str(tmp_path), str(tmp_path / "test_probe.py")],
+        cwd=tmp_path,
+        env=env | ({"CI": ci} if ci else {}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert outcome in run.stdout, run.stdout + run.stderr
+
+
 PRIVATE_ALLOWED = {
-    # RE2 semantics in linear time: google-re2 has no musllinux (Alpine) or macOS-arm64 wheel, so the pattern is
+    # RE2 semantics in linear time: google-re2 has no musllinux (Alpine) or CPython 3.13 wheel, so the pattern is
     # parsed with Python's own parser (same syntax and errors as `re`) and run on a Pike VM; the parser's
     # opcodes live in these modules. docs/design.md, "Private APIs".
     ("kvoffload_exporter.saferegex", "re._constants"),

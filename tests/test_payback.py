@@ -75,9 +75,10 @@ def test_payback_gauge_on_the_h200_chains(model: str, tier: float, expected: flo
     assert pb is not None and pb.seconds_per_gib_hour == pytest.approx(expected, rel=1e-5)
     assert pb.action == Recommendation.KEEP  # 0.68 / 1.56 GB loaded: above 5 % of the tier
     text = collect([TargetView(label="t", url="u", up=True, snapshot=snap, derived={e.key: d}, tier_bytes=tier)], "5m")
-    lines = [ln for ln in text.splitlines() if ln.startswith("kvoffload_offload_")]
-    gauge = next(ln for ln in lines if ln.startswith("kvoffload_offload_payback_seconds_per_gib_hour{"))
-    assert float(gauge.rsplit(" ", 1)[1]) == pytest.approx(expected, rel=1e-5)
+    lines = [ln for ln in text.splitlines() if ln.startswith(("kvoffload_payback_", "kvoffload_recommendation"))]
+    gauge = next(ln for ln in lines if ln.startswith("kvoffload_payback_seconds_per_byte_second{"))
+    # exported in base units: seconds per byte-second; a GiB-hour is 2^30 x 3600 byte-seconds
+    assert float(gauge.rsplit(" ", 1)[1]) * 2**30 * 3600 == pytest.approx(expected, rel=1e-5)
     one_hot = {ln.split('recommendation="')[1].split('"')[0]: ln[-3:] for ln in lines if "recommendation=" in ln}
     assert one_hot == {"grow": "0.0", "keep": "1.0", "shrink": "0.0", "disable": "0.0"}
 
@@ -87,8 +88,8 @@ def test_payback_is_absent_when_the_tier_is_unknown() -> None:
     d, e, snap = _window("0.6b", "A_01_before_cold", "A_05_after_cpu_tier_hit")
     assert engine_payback(d, e, None) is None
     text = collect([TargetView(label="t", url="u", up=True, snapshot=snap, derived={e.key: d})], "5m")
-    assert "kvoffload_offload_payback_seconds_per_gib_hour{" not in text
-    assert "kvoffload_offload_recommendation{" not in text
+    assert "kvoffload_payback_seconds_per_byte_second{" not in text
+    assert "kvoffload_recommendation{" not in text
     assert "kvoffload_prefill_seconds_per_token{" in text
 
 

@@ -18,6 +18,7 @@ from kvoffload_exporter.enums import CollectorName
 from kvoffload_exporter.expose.collector import Collector, collect
 from kvoffload_exporter.expose.render import Exposition
 from kvoffload_exporter.server.exporter import Exporter
+from kvoffload_exporter.server.pluginhost import ExporterHost
 from kvoffload_exporter.server.plugins import PluginHost
 
 
@@ -91,13 +92,13 @@ def test_canary_collector_reads_the_live_state_on_every_render() -> None:
 
 async def test_exporter_implements_the_host_protocol() -> None:
     exp = Exporter(_config())
-    host: PluginHost = exp
+    host: PluginHost = ExporterHost(exp)
     engine = _Engine(CanaryState("a", CanarySettings()))
     host.add_collector(CanaryCollector([engine]))
     host.report_collector(CollectorName.CANARY, False, 1.5)
     body = exp.body.decode()
-    assert 'kvoffload_collector_success{collector="canary"} 0.0' in body
-    assert 'kvoffload_collector_duration_seconds{collector="canary"} 1.5' in body
+    assert 'kvoffload_exporter_collector_success{collector="canary"} 0.0' in body
+    assert 'kvoffload_exporter_collector_duration_seconds{collector="canary"} 1.5' in body
     assert 'kvoffload_canary_verdict{target="a",verdict="inconclusive"} 1.0' in body
     ran = asyncio.Event()
 

@@ -221,7 +221,7 @@ async def test_a_configured_target_whose_polls_stopped_is_served_as_stale_not_up
     exp = client.server.app[EXPORTER]
     try:
         assert 'kvoffload_up{target="a"} 1.0' in await (await client.get("/probe", params={"target": url})).text()
-        (task,) = exp._loops.values()
+        (task,) = exp.scheduler.loops.values()
         task.cancel()  # the target's loop stops polling (as a saturated or lost loop would)
         body = ""
         for _ in range(300):

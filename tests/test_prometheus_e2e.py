@@ -101,10 +101,15 @@ NOT_SIMULATED = {
     "kvoffload_hisparse_cache_hits_total": "the simulator models no HiSparse",
     "kvoffload_hisparse_cache_misses_total": "the simulator models no HiSparse",
     "kvoffload_hisparse_host_to_device_bytes_total": "the simulator models no HiSparse",
-    "kvoffload_offload_stores_skipped_total": "needs a vLLM with store_threshold >= 2; the simulator has none",
-    "kvoffload_offload_lookup_async_delay_seconds": "the simulator registers the family but never defers a lookup",
+    "kvoffload_stores_skipped_total": "needs a vLLM with store_threshold >= 2; the simulator has none",
+    "kvoffload_lookup_async_delay_seconds": "the simulator registers the family but never defers a lookup",
     "kvoffload_tier_retention_seconds": "needs the wait strategy's ladder outliving the GPU; this canary uses pressure",
-    "kvoffload_offload_promoted_total": "the simulated tiering backend sheds writes but models no promotions",
+    "kvoffload_backend_promoted_bytes_total": "the simulated tiering backend sheds writes but models no promotions",
+    "kvoffload_backend_dropped_promotions_total": "the simulated tiering backend models no promotions",
+    "kvoffload_backend_stored_tokens_total": "LMCache counts tokens; no scenario here runs the LMCache backend",
+    "kvoffload_backend_loaded_tokens_total": "LMCache counts tokens; no scenario here runs the LMCache backend",
+    "kvoffload_backend_stored_chunks_total": "only the LMCache MP server counts chunks; it is not simulated",
+    "kvoffload_backend_loaded_chunks_total": "only the LMCache MP server counts chunks; it is not simulated",
     "kvoffload_tier_promotion_seconds_total": "the simulated tiering backend models no promotions",
 }
 

@@ -132,6 +132,7 @@ def test_serve_canary_facts_reach_the_exported_reason() -> None:
     """The canary plugin reports its facts through the host; the next render explains with them."""
     from kvoffload_exporter.config.settings import Config, TargetConfig
     from kvoffload_exporter.server.exporter import Exporter
+    from kvoffload_exporter.server.pluginhost import ExporterHost
 
     before, after, canary = _chain("evicted_before_reuse")
     assert canary is not None
@@ -149,7 +150,7 @@ def test_serve_canary_facts_reach_the_exported_reason() -> None:
         return [s.labels["reason"] for s in got if s.name == "kvoffload_state_reason" and s.value == 1.0]
 
     assert hot() == ["lookup_always_misses"]
-    exp.report_facts("a", canary)
+    ExporterHost(exp).report_facts("a", canary)
     assert hot() == ["evicted_before_reuse"]
 
 

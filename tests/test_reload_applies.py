@@ -16,7 +16,7 @@ import pytest
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.serve import ReloadStatus, config_from_args, reload
 from kvoffload_exporter.config.settings import Config, TargetConfig
-from kvoffload_exporter.server import exporter as poller_module
+from kvoffload_exporter.server import scheduler as scheduler_module
 from kvoffload_exporter.server.exporter import Exporter
 
 
@@ -38,7 +38,7 @@ async def test_a_reload_from_0_1_s_to_1_s_polls_the_unchanged_target_once_a_seco
         clock.t += max(0.0, seconds)
         await real_sleep(0)
 
-    monkeypatch.setattr(poller_module.asyncio, "sleep", sleep)
+    monkeypatch.setattr(scheduler_module.asyncio, "sleep", sleep)
     tc = TargetConfig(url="http://a:8000")
     fast = Config(targets=(tc,), poll_interval=0.1, window=60.0, host_enabled=False, gpu_enabled=False)
     exp = Exporter(fast, clock=clock, timer=clock, runtime_metrics=False, rng=random.Random(0))
@@ -50,7 +50,7 @@ async def test_a_reload_from_0_1_s_to_1_s_polls_the_unchanged_target_once_a_seco
         return 0.0
 
     monkeypatch.setattr(target, "poll_once", poll_once)
-    loop = asyncio.ensure_future(exp._target_loop(target, None))  # type: ignore[arg-type]
+    loop = asyncio.ensure_future(exp.scheduler.target_loop(target, None))  # type: ignore[arg-type]
     while clock.t < 5.0:
         await real_sleep(0)
     before = [t for t in at if 4.0 <= t < 5.0]
@@ -70,14 +70,16 @@ async def test_a_reload_resizes_history_and_restarts_the_loops_of_unchanged_targ
     exp = Exporter(fast, runtime_metrics=False)
     slow = replace(fast, poll_interval=1.0)
     kept = exp.targets[0]
-    exp.session = object()  # type: ignore[assignment]
-    exp._loops[tc] = old_loop = asyncio.ensure_future(asyncio.Event().wait())
-    exp._start_target = lambda t, s, first=True: exp._loops.__setitem__(t.cfg, asyncio.ensure_future(asyncio.sleep(0)))  # type: ignore[method-assign]
+    exp.scheduler.session = object()  # type: ignore[assignment]
+    exp.scheduler.loops[tc] = old_loop = asyncio.ensure_future(asyncio.Event().wait())
+    exp.scheduler.start_target = lambda t, s, first=True: exp.scheduler.loops.__setitem__(
+        t.cfg, asyncio.ensure_future(asyncio.sleep(0))
+    )  # type: ignore[method-assign]
     exp.reload(slow)
     await asyncio.sleep(0)
     assert exp.targets[0] is kept and kept.config is slow
     assert kept.history.maxlen == slow.history_len < fast.history_len
-    assert old_loop.cancelled() and exp._loops[tc] is not old_loop
+    assert old_loop.cancelled() and exp.scheduler.loops[tc] is not old_loop
 
 
 def test_a_field_that_cannot_change_at_runtime_is_refused_in_one_line(

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kvoffload_exporter.expose.render import Exposition, Heads
 
 LB = {"target": "t", "model_name": 'm"1\\', "engine": "0"}
-NAMES = ("kvoffload_prompt_tokens_total", "kvoffload_offload_tier_bytes", "kvoffload_gpu_kv_cache_blocks")
+NAMES = ("kvoffload_prompt_tokens_total", "kvoffload_tier_bytes", "kvoffload_gpu_kv_cache_blocks")
 VALUE = st.one_of(
     st.none(),
     st.sampled_from([0.0, -0.0, 1.0, 5, math.nan, math.inf, -math.inf, 1e15, 1e16, 0.1]),

@@ -78,14 +78,14 @@ async def test_a_target_not_polled_yet_is_not_reported_down() -> None:
     exp = Exporter(config, clock=clock, timer=clock, runtime_metrics=False)
     before = exp.body.decode()
     assert 'target="gone"' not in before
-    assert 'kvoffload_collector_success{collector="vllm"} 1.0' in before
+    assert 'kvoffload_exporter_collector_success{collector="vllm"} 1.0' in before
     async with aiohttp.ClientSession() as s:
         clock.t += 5
-        await exp.poll(exp.targets[0], s)  # a closed port: the first poll fails
+        await exp.scheduler.poll(exp.targets[0], s)  # a closed port: the first poll fails
     after = exp.body.decode()
     assert 'kvoffload_up{target="gone"} 0.0' in after
     assert 'kvoffload_scrape_errors_total{target="gone",reason="connect"} 1.0' in after
-    assert 'kvoffload_collector_success{collector="vllm"} 0.0' in after
+    assert 'kvoffload_exporter_collector_success{collector="vllm"} 0.0' in after
 
 
 async def test_a_poll_rebuilds_only_its_own_fragment() -> None:
@@ -103,7 +103,7 @@ async def test_a_poll_rebuilds_only_its_own_fragment() -> None:
             before_a, before_b = exp.targets[0].fragment, exp.targets[1].fragment
             first = exp.body
             clock.t += 5
-            await exp.poll(exp.targets[0], s)
+            await exp.scheduler.poll(exp.targets[0], s)
     assert exp.targets[1].fragment is before_b
     assert exp.targets[0].fragment is not before_a
     assert exp.body != first
@@ -368,10 +368,10 @@ async def test_a_gzip_scrape_does_not_queue_behind_another_scrapes_compression()
     exp = Exporter(Config(host_enabled=False, gpu_enabled=False), clock=clock, timer=clock, runtime_metrics=False)
     first = await exp.gzip_exposition()
     exp.render()
-    clock.t += exp._min_merge  # a new generation is due
-    async with exp._gzip_lock:  # ... and another scrape is compressing it
+    clock.t += exp.cache.min_merge  # a new generation is due
+    async with exp.cache.gzip_lock:  # ... and another scrape is compressing it
         assert await asyncio.wait_for(exp.gzip_exposition(), 5) is first  # a wait here would time out
-        clock.t += exp._min_merge  # the last body is now two merge intervals old: a scrape waits
+        clock.t += exp.cache.min_merge  # the last body is now two merge intervals old: a scrape waits
         waiting = asyncio.ensure_future(exp.gzip_exposition())
         await asyncio.sleep(0.01)
         assert not waiting.done()

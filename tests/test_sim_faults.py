@@ -80,6 +80,7 @@ def test_fault_names_and_arguments() -> None:
         "down",
         "completions-status",
         "store-errors",
+        "corrupt-loads",
     }
 
 

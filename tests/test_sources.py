@@ -127,12 +127,12 @@ async def test_gpu_failure_does_not_stop_the_rest() -> None:
                 break
             await asyncio.sleep(0.02)
         text = await (await client.get("/metrics")).text()
-        assert 'kvoffload_collector_success{collector="host"} 1.0' in text
+        assert 'kvoffload_exporter_collector_success{collector="host"} 1.0' in text
         assert 'kvoffload_engine_process_resident_memory_bytes{target="x",role="api_server",rank="0"}' in text
         assert 'kvoffload_engine_process_tree_memory_info{target="x",source="smaps_rollup"} 1.0' in text
         assert "kvoffload_host_memory_headroom_bytes" in text
         if not exp.collectors["gpu"][0]:
-            assert 'kvoffload_collector_success{collector="gpu"} 0.0' in text
+            assert 'kvoffload_exporter_collector_success{collector="gpu"} 0.0' in text
             assert "kvoffload_gpu_memory_total_bytes" not in text
 
 
@@ -274,7 +274,7 @@ def test_exposition_carries_the_tree_the_source_and_the_ratio() -> None:
     assert one(text, "kvoffload_engine_process_tree_memory_info", target="a", source="smaps_rollup") == 1.0
     assert one(text, "kvoffload_engine_process_tree_shmem_bytes", target="a") == 15 * GIB
     assert one(text, "kvoffload_engine_process_tree_resident_sum_bytes", target="a") > 17 * GIB
-    assert one(text, "kvoffload_offload_tier_footprint_ratio", target="a") == pytest.approx(2.013, abs=1e-3)
+    assert one(text, "kvoffload_tier_footprint_ratio", target="a") == pytest.approx(2.013, abs=1e-3)
     assert one(text, "kvoffload_engine_process_tree_growth_step_bytes", target="a") == GIB
     assert one(text, "kvoffload_engine_process_tree_cgroup_headroom_bytes", target="a") == 24 * GIB - 22949371904
     bare = collect([], "5m", HostMemory(1.0, 1.0, None, None))

@@ -1,18 +1,17 @@
 """Overview row for the one evidence schema across backends: per tier, in each backend's native unit.
 
-Why separate: these panels read only the backend-neutral `kvoffload_offload_*` families (ingest.backends),
+Why separate: these panels read only the backend-neutral `kvoffload_backend_*` families (ingest.backends),
 so SimpleCPU blocks, LMCache tokens, KVBM blocks and tiering bytes/chunks all land in the same panels;
-rates are shown per `unit` and never summed across units.
+each unit has its own family (one query each, listed from the catalogue), so nothing is summed across units.
 """
 
 from __future__ import annotations
 
 from kvoffload_exporter.bundle.panels import Layout, timeseries
 from kvoffload_exporter.bundle.promql import Matcher, Query
-
-
-def _bytes() -> str:
-    return str(Matcher("unit", "=", "bytes"))
+from kvoffload_exporter.catalogue import evidence_metric
+from kvoffload_exporter.ingest.backends.resolve import SIGNAL_UNITS
+from kvoffload_exporter.ingest.backends.schema import Evidence, NativeUnit
 
 
 def _tiered(expr: str) -> str:
@@ -23,7 +22,19 @@ def _tiered(expr: str) -> str:
 def backend_rows(L: Layout, q: Query, eng: str) -> None:
     """Add the "Per-tier offload" row to the overview layout `L` (imported lazily by dashboards.overview)."""
     r = "[$__rate_interval]"
-    by = "sum by (job, instance, target, model_name, engine, unit, tier, connector)"
+    by = "sum by (job, instance, target, model_name, engine, tier, connector)"
+    traffic = [
+        (
+            _tiered(f"{by} (rate({q(evidence_metric(signal, unit))}{r}))"),
+            f"{signal} {unit} {{{{tier}}}} {eng}",
+        )
+        for signal in (Evidence.STORED, Evidence.LOADED)
+        for unit in SIGNAL_UNITS[signal]
+    ]
+    drops = [
+        (_tiered(f"rate({q(evidence_metric(Evidence.DROPPED, unit))}{r})"), f"{{{{reason}}}} {{{{tier}}}} {unit} {eng}")
+        for unit in SIGNAL_UNITS[Evidence.DROPPED]
+    ]
     L.row("Per-tier offload (every backend, native units)")
     L.add(
         timeseries(
@@ -31,16 +42,7 @@ def backend_rows(L: Layout, q: Query, eng: str) -> None:
             "GPU ↔ tier traffic per second in the backend's own unit (bytes for the OffloadingConnector and "
             "tiering, blocks for SimpleCPU and KVBM, tokens for LMCache, chunks for the LMCache MP server). "
             "kvoffload_source_metric_info names the upstream series. Never add across units.",
-            [
-                (
-                    _tiered(f"{by} (rate({q('kvoffload_offload_stored_total')}{r}))"),
-                    f"stored {{{{unit}}}} {{{{tier}}}} {eng}",
-                ),
-                (
-                    _tiered(f"{by} (rate({q('kvoffload_offload_loaded_total')}{r}))"),
-                    f"loaded {{{{unit}}}} {{{{tier}}}} {eng}",
-                ),
-            ],
+            traffic,
             "cps",
         ),
         w=12,
@@ -67,11 +69,11 @@ def backend_rows(L: Layout, q: Query, eng: str) -> None:
             "GPU traffic.",
             [
                 (
-                    f"rate({q('kvoffload_offload_cascaded_total', _bytes())}{r})",
+                    f"rate({q(evidence_metric(Evidence.CASCADED, NativeUnit.BYTES))}{r})",
                     f"cascaded {{{{tier}}}} {eng}",
                 ),
                 (
-                    f"rate({q('kvoffload_offload_promoted_total', _bytes())}{r})",
+                    f"rate({q(evidence_metric(Evidence.PROMOTED, NativeUnit.BYTES))}{r})",
                     f"promoted {{{{tier}}}} {eng}",
                 ),
             ],
@@ -86,12 +88,7 @@ def backend_rows(L: Layout, q: Query, eng: str) -> None:
             "Offload writes dropped per second, by closed reason: backpressure = a slow secondary tier shedding "
             "cascade writes (tiering 0.31+), cpu_full / request_gone / null_block / not_hashed = SimpleCPU save "
             "outcomes, allocation_failure = tier full of in-flight chunks. Alert: KVOffloadTierDroppingWrites.",
-            [
-                (
-                    _tiered(f"rate({q('kvoffload_offload_dropped_total')}{r})"),
-                    f"{{{{reason}}}} {{{{tier}}}} {{{{unit}}}} {eng}",
-                )
-            ],
+            drops,
             "cps",
         ),
         w=8,
@@ -114,6 +111,7 @@ def backend_rows(L: Layout, q: Query, eng: str) -> None:
         w=8,
         h=8,
     )
+    errored_puts = evidence_metric(Evidence.DROPPED, NativeUnit.STORES)
     L.row("KV store errors (Mooncake store)")
     L.add(
         timeseries(
@@ -124,7 +122,7 @@ def backend_rows(L: Layout, q: Query, eng: str) -> None:
             "a window failing reads not_storing, reason store_errors. Alert: KVOffloadStoreErrors.",
             [
                 (
-                    f"rate({q('kvoffload_offload_dropped_total', str(Matcher('reason', '=', 'store_error')))}{r})",
+                    f"rate({q(errored_puts, str(Matcher('reason', '=', 'store_error')))}{r})",
                     f"failed puts {eng}",
                 )
             ],

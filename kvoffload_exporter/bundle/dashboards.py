@@ -33,6 +33,8 @@ from kvoffload_exporter.catalogue import STATES
 from kvoffload_exporter.enums import State
 
 OVERVIEW_UID = "kvoffload-overview"
+GIB_HOUR_BYTE_SECONDS = 2**30 * 3600
+"""Byte-seconds in a GiB-hour: the payback panel shows the exported base-unit figure per GiB-hour."""
 
 STATE_VALUES: dict[State, tuple[int, str, str]] = {
     State.NOT_CONFIGURED: (0, "text", "no offload metrics"),
@@ -117,8 +119,8 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
             "Bytes per second moved between GPU KV cache and the offload tier "
             "(Prometheus rate of the exporter's de-duplicated counters; loads up, stores down).",
             [
-                (f"rate({q('kvoffload_offload_load_bytes_total')}[$__rate_interval])", f"load {eng}"),
-                (f"-rate({q('kvoffload_offload_store_bytes_total')}[$__rate_interval])", f"store {eng}"),
+                (f"rate({q('kvoffload_load_bytes_total')}[$__rate_interval])", f"load {eng}"),
+                (f"-rate({q('kvoffload_store_bytes_total')}[$__rate_interval])", f"store {eng}"),
             ],
             "Bps",
         ),
@@ -131,8 +133,8 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
             "Bytes per transfer-second of loads and stores over the window (per-worker "
             "mean with TP > 1). H200 reference: ~38-47 GB/s host to device.",
             [
-                (q("kvoffload_offload_load_bandwidth_bytes_per_second"), f"load {eng}"),
-                (q("kvoffload_offload_store_bandwidth_bytes_per_second"), f"store {eng}"),
+                (q("kvoffload_load_bandwidth_bytes_per_second"), f"load {eng}"),
+                (q("kvoffload_store_bandwidth_bytes_per_second"), f"store {eng}"),
             ],
             "Bps",
         ),
@@ -219,6 +221,28 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         h=8,
         steps=[("blue", None)],
     )
+    L.add(
+        stat(
+            "Canary output mismatches",
+            "Offload hits whose answer (greedy token ids) differed from the same prompt served from the GPU or "
+            "recomputed, over the dashboard's range. Anything above 0 is critical: the tier changes answers "
+            "(alert KVOffloadOutputMismatch). No value while the model's answer does not depend on the prefix "
+            "(kvoffload_canary_output_sensitive 0): the check cannot see a corruption then.",
+            [
+                (
+                    f"sum by (target) (increase({q('kvoffload_canary_output_mismatches_total')}[$__range])) "
+                    f"and on (target) max by (target) ({q('kvoffload_canary_output_sensitive')}) == 1",
+                    "{{target}}",
+                )
+            ],
+            "none",
+            color_mode="background",
+            mappings=[],
+        ),
+        w=4,
+        h=8,
+        steps=[("green", None), ("red", 1.0)],
+    )
 
     L.row("Memory")
     L.add(
@@ -230,7 +254,7 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
             [
                 (c.per_exporter(q("kvoffload_host_memory_headroom_bytes")), "headroom {{instance}}"),
                 (c.per_exporter(q("kvoffload_host_memory_available_bytes")), "available {{instance}}"),
-                (f"sum by (job, instance) ({q('kvoffload_offload_tier_bytes')})", "configured tier {{instance}}"),
+                (f"sum by (job, instance) ({q('kvoffload_tier_bytes')})", "configured tier {{instance}}"),
             ],
             "bytes",
         ),
@@ -279,8 +303,8 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
             "Store allocations that failed because the tier was full "
             "of in-flight chunks, and stores skipped by reuse gating (store_threshold ≥ 2), per second.",
             [
-                (f"rate({q('kvoffload_offload_allocation_failures_total')}[$__rate_interval])", f"failed {eng}"),
-                (f"rate({q('kvoffload_offload_stores_skipped_total')}[$__rate_interval])", f"skipped {eng}"),
+                (f"rate({q('kvoffload_allocation_failures_total')}[$__rate_interval])", f"failed {eng}"),
+                (f"rate({q('kvoffload_stores_skipped_total')}[$__rate_interval])", f"skipped {eng}"),
             ],
             "cps",
         ),
@@ -292,7 +316,7 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
             "Tier chunks pinned by in-flight transfers",
             "Share of offload-tier chunks held by transfers in "
             "flight. NOT the fill level (vLLM exports none); advisory in multiprocess mode.",
-            [(q("kvoffload_offload_inflight_ratio"), eng)],
+            [(q("kvoffload_tier_in_flight_ratio"), eng)],
             "percentunit",
         ),
         w=12,
@@ -302,10 +326,11 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         timeseries(
             "Is the tier worth its RAM?",
             "Prefill seconds the tier saved per GiB-hour it was held, over the exporter's window: (loaded tokens "
-            "x measured prefill cost per token - load seconds) / (tier GiB x window hours). Below 0 with loads: "
-            "disable; kvoffload_offload_recommendation says grow/keep/shrink/disable (rules in docs/memory.md). "
+            "x measured prefill cost per token - load seconds) / (tier GiB x window hours), from the exported "
+            "seconds per byte-second x 2^30 x 3600. Below 0 with loads: "
+            "disable; kvoffload_recommendation says grow/keep/shrink/disable (rules in docs/memory.md). "
             "Absent while the tier size or the prefill cost is unknown.",
-            [(q("kvoffload_offload_payback_seconds_per_gib_hour"), f"payback {eng}")],
+            [(f"{q('kvoffload_payback_seconds_per_byte_second')} * {GIB_HOUR_BYTE_SECONDS}", f"payback {eng}")],
             "s",
         ),
         w=24,

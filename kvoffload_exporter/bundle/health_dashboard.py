@@ -127,7 +127,9 @@ def exporter_health(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
             title="Collector success",
             description="1 when the collector's last run succeeded: vllm (every "
             "target polled), host (psutil/cgroup), gpu (NVML), canary.",
-            targets=targets([(c.per_exporter(q("kvoffload_collector_success")), "{{instance}} {{collector}}")]),
+            targets=targets(
+                [(c.per_exporter(q("kvoffload_exporter_collector_success")), "{{instance}} {{collector}}")]
+            ),
             mappings=value_mappings({0: ("failed", "red"), 1: ("ok", "green")}),
             colorMode="fixed",
             extraJson=UNIT_NONE,
@@ -139,7 +141,7 @@ def exporter_health(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         timeseries(
             "Collector duration",
             "Duration of each collector's last run.",
-            [(c.per_exporter(q("kvoffload_collector_duration_seconds")), "{{instance}} {{collector}}")],
+            [(c.per_exporter(q("kvoffload_exporter_collector_duration_seconds")), "{{instance}} {{collector}}")],
             "s",
         ),
         w=12,

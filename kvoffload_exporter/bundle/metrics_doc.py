@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from kvoffload_exporter.catalogue import (
@@ -23,6 +24,9 @@ from kvoffload_exporter.catalogue import (
     STATES,
     Group,
 )
+from kvoffload_exporter.catalogue.renames import NAMING_RULE, RENAMES
+
+RENAMES_PATH = "docs/renames-0.1.0.json"
 
 GROUPS: dict[Group, str] = {
     Group.HEALTH: "Exporter and target health",
@@ -66,6 +70,10 @@ def render() -> str:
         "Prometheus conventions: `kvoffload_` prefix, base units, `_total` only on counters, ratios 0-1.",
         "State sets and info metrics are exposed as gauges (1 for the current state / always 1).",
         "",
+        "Naming (every name below follows it):",
+        "",
+        *(f"- {rule}" for rule in NAMING_RULE),
+        "",
         "Closed label value sets:",
         "",
     ]
@@ -80,7 +88,14 @@ def render() -> str:
             labels = ", ".join(f"`{lb}`" for lb in m.labels) or "–"
             source = f"`{_cell(m.source)}`" if m.source else "–"
             out.append(f"| `{m.name}` | {m.type} | {m.unit or '–'} | {labels} | {_cell(m.help)} | {source} |")
+    out += ["", "## Renamed before 0.1.0", "", f"Also in `{RENAMES_PATH}`. `{{unit}}`: the old `unit` label's value."]
+    out += ["", "| Old name | New name |", "|---|---|", *(f"| `{o}` | `{n}` |" for o, n in RENAMES.items())]
     unknown = sorted({m.group for m in CATALOGUE.values()} - set(GROUPS))
     if unknown:  # a new catalogue group must get a section title here
         raise ValueError(f"catalogue groups without a docs section: {unknown}")
     return "\n".join(out) + "\n"
+
+
+def renames_json() -> str:
+    """`docs/renames-0.1.0.json`: {old: new}, to rewrite queries, dashboards or another branch mechanically."""
+    return json.dumps(RENAMES, sort_keys=True, indent=2, ensure_ascii=False) + "\n"

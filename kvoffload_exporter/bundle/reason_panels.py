@@ -66,8 +66,8 @@ def _why_no_loads(L: Layout, q: Query, eng: str) -> None:
             "Bytes loaded and stored per engine (DP rank) over the last hour. One engine storing with its "
             "load line at 0 while its siblings load is KVOffloadEngineImbalance.",
             [
-                (f"increase({q('kvoffload_offload_load_bytes_total')}[1h])", f"load {eng}"),
-                (f"increase({q('kvoffload_offload_store_bytes_total')}[1h])", f"store {eng}"),
+                (f"increase({q('kvoffload_load_bytes_total')}[1h])", f"load {eng}"),
+                (f"increase({q('kvoffload_store_bytes_total')}[1h])", f"store {eng}"),
             ],
             "bytes",
             fill=0,
@@ -111,7 +111,7 @@ def _payoff_under_load(L: Layout, q: Query, eng: str) -> None:
             "Offload lookup delay p99",
             "p99 of how long a request's offload lookup stayed deferred over the window: loads queueing "
             "behind loads (the convoy of vllm#44294). vLLM 0.33+.",
-            [(q("kvoffload_offload_lookup_async_delay_seconds"), eng)],
+            [(q("kvoffload_lookup_async_delay_seconds"), eng)],
             "s",
             fill=0,
         ),

@@ -39,12 +39,12 @@ SECTIONS: dict[StateReason, tuple[str, str, str]] = {
         "Wait; the reason clears once the GPU pool has turned over once.",
     ),
     StateReason.TIER_SMALLER_THAN_PREFIX: (
-        "`not_storing`: the tier's known size (`kvoffload_offload_tier_bytes`, exported or the target's "
+        "`not_storing`: the tier's known size (`kvoffload_tier_bytes`, exported or the target's "
         "`tier_bytes` setting) is below the KV bytes of the typical computed prompt (computed prompt tokens "
         "per request × KV bytes per token). A store that cannot fit is never made, so the tier stays empty "
         "(H200, Qwen3-0.6B: a 300 MB tier under 5,120-token prefixes of 587 MB stored nothing in 12 million "
         "computed tokens).",
-        "`kvoffload_offload_tier_bytes` against the prompt lengths the engine computes; the connector's "
+        "`kvoffload_tier_bytes` against the prompt lengths the engine computes; the connector's "
         "`cpu_bytes_to_use` / `kv_offloading_size`.",
         "Make the tier several prompts large (and larger than the GPU pool), or disable it: at this size it "
         "costs pinned memory and can never help.",
@@ -52,7 +52,7 @@ SECTIONS: dict[StateReason, tuple[str, str, str]] = {
     StateReason.STORES_SKIPPED: (
         "`not_storing`: the connector counted stores it skipped (`vllm:kv_offload_stores_skipped`) and made "
         "none: the tier refuses what it is offered (full of in-flight chunks, or a store policy that skips).",
-        "`kvoffload_offload_stores_skipped_total`; the tier size and `store_threshold`.",
+        "`kvoffload_stores_skipped_total`; the tier size and `store_threshold`.",
         "Enlarge the tier or relax the store policy; until then the tier holds nothing.",
     ),
     StateReason.STORE_ERRORS: (
@@ -60,7 +60,7 @@ SECTIONS: dict[StateReason, tuple[str, str, str]] = {
         '(MooncakeStoreConnector `vllm:mooncake_store_operation_total{operation="save_put",status="error"}` '
         'or `status="partial_failure"`), so no put was stored whole. vLLM still adds a failing put\'s whole '
         "batch to `vllm:mooncake_store_operation_bytes_total{status=...}`; the exporter never counts those as stored.",
-        '`kvoffload_offload_dropped_total{reason="store_error"}`; the store\'s master and its segments '
+        '`kvoffload_backend_dropped_stores_total{reason="store_error"}`; the store\'s master and its segments '
         "(are they mounted, full, reachable), the transfer engine's protocol and devices.",
         "Fix the store (a larger tier does not help): until a put succeeds the tier holds nothing.",
     ),
@@ -68,8 +68,8 @@ SECTIONS: dict[StateReason, tuple[str, str, str]] = {
         "The tier is losing stores: allocation failures, stores skipped, a backend's own drops (tiering "
         "backpressure, a full SimpleCPU tier), or every chunk pinned by in-flight transfers (backpressure). "
         "On a `hit` engine this is the degraded hit: it loads, but not all it could.",
-        "`kvoffload_offload_allocation_failures_total`, `kvoffload_offload_stores_skipped_total`, "
-        "`kvoffload_offload_dropped_total`, `kvoffload_offload_inflight_ratio` near 1.",
+        "`kvoffload_allocation_failures_total`, `kvoffload_stores_skipped_total`, "
+        "`kvoffload_backend_dropped_*_total`, `kvoffload_tier_in_flight_ratio` near 1.",
         "Enlarge the tier or lower the store rate (`store_threshold` ≥ 2 stores only reused blocks).",
     ),
     StateReason.TIER_SMALLER_THAN_GPU_POOL: (
@@ -77,7 +77,7 @@ SECTIONS: dict[StateReason, tuple[str, str, str]] = {
         "over the GPU cache's bytes per token) than the GPU pool. A prefix is evicted from the GPU only "
         "after newer blocks filled it, and those newer blocks already pushed it out of the smaller tier "
         "(vllm#56871: 500 GiB of host held 3.3 M tokens under a 5.29 M-token GPU pool).",
-        "`kvoffload_offload_tier_bytes` against the GPU pool; the tier size per TP rank.",
+        "`kvoffload_tier_bytes` against the GPU pool; the tier size per TP rank.",
         "Make the tier clearly larger than the GPU pool, or disable offload: at this size it cannot hit.",
     ),
     StateReason.PREFIX_SHORTER_THAN_BLOCK: (

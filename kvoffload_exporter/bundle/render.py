@@ -37,6 +37,7 @@ def render_bundle(
     files: dict[str, str] = {
         RULES_PATH: rulefile.prometheus_rules_yaml(settings, matchers),
         METRICS_DOC_PATH: metrics_doc.render(),
+        metrics_doc.RENAMES_PATH: metrics_doc.renames_json(),
         runbook.PATH: runbook.render(settings),
         alerts_doc.PATH: alerts_doc.render(settings),
     }

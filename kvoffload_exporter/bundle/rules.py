@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 from kvoffload_exporter.bundle.promql import Matcher, Query
 from kvoffload_exporter.bundle.settings import DEFAULT, Settings
-from kvoffload_exporter.catalogue import STATES
+from kvoffload_exporter.catalogue import STATES, evidence_metric
+from kvoffload_exporter.ingest.backends.resolve import SIGNAL_UNITS
+from kvoffload_exporter.ingest.backends.schema import Evidence, NativeUnit
 
 ENGINE_EXTRA = ("window", "quantile", "state")
 """Labels beyond (target, model_name, engine) that windowed/stateset series carry; ignored in joins."""
@@ -66,11 +68,11 @@ class _Rules:
         self.inline = inline
         w = s.reuse_window
         self._records: dict[str, Callable[[str], str]] = {
-            f"engine:kvoffload_offload_store_bytes:increase{w}": lambda off: (
-                f"increase({self.q('kvoffload_offload_store_bytes_total')}[{w}]{off})"
+            f"engine:kvoffload_store_bytes:increase{w}": lambda off: (
+                f"increase({self.q('kvoffload_store_bytes_total')}[{w}]{off})"
             ),
-            f"engine:kvoffload_offload_load_bytes:increase{w}": lambda off: (
-                f"increase({self.q('kvoffload_offload_load_bytes_total')}[{w}]{off})"
+            f"engine:kvoffload_load_bytes:increase{w}": lambda off: (
+                f"increase({self.q('kvoffload_load_bytes_total')}[{w}]{off})"
             ),
             # Reuse is visible when prompts are served from a prefix cache (GPU or external). The `or`
             # chain keeps the rule alive on a vLLM that exports only one of the two counters.
@@ -82,18 +84,27 @@ class _Rules:
             ),
             # Backends that count no bytes (SimpleCPU/KVBM blocks, LMCache tokens, chunks): the increase
             # per unit, never summed across units (kvoffload_exporter.ingest.backends); loads in any unit.
-            f"engine:kvoffload_offload_stored_units:increase{w}": lambda off: (
-                "max without (tier, connector) (increase("
-                f"{self.q('kvoffload_offload_stored_total', _m('unit', '!=', 'bytes'))}[{w}]{off}))"
+            f"engine:kvoffload_backend_stored_units:increase{w}": lambda off: (
+                f"max without (tier, connector) ({self.per_unit(Evidence.STORED, f'[{w}]{off}', bytes_too=False)})"
             ),
-            f"engine:kvoffload_offload_loaded_units:increase{w}": lambda off: (
-                f"max without (unit, tier, connector) (increase({self.q('kvoffload_offload_loaded_total')}[{w}]{off}))"
+            f"engine:kvoffload_backend_loaded_units:increase{w}": lambda off: (
+                f"max without (unit, tier, connector) ({self.per_unit(Evidence.LOADED, f'[{w}]{off}')})"
             ),
             f"engine:kvoffload_ttft_seconds:avg{s.ttft_smoothing}": lambda off: (
                 f"avg_over_time({self.q('kvoffload_ttft_seconds', _m('quantile', '=', s.ttft_quantile))}"
                 f"[{s.ttft_smoothing}]{off})"
             ),
         }
+
+    def per_unit(self, signal: Evidence, rng: str, *matchers: str, bytes_too: bool = True) -> str:
+        """`increase` of every unit's family of `signal` (kvoffload_backend_<signal>_<unit>_total), one series per
+        unit: the unit goes back into a `unit` label so that families with equal labels stay apart (and an
+        alert can name it); callers never add across it."""
+        units = [u for u in SIGNAL_UNITS[signal] if bytes_too or u != NativeUnit.BYTES]
+        return " or ".join(
+            f'label_replace(increase({self.q(evidence_metric(signal, u), *matchers)}{rng}), "unit", "{u}", "", "")'
+            for u in units
+        )
 
     def rec(self, name: str, offset: str = "") -> str:
         off = f" offset {offset}" if offset else ""
@@ -108,12 +119,13 @@ class _Rules:
 
     def alerts(self) -> list[AlertRule]:
         s, q, w = self.s, self.q, self.s.reuse_window
-        store = self.rec(f"engine:kvoffload_offload_store_bytes:increase{w}")
-        load = self.rec(f"engine:kvoffload_offload_load_bytes:increase{w}")
+        store = self.rec(f"engine:kvoffload_store_bytes:increase{w}")
+        load = self.rec(f"engine:kvoffload_load_bytes:increase{w}")
         reuse = self.rec(f"engine:kvoffload_prefix_hits_tokens:increase{w}")
-        stored_units = self.rec(f"engine:kvoffload_offload_stored_units:increase{w}")
-        loaded_units = self.rec(f"engine:kvoffload_offload_loaded_units:increase{w}")
+        stored_units = self.rec(f"engine:kvoffload_backend_stored_units:increase{w}")
+        loaded_units = self.rec(f"engine:kvoffload_backend_loaded_units:increase{w}")
         ttft_name = f"engine:kvoffload_ttft_seconds:avg{s.ttft_smoothing}"
+        drop_window = f"[{s.allocation_window}]"
         ttft, ttft_base = self.rec(ttft_name), self.rec(ttft_name, s.ttft_baseline_offset)
         ign = f"ignoring ({', '.join(ENGINE_EXTRA)})"
         configured = f"({q('kvoffload_state', _m('state', '=', 'not_configured'))} == 0)"
@@ -252,7 +264,7 @@ class _Rules:
                 "KVOffloadHostMemoryHeadroomLow",
                 f"{q('kvoffload_host_memory_headroom_bytes')}\n"
                 f"< {_num(s.headroom_min_tier_ratio)} * sum without (target, model_name, engine) "
-                f"({q('kvoffload_offload_tier_bytes')})",
+                f"({q('kvoffload_tier_bytes')})",
                 s.headroom_for,
                 "critical",
                 "Host memory headroom is small compared with the pinned offload tier.",
@@ -264,7 +276,7 @@ class _Rules:
             ),
             AlertRule(
                 "KVOffloadTierOvercommitted",
-                f"{q('kvoffload_offload_tier_footprint_ratio')} > {_num(s.tier_footprint_max_ratio)}",
+                f"{q('kvoffload_tier_footprint_ratio')} > {_num(s.tier_footprint_max_ratio)}",
                 s.tier_footprint_for,
                 "warning",
                 "The offload tier holds far more host memory than it was configured for.",
@@ -287,7 +299,7 @@ class _Rules:
             ),
             AlertRule(
                 "KVOffloadAllocationFailures",
-                f"increase({q('kvoffload_offload_allocation_failures_total')}[{s.allocation_window}]) > 0",
+                f"increase({q('kvoffload_allocation_failures_total')}[{s.allocation_window}]) > 0",
                 s.allocation_for,
                 "warning",
                 "The offload tier keeps failing to allocate space for stores.",
@@ -297,8 +309,7 @@ class _Rules:
             ),
             AlertRule(
                 "KVOffloadTierDroppingWrites",
-                f"increase({q('kvoffload_offload_dropped_total', _m('reason', '=~', 'backpressure|cpu_full'))}"
-                f"[{s.allocation_window}]) > 0",
+                f"({self.per_unit(Evidence.DROPPED, drop_window, _m('reason', '=~', 'backpressure|cpu_full'))}) > 0",
                 s.allocation_for,
                 "warning",
                 "An offload tier keeps silently shedding writes.",
@@ -309,8 +320,7 @@ class _Rules:
             ),
             AlertRule(
                 "KVOffloadStoreErrors",
-                f"increase({q('kvoffload_offload_dropped_total', _m('reason', '=', 'store_error'))}"
-                f"[{s.allocation_window}]) > 0",
+                f"({self.per_unit(Evidence.DROPPED, drop_window, _m('reason', '=', 'store_error'))}) > 0",
                 s.allocation_for,
                 "warning",
                 "The KV store keeps answering offload puts with errors.",
@@ -346,6 +356,17 @@ class _Rules:
                 "The canary on {{ $labels.target }} evicted its prefix from the GPU and revisited it, "
                 "but no offload load happened (verdict no_offload_hit): stores are not turning into "
                 "hits. Check that the tier is large enough to keep the prefix and that loads work.",
+            ),
+            AlertRule(
+                "KVOffloadOutputMismatch",
+                f"increase({q('kvoffload_canary_output_mismatches_total')}[{s.output_mismatch_window}]) > 0",
+                "0m",
+                "critical",
+                "Requests served from the offload tier get different answers.",
+                "The canary on {{ $labels.target }} sent the same prompt twice and got other tokens when the "
+                "prefix came from the offload tier ({{ $labels.pair }}: {{ $value | humanize }} in the last "
+                f"{s.output_mismatch_window}). Users' answers may be corrupted: disable offloading (or loads) "
+                "on this server and keep the evidence (`kvoffload-exporter check --out DIR`).",
             ),
         ]
 

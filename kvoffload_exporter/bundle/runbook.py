@@ -19,9 +19,10 @@ _HEAD = """# Runbook: KV offload alerts
 
 One section per alert in `alerts/kvoffload.rules.yaml` (and the Grafana-managed copies in
 `alerts/grafana/`); each alert's `runbook_url` points at its section. `bundle --out DIR` writes this file
-next to the rules. The committed rules carry the relative `alerts/runbook.md#<alert>`: render them with
-`kvoffload-exporter bundle --out DIR --runbook-url https://<where you host this file>` so that the link in
-a notification opens. Windows and thresholds below are those of this render; change them with
+next to the rules. The committed rules link to this file as the project publishes it (an absolute URL, so
+the link in a notification opens); render them with
+`kvoffload-exporter bundle --out DIR --runbook-url https://<where you host this file>` to link your copy.
+Windows and thresholds below are those of this render; change them with
 `bundle --set KEY=VALUE` or `--preset rehearsal` (every key: docs/alerts.md).
 Dashboards: *KV offload overview* (`kvoffload-overview`) and *KV offload exporter health*
 (`kvoffload-exporter-health`).
@@ -47,7 +48,7 @@ external hits).
    under *State reasons* below; *Why this engine stores without loading* on the overview shows it over time.
 
 **Act.** No reuse after eviction: set `store_threshold` ≥ 2 in `kv_connector_extra_config` (only reused
-blocks are stored; watch `kvoffload_offload_stores_skipped_total`) or disable offloading for this model.
+blocks are stored; watch `kvoffload_stores_skipped_total`) or disable offloading for this model.
 Broken loads: compare vLLM version with known issues, check `kv_connector_extra_config`, restart with a
 larger `cpu_bytes_to_use`.
 
@@ -63,10 +64,10 @@ nothing in 12 million computed prompt tokens).
 1. Overview → *Offload evidence state*: `not storing` on the engine; *Why this engine stores without
    loading* shows the reason over time.
 2. The alert's `reason` label (the exporter's `kvoffload_state_reason`): `tier_smaller_than_prefix` (the
-   tier, `kvoffload_offload_tier_bytes` or the target's `tier_bytes`, is below one typical prompt's KV
+   tier, `kvoffload_tier_bytes` or the target's `tier_bytes`, is below one typical prompt's KV
    bytes), `stores_skipped`, `stores_dropped`, or `metric_missing` (the store counters are not exported:
    the state proves nothing). Read its section under *State reasons* below.
-3. `kvoffload_offload_tier_bytes` against the prompt lengths the engine serves.
+3. `kvoffload_tier_bytes` against the prompt lengths the engine serves.
 
 **Act.** Make the tier several prompts large (`cpu_bytes_to_use` / `kv_offloading_size`) and larger than
 the GPU pool, or disable offloading for this model: at this size the tier cannot help. With
@@ -182,7 +183,7 @@ container limit (`kvoffload_container_memory_limit_bytes`).
 
 **Meaning.** For {tier_footprint_for} the vLLM process tree of a target held more than
 {tier_footprint_max_ratio}× its configured offload tier as shared memory
-(`kvoffload_offload_tier_footprint_ratio`: tree shmem counted once, from `smaps_rollup` `Pss_Shmem` or the
+(`kvoffload_tier_footprint_ratio`: tree shmem counted once, from `smaps_rollup` `Pss_Shmem` or the
 cgroup's `memory.stat shmem`, over the tier bytes of the target's engines). The pinned tier is shared
 memory and cannot be reclaimed; vllm-project/vllm#53042 measured `--kv-offloading-size` allocating 1.92×
 and OOM kills on memory-limited pods. On our H200 an 8 GB tier on Qwen3-0.6B held 14,376 MiB (1.88×;
@@ -191,7 +192,7 @@ and OOM kills on memory-limited pods. On our H200 an 8 GB tier on Qwen3-0.6B hel
 
 **Check.** `kvoffload_engine_process_tree_memory_info` says where the number comes from (`smaps_rollup` is
 per tree; `cgroup` is the whole container). Compare `kvoffload_engine_process_tree_shmem_bytes` with
-`kvoffload_offload_tier_bytes` summed over the target's engines (each DP engine pins its own tier), and
+`kvoffload_tier_bytes` summed over the target's engines (each DP engine pins its own tier), and
 `kvoffload_engine_process_tree_resident_sum_bytes` (double counts shared memory) with
 `kvoffload_engine_process_tree_pss_bytes`. docs/memory.md explains the accounting.
 
@@ -235,7 +236,8 @@ transfers*.
 tiering's slow secondary tier (`fs`, `obj`, ...) sheds cascade writes under backpressure
 (`kv_offload_tiering_backpressure_{{blocks,stores}}_dropped`, vLLM 0.31+), or SimpleCPU's pool is full
 (`save_outcomes{{outcome="dropped_cpu_full"}}`). Nothing errors: the prefixes never reach the tier and
-revisits recompute. The value is in the backend's unit (`unit` label: blocks or store jobs).
+revisits recompute. The value is in the unit its family names (`kvoffload_backend_dropped_blocks_total`,
+`..._stores_total`; the alert's `unit` label says which).
 
 **Check.** Overview → *Per-tier offload* row: *Drops by tier and reason*, *Cascaded and promoted bytes by
 tier* and *Promotion latency*; `kvoffload_source_metric_info` names the upstream series.
@@ -248,7 +250,7 @@ enlarge `--kv-offloading-size`.
 
 **Meaning.** For {allocation_for} the KV store has kept answering offload puts with errors (counted over
 {allocation_window}): MooncakeStoreConnector's `vllm:mooncake_store_operation_total{{operation="save_put",
-status="error"|"partial_failure"}}`, exported as `kvoffload_offload_dropped_total{{reason="store_error"}}` in
+status="error"|"partial_failure"}}`, exported as `kvoffload_backend_dropped_stores_total{{reason="store_error"}}` in
 calls. vLLM still adds a failing put's whole batch to `..._bytes_total{{status="error"|"partial_failure"}}`; the
 exporter never counts those bytes as stored. When every put of the window fails, whole or in part, the engine
 reads `not_storing` with reason `store_errors`.
@@ -277,9 +279,30 @@ happened: offloaded blocks are not turning into hits. With steady stores this is
 behind KVOffloadStoreWithoutLoad.
 
 **Check.** Is the tier large enough to hold the canary prefix alongside the production traffic (it may
-have been evicted from the tier too)? Does `kvoffload_offload_load_bytes_total` ever grow?
+have been evicted from the tier too)? Does `kvoffload_load_bytes_total` ever grow?
 
 **Act.** As for KVOffloadStoreWithoutLoad.
+
+## KVOffloadOutputMismatch
+
+**Meaning.** The canary asked the same prompt with greedy decoding twice or three times: once served
+from the GPU prefix cache or recomputed, once from the offload tier, and the tier's answer had other
+token ids (`kvoffload_canary_output_mismatches_total{{pair}}`). A tier that changes answers is worse than
+one that is slow: users' requests that hit it may be getting garbled output right now, and no latency
+panel shows it. Known causes are races between the offload and compute streams under load (restored KV
+that was not fully written) and connector bugs under high concurrency.
+
+**Check.** `kvoffload_canary_output_sensitive` is 1 (the model's answer does depend on the prefix; the
+mismatch is not noise of an insensitive model). Which `pair` counts: `offload_vs_gpu` mismatching is
+unambiguous (both read cached KV through the same path); `offload_vs_recompute` alone, with
+`offload_vs_gpu` equal, can be numerics of a cached against a recomputed prefix on some kernels. Run
+`kvoffload-exporter check --target URL --allow-pressure --out DIR` on a staging copy: its `output_check`
+lists the token ids of both sides of every comparison (never the prompt), and exits 5 on a mismatch.
+
+**Act.** Disable offloading on the server (remove the connector from `--kv-transfer-config`, or cap
+loads with `kv_transfer_params.max_load_tokens: 0` where the version honours it) until the connector is
+fixed; keep the `check` evidence bundle for the bug report (vLLM version, connector configuration,
+concurrency at the time).
 """
 
 

@@ -18,9 +18,12 @@ from typing import TypeVar
 from kvoffload_exporter.config.schema import did_you_mean
 from kvoffload_exporter.derive.window import QUANTILES
 
-RUNBOOK_URL = "alerts/runbook.md"
-"""Where `runbook_url` points (anchor = lower-case alert name). The default is the bundle's own file, not a
-link: render with `bundle --runbook-url https://<where you host alerts/runbook.md>` to make it clickable."""
+PROJECT_URL = "https://github.com/kvoffload-exporter/kvoffload-exporter"
+"""The project's home, where the committed runbook is published."""
+RUNBOOK_URL = f"{PROJECT_URL}/blob/main/alerts/runbook.md"
+"""Where `runbook_url` points (anchor = lower-case alert name): an absolute URL, so the link in a notification
+opens from Alertmanager or Grafana. The default is the published runbook of the release; render with
+`bundle --runbook-url https://<where you host alerts/runbook.md>` to point at your own copy."""
 
 
 class Kind(StrEnum):
@@ -141,6 +144,14 @@ class Settings:
     canary_stale_seconds: float = _s(1800.0, Kind.NUMBER, "Fire when no canary cycle succeeded for this many seconds.")
     canary_for: str = _s("10m", Kind.DURATION, "`for` of KVOffloadCanaryFailing and KVOffloadCanaryNoOffloadHit.")
 
+    # --- KVOffloadOutputMismatch ------------------------------------------------------------------
+    output_mismatch_window: str = _s(
+        "1h",
+        Kind.DURATION,
+        "Window of KVOffloadOutputMismatch: one canary answer changed by the tier in it fires at once (`for: 0m`) "
+        "and keeps the alert firing until it leaves the window.",
+    )
+
     # --- Grafana-managed alerts and links ---------------------------------------------------------
     grafana_datasource_uid: str = _s("prometheus", Kind.TEXT, "Prometheus datasource uid the Grafana rules query.")
     grafana_folder: str = _s("KV offload", Kind.TEXT, "Grafana folder of the rules and dashboards.")
@@ -243,6 +254,7 @@ PRESETS: Mapping[str, Mapping[str, str]] = {
         "canary_window": "1m",
         "canary_stale_seconds": "120",
         "canary_for": "30s",
+        "output_mismatch_window": "1m",
         "grafana_interval": "10s",
     },
 }

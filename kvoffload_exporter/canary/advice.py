@@ -26,6 +26,7 @@ class Action(StrEnum):
     SHRINK_TIER = "shrink_tier"
     MEASURE_LONGER = "measure_longer"
     CHECK_CONNECTOR = "check_connector"  # stores or lookups fail without a size problem (canary/diagnose.py)
+    DISABLE_OFFLOAD = "disable_offload"  # an offload hit answered other tokens (canary/outputcheck.py)
 
 
 EXIT_CODES: dict[Action, int] = {
@@ -36,10 +37,12 @@ EXIT_CODES: dict[Action, int] = {
     Action.GROW_TIER: 3,
     Action.MEASURE_LONGER: 4,
     Action.CHECK_CONNECTOR: 3,
+    Action.DISABLE_OFFLOAD: 5,
 }
 """`check`'s exit code follows the run's one advice, never a single level: 0 keep the tier, 1 offload does not
 pay (disable or skip loads), 3 the tier is misconfigured (or the run could not measure: `exit_code`),
-4 measure longer. A CI gate on the exit code therefore reads the same decision as the report."""
+4 measure longer, 5 the tier changed answers (output_mismatch, before every speed verdict). A CI gate on the
+exit code therefore reads the same decision as the report."""
 
 
 @dataclass(frozen=True)

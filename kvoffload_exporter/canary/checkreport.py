@@ -8,11 +8,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvoffload_exporter.canary import report, sweepreport
-from kvoffload_exporter.canary.advice import Advice, Evidence, LevelFact, advise, exit_code, level_facts
+from kvoffload_exporter.canary.advice import Action, Advice, Evidence, LevelFact, advise, exit_code, level_facts
 from kvoffload_exporter.canary.checkrun import CheckResult, redact
 from kvoffload_exporter.canary.stalls import stalled
 from kvoffload_exporter.derive.intervalreport import report as interval_report
 from kvoffload_exporter.derive.payback import check_recommendation
+from kvoffload_exporter.enums import OutputResult, VerdictKind
 from kvoffload_exporter.ingest.exposition import ParseError
 from kvoffload_exporter.ingest.normalise import normalise
 
@@ -139,6 +140,30 @@ def _config_failure(result: CheckResult) -> Advice | None:
     return Advice(f.action, None, redact(f.why)) if f is not None else None
 
 
+def output_precedence(doc: dict[str, Any], advice: Advice) -> Advice:
+    """Applied after the speed decision: an offload hit that answered other tokens than the same prompt
+    served from the GPU or recomputed makes the verdict `output_mismatch` and the advice `disable_offload`,
+    whatever the speed says (the speed verdict stays in `speed_verdict`). Unverifiable is never a mismatch."""
+    out = doc.get("output_check") or {}
+    if out.get("result") != OutputResult.MISMATCH:
+        return advice
+    bad = [p for p in out.get("pairs") or () if p.get("result") == OutputResult.MISMATCH]
+    first = bad[0] if bad else {}
+    evidence = (
+        f"{out.get('mismatched')} of {out.get('compared')} comparisons answered other tokens; first in round "
+        f"{first.get('cycle')} ({first.get('pair')}): offload hit {first.get('offload_token_ids')} vs "
+        f"{first.get('reference_token_ids')}"
+    )
+    doc["speed_verdict"], doc["speed_why"] = doc["verdict"], doc["why"]
+    doc["verdict"], doc["why"] = VerdictKind.OUTPUT_MISMATCH.value, evidence
+    return Advice(
+        Action.DISABLE_OFFLOAD,
+        None,
+        f"requests served from the tier got other answers than the same prompt without it ({evidence}): "
+        "disable offloading until the connector is fixed",
+    )
+
+
 def document(result: CheckResult) -> dict[str, Any]:
     """The JSON verdict document (`--json`, `report.json`)."""
     engine, state = result.engine, result.engine.state
@@ -174,7 +199,8 @@ def document(result: CheckResult) -> dict[str, Any]:
     before, after = result.engine.first_snapshot.get("target"), result.after.get("target")
     doc["recommendation"] = check_recommendation(doc, before, after)  # docs/memory.md: payback
     doc["stalled_requests"] = stalled(result.engine.requests)
-    advice = _advice(doc, result)
+    doc["output_check"] = state.output.as_dict()
+    advice = output_precedence(doc, _advice(doc, result))
     doc["advice"] = advice.as_dict()
     doc["exit_code"] = exit_code(advice, error=doc["verdict"] == "error")
     if doc["recommendation"]:

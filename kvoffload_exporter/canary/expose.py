@@ -19,12 +19,14 @@ from kvoffload_exporter.canary.stats import quantile
 from kvoffload_exporter.catalogue import (
     CANARY_ERROR_REASONS,
     CANARY_LOAD_BANDS,
+    CANARY_OUTPUT_PAIRS,
     CANARY_PATHS,
     CANARY_REASONS,
     CANARY_RESULTS,
     CANARY_TIERS,
     CANARY_VERDICTS,
 )
+from kvoffload_exporter.enums import VerdictKind
 from kvoffload_exporter.expose.collector import SampleSink
 
 QUANTILES = (0.25, 0.5, 0.75)
@@ -61,6 +63,16 @@ def _bands(x: SampleSink, st: CanaryState, t: dict[str, str]) -> None:
         x.add_states("kvoffload_canary_load_band", t, CANARY_LOAD_BANDS, st.load_band)
 
 
+def _output(x: SampleSink, st: CanaryState, t: dict[str, str]) -> None:
+    """The output check (outputcheck.py): comparisons and mismatches per pair, pre-created at 0."""
+    out = st.output
+    for pair in CANARY_OUTPUT_PAIRS:
+        x.add("kvoffload_canary_output_compared_total", float(out.compared[pair]), {**t, "pair": pair})
+        x.add("kvoffload_canary_output_mismatches_total", float(out.mismatched[pair]), {**t, "pair": pair})
+    if out.sensitive is not None:
+        x.add("kvoffload_canary_output_sensitive", 1.0 if out.sensitive else 0.0, t)
+
+
 def render(x: SampleSink, states: Iterable[CanaryState]) -> None:
     for st in states:
         t = {"target": st.label}
@@ -91,5 +103,8 @@ def render(x: SampleSink, states: Iterable[CanaryState]) -> None:
             x.add("kvoffload_canary_residency_seconds", st.residency.get(tier), {**t, "tier": tier})
         x.add("kvoffload_tier_retention_seconds", st.retention_seconds(), t)
         _bands(x, st, t)
+        _output(x, st, t)
         current = verdict.verdict if verdict else "inconclusive"
+        if sum(st.output.mismatched.values()):  # wrong answers outrank every speed verdict
+            current = VerdictKind.OUTPUT_MISMATCH
         x.add_states("kvoffload_canary_verdict", t, CANARY_VERDICTS, current)

@@ -24,6 +24,10 @@ DEFAULT_ALIGN = 256
 """Prefix alignment when the offload chunk size is unknown (vLLM < 0.33 does not export it): every
 common chunk size (16, 32, 64, 128, 256 tokens) divides it."""
 
+OUTPUT_TOKENS = 8
+"""Tokens a probe generates: enough for the output check to compare answers (canary/outputcheck.py), few
+enough to cost little; TTFT is still the first of them."""
+
 SALT_MAX = 128
 _SALT_FORBIDDEN = set("@/\\\x00")
 
@@ -134,7 +138,8 @@ def size(
     else:
         align = DEFAULT_ALIGN * block // math.gcd(DEFAULT_ALIGN, block)
     tail = max(1, min(8, block // 2))  # shorter than one block: the revisit hits exactly the prefix
-    max_prompt = (facts.max_model_len or 8192) - 1  # room for the one generated token
+    max_len = facts.max_model_len or 8192
+    max_prompt = max_len - OUTPUT_TOKENS  # room for the probe's generated tokens
     cache = facts.gpu_cache_tokens
     if prefix_tokens:
         prefix = (prefix_tokens // align) * align
@@ -145,7 +150,8 @@ def size(
         prefix = max(4 * align, (target // align) * align)
     if prefix + tail > max_prompt:
         raise PlanError(
-            f"prefix {prefix} + tail {tail} tokens exceed max_model_len {max_prompt + 1}; set a smaller --prefix-tokens"
+            f"prefix {prefix} + tail {tail} tokens exceed max_model_len {max_len} less {OUTPUT_TOKENS} generated; "
+            "set a smaller --prefix-tokens"
         )
     if cache and resident * (prefix + tail) > cache:
         raise PlanError(

@@ -18,6 +18,14 @@ from kvoffload_exporter.canary.protocol import Completion
 from kvoffload_exporter.canary.records import TARGET, Conditions, PhaseRecord, RequestRecord, ServerInfo
 from kvoffload_exporter.canary.types import Strategy
 
+OPTIONAL_FIELDS = ("seed", "return_token_ids")
+"""Body fields a server may refuse (HTTP 400 naming the field) without the probe losing its point: the request
+is sent again once without it, and the run remembers it (greedy output needs no seed; without token ids the
+output check has nothing to compare and says so)."""
+SEED = 0
+"""The probes' sampling seed: with temperature 0 it changes nothing, but a server that samples anyway
+samples the same way for every path."""
+
 if TYPE_CHECKING:
     from kvoffload_exporter.canary.context import RunContext
 
@@ -47,6 +55,7 @@ class PreparedRun:
         self.ctx = ctx
         self.conditions = conditions
         self.sent: Counter[str] = Counter()  # prompt tokens sent per role (the seeding span's own share)
+        self.refused: set[str] = set()  # OPTIONAL_FIELDS a server answered 400 to
 
     # The conditions' parts, for callers that print or check them.
     @property
@@ -75,19 +84,25 @@ class PreparedRun:
     def probe_cost(self, probes: int) -> int:
         """Tokens of `probes` probes, each with its flush request, plus the flush opening the seeding span."""
         sz = self.sizing
-        return probes * (sz.prompt_tokens + 1 + sz.flush_tokens + 1) + sz.flush_tokens + 1
+        return probes * (sz.prompt_tokens + planning.OUTPUT_TOKENS + sz.flush_tokens + 1) + sz.flush_tokens + 1
 
     def base_probes(self) -> int:
-        """Seeds, GPU revisit, offload revisit and cold control, plus the optional controls."""
+        """Seeds, GPU revisit, offload revisit and cold control, plus the optional controls and, until it
+        has run, the output check's one sensitivity probe of the run."""
         e = self.ctx
-        return 4 + 1 + (1 if e.state.uses_recompute() else 0) + (1 if e.control_url else 0)
+        sensitivity = 1 if e.state.output.sensitive is None else 0  # once a run, in its first compared cycle
+        return 4 + 1 + (1 if e.state.uses_recompute() else 0) + (1 if e.control_url else 0) + sensitivity
 
-    def body(self, prompt: list[int], salt: str, kv: dict[str, Any] | None, role: str) -> dict[str, Any]:
+    def body(
+        self, prompt: list[int], salt: str, kv: dict[str, Any] | None, role: str, max_tokens: int = 1
+    ) -> dict[str, Any]:
+        """Greedy (temperature 0, a fixed seed), token ids returned; probes generate OUTPUT_TOKENS."""
         body: dict[str, Any] = {
             "model": self.conditions.server(role).model,
             "prompt": prompt,
-            "max_tokens": 1,
+            "max_tokens": max_tokens,
             "temperature": 0,
+            "seed": SEED,
             "ignore_eos": True,
             "stream": True,
             "stream_options": {"include_usage": True},
@@ -95,9 +110,18 @@ class PreparedRun:
             "cache_salt": salt,
             "request_id": f"kvoffload-canary-{self.ctx.prompts.nonce}-{self.ctx.next_request_no()}",
         }
+        for name in self.refused:
+            body.pop(name, None)
         if kv is not None:
             body["kv_transfer_params"] = kv
         return body
+
+    def _refusable(self, body: dict[str, Any], comp: Completion) -> str | None:
+        """The optional field a 400 is about: one the server's message names (any other 400 is a refusal of
+        the request itself, which retries.py confirms and reports)."""
+        if comp.status != 400:
+            return None
+        return next((f for f in OPTIONAL_FIELDS if f in body and f in comp.detail), None)
 
     def _reserve(self, tokens: int) -> None:
         """The one budget check of every request: raises BudgetExhausted when `tokens` do not fit now."""
@@ -126,9 +150,17 @@ class PreparedRun:
     ) -> Completion:
         """One request within the budget; recorded; a failed request fails the cycle."""
         e = self.ctx
-        self._reserve(len(prompt) + 1)
-        body = self.body(prompt, salt if salt is not None else e.prompts.fresh_salt(kind), kv, role)
+        out = planning.OUTPUT_TOKENS if kind == "probe" else 1
+        self._reserve(len(prompt) + out)
+        used = salt if salt is not None else e.prompts.fresh_salt(kind)
+        body = self.body(prompt, used, kv, role, out)
         comp = await e.client.complete(e.url_of(role), body)
+        refused = self._refusable(body, comp)
+        if refused is not None:  # once: the same request without the field, remembered for the run
+            self._account(cycle, phase, kind, role, prompt, salt is None, kv, comp)
+            self.refused.add(refused)
+            body = self.body(prompt, used, kv, role, out)
+            comp = await e.client.complete(e.url_of(role), body)
         self._account(cycle, phase, kind, role, prompt, salt is None, kv, comp)
         if comp.error is not None:
             detail = f"{phase} {kind} on {role}: {comp.error} {comp.detail}".strip()
@@ -136,14 +168,21 @@ class PreparedRun:
         return comp
 
     async def send_burst(
-        self, cycle: int, phase: str, role: str, prompts: list[list[int]], salt: str, kv: dict[str, Any] | None
+        self,
+        cycle: int,
+        phase: str,
+        role: str,
+        prompts: list[list[int]],
+        salt: str,
+        kv: dict[str, Any] | None,
+        max_tokens: int = 1,
     ) -> tuple[list[Completion], list[RequestRecord]]:
         """`len(prompts)` requests at once (the load sweep), through the same budget, body and records as
         `send`; a failed request fails the round."""
         e = self.ctx
-        self._reserve(sum(len(p) + 1 for p in prompts))
+        self._reserve(sum(len(p) + max_tokens for p in prompts))
         client: BurstTransport = e.client  # type: ignore[assignment]
-        comps = await client.burst(e.url_of(role), [self.body(p, salt, kv, role) for p in prompts])
+        comps = await client.burst(e.url_of(role), [self.body(p, salt, kv, role, max_tokens) for p in prompts])
         fresh = salt != e.prompts.salt
         recs = [self._account(cycle, phase, "burst", role, p, fresh, kv, c) for p, c in zip(prompts, comps)]
         for r in recs:
@@ -200,6 +239,7 @@ class PreparedRun:
             ambiguous=cls.ambiguous,
             idle_seconds=p.idle,
             note=cls.note,
+            output_token_ids=list(comp.token_ids) or None,
         )
         e.progress("phase", rec)
         return rec, cls

@@ -5,7 +5,7 @@ Deterministic and fast, but the fillers evict users' GPU cache too: staging only
 
 from __future__ import annotations
 
-from kvoffload_exporter.canary import steps
+from kvoffload_exporter.canary import outputs, steps
 from kvoffload_exporter.canary.prepared import PreparedRun
 from kvoffload_exporter.canary.records import CycleRecord
 from kvoffload_exporter.canary.types import Strategy
@@ -24,3 +24,4 @@ class PressureCycle:
         rec.phases.append(await run.displace(c))
         rev, cls, got = await steps.revisit_and_controls(run, c, rec, seeded)
         steps.judge(run, rec, rev, cls, seeded.stored, got)
+        await outputs.compare(run, c, rec, seeded)

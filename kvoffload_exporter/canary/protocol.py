@@ -49,6 +49,7 @@ class Completion:
     detail: str = ""
     retry_after: float | None = None
     kv_transfer_params: object = None
+    token_ids: list[int] = field(default_factory=list)  # generated ids (return_token_ids), at most MAX_OUTPUT_IDS
 
     @property
     def ok(self) -> bool:
@@ -181,6 +182,8 @@ class CompletionStream:
             out.server_metrics = ev.metrics
         if ev.kv_transfer_params is not None:
             out.kv_transfer_params = ev.kv_transfer_params
+        if ev.token_ids and len(out.token_ids) < validate.MAX_OUTPUT_IDS:
+            out.token_ids.extend(ev.token_ids[: validate.MAX_OUTPUT_IDS - len(out.token_ids)])
 
     def finish(self, total: float) -> Completion:
         """The completion once the body has ended (or reading stopped)."""
@@ -198,8 +201,8 @@ class CompletionStream:
         elif out.error is None and out.ttft_token is None:
             if self._first_choice is None:
                 out.error, out.detail = "protocol", "no token-bearing event"
-            else:  # a server without return_token_ids and no text: with max_tokens 1 the
-                out.ttft_token = self._first_choice  # first choices event is the token's
+            else:  # a server without return_token_ids and no text: the first choices event is the first
+                out.ttft_token = self._first_choice  # token's (vLLM suppresses empty chunks)
                 out.detail = "token event inferred (no text, no token_ids)"
         return out
 

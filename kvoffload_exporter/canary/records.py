@@ -118,6 +118,7 @@ class PhaseRecord:
     # Loads/stores of backends that count no bytes (blocks, chunks, tokens): whether they happened.
     loaded_units: float = 0.0
     stored_units: float = 0.0
+    output_token_ids: list[int] | None = None  # generated ids (return_token_ids); None when none came
 
     @property
     def loaded(self) -> bool:

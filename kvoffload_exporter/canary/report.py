@@ -11,13 +11,21 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvoffload_exporter.canary import sweepreport
+from kvoffload_exporter.canary.outputcheck import output_line
 from kvoffload_exporter.canary.stats import Summary, Verdict, median, summarize
 from kvoffload_exporter.canary.texttable import ms, table
 from kvoffload_exporter.catalogue import CANARY_PATHS
 from kvoffload_exporter.derive.reasons import HINTS
 from kvoffload_exporter.enums import StateReason
 
-EXIT_CODES = {"offload_faster": 0, "offload_slower": 1, "no_offload_hit": 4, "inconclusive": 4, "error": 3}
+EXIT_CODES = {
+    "offload_faster": 0,
+    "offload_slower": 1,
+    "no_offload_hit": 4,
+    "inconclusive": 4,
+    "error": 3,
+    "output_mismatch": 5,
+}
 PHASES = (
     "seed",
     "gpu_revisit",
@@ -271,6 +279,8 @@ def text(doc: Mapping[str, Any]) -> str:
         out.append(f"canary tokens spent: {doc['tokens_spent']:,}")
     out += sweepreport.text_lines(doc.get("load_sweep") or [], doc.get("load_sweep_summary") or {})
     out += _state_lines(doc.get("interval") or {})
+    if doc.get("output_check"):
+        out.append(output_line(doc["output_check"]))
     out += _closing_lines(doc)
     out.append(f"verdict: {doc['verdict']} (exit {doc['exit_code']}) - {doc['why']}")
     return "\n".join(out) + "\n"

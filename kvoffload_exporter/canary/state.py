@@ -6,6 +6,7 @@ from collections import Counter, deque
 
 from kvoffload_exporter.canary.config import CanarySettings
 from kvoffload_exporter.canary.order import Orders
+from kvoffload_exporter.canary.outputcheck import OutputCheck
 from kvoffload_exporter.canary.records import CycleRecord
 from kvoffload_exporter.canary.stats import Verdict, decide, median
 from kvoffload_exporter.canary.types import CycleReason, LoadBand, Tier
@@ -52,6 +53,7 @@ class CanaryState:
         self.up = True
         self.restarts = 0
         self.orders = Orders(settings.seed)  # each round's probe order (order.py)
+        self.output = OutputCheck()  # offload hit vs GPU hit vs recompute answers (outputcheck.py)
 
     def observe(self, path: str, ttft: float) -> None:
         """A counted TTFT: into the rolling samples (quantiles, verdict) and the cumulative count and sum."""

@@ -22,6 +22,7 @@ class Seeded:
     a: list[int]
     b: list[int] | None
     stored: bool
+    t: list[int]  # the cycle's tail: GPU revisit, displaced revisit and cold control ask the same prompt a + t
 
 
 def count(run: PreparedRun, rec: PhaseRecord, cls: Classification, wanted: str) -> None:
@@ -84,9 +85,10 @@ async def seed_and_revisit(run: PreparedRun, c: int, rec: CycleRecord) -> Seeded
     prompts = run.ctx.prompts
     a = prompts.prefix(run.sizing, c, "A")
     b = prompts.prefix(run.sizing, c, "B") if run.ctx.state.uses_recompute() else None
+    t = prompts.tail(run.sizing)
     span = await _open_span(run, c)
     seed = await _seed(run, c, rec, a, "seed")
-    ph, cls = await run.probe(c, Probe("gpu_revisit", run.tail(a), expect=ProbeResult.GPU_HIT, path=CanaryPath.GPU_HIT))
+    ph, cls = await run.probe(c, Probe("gpu_revisit", a + t, expect=ProbeResult.GPU_HIT, path=CanaryPath.GPU_HIT))
     count(run, ph, cls, ProbeResult.GPU_HIT)
     probe_done(run, ph)
     rec.phases.append(ph)
@@ -94,7 +96,7 @@ async def seed_and_revisit(run: PreparedRun, c: int, rec: CycleRecord) -> Seeded
     seed_b = await _seed(run, c, rec, b, "seed_b") if b is not None else None
     seeded = [seed, ph] + ([seed_b] if seed_b else [])
     _learn(run, span, 2 if seed_b else 1)
-    return Seeded(a, b, any(p.stored for p in seeded))
+    return Seeded(a, b, any(p.stored for p in seeded), t)
 
 
 def revisit_done(run: PreparedRun, rev: PhaseRecord, cls: Classification) -> None:
@@ -134,7 +136,7 @@ def _control_probes(run: PreparedRun, seeded: Seeded, idle: float | None) -> dic
             "recompute", run.tail(b), expect=ProbeResult.MISS, path=CanaryPath.RECOMPUTE, kv=kv, idle=idle
         )
     makers["cold"] = lambda: Probe(
-        "cold", run.tail(seeded.a), expect=ProbeResult.MISS, path=CanaryPath.COLD, fresh_salt=True
+        "cold", seeded.a + seeded.t, expect=ProbeResult.MISS, path=CanaryPath.COLD, fresh_salt=True
     )
     if run.ctx.control_url:
         makers["control_target"] = lambda: Probe(
@@ -146,7 +148,7 @@ def _control_probes(run: PreparedRun, seeded: Seeded, idle: float | None) -> dic
 async def revisit(run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded) -> tuple[PhaseRecord, Classification]:
     """The displaced revisit of prefix A (pressure strategy)."""
     rev, cls = await run.probe(
-        c, Probe("offload_revisit", run.tail(seeded.a), expect=ProbeResult.OFFLOAD_HIT, path=CanaryPath.OFFLOAD_HIT)
+        c, Probe("offload_revisit", seeded.a + seeded.t, expect=ProbeResult.OFFLOAD_HIT, path=CanaryPath.OFFLOAD_HIT)
     )
     revisit_done(run, rev, cls)
     rec.phases.append(rev)

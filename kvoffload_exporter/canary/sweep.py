@@ -18,11 +18,12 @@ from typing import Any, TextIO
 
 from kvoffload_exporter.canary.classify import Deltas
 from kvoffload_exporter.canary.errors import BudgetExhausted, CycleFailed
-from kvoffload_exporter.canary.plan import Sizing
+from kvoffload_exporter.canary.plan import OUTPUT_TOKENS, Sizing
 from kvoffload_exporter.canary.prepared import PreparedRun
 from kvoffload_exporter.canary.protocol import Completion
 from kvoffload_exporter.canary.records import CONTROL, TARGET, RequestRecord
 from kvoffload_exporter.canary.sweepreport import Level
+from kvoffload_exporter.enums import OutputPair, OutputResult
 
 FIRST_CYCLE = 100_000  # sweep request records' `cycle`: apart from the ordinary rounds'
 
@@ -67,10 +68,17 @@ def control_of(run: PreparedRun) -> str:
 
 
 async def _burst(
-    run: PreparedRun, cycle: int, phase: str, role: str, prompts: list[list[int]], salt: str, kv: dict[str, Any] | None
+    run: PreparedRun,
+    cycle: int,
+    phase: str,
+    role: str,
+    prompts: list[list[int]],
+    salt: str,
+    kv: dict[str, Any] | None,
+    max_tokens: int = 1,
 ) -> tuple[list[Completion], Deltas, list[RequestRecord]]:
     before = await run.ctx.scrapes.before(role)
-    comps, recs = await run.send_burst(cycle, phase, role, prompts, salt, kv)
+    comps, recs = await run.send_burst(cycle, phase, role, prompts, salt, kv, max_tokens)
     await run.flush(cycle, phase, role)
     after = await run.ctx.scrapes.scrape(role)
     return comps, Deltas.between(before, after, run.conditions.server(role).model), recs
@@ -131,20 +139,38 @@ def _keep(
         lv.left_out += 1
 
 
+def _compare(run: PreparedRun, lv: Level, cycle: int, comps: Sequence[Completion], reference: list[int]) -> None:
+    """Every answer of a counted offload burst against the seed's, the same prompt recomputed (outputcheck.py)."""
+    if not reference:
+        return
+    for c in comps:
+        if c.token_ids:
+            rec = run.ctx.state.output.add(cycle, OutputPair.OFFLOAD_VS_RECOMPUTE, c.token_ids, reference)
+            lv.output_compared += rec.result != OutputResult.UNVERIFIABLE
+            lv.output_mismatched += rec.result == OutputResult.MISMATCH
+
+
 async def _round(run: PreparedRun, lv: Level, cycle: int) -> None:
     e, sz = run.ctx, replace(run.sizing, prefix_tokens=lv.prefix_tokens)
     a = e.prompts.tokens(sz.prefix_tokens, "sweep", cycle, "A")
     b = e.prompts.tokens(sz.prefix_tokens, "sweep", cycle, "B") if lv.control == "recompute" else None
+    t = e.prompts.tail(sz)  # A's seed and every revisit of the burst ask the same prompt: comparable answers
+    reference: list[int] = []
     for prefix in (a, b):
         if prefix is not None:
-            await run.send(cycle, "sweep_seed", "probe", TARGET, prefix + e.prompts.tail(sz), e.prompts.salt)
+            tail = t if prefix is a else e.prompts.tail(sz)
+            comp = await run.send(cycle, "sweep_seed", "probe", TARGET, prefix + tail, e.prompts.salt)
+            reference = comp.token_ids if prefix is a else reference
             await run.flush(cycle, "sweep_seed", TARGET)
     await run.displace(cycle)
 
     async def offload() -> None:
-        prompts = [a + e.prompts.tail(sz) for _ in range(lv.concurrency)]
-        comps, d, recs = await _burst(run, cycle, "sweep_offload", TARGET, prompts, e.prompts.salt, None)
-        _keep(lv, cycle, comps, recs, _judge_offload(run, sz, comps, d, lv), lv.offload_bursts, lv.offload_cycles)
+        prompts = [a + t for _ in range(lv.concurrency)]
+        comps, d, recs = await _burst(run, cycle, "sweep_offload", TARGET, prompts, e.prompts.salt, None, OUTPUT_TOKENS)
+        judged = _judge_offload(run, sz, comps, d, lv)
+        _keep(lv, cycle, comps, recs, judged, lv.offload_bursts, lv.offload_cycles)
+        if judged:
+            _compare(run, lv, cycle, comps, reference)
 
     async def control() -> None:
         base = b if b is not None else a

@@ -40,6 +40,8 @@ class Level:
     source: str = "sweep"  # sweep | rounds
     offload_cycles: list[int] = field(default_factory=list)  # request records' `cycle` of each counted burst
     control_cycles: list[int] = field(default_factory=list)
+    output_compared: int = 0  # offload-hit answers of counted bursts compared with the seed's (recomputed) answer
+    output_mismatched: int = 0
 
     @property
     def offload(self) -> list[float]:
@@ -107,6 +109,11 @@ def entry(lv: Level, min_bursts: int, seed: int = 0, n_boot: int = 2000, confide
         "counted_cycles": {"offload": list(lv.offload_cycles), "control": list(lv.control_cycles)},
         "errors": lv.errors,
         "notes": list(dict.fromkeys(notes)),
+        "output": {
+            "compared": lv.output_compared,
+            "mismatched": lv.output_mismatched,
+            "mismatch_rate": _r(lv.output_mismatched / lv.output_compared) if lv.output_compared else None,
+        },
     }
 
 
@@ -218,6 +225,14 @@ def text_lines(entries: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         f"{entries[0]['control']}; interval: bursts resampled (min {entries[0].get('min_bursts', '?')} bursts a path)"
     ]
     out += table(heads, rows, [i not in (1, len(heads) - 1) for i in range(len(heads))])
+    compared = [e for e in entries if (e.get("output") or {}).get("compared")]
+    if compared:
+        out.append(
+            "load sweep answers (offload hits vs the recomputed seed): "
+            + ", ".join(
+                f"c={e['concurrency']} {e['output']['mismatched']}/{e['output']['compared']} differ" for e in compared
+            )
+        )
     if any(e.get("source") == "rounds" for e in entries):
         out.append("* the ordinary rounds (each a burst of one): the same samples as the headline verdict")
     for length, cross in (summary.get("crossover") or {}).items():

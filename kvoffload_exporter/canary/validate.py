@@ -135,6 +135,10 @@ class Usage:
         return d
 
 
+MAX_OUTPUT_IDS = 64
+"""Generated token ids kept from one event (the canary asks for a few; a hostile stream sends more)."""
+
+
 @dataclass(frozen=True)
 class Event:
     """One SSE `data:` event of a streamed completion, validated; only what the canary reads."""
@@ -145,6 +149,7 @@ class Event:
     metrics: dict[str, Any] | None  # --enable-per-request-metrics
     kv_transfer_params: object
     error: str | None  # the message of an in-stream error event
+    token_ids: tuple[int, ...] = ()  # the first choice's generated token ids (return_token_ids)
 
     @classmethod
     def parse(cls, ev: object) -> Event:
@@ -160,6 +165,7 @@ class Event:
         token = False
         for i, c in enumerate(choices):
             token |= _choice(c, f"choices[{i}]") and i == 0
+        ids = choices[0].get("token_ids") if choices else None
         metrics = _obj(e.get("metrics"), "metrics")
         return cls(
             token=token,
@@ -168,6 +174,7 @@ class Event:
             metrics=bounded(metrics, "metrics") if metrics else None,  # type: ignore[arg-type]
             kv_transfer_params=bounded(e.get("kv_transfer_params"), "kv_transfer_params"),
             error=_error(e["error"]) if "error" in e else None,
+            token_ids=tuple(ids[:MAX_OUTPUT_IDS]) if isinstance(ids, list) else (),
         )
 
 

@@ -4,7 +4,7 @@ it. Safe in production, and it measures how long a prefix stays reusable per tie
 
 from __future__ import annotations
 
-from kvoffload_exporter.canary import steps
+from kvoffload_exporter.canary import outputs, steps
 from kvoffload_exporter.canary.config import CanarySettings
 from kvoffload_exporter.canary.prepared import PreparedRun, Probe
 from kvoffload_exporter.canary.records import CycleRecord
@@ -36,7 +36,7 @@ class WaitCycle:
             await e.sleep(idle)
             probe = Probe(
                 "wait_revisit",
-                run.tail(seeded.a),
+                seeded.a + seeded.t,
                 expect=ProbeResult.OFFLOAD_HIT,
                 path=CanaryPath.OFFLOAD_HIT,
                 idle=idle,
@@ -64,6 +64,7 @@ class WaitCycle:
             e.state.tier_revisits.append((idle, cls.result == ProbeResult.OFFLOAD_HIT))
         got = await steps.controls(run, c, rec, seeded, idle)
         steps.judge(run, rec, rev, cls, seeded.stored, got)
+        await outputs.compare(run, c, rec, seeded)
 
 
 def wait_notice(s: CanarySettings) -> str:

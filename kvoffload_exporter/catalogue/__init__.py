@@ -20,6 +20,7 @@ from kvoffload_exporter.enums import (
     LoadBand,
     MemorySource,
     MetricType,
+    OutputPair,
     ProbeEviction,
     ProbeResult,
     ProcessRole,
@@ -51,7 +52,7 @@ VERSION_ERROR_REASONS: tuple[ScrapeErrorReason, ...] = tuple(
 """`reason` of kvoffload_exporter_version_errors_total: the scrape-error reasons a /version answer can hit."""
 
 RECOMMENDATIONS: tuple[Recommendation, ...] = tuple(Recommendation)
-"""`recommendation` of kvoffload_offload_recommendation (kvoffload_exporter/derive/payback.py)."""
+"""`recommendation` of kvoffload_recommendation (kvoffload_exporter/derive/payback.py)."""
 
 COLLECTORS: tuple[CollectorName, ...] = tuple(CollectorName)
 
@@ -62,6 +63,8 @@ MEMORY_SOURCES: tuple[MemorySource, ...] = tuple(MemorySource)
 CANARY_PATHS: tuple[CanaryPath, ...] = tuple(CanaryPath)
 CANARY_RESULTS: tuple[ProbeResult, ...] = tuple(ProbeResult)
 CANARY_VERDICTS: tuple[VerdictKind, ...] = tuple(VerdictKind)
+CANARY_OUTPUT_PAIRS: tuple[OutputPair, ...] = tuple(OutputPair)
+"""`pair` of the output check's counters (canary/outputcheck.py)."""
 CANARY_REASONS: tuple[CycleReason, ...] = tuple(CycleReason)
 """Why a canary cycle ended as it did (closed set; see docs/canary.md)."""
 CANARY_ERROR_REASONS: tuple[ErrorReason, ...] = tuple(ErrorReason)
@@ -70,7 +73,8 @@ CANARY_TIERS: tuple[Tier, ...] = tuple(Tier)
 CANARY_LOAD_BANDS: tuple[LoadBand, ...] = tuple(LoadBand)
 """Load bands of serve --canary cycles (thresholds: kvoffload_exporter/canary/records.load_band)."""
 
-EVIDENCE_METRICS = backends.EVIDENCE_METRICS
+evidence_metric = backends.evidence_metric
+unit_size_name = backends.unit_size_name
 
 CATALOGUE: dict[str, Metric] = {
     m.name: m for part in (health, guards, engine, backends, transfer, derived, memory, canary) for m in part.METRICS
@@ -90,6 +94,7 @@ def metric(name: str) -> Metric:
 __all__ = [
     "CANARY_ERROR_REASONS",
     "CANARY_LOAD_BANDS",
+    "CANARY_OUTPUT_PAIRS",
     "CANARY_PATHS",
     "CANARY_REASONS",
     "CANARY_RESULTS",
@@ -98,7 +103,6 @@ __all__ = [
     "CATALOGUE",
     "COLLECTORS",
     "ENGINE",
-    "EVIDENCE_METRICS",
     "HTTP_REJECT_REASONS",
     "MEMORY_SOURCES",
     "PREFIX",
@@ -116,5 +120,7 @@ __all__ = [
     "MetricType",
     "Signal",
     "Unit",
+    "evidence_metric",
     "metric",
+    "unit_size_name",
 ]

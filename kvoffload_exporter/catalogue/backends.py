@@ -1,34 +1,81 @@
-"""Offload evidence across backends, in each backend's native unit (kvoffload_exporter.ingest.backends): one row per
-logical signal, the unit carried as a label. Sum over `tier` and `connector` is safe (disjoint), over
-`unit` never; cascades and promotions are breakdowns with their own names, never part of stored/loaded."""
+"""Offload evidence across backends (kvoffload_exporter.ingest.backends): one family per logical signal and
+native unit, the unit in the name (`kvoffload_backend_stored_blocks_total`, `..._stored_bytes_total`), so a
+value never needs a label to say what it counts. Sum over `tier` and `connector` is safe (disjoint); a sum
+across units cannot be written by accident. Cascades and promotions are breakdowns with their own names,
+never part of stored/loaded."""
 
 from __future__ import annotations
 
 from kvoffload_exporter.catalogue.metric import ENGINE, Metric
 from kvoffload_exporter.enums import Group, MetricType, Unit
-from kvoffload_exporter.ingest.backends.schema import Evidence
+from kvoffload_exporter.ingest.backends.resolve import SIGNAL_UNITS
+from kvoffload_exporter.ingest.backends.schema import CUMULATIVE, Evidence, NativeUnit
 
-EV = (*ENGINE, "unit", "tier", "connector")
+EV = (*ENGINE, "tier", "connector")
 _SRC = "kvoffload_exporter.ingest.backends tables (see kvoffload_source_metric_info)"
 
+_HELP: dict[Evidence, str] = {
+    Evidence.STORED: "KV stored from the GPU into an offload tier, in {unit}.",
+    Evidence.LOADED: "KV loaded from an offload tier into the GPU, in {unit}.",
+    Evidence.LOOKUPS: "Offload-tier lookups, in {unit}.",
+    Evidence.HITS: "Offload-tier lookup hits, in {unit}.",
+    Evidence.DROPPED: "Offload writes or promotions dropped, in {unit}, by closed reason (cpu_full, request_gone, "
+    "null_block, not_hashed, backpressure, allocation_failure, promotion_allocation_failure, store_error).",
+    Evidence.CASCADED: "KV written from an upper tier down into this tier (tiering cascade, KVBM host to disk), in "
+    "{unit}: a breakdown, not a GPU store.",
+    Evidence.PROMOTED: "KV read from this tier up into the primary tier (tiering promotion), in {unit}: a breakdown, "
+    "not a GPU load.",
+    Evidence.CAPACITY: "Configured offload-tier capacity, in {unit}.",
+    Evidence.IN_FLIGHT: "Offload work in flight, in {unit}.",
+    Evidence.USED: "Offload-tier space in use as the backend reports it (not fill level for all), in {unit}.",
+}
+"""The signals read in each backend's native unit: one family per (signal, unit) any backend table declares."""
 
-def _row(name: str, kind: MetricType, text: str, labels: tuple[str, ...] = EV, unit: Unit = Unit.NONE) -> Metric:
-    return Metric(name=name, type=kind, help=text, labels=labels, unit=unit, source=_SRC, group=Group.ENGINE)
+_BASE_UNITS = {NativeUnit.BYTES: Unit.BYTES, NativeUnit.TOKENS: Unit.TOKENS, NativeUnit.RATIO: Unit.RATIO}
+SIZED_UNITS: tuple[NativeUnit, ...] = (NativeUnit.BLOCKS, NativeUnit.CHUNKS)
+"""Units whose size in bytes the exposition can give (kvoffload_exporter.ingest.backends.resolve.unit_bytes)."""
 
 
-C, G = MetricType.COUNTER, MetricType.GAUGE
+def evidence_name(signal: Evidence, unit: NativeUnit) -> str:
+    """`kvoffload_backend_<signal>_<unit>`, `_total` for counters: the family one evidence series is written under."""
+    return f"kvoffload_backend_{signal}_{unit}" + ("_total" if signal in CUMULATIVE else "")
+
+
+def unit_size_name(unit: NativeUnit) -> str:
+    """`kvoffload_backend_block_size_bytes`: bytes per native unit (blocks, chunks)."""
+    return f"kvoffload_backend_{str(unit).removesuffix('s')}_size_bytes"
+
+
+def _evidence_rows() -> tuple[Metric, ...]:
+    out = []
+    for signal, text in _HELP.items():
+        for unit in SIGNAL_UNITS[signal]:
+            out.append(
+                Metric(
+                    name=evidence_name(signal, unit),
+                    type=MetricType.COUNTER if signal in CUMULATIVE else MetricType.GAUGE,
+                    help=text.format(unit=unit),
+                    labels=(*EV, "reason") if signal == Evidence.DROPPED else EV,
+                    unit=_BASE_UNITS.get(unit, Unit.NONE),
+                    source=_SRC,
+                    group=Group.ENGINE,
+                )
+            )
+    return tuple(out)
+
+
 METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_source_metric_info",
         type=MetricType.INFO,
         help="Which upstream series each offload evidence signal of the target is read from, and its native unit "
-        "(bytes, tokens, blocks, chunks, ...).",
+        "(bytes, tokens, blocks, chunks, ...): the unit names the kvoffload_backend_* family it is written to.",
         labels=("target", "signal", "resolved_name", "unit"),
         source="kvoffload_exporter.ingest.backends",
         group=Group.ENGINE,
     ),
     Metric(
-        name="kvoffload_offload_backend_info",
+        name="kvoffload_backend_info",
         type=MetricType.INFO,
         help="Offload backends whose families the target exposes (native, tiering, simplecpu, multiconnector, "
         "lmcache, lmcache_mp, kvbm, mooncake_store, umbp).",
@@ -36,42 +83,20 @@ METRICS: tuple[Metric, ...] = (
         source="kvoffload_exporter.ingest.backends",
         group=Group.ENGINE,
     ),
-    _row("kvoffload_offload_stored_total", C, "KV stored from the GPU into an offload tier, in the backend's unit."),
-    _row("kvoffload_offload_loaded_total", C, "KV loaded from an offload tier into the GPU, in the backend's unit."),
-    _row("kvoffload_offload_lookups_total", C, "Offload-tier lookups, in the backend's unit (tokens, chunks, blocks)."),
-    _row(
-        "kvoffload_offload_hits_total", C, "Offload-tier lookup hits, in the backend's unit (tokens, chunks, blocks)."
-    ),
-    _row(
-        "kvoffload_offload_dropped_total",
-        C,
-        "Offload writes or promotions dropped, by closed reason (cpu_full, request_gone, null_block, not_hashed, "
-        "backpressure, allocation_failure, promotion_allocation_failure), in the backend's unit.",
-        (*EV, "reason"),
-    ),
-    _row(
-        "kvoffload_offload_cascaded_total",
-        C,
-        "KV written from an upper tier down into this tier (tiering cascade, KVBM host to disk): a breakdown, "
-        "not a GPU store.",
-    ),
-    _row(
-        "kvoffload_offload_promoted_total",
-        C,
-        "KV read from this tier up into the primary tier (tiering promotion): a breakdown, not a GPU load.",
-    ),
-    _row("kvoffload_offload_capacity", G, "Configured offload-tier capacity in the backend's unit."),
-    _row("kvoffload_offload_in_flight", G, "Offload work in flight (pending blocks, active jobs, requests, ratio)."),
-    _row("kvoffload_offload_used", G, "Offload-tier space in use as the backend reports it (not fill level for all)."),
-    Metric(
-        name="kvoffload_offload_unit_bytes",
-        type=MetricType.GAUGE,
-        help="Bytes per native unit where the exposition gives the factor; basis names it (SimpleCPU blocks: "
-        "kv_offloading_size/capacity_blocks, approximate; chunks: cpu_kv_cache_size_bytes/cpu_num_chunks).",
-        labels=(*ENGINE, "unit", "basis"),
-        unit=Unit.BYTES,
-        source="vllm:cache_config_info, vllm:simple_kv_offload_info, vllm:kv_offload_config_info",
-        group=Group.ENGINE,
+    *_evidence_rows(),
+    *(
+        Metric(
+            name=unit_size_name(unit),
+            type=MetricType.GAUGE,
+            help=f"Bytes per {str(unit).removesuffix('s')} where the exposition gives the factor; basis names it "
+            "(SimpleCPU blocks: kv_offloading_size/capacity_blocks, approximate; chunks: "
+            "cpu_kv_cache_size_bytes/cpu_num_chunks).",
+            labels=(*ENGINE, "basis"),
+            unit=Unit.BYTES,
+            source="vllm:cache_config_info, vllm:simple_kv_offload_info, vllm:kv_offload_config_info",
+            group=Group.ENGINE,
+        )
+        for unit in SIZED_UNITS
     ),
     Metric(
         name="kvoffload_tier_promotion_seconds_total",
@@ -110,20 +135,15 @@ METRICS: tuple[Metric, ...] = (
     ),
 )
 
-EVIDENCE_METRICS: dict[Evidence, str] = {
-    Evidence.STORED: "kvoffload_offload_stored_total",
-    Evidence.LOADED: "kvoffload_offload_loaded_total",
-    Evidence.LOOKUPS: "kvoffload_offload_lookups_total",
-    Evidence.HITS: "kvoffload_offload_hits_total",
-    Evidence.DROPPED: "kvoffload_offload_dropped_total",
-    Evidence.CASCADED: "kvoffload_offload_cascaded_total",
-    Evidence.PROMOTED: "kvoffload_offload_promoted_total",
-    Evidence.CAPACITY: "kvoffload_offload_capacity",
-    Evidence.IN_FLIGHT: "kvoffload_offload_in_flight",
-    Evidence.USED: "kvoffload_offload_used",
+OTHER_EVIDENCE: dict[Evidence, str] = {
     Evidence.PROMOTION_SECONDS: "kvoffload_tier_promotion_seconds_total",
     Evidence.PROMOTIONS: "kvoffload_tier_promotions_total",
     Evidence.SERVED_BY: "kvoffload_prompt_tokens_cached_by_source_total",
     Evidence.KV_FETCH: "kvoffload_requests_kv_fetch",
 }
-"""Evidence signal -> the catalogue row the collector writes it under (every signal has one)."""
+"""Evidence signals in one fixed unit, each under its own catalogue row (the rest: `evidence_name`)."""
+
+
+def evidence_metric(signal: Evidence, unit: NativeUnit) -> str:
+    """The catalogue row the collector writes one evidence series under (every signal and unit has one)."""
+    return OTHER_EVIDENCE.get(signal) or evidence_name(signal, unit)

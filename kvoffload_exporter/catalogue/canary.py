@@ -141,9 +141,35 @@ METRICS: tuple[Metric, ...] = (
         group=Group.CANARY,
     ),
     Metric(
+        name="kvoffload_canary_output_compared_total",
+        type=MetricType.COUNTER,
+        help="Output check: answers of an offload hit compared with the same prompt served from the GPU prefix "
+        "cache (offload_vs_gpu) or recomputed (offload_vs_recompute), greedy token ids; only while the answer "
+        "is known to depend on the prefix (kvoffload_canary_output_sensitive 1).",
+        labels=("target", "pair"),
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_canary_output_mismatches_total",
+        type=MetricType.COUNTER,
+        help="Output check: compared answers of an offload hit that differ from the reference: the tier "
+        "changed what the model answers (alert KVOffloadOutputMismatch).",
+        labels=("target", "pair"),
+        group=Group.CANARY,
+    ),
+    Metric(
+        name="kvoffload_canary_output_sensitive",
+        type=MetricType.GAUGE,
+        help="1 when changing the first prefix token changed the canary's answer (the output check can see a "
+        "corrupted prefix), 0 when it did not (comparisons are unverifiable); absent until measured.",
+        labels=("target",),
+        group=Group.CANARY,
+    ),
+    Metric(
         name="kvoffload_canary_verdict",
         type=MetricType.STATESET,
-        help="Canary verdict: offload_faster, offload_slower, no_offload_hit or inconclusive.",
+        help="Canary verdict: offload_faster, offload_slower, no_offload_hit, inconclusive or output_mismatch "
+        "(an offload hit answered other tokens since start; before every speed verdict).",
         labels=("target", "verdict"),
         group=Group.CANARY,
     ),

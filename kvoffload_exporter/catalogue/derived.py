@@ -38,7 +38,7 @@ METRICS: tuple[Metric, ...] = (
         group=Group.DERIVED,
     ),
     Metric(
-        name="kvoffload_offload_load_bandwidth_bytes_per_second",
+        name="kvoffload_load_bandwidth_bytes_per_second",
         type=MetricType.GAUGE,
         help="Offload load bytes / load transfer seconds over the window (per-worker mean when TP > 1).",
         labels=WINDOWED,
@@ -46,7 +46,7 @@ METRICS: tuple[Metric, ...] = (
         group=Group.DERIVED,
     ),
     Metric(
-        name="kvoffload_offload_store_bandwidth_bytes_per_second",
+        name="kvoffload_store_bandwidth_bytes_per_second",
         type=MetricType.GAUGE,
         help="Offload store bytes / store transfer seconds over the window.",
         labels=WINDOWED,
@@ -91,23 +91,25 @@ METRICS: tuple[Metric, ...] = (
         group=Group.DERIVED,
     ),
     Metric(
-        name="kvoffload_offload_payback_seconds_per_gib_hour",
+        name="kvoffload_payback_seconds_per_byte_second",
         type=MetricType.GAUGE,
-        help="Is the tier worth its RAM: (loaded tokens x prefill seconds per token - load seconds) / (tier GiB x "
-        "window hours); absent when an input is unknown or the window had too little prefill (docs/memory.md).",
+        help="Is the tier worth its RAM: prefill seconds saved per byte of tier held for a second, (loaded tokens x "
+        "prefill seconds per token - load seconds) / (tier bytes x window seconds); x 3865470566400 (2^30 x 3600) "
+        "gives seconds per GiB-hour. Absent when an input is unknown or the window had too little prefill "
+        "(docs/memory.md).",
         labels=WINDOWED,
         source="vllm:external_prefix_cache_hits, kv_offload_load_time, request_prefill_time_seconds, tier size",
         group=Group.DERIVED,
     ),
     Metric(
-        name="kvoffload_offload_recommendation",
+        name="kvoffload_recommendation",
         type=MetricType.STATESET,
         help=f"What to do with the tier over the window: {_one_of(tuple(Recommendation))} (rules in docs/memory.md).",
         labels=(*WINDOWED, "recommendation"),
         group=Group.DERIVED,
     ),
     Metric(
-        name="kvoffload_offload_lookup_async_delay_seconds",
+        name="kvoffload_lookup_async_delay_seconds",
         type=MetricType.SUMMARY,
         help="p99 over the window of the time a request's offload lookup stayed deferred (loads queueing "
         "behind loads: the convoy view), interpolated from the vLLM histogram; _count and _sum are vLLM's own, "

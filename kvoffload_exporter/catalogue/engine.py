@@ -7,7 +7,7 @@ from kvoffload_exporter.enums import Group, MetricType, Signal, Unit
 
 METRICS: tuple[Metric, ...] = (
     Metric(
-        name="kvoffload_offload_load_bytes_total",
+        name="kvoffload_load_bytes_total",
         type=MetricType.COUNTER,
         help="Bytes loaded from the offload tier into GPU KV cache (one generation only, never both).",
         labels=ENGINE,
@@ -17,7 +17,7 @@ METRICS: tuple[Metric, ...] = (
         signal=Signal.OFFLOAD_LOAD_BYTES,
     ),
     Metric(
-        name="kvoffload_offload_store_bytes_total",
+        name="kvoffload_store_bytes_total",
         type=MetricType.COUNTER,
         help="Bytes stored from GPU KV cache into the offload tier (one generation only, never both).",
         labels=ENGINE,
@@ -27,7 +27,7 @@ METRICS: tuple[Metric, ...] = (
         signal=Signal.OFFLOAD_STORE_BYTES,
     ),
     Metric(
-        name="kvoffload_offload_load_seconds_total",
+        name="kvoffload_load_seconds_total",
         type=MetricType.COUNTER,
         help="Transfer seconds of offload loads, summed over workers.",
         labels=ENGINE,
@@ -37,7 +37,7 @@ METRICS: tuple[Metric, ...] = (
         signal=Signal.OFFLOAD_LOAD_SECONDS,
     ),
     Metric(
-        name="kvoffload_offload_store_seconds_total",
+        name="kvoffload_store_seconds_total",
         type=MetricType.COUNTER,
         help="Transfer seconds of offload stores, summed over workers.",
         labels=ENGINE,
@@ -47,7 +47,7 @@ METRICS: tuple[Metric, ...] = (
         signal=Signal.OFFLOAD_STORE_SECONDS,
     ),
     Metric(
-        name="kvoffload_offload_loads_total",
+        name="kvoffload_loads_total",
         type=MetricType.COUNTER,
         help="Offload load operations (transfer-size histogram count).",
         labels=ENGINE,
@@ -56,7 +56,7 @@ METRICS: tuple[Metric, ...] = (
         signal=Signal.OFFLOAD_LOADS,
     ),
     Metric(
-        name="kvoffload_offload_stores_total",
+        name="kvoffload_stores_total",
         type=MetricType.COUNTER,
         help="Offload store operations (transfer-size histogram count).",
         labels=ENGINE,
@@ -65,7 +65,7 @@ METRICS: tuple[Metric, ...] = (
         signal=Signal.OFFLOAD_STORES,
     ),
     Metric(
-        name="kvoffload_offload_allocation_failures_total",
+        name="kvoffload_allocation_failures_total",
         type=MetricType.COUNTER,
         help="Offload store allocations that failed (tier full of in-flight chunks).",
         labels=ENGINE,
@@ -74,7 +74,7 @@ METRICS: tuple[Metric, ...] = (
         signal=Signal.OFFLOAD_ALLOCATION_FAILURES,
     ),
     Metric(
-        name="kvoffload_offload_stores_skipped_total",
+        name="kvoffload_stores_skipped_total",
         type=MetricType.COUNTER,
         help="Stores skipped by reuse gating (store_threshold >= 2).",
         labels=ENGINE,
@@ -172,7 +172,7 @@ METRICS: tuple[Metric, ...] = (
         signal=Signal.GPU_KV_CACHE_USAGE,
     ),
     Metric(
-        name="kvoffload_offload_inflight_ratio",
+        name="kvoffload_tier_in_flight_ratio",
         type=MetricType.GAUGE,
         help="Share of offload-tier chunks pinned by in-flight transfers (NOT fill level; advisory, max over "
         "API-server pids).",
@@ -201,7 +201,7 @@ METRICS: tuple[Metric, ...] = (
         signal=Signal.REQUESTS_WAITING,
     ),
     Metric(
-        name="kvoffload_offload_tier_bytes",
+        name="kvoffload_tier_bytes",
         type=MetricType.GAUGE,
         help="Configured offload-tier capacity (from kv_offload_config_info, cache_config_info or the exporter "
         "config; absent when unknown).",

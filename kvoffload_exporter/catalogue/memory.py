@@ -68,7 +68,7 @@ TREE: tuple[Metric, ...] = (
         "max(1 GiB, tier bytes - tree shmem)",
     ),
     _tree(
-        "kvoffload_offload_tier_footprint_ratio",
+        "kvoffload_tier_footprint_ratio",
         "Tree shared memory per configured offload tier byte (vllm#53042: 1.92); absent when the tier is unknown.",
         "tree shmem / Σ engine tier bytes",
         Unit.RATIO,

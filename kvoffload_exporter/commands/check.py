@@ -4,7 +4,7 @@ Exit codes follow the run's one advice (canary.advice.EXIT_CODES): 0 offload pay
 not (disable or skip loads), 2 usage error (argparse, and output paths or target URLs refused before the
 first request), 3 could not run (preflight, a control serving another model, a refused completion, rounds
 failing past --retry-deadline) or the tier is misconfigured (grow_tier, check_connector), 4 inconclusive
-(measure_longer). `--json FILE`
+(measure_longer), 5 output mismatch (disable_offload: an offload hit answered other tokens). `--json FILE`
 holds the machine-readable verdict, `--out DIR` the evidence bundle (both /metrics snapshots, every
 request, the conditions, the report and a TTFT plot); `--concurrency` adds the load sweep.
 
@@ -42,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "URL); 3 could not run (unreachable target, preflight, a control serving another model, completions "
         "refused or failing past --retry-deadline) or the tier is misconfigured (it never stores or never loads: "
         "grow_tier, check_connector); 4 inconclusive (too few samples, interval includes 0, nothing displaced the "
-        "prefix).",
+        "prefix); 5 output mismatch (an offload hit answered other tokens than the same prompt from the GPU or "
+        "recomputed: disable_offload, before every speed verdict).",
     )
     p.add_argument("--target", required=True, metavar="URL", help="vLLM base URL with the offload connector")
     p.add_argument(

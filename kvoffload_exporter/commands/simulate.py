@@ -15,6 +15,7 @@ from kvoffload_exporter.config.settings import split_listen
 from kvoffload_exporter.sim.backends import BACKENDS
 from kvoffload_exporter.sim.calibration import CALIBRATIONS, DEFAULT_CALIBRATION
 from kvoffload_exporter.sim.faults import FAULTS
+from kvoffload_exporter.sim.output import DEPENDS_ON
 from kvoffload_exporter.sim.simulator import SimOptions, Simulator
 from kvoffload_exporter.sim.traffic import TrafficSpec
 from kvoffload_exporter.sim.versions import DEFAULT_VERSION, PROFILE_VERSIONS
@@ -63,6 +64,17 @@ def positive_seconds(v: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {v!r}") from None
     if not 0 < x <= MAX_SECONDS:  # also refuses NaN
         raise argparse.ArgumentTypeError(f"must be > 0 seconds and at most a year, got {v!r}")
+    return x
+
+
+def fraction(v: str) -> float:
+    """argparse type: a number in [0, 1] (NaN refused)."""
+    try:
+        x = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {v!r}") from None
+    if not 0 <= x <= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction between 0 and 1, got {v!r}")
     return x
 
 
@@ -127,6 +139,20 @@ def add_simulator_arguments(p: argparse.ArgumentParser) -> None:
         help="the response `metrics` object, vLLM 0.25+ (default on, as in the H200 runs)",
     )
     p.add_argument(
+        "--output-depends-on",
+        choices=DEPENDS_ON,
+        default="prompt",
+        help="greedy output tokens depend on the whole prompt (default) or only on its last token, like a "
+        "model with dummy weights (the canary's output check then reports itself unverifiable)",
+    )
+    p.add_argument(
+        "--corrupt-loads",
+        type=fraction,
+        default=0.0,
+        metavar="FRACTION",
+        help="this fraction of requests served from the CPU tier answer other tokens (the fault corrupt-loads)",
+    )
+    p.add_argument(
         "--show-hidden-metrics",
         action="store_true",
         help="like vLLM's --show-hidden-metrics-for-version: 0.11 keeps gpu_* names, 0.12–0.13 "
@@ -168,7 +194,7 @@ def options_from_args(args: argparse.Namespace) -> SimOptions:
         engines=args.engines,
         calibration=args.calibration,
         model=args.model,
-        faults=tuple(args.fault),
+        faults=tuple(args.fault) + ((f"corrupt-loads={args.corrupt_loads:g}",) if args.corrupt_loads > 0 else ()),
         connector=not args.no_connector,
         time_scale=args.time_scale,
         seed=args.seed,
@@ -177,6 +203,7 @@ def options_from_args(args: argparse.Namespace) -> SimOptions:
         prompt_tokens_details=args.enable_prompt_tokens_details,
         per_request_metrics=args.enable_per_request_metrics,
         show_hidden_metrics=args.show_hidden_metrics,
+        output_depends_on=args.output_depends_on,
         backend=args.backend,
         engine=engine,
         timing=timing,

@@ -37,6 +37,11 @@ class Payback:
     action: Recommendation
     why: str
 
+    @property
+    def seconds_per_byte_second(self) -> float:
+        """The same figure in base units (what the exporter exports): seconds saved per byte held for a second."""
+        return self.seconds_per_gib_hour / (GIB * HOUR)
+
 
 def payback_seconds_per_gib_hour(
     loaded_tokens: float, seconds_per_token: float | None, load_seconds: float, tier_bytes: float | None, window: float

@@ -13,12 +13,13 @@ from typing import Protocol
 from kvoffload_exporter import __version__
 from kvoffload_exporter.catalogue import (
     COLLECTORS,
-    EVIDENCE_METRICS,
     RECOMMENDATIONS,
     SCRAPE_ERROR_REASONS,
     SIGNAL_METRICS,
     STATE_REASONS,
     STATES,
+    evidence_metric,
+    unit_size_name,
 )
 from kvoffload_exporter.derive.convoy import ConvoyView
 from kvoffload_exporter.derive.findings import EngineFindings, TargetView
@@ -32,15 +33,15 @@ from kvoffload_exporter.revision import revision
 _SIGNALS = tuple(sig for sig, _ in SIGNAL_METRICS)
 _ENGINE_NAMES = (
     *(m.name for _, m in SIGNAL_METRICS),
-    "kvoffload_offload_tier_bytes",
+    "kvoffload_tier_bytes",
     "kvoffload_gpu_kv_cache_blocks",
     "kvoffload_gpu_kv_block_size_tokens",
 )
 _WINDOW_NAMES = (
     "kvoffload_window_seconds",
     "kvoffload_load_store_ratio",
-    "kvoffload_offload_load_bandwidth_bytes_per_second",
-    "kvoffload_offload_store_bandwidth_bytes_per_second",
+    "kvoffload_load_bandwidth_bytes_per_second",
+    "kvoffload_store_bandwidth_bytes_per_second",
     "kvoffload_gpu_prefix_hit_ratio",
     "kvoffload_external_prefix_hit_ratio",
     "kvoffload_prefill_seconds_per_token",
@@ -93,8 +94,8 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     x.series(("window", t.label, *e.key, window), windowed, _same_labels(_WINDOW_NAMES, wl))
     pb = found.payback
     if pb is not None:
-        x.add("kvoffload_offload_payback_seconds_per_gib_hour", pb.seconds_per_gib_hour, wl)
-        x.add_states("kvoffload_offload_recommendation", wl, RECOMMENDATIONS, pb.action)
+        x.add("kvoffload_payback_seconds_per_byte_second", pb.seconds_per_byte_second, wl)
+        x.add_states("kvoffload_recommendation", wl, RECOMMENDATIONS, pb.action)
     if d.ttft_quantiles and e.ttft is not None:  # quantiles over the window; _count/_sum: vLLM's, cumulative
         x.add_summary("kvoffload_ttft_seconds", wl, d.ttft_quantiles, e.ttft.count, e.ttft.sum)
 
@@ -105,9 +106,7 @@ def _convoy(x: Exposition, e: EngineSignals, c: ConvoyView | None, wl: Mapping[s
         return
     delay, queue = e.lookup_async_delay, e.queue_time
     if c.lookup_delay_p99 is not None and delay is not None:
-        x.add_summary(
-            "kvoffload_offload_lookup_async_delay_seconds", wl, {0.99: c.lookup_delay_p99}, delay.count, delay.sum
-        )
+        x.add_summary("kvoffload_lookup_async_delay_seconds", wl, {0.99: c.lookup_delay_p99}, delay.count, delay.sum)
     if c.queue_time and queue is not None:
         x.add_summary("kvoffload_request_queue_time_seconds", wl, c.queue_time, queue.count, queue.sum)
 
@@ -120,7 +119,7 @@ def _evidence_labels(lb: Mapping[str, str], k: EvidenceKey) -> dict[str, str]:
         return {**lb, "source": k.detail}
     if k.signal == Evidence.KV_FETCH:
         return {**lb, "stage": k.detail}
-    out = {**lb, "unit": str(k.unit), "tier": k.tier, "connector": k.connector}
+    out = {**lb, "tier": k.tier, "connector": k.connector}
     if k.signal == Evidence.DROPPED:
         out["reason"] = k.reason
     return out
@@ -133,9 +132,8 @@ def _evidence(x: Exposition, lb: Mapping[str, str], e: EngineSignals, found: Eng
     keys = (tuple(k for k, _ in rows), tuple(k for k, _ in units))
 
     def specs() -> list[Spec]:
-        out = [_spec(EVIDENCE_METRICS[k.signal], _evidence_labels(lb, k)) for k in keys[0]]
-        ub = "kvoffload_offload_unit_bytes"
-        return out + [_spec(ub, {**lb, "unit": str(unit), "basis": basis}) for unit, basis in keys[1]]
+        out = [_spec(evidence_metric(k.signal, k.unit), _evidence_labels(lb, k)) for k in keys[0]]
+        return out + [_spec(unit_size_name(unit), {**lb, "basis": basis}) for unit, basis in keys[1]]
 
     values = (*(v for _, v in rows), *(v for _, v in units))
     x.series(("evidence", *lb.values(), keys), values, specs)
@@ -172,7 +170,7 @@ def _target(x: Exposition, t: TargetView, window: str) -> None:
     )
     backends, sources, target = t.snapshot.backends, t.snapshot.sources, t.label
     x.block(
-        "kvoffload_offload_backend_info",
+        "kvoffload_backend_info",
         (target,),
         backends,
         lambda: (({"target": target, "backend": str(b)}, 1.0) for b in backends),
@@ -214,7 +212,7 @@ def _tree(x: Exposition, t: ProcessTreeMemory) -> None:
     x.add("kvoffload_engine_process_tree_pinned_bytes", t.pinned, lb)
     x.add("kvoffload_engine_process_tree_cgroup_headroom_bytes", t.cgroup_headroom, lb)
     x.add("kvoffload_engine_process_tree_growth_step_bytes", growth_step(t), lb)
-    x.add("kvoffload_offload_tier_footprint_ratio", footprint_ratio(t), lb)
+    x.add("kvoffload_tier_footprint_ratio", footprint_ratio(t), lb)
 
 
 def _gpu(x: Exposition, devices: Sequence[GpuMemory]) -> None:
@@ -257,8 +255,8 @@ def _shared(
     for name in COLLECTORS:
         if collectors and name in collectors:
             ok, dur = collectors[name]
-            x.add("kvoffload_collector_success", 1.0 if ok else 0.0, {"collector": name})
-            x.add("kvoffload_collector_duration_seconds", dur, {"collector": name})
+            x.add("kvoffload_exporter_collector_success", 1.0 if ok else 0.0, {"collector": name})
+            x.add("kvoffload_exporter_collector_duration_seconds", dur, {"collector": name})
     if host is not None:
         _host(x, host)
     if gpu is not None:

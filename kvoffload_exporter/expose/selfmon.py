@@ -46,17 +46,21 @@ class SelfStats:
 
     def render(self, x: Exposition, configured: int, up: int, probed: int) -> None:
         x.add_histogram(
-            "kvoffload_poll_duration_seconds",
+            "kvoffload_exporter_poll_duration_seconds",
             {},
             self.poll_duration.bounds,
             self.poll_duration.cumulative(),
             self.poll_duration.total,
         )
         x.add_histogram(
-            "kvoffload_poll_lag_seconds", {}, self.poll_lag.bounds, self.poll_lag.cumulative(), self.poll_lag.total
+            "kvoffload_exporter_poll_lag_seconds",
+            {},
+            self.poll_lag.bounds,
+            self.poll_lag.cumulative(),
+            self.poll_lag.total,
         )
-        x.add("kvoffload_render_duration_seconds", self.render_seconds)
-        x.add("kvoffload_event_loop_lag_seconds", max(self.loop_lag) if self.loop_lag else None)
+        x.add("kvoffload_exporter_render_duration_seconds", self.render_seconds)
+        x.add("kvoffload_exporter_event_loop_lag_seconds", max(self.loop_lag) if self.loop_lag else None)
         x.add("kvoffload_targets", float(configured), {"kind": "configured"})
         x.add("kvoffload_targets", float(probed), {"kind": "probed"})
         x.add("kvoffload_targets_up", float(up))

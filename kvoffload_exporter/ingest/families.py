@@ -67,7 +67,7 @@ class Vllm:
     """The vLLM families the signal readers name (`signalmap`, `routes`, `normalise`, `derive.reasons`): each
     spelled here once and referred to by symbol everywhere else (a test forbids the literal elsewhere). A
     family renamed by a new vLLM: the new name here and in the table, the old one as a row of the table and
-    of `signalmap.ALIASES`; readers need no code for it, whatever its type."""
+    of `ALIASES`; readers need no code for it, whatever its type."""
 
     CACHE_CONFIG_INFO = "vllm:cache_config_info"
     GPU_CACHE_USAGE_PERC = "vllm:gpu_cache_usage_perc"
@@ -106,6 +106,17 @@ class Vllm:
     KV_OFFLOAD_STORE_BYTES = "vllm:kv_offload_store_bytes"
     KV_OFFLOAD_TOTAL_BYTES = "vllm:kv_offload_total_bytes"
     NUM_REQUESTS_KV_FETCH_BY_STAGE = "vllm:num_requests_kv_fetch_by_stage"
+
+
+ALIASES: dict[str, str] = {
+    Vllm.GPU_PREFIX_CACHE_QUERIES: Vllm.PREFIX_CACHE_QUERIES,
+    Vllm.GPU_PREFIX_CACHE_HITS: Vllm.PREFIX_CACHE_HITS,
+    Vllm.GPU_CACHE_USAGE_PERC: Vllm.KV_CACHE_USAGE_PERC,
+}
+"""Deprecated (or renamed) family -> its current family, of any type (counter, gauge, histogram, info): read
+as the current family when that one is absent from the scrape (0.10 default, 0.11 hidden). Kept beside the
+members so that a family renamed by a new vLLM is one file of the readers: the member takes the new name,
+the old one becomes a row here and of the table below (`signalmap` and `normalise` read it from here)."""
 
 
 TABLE: dict[str, FamilyType] = {

@@ -164,7 +164,7 @@ HANDLERS: dict[str, _Handler] = {
 INFO = frozenset({CACHE_INFO, OFFLOAD_INFO})
 ROUTES: dict[str, tuple[bool, _Handler | None]] = {f: (f in backends.FAMILIES, HANDLERS.get(f)) for f in _TABLE}
 """Family → (handed to the backend resolver, this module's handler): one lookup per sample. A deprecated
-family (`signalmap.ALIASES`) has no handler: `normalise` reads its samples as its current family's when
+family (`families.ALIASES`) has no handler: `normalise` reads its samples as its current family's when
 that one is absent, whatever the type."""
 
 __all__ = ["INFO", "LEGACY_SIZE_NAMES", "ROUTES", "Engine", "hist_name", "idle", "on_hist", "transfer_direction"]

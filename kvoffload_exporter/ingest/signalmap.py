@@ -5,8 +5,8 @@ types and spells their names (`Vllm`): here they are named by symbol only.
 
 from __future__ import annotations
 
+from kvoffload_exporter.ingest.families import ALIASES, Vllm
 from kvoffload_exporter.ingest.families import HISTOGRAMS as _TYPED_HISTOGRAMS
-from kvoffload_exporter.ingest.families import Vllm
 from kvoffload_exporter.ingest.snapshot import Signal
 
 # Canonical family -> counter signal. Order matters only for the alias families below.
@@ -37,14 +37,6 @@ COUNTERS = {
     Vllm.HISPARSE_CACHE_HITS: Signal.HISPARSE_CACHE_HITS,
     Vllm.HISPARSE_CACHE_MISSES: Signal.HISPARSE_CACHE_MISSES,
     Vllm.HISPARSE_HOST_TO_DEVICE_BYTES: Signal.HISPARSE_HOST_TO_DEVICE_BYTES,
-}
-# Deprecated (or renamed) family -> its current family, of any type (counter, gauge, histogram, info): read
-# as the current family when that one is absent from the scrape (0.10 default, 0.11 hidden). A rename in
-# a new vLLM version is one row here plus the new name in `families`.
-ALIASES = {
-    Vllm.GPU_PREFIX_CACHE_QUERIES: Vllm.PREFIX_CACHE_QUERIES,
-    Vllm.GPU_PREFIX_CACHE_HITS: Vllm.PREFIX_CACHE_HITS,
-    Vllm.GPU_CACHE_USAGE_PERC: Vllm.KV_CACHE_USAGE_PERC,
 }
 GAUGES = {
     Vllm.KV_CACHE_USAGE_PERC: Signal.GPU_KV_CACHE_USAGE,

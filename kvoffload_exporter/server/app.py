@@ -24,6 +24,7 @@ from kvoffload_exporter.expose.render import (
 from kvoffload_exporter.redact import redact_url
 from kvoffload_exporter.server.exporter import Exporter
 from kvoffload_exporter.server.guards import GuardStats
+from kvoffload_exporter.server.pluginhost import ExporterHost
 from kvoffload_exporter.server.plugins import Plugin
 from kvoffload_exporter.server.probe import BadProbe, Forbidden, Probes
 
@@ -169,7 +170,7 @@ def make_app(
 ) -> web.Application:
     """App factory: nothing starts at import; polling starts on app startup and stops on cleanup.
 
-    `plugins` get the running Exporter and the shared HTTP session (the canary uses this);
+    `plugins` get the running Exporter (as an ExporterHost) and the shared HTTP session (the canary uses this);
     `middlewares` guard every route (webconfig's basic auth); `guards` counts what they and the listener
     refuse (kvoffload_exporter_http_*)."""
     guards = guards or GuardStats()
@@ -188,7 +189,7 @@ def make_app(
             exp.start(session)
             exp.add_task(app[PROBES].sweep_forever())
             for plugin in plugins:
-                plugin(exp, session)
+                plugin(ExporterHost(exp), session)
             yield
             await exp.stop()
 

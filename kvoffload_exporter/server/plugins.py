@@ -3,7 +3,7 @@
 A plugin is called once at start-up with a `PluginHost` and the shared HTTP session. It adds its
 series as a `Collector` (rendered with the others on every re-render), reports its own collector
 health under a closed `CollectorName`, and spawns its loops as exporter tasks, so it needs nothing of
-the exporter's internals. `poller.Exporter` implements the protocol; tests can pass a fake.
+the exporter's internals. `pluginhost.ExporterHost` implements the protocol over the exporter; tests can pass a fake.
 
 Settings: a plugin's own mapping of the config file (`canary:`) is a `Section` that the plugin's settings
 module registers with `register_section` when it is imported; the core then parses and checks it with
@@ -40,7 +40,7 @@ class PluginHost(Protocol):
         ...
 
     def report_collector(self, name: CollectorName, ok: bool, duration: float) -> None:
-        """Record a collector run (kvoffload_collector_success / _duration_seconds) and re-render."""
+        """Record a collector run (kvoffload_exporter_collector_success / _duration_seconds) and re-render."""
         ...
 
     def spawn(self, task: Awaitable[None]) -> None:

@@ -1,7 +1,7 @@
 """One vLLM target's poll: fetch, normalise (a large body in a worker thread), advance its totals,
 derive, re-render.
 
-`poller.Exporter` schedules these; `probe` runs one for a `/probe` request.
+`scheduler.Scheduler` schedules these; `probe` runs one for a `/probe` request.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class TargetPoller:
         self._held: Counter[EngineKey] = Counter()  # engine key -> points of `_held_of` holding it
         self._held_of = self.history
         self.extra_errors: dict[str, int] | None = {} if cfg.extra_metrics_urls else None
-        self.canary: CanaryFacts | None = None  # from a plugin (Exporter.report_facts): refines the reasons
+        self.canary: CanaryFacts | None = None  # from a plugin (ExporterHost.report_facts): refines the reasons
         self._lines = LineCache()  # the series this target sent before, read with one lookup each
         self.scrub = cfg.scrubber() or None  # its own credentials, removed from whatever it answers
         self.polled = asyncio.Event()  # set once the first poll finished (a /probe of a new target waits)

@@ -19,6 +19,7 @@ from typing import Any
 from kvoffload_exporter.sim.cache import CpuTier, GpuPrefixCache, Lease, block_hashes, chunk_hashes
 from kvoffload_exporter.sim.engineconfig import EngineConfig
 from kvoffload_exporter.sim.inflight import InFlight
+from kvoffload_exporter.sim.output import corrupt, output_ids
 from kvoffload_exporter.sim.stats import EngineStats
 from kvoffload_exporter.sim.timing import RequestTiming, TimeModel
 from kvoffload_exporter.sim.versions import Behaviour
@@ -108,6 +109,8 @@ class Engine:
         self._wall = wall
         self.rng = rng or random.Random(index)
         self.connector = cfg.connector
+        self.output_depends_on = "prompt"  # sim/output.py DEPENDS_ON
+        self.corrupt_loads = 0.0  # fraction of tier-served requests that answer other tokens
         self.gpu = GpuPrefixCache(cfg.num_gpu_blocks)
         self.tier = CpuTier(cfg.num_cpu_chunks)
         self.inflight = InFlight()
@@ -190,12 +193,18 @@ class Engine:
             scheduled_at=scheduled,
             first_token_at=first,
             finish_at=first + (req.max_tokens - 1) * timing.itl_s,
-            output_ids=tuple(self.rng.randrange(1000, 30000) for _ in range(req.max_tokens)),
+            output_ids=self._output(req, ext),
         )
         self._active.append(plan)
         self._schedule(plan, lease, store, recomputed)
         self._update_gauges(now)
         return plan
+
+    def _output(self, req: SimRequest, ext: int) -> tuple[int, ...]:
+        ids = output_ids(req.prompt, req.max_tokens, self.output_depends_on)
+        if ext and self.corrupt_loads and self.rng.random() < self.corrupt_loads:
+            return corrupt(ids)
+        return ids
 
     def _lookup(self, req: SimRequest, n: int, gpu_hit: int, chunks: list[bytes]) -> int:
         """External hit tokens: whole chunks after the GPU hit, as OffloadingConnector counts them."""

@@ -23,6 +23,8 @@ FAULTS: dict[str, str] = {
     "metrics-truncated": "GET /metrics body is cut off in the middle of a sample line",
     "metrics-huge": "GET /metrics body is padded to a huge size (metrics-huge=BYTES, default 20 MiB)",
     "down": "every endpoint except /_sim/* drops the connection without an answer",
+    "corrupt-loads": "this fraction of requests served from the CPU tier answer other tokens (corrupt-loads=FRACTION, "
+    "0 < FRACTION <= 1, default 1)",
     "completions-status": "POST /v1/completions answers this HTTP status with vLLM's error body "
     "(completions-status=CODE, 400-599, default 503)",
 }
@@ -32,6 +34,7 @@ DEFAULT_ARGS = {
     "metrics-slow": "5",
     "metrics-huge": str(20 << 20),
     "completions-status": "503",
+    "corrupt-loads": "1",
 }
 # Faults that act once when added instead of staying in effect (unless given a period).
 ONE_SHOT = frozenset({"restart"})
@@ -72,6 +75,8 @@ def parse_fault(text: str) -> Fault:
         raise FaultError(f"fault rename: choose one of {', '.join(VARIANTS)}")
     if name in ("slow-load", "metrics-slow", "metrics-huge") or (name == "restart" and fault.arg is not None):
         fault.number()
+    if name == "corrupt-loads" and fault.number() > 1:
+        raise FaultError(f"fault corrupt-loads: {fault.value!r} is a fraction, at most 1")
     if name == "completions-status" and fault.value not in {str(c) for c in range(400, 600)}:
         raise FaultError(f"fault completions-status: {fault.value!r} is not an HTTP status 400-599")
     return fault

@@ -15,6 +15,7 @@ from kvoffload_exporter.sim.backends import BACKENDS, NO_CONNECTOR, reshape
 from kvoffload_exporter.sim.calibration import CALIBRATIONS, DEFAULT_CALIBRATION, Calibration
 from kvoffload_exporter.sim.engine import Engine, EngineConfig
 from kvoffload_exporter.sim.faults import ONE_SHOT, Fault, FaultError, FaultSet, parse_fault
+from kvoffload_exporter.sim.output import DEPENDS_ON
 from kvoffload_exporter.sim.profiles import render
 from kvoffload_exporter.sim.timing import TimeModel
 from kvoffload_exporter.sim.versions import DEFAULT_VERSION, behaviour
@@ -49,6 +50,7 @@ class SimOptions:
     prompt_tokens_details: bool = True  # --enable-prompt-tokens-details, as in the H200 runs
     per_request_metrics: bool = True  # --enable-per-request-metrics (0.25+), as in the H200 runs
     show_hidden_metrics: bool = False  # --show-hidden-metrics-for-version=<previous minor>
+    output_depends_on: str = "prompt"  # sim/output.py DEPENDS_ON: the whole prompt, or its last token
     backend: str = "native"  # how offload is reported: sim.backends.BACKENDS
     engine: Mapping[str, Any] = field(default_factory=dict)  # EngineConfig overrides (ENGINE_FIELDS)
     timing: Mapping[str, float] = field(default_factory=dict)  # Calibration overrides (TIMING_FIELDS)
@@ -59,6 +61,8 @@ class SimOptions:
             errors.append(f"unknown calibration {self.calibration!r}; known: {', '.join(CALIBRATIONS)}")
         if self.engines < 1:
             errors.append("engines must be >= 1")
+        if self.output_depends_on not in DEPENDS_ON:
+            errors.append(f"output depends on one of {', '.join(DEPENDS_ON)}, not {self.output_depends_on!r}")
         if self.backend not in BACKENDS:
             errors.append(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
         if self.time_scale <= 0:
@@ -133,7 +137,10 @@ class Simulator:
 
     def _apply(self) -> None:
         slow = self.faults.get("slow-load")
+        corrupt = self.faults.get("corrupt-loads")
         for e in self.engines:
+            e.output_depends_on = self.opts.output_depends_on
+            e.corrupt_loads = corrupt.number() if corrupt else 0.0
             e.tier.forgetful = "store-without-load" in self.faults
             e.timing.slow_load = slow.number() if slow else 1.0
             e.connector = self._has_connector() and "no-connector" not in self.faults

@@ -77,3 +77,26 @@ class HostCPUOffloadingSpec(CPUOffloadingSpec):
                 raise ValueError("HostCPUOffloadingSpec needs offload block_size == engine block_size")
             self._worker = _SyncHostCopyWorker(kv_caches, self.num_chunks)
         return self._worker
+
+
+class _FlippingHostCopyWorker(_SyncHostCopyWorker):
+    """Test only: every load lands with the lowest bit of every byte flipped (a corrupted restore)."""
+
+    def _copy(self, job_id: int, dev_spec: GPULoadStoreSpec, host_spec: LoadStoreSpec, store: bool) -> bool:
+        ok = super()._copy(job_id, dev_spec, host_spec, store)
+        if not store:
+            d = torch.from_numpy(dev_spec.block_ids.astype(np.int64))
+            for t in self.dev:
+                t[d] = torch.bitwise_xor(t[d], 1)
+        return ok
+
+
+class FlippingCPUOffloadingSpec(CPUOffloadingSpec):
+    """`spec_name` of the output check's perturbed e2e server: the real connector with corrupting loads."""
+
+    def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
+        if not self._worker:
+            if self.blocks_per_chunk != 1:
+                raise ValueError("FlippingCPUOffloadingSpec needs offload block_size == engine block_size")
+            self._worker = _FlippingHostCopyWorker(kv_caches, self.num_chunks)
+        return self._worker

@@ -135,12 +135,15 @@ def test_check_phases_match_the_engine_counters(
         "offload_revisit": ("offload_hit", PREFIX, PREFIX_BYTES, 0, 0, PREFIX),  # loaded back from the tier
         "recompute": ("miss", 0, 0, 0, 0, 0),  # max_load_tokens 0: recomputed, nothing loaded (B is stored)
         "cold": ("miss", 0, 0, PREFIX_BYTES, 0, 0),  # fresh salt: new block hashes, stored again
+        # The output check's one probe a run (round 1): A with its first token changed, fresh salt, stored.
+        "sensitivity": ("miss", 0, 0, PREFIX_BYTES, 0, 0),
     }
     cycles = by_cycle(doc)
     assert sorted(cycles) == list(range(1, ROUNDS + 1))
     orders = {c["cycle"]: c["order"] for c in doc["cycles"]}  # balanced over rounds, seeded, recorded
+    assert [p["cycle"] for p in doc["phases"] if p["phase"] == "sensitivity"] == [1]
     for c, phases in cycles.items():
-        names = [p["phase"] for p in phases]
+        names = [p["phase"] for p in phases if p["phase"] != "sensitivity"]
         assert names[:4] == PRESSURE_PHASES[:4] and sorted(names[4:]) == sorted(PRESSURE_PHASES[4:]), c
         assert names[4:] == orders[c], (c, names)
         for p in phases:
@@ -186,7 +189,7 @@ def test_check_phases_match_the_engine_counters(
         assert sum(p[key] for p in doc["phases"]) == raw, name
         assert raw_delta(ev_before, ev_after, name) == raw == reported, name
     assert raw_delta(before, after, LOAD) == ROUNDS * PREFIX_BYTES
-    assert raw_delta(before, after, STORE) == ROUNDS * (3 * PREFIX_BYTES + FILLERS * FILLER_BYTES)
+    assert raw_delta(before, after, STORE) == ROUNDS * (3 * PREFIX_BYTES + FILLERS * FILLER_BYTES) + PREFIX_BYTES
     # The deprecated per-direction mirror moved by the same bytes.
     legacy = "vllm:kv_offload_total_bytes_total"
     assert raw_delta(before, after, legacy, transfer_type="CPU_to_GPU") == ROUNDS * PREFIX_BYTES

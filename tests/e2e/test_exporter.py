@@ -207,7 +207,7 @@ def test_serve_polls_both_servers(exporter_serve, vllm_plain: VllmServer, vllm_o
     text = wait_for(both_up, "kvoffload_up 1 for both targets", proc, log)
     assert client.total(text, "kvoffload_state", target=plain, state="not_configured") == 1
     assert client.total(text, "kvoffload_state", target=offload, state="not_configured") == 0
-    assert "kvoffload_offload_store_bytes_total" not in "".join(
+    assert "kvoffload_store_bytes_total" not in "".join(
         line for line in text.splitlines() if f'target="{plain}"' in line
     )
     for t in (plain, offload):
@@ -223,11 +223,11 @@ def test_serve_polls_both_servers(exporter_serve, vllm_plain: VllmServer, vllm_o
 
     def caught_up() -> str | None:
         text = client.metrics(base)
-        got = client.total(text, "kvoffload_offload_store_bytes_total", target=offload)
+        got = client.total(text, "kvoffload_store_bytes_total", target=offload)
         return text if got == want else None
 
-    text = wait_for(caught_up, f"kvoffload_offload_store_bytes_total == {want:.0f}", proc, log)
-    assert client.total(text, "kvoffload_offload_load_bytes_total", target=offload) == client.total(engine, ENGINE_LOAD)
+    text = wait_for(caught_up, f"kvoffload_store_bytes_total == {want:.0f}", proc, log)
+    assert client.total(text, "kvoffload_load_bytes_total", target=offload) == client.total(engine, ENGINE_LOAD)
     # Only stores since the exporter started, no reuse: the window's evidence is "storing".
     assert client.total(text, "kvoffload_state", target=offload, state="storing") == 1
     assert client.total(text, "kvoffload_state", target=plain, state="not_configured") == 1

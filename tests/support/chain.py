@@ -67,6 +67,6 @@ async def run_chain(texts: Sequence[str], version: str, name: str = "vllm-0") ->
         exp = Exporter(config, clock=clock, timer=clock, runtime_metrics=False)
         async with aiohttp.ClientSession() as session:
             for _ in texts:
-                await exp.poll(exp.targets[0], session)
+                await exp.scheduler.poll(exp.targets[0], session)
                 clock.t += STEP
     return exp

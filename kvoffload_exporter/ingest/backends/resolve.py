@@ -56,6 +56,10 @@ TABLES: tuple[BackendTable, ...] = (
 _ALL_ROWS: tuple[Source, ...] = (*common.SHARED, *(r for t in TABLES for r in t.rows))
 FAMILIES: frozenset[str] = frozenset({r.family for r in _ALL_ROWS} | {f for t in TABLES for f in t.detect})
 """Every family the resolver reads (canonical names): normalise adds them to its selector."""
+SIGNAL_UNITS: dict[Evidence, tuple[NativeUnit, ...]] = {
+    sig: tuple(u for u in NativeUnit if any(r.signal == sig and r.unit == u for r in _ALL_ROWS)) for sig in Evidence
+}
+"""Every unit each evidence signal is read in by some backend: the catalogue exports one family per pair."""
 HISTOGRAMS: frozenset[str] = FAMILIES & TYPED_HISTOGRAMS
 """Of those, the histograms, typed by the one family table (kvoffload_exporter.ingest.families)."""
 

@@ -50,7 +50,7 @@ class Evidence(StrEnum):
 
 
 class NativeUnit(StrEnum):
-    """The unit a backend counts in; carried on every evidence series as the `unit` label."""
+    """The unit a backend counts in; part of every evidence family's name (kvoffload_backend_stored_blocks_total)."""
 
     BYTES = "bytes"
     TOKENS = "tokens"
@@ -66,7 +66,7 @@ class NativeUnit(StrEnum):
 
 
 class DropReason(StrEnum):
-    """Closed `reason` of kvoffload_offload_dropped_total."""
+    """Closed `reason` of the kvoffload_backend_dropped_*_total families."""
 
     CPU_FULL = "cpu_full"
     REQUEST_GONE = "request_gone"

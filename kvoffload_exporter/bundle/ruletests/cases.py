@@ -1,114 +1,29 @@
-"""promtool unit tests for the rules as rendered (`alerts/tests/rendered-<alert>.test.yaml`): one firing
-and one silent case per alert, built from the same settings and selectors as the rules, so a bundle
-rendered with `--set`/`--selector` can be checked with `promtool test rules` like the committed one.
-Series are shaped from the thresholds and evaluated after the window and `for` have passed; label values
-satisfy the user's selectors. The hand-written `alerts/tests/kvoffload.test.yaml` (real failure replays)
-stays the independent check. A case the rendered rules cannot make fire (a selector on a label its series
-never carry, `absent_for` not shorter than `absent_memory`) is left out and named in the file's header.
-"""
+"""One firing and one silent case per alert (BUILDERS) and each alert's evaluation step (STEPS)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from kvoffload_exporter.bundle import testvalues as tv
 from kvoffload_exporter.bundle.promql import Matcher
-from kvoffload_exporter.bundle.rules import AlertRule
+from kvoffload_exporter.bundle.ruletests.base import (
+    B5,
+    DROPPED,
+    FS,
+    GIB,
+    J3,
+    RECORDED_STEP_MAX,
+    Builder,
+    Case,
+    _absent_step,
+    _counter,
+    _dividing,
+    _Env,
+    _gauge,
+    _quarter,
+    _v,
+)
 from kvoffload_exporter.bundle.settings import Settings
-
-DIR = "alerts/tests"
-BASE = {"job": "kvoffload", "instance": "sidecar:9466", "target": "vllm-a", "model_name": "m", "engine": "0"}
-J3 = ("job", "instance", "target")
-B5 = (*J3, "model_name", "engine")
-OWN = {"state", "window", "quantile", "unit", "tier", "connector", "reason", "control", "verdict", "load_band"}
-OWN |= {"bound", "generation", "vllm_version", "result"}
-GIB = 1073741824
-DROPPED, FS = "kvoffload_offload_dropped_total", "1:fs"
-
-
-@dataclass
-class Case:
-    name: str
-    series: list[tuple[str, dict[str, str], str]] = field(default_factory=list)
-    expected: list[tuple[dict[str, str], float]] = field(default_factory=list)
-    fits: bool = True
-
-
-class _Env:
-    """Settings, selectors and the time grid shared by every case."""
-
-    def __init__(self, s: Settings, selectors: Sequence[Matcher]):
-        self.s, self.sel = s, tuple(selectors)
-        self.step = 1000
-        extra = {m.label for m in self.sel} - set(BASE) - OWN
-        self.extra = {lb: tv.label_value(lb, "", self.sel) for lb in sorted(extra)}
-
-    def at(self, *durations: str, plus: int = 2) -> int:
-        """An evaluation time (ms, on the grid) after the sum of `durations`, plus `plus` steps."""
-        ms = sum(tv.duration_ms(d) for d in durations)
-        return -(-ms // self.step) * self.step + plus * self.step
-
-    def n(self, t_ms: int) -> int:
-        return t_ms // self.step
-
-    def labels(self, case: Case, keys: Sequence[str], **own: str) -> dict[str, str]:
-        """Labels of a series carrying the base `keys` (selector-satisfying values) and its own labels."""
-        out: dict[str, str] = {}
-        for k in keys:
-            v = tv.label_value(k, own.pop(k, BASE.get(k, k)), self.sel)
-            if v is None:
-                case.fits = False
-            elif v:
-                out[k] = v
-        for k, v in {**self.extra, **own}.items():
-            if v is None:
-                case.fits = False
-            elif v:
-                out[k] = v
-        if not all(tv.matches(m, out.get(m.label, "")) for m in self.sel):
-            case.fits = False
-        return out
-
-
-def _counter(rate: float, n: int) -> str:
-    return f"0+{_v(rate)}x{n}"
-
-
-def _gauge(v: float, n: int) -> str:
-    return f"{_v(v)}x{n}"
-
-
-def _v(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() and abs(v) < 2**53 else repr(float(v))
-
-
-Builder = Callable[[_Env, bool], tuple[Case, int]]
-
-
-RECORDED_STEP_MAX = 240_000
-"""Alerts reading recorded series need a step within the 5m lookback: rule groups see each other's samples
-of the previous evaluation."""
-
-
-def _dividing(window: str, most: int = 10**15) -> int:
-    """A step that divides the window into >= 4 (exact `increase()` values: no extrapolation), <= `most`."""
-    ms = tv.duration_ms(window)
-    return ms // next((k for k in range(4, ms + 1) if ms % k == 0 and ms // k <= most), 1) if ms >= 4 else 1
-
-
-def _quarter(for_: str) -> int:
-    """A step for a gauge alert: the `for` passes in about four steps."""
-    return max(1000, tv.duration_ms(for_) // 4)
-
-
-def _absent_step(s: Settings) -> int:
-    """Steps short enough that the alert fires while the old series is still within `absent_memory`
-    (when no step can, the one that keeps the silent case short)."""
-    for_, memory = tv.duration_ms(s.absent_for), tv.duration_ms(s.absent_memory)
-    quarter = _quarter(s.absent_for)
-    steps = (quarter, max(1, memory // 8), max(1, (memory - for_) // 4))
-    return next((x for x in steps if 2 * x + -(-for_ // x) * x <= memory), quarter)
 
 
 def _store_without_load(e: _Env, fire: bool) -> tuple[Case, int]:
@@ -118,8 +33,8 @@ def _store_without_load(e: _Env, fire: bool) -> tuple[Case, int]:
     c = Case("stores clear the minimum in the window, zero loads, prefix reuse" if fire else "loads happen")
     lb = e.labels(c, B5)
     c.series = [
-        ("kvoffload_offload_store_bytes_total", lb, _counter(rate, e.n(t))),
-        ("kvoffload_offload_load_bytes_total", lb, _counter(0 if fire else 1000, e.n(t))),
+        ("kvoffload_store_bytes_total", lb, _counter(rate, e.n(t))),
+        ("kvoffload_load_bytes_total", lb, _counter(0 if fire else 1000, e.n(t))),
         ("kvoffload_gpu_prefix_hits_tokens_total", lb, _counter(100, e.n(t))),
     ]
     c.expected = [(lb, rate * (w // e.step))] if fire else []
@@ -133,10 +48,10 @@ def _engine_imbalance(e: _Env, fire: bool) -> tuple[Case, int]:
     c = Case("engine 1 stores and never loads while engine 0 loads" if fire else "both engines load")
     e0, e1 = e.labels(c, B5, engine="0"), e.labels(c, B5, engine="1")
     c.fits &= e0 != e1
-    c.series = [("kvoffload_offload_store_bytes_total", lb, _counter(rate, e.n(t))) for lb in (e0, e1)]
+    c.series = [("kvoffload_store_bytes_total", lb, _counter(rate, e.n(t))) for lb in (e0, e1)]
     c.series += [
-        ("kvoffload_offload_load_bytes_total", e0, _counter(rate, e.n(t))),
-        ("kvoffload_offload_load_bytes_total", e1, _counter(0 if fire else rate, e.n(t))),
+        ("kvoffload_load_bytes_total", e0, _counter(rate, e.n(t))),
+        ("kvoffload_load_bytes_total", e1, _counter(0 if fire else rate, e.n(t))),
     ]
     c.expected = [(e1, rate * (w // e.step))] if fire else []
     return c, t
@@ -225,7 +140,7 @@ def _headroom(e: _Env, fire: bool) -> tuple[Case, int]:
     lb = e.labels(c, ("job", "instance"))
     c.series = [
         ("kvoffload_host_memory_headroom_bytes", lb, _gauge(head, e.n(t))),
-        ("kvoffload_offload_tier_bytes", e.labels(c, B5), _gauge(tier, e.n(t))),
+        ("kvoffload_tier_bytes", e.labels(c, B5), _gauge(tier, e.n(t))),
     ]
     c.expected = [(lb, head)] if fire else []
     return c, t
@@ -234,7 +149,7 @@ def _headroom(e: _Env, fire: bool) -> tuple[Case, int]:
 def _overcommitted(e: _Env, fire: bool) -> tuple[Case, int]:
     limit = e.s.tier_footprint_max_ratio
     return _gauge_case(
-        "kvoffload_offload_tier_footprint_ratio", J3, limit + 0.38, limit / 2, "tier_footprint_for", "footprint ratio"
+        "kvoffload_tier_footprint_ratio", J3, limit + 0.38, limit / 2, "tier_footprint_for", "footprint ratio"
     )(e, fire)
 
 
@@ -251,14 +166,15 @@ def _oom(e: _Env, fire: bool) -> tuple[Case, int]:
     return c, t
 
 
-def _failing_counter(metric: str, own: Mapping[str, str]) -> Builder:
+def _failing_counter(metric: str, own: Mapping[str, str], unit: str = "") -> Builder:
     def build(e: _Env, fire: bool) -> tuple[Case, int]:
         s = e.s
         t = e.at(s.allocation_window, s.allocation_for)
         c = Case("one more every step" if fire else "counter flat")
         lb = e.labels(c, B5, **own)
         c.series = [(metric, lb, _counter(1, e.n(t)) if fire else _gauge(5, e.n(t)))]
-        c.expected = [(lb, tv.duration_ms(s.allocation_window) // e.step)] if fire else []
+        alert = {**lb, "unit": unit} if unit else lb  # a kvoffload_backend_* family's unit: named by the alert
+        c.expected = [(alert, tv.duration_ms(s.allocation_window) // e.step)] if fire else []
         return c, t
 
     return build
@@ -293,6 +209,15 @@ def _not_storing(e: _Env, fire: bool) -> tuple[Case, int]:
     return c, t
 
 
+def _output_mismatch(e: _Env, fire: bool) -> tuple[Case, int]:
+    t = e.at(e.s.output_mismatch_window)
+    c = Case("one mismatch" if fire else "every answer equal")
+    lb = e.labels(c, J3, pair="offload_vs_gpu")
+    c.series = [("kvoffload_canary_output_mismatches_total", lb, f"0x{e.n(t) - 1} 1" if fire else _gauge(0, e.n(t)))]
+    c.expected = [(lb, 1)] if fire else []
+    return c, t
+
+
 BUILDERS: Mapping[str, Builder] = {
     "KVOffloadStoreWithoutLoad": _store_without_load,
     "KVOffloadNotStoring": _not_storing,
@@ -305,11 +230,12 @@ BUILDERS: Mapping[str, Builder] = {
     "KVOffloadHostMemoryHeadroomLow": _headroom,
     "KVOffloadTierOvercommitted": _overcommitted,
     "KVOffloadOOMRisk": _oom,
-    "KVOffloadAllocationFailures": _failing_counter("kvoffload_offload_allocation_failures_total", {}),
-    "KVOffloadTierDroppingWrites": _failing_counter(DROPPED, {"unit": "chunks", "tier": FS, "reason": "backpressure"}),
-    "KVOffloadStoreErrors": _failing_counter(DROPPED, {"unit": "stores", "reason": "store_error"}),
+    "KVOffloadAllocationFailures": _failing_counter("kvoffload_allocation_failures_total", {}),
+    "KVOffloadTierDroppingWrites": _failing_counter(DROPPED % "blocks", dict(tier=FS, reason="backpressure"), "blocks"),
+    "KVOffloadStoreErrors": _failing_counter(DROPPED % "stores", {"reason": "store_error"}, "stores"),
     "KVOffloadCanaryFailing": _canary_failing,
     "KVOffloadCanaryNoOffloadHit": _no_offload_hit,
+    "KVOffloadOutputMismatch": _output_mismatch,
 }
 """One case builder per alert; tests/test_alerts.py fails when an alert has none."""
 
@@ -330,71 +256,6 @@ STEPS: Mapping[str, Callable[[Settings], int]] = {
     "KVOffloadStoreErrors": lambda s: _dividing(s.allocation_window),
     "KVOffloadCanaryFailing": lambda s: _quarter(s.canary_for),
     "KVOffloadCanaryNoOffloadHit": lambda s: _quarter(s.canary_for),
+    "KVOffloadOutputMismatch": lambda s: _dividing(s.output_mismatch_window),
 }
 """Each alert's evaluation step (its own file: promtool has one evaluation_interval per file)."""
-
-
-def _series_text(metric: str, labels: Mapping[str, str]) -> str:
-    def quote(v: str) -> str:
-        return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-    return metric + "{" + ",".join(f'{k}="{quote(v)}"' for k, v in labels.items()) + "}"
-
-
-def path(alert: str) -> str:
-    return f"{DIR}/rendered-{alert.lower()}.test.yaml"
-
-
-def tests(s: Settings, selectors: Sequence[Matcher], a: AlertRule) -> tuple[dict[str, object], list[str]]:
-    """One alert's promtool test document and the names of the cases left out (cannot fire as rendered)."""
-    e = _Env(s, selectors)
-    e.step = STEPS[a.alert](s)
-    out: list[dict[str, object]] = []
-    left_out: list[str] = []
-    for fire in (True, False):
-        case, t = BUILDERS[a.alert](e, fire)
-        name = f"{a.alert} {'fires' if fire else 'stays silent'}: {case.name}"
-        if not case.fits:
-            left_out.append(name)
-            continue
-        exp = [
-            {
-                "exp_labels": {"severity": a.severity, **labels},
-                "exp_annotations": {
-                    "summary": a.summary,
-                    "description": tv.render(a.description, labels, value),
-                    "runbook_url": a.runbook_url(s.runbook_url),
-                },
-            }
-            for labels, value in case.expected
-        ]
-        out.append(
-            {
-                "name": name,
-                "interval": tv.fmt_duration(e.step),
-                "input_series": [{"series": _series_text(m, lb), "values": v} for m, lb, v in case.series],
-                "alert_rule_test": [{"eval_time": tv.fmt_duration(t), "alertname": a.alert, "exp_alerts": exp}],
-            }
-        )
-    doc: dict[str, object] = {
-        "rule_files": ["../kvoffload.rules.yaml"],
-        "evaluation_interval": tv.fmt_duration(e.step),
-        "tests": out,
-    }
-    return doc, left_out
-
-
-def render(s: Settings, selectors: Sequence[Matcher], alerts: Sequence[AlertRule]) -> dict[str, str]:
-    """{path: text}: one test file per alert, named after it (a re-render overwrites every one)."""
-    from kvoffload_exporter.bundle.rulefile import dump_yaml
-
-    files = {}
-    for a in alerts:
-        doc, left_out = tests(s, selectors, a)
-        header = (
-            f"# Generated by `kvoffload-exporter bundle` with the rules beside it (same --set/--selector): {a.alert}.\n"
-            "# `promtool test rules alerts/tests/*.yaml` runs it with the hand-written kvoffload.test.yaml.\n"
-        )
-        header += "".join(f"# Left out (cannot fire as rendered): {n}\n" for n in left_out)
-        files[path(a.alert)] = header + dump_yaml(doc)
-    return files

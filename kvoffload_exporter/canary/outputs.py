@@ -1,0 +1,54 @@
+"""The output check's step of a cycle: compare the displaced revisit's answer with the GPU revisit's and the
+cold control's (the same prompt), after sending the run's one sensitivity probe (outputcheck.py says why)."""
+
+from __future__ import annotations
+
+from kvoffload_exporter.canary.outputcheck import changed_prefix
+from kvoffload_exporter.canary.prepared import PreparedRun, Probe
+from kvoffload_exporter.canary.records import CycleRecord, PhaseRecord
+from kvoffload_exporter.canary.steps import Seeded
+from kvoffload_exporter.canary.types import CanaryPath, ProbeResult
+from kvoffload_exporter.enums import OutputPair
+
+REFERENCES = (
+    (OutputPair.OFFLOAD_VS_GPU, "gpu_revisit", ProbeResult.GPU_HIT),
+    (OutputPair.OFFLOAD_VS_RECOMPUTE, "cold", ProbeResult.MISS),
+)
+"""Each pair's reference phase and the classification it must have had to be that reference."""
+
+
+def _last(rec: CycleRecord, phases: tuple[str, ...]) -> PhaseRecord | None:
+    return next((p for p in reversed(rec.phases) if p.phase in phases), None)
+
+
+async def _sensitivity(run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded, reference: list[int]) -> None:
+    """Once per run: the same prompt with its first prefix token changed, recomputed (a fresh salt)."""
+    prompts = run.ctx.prompts
+    prompt = changed_prefix(seeded.a, prompts.lo, prompts.hi) + seeded.t
+    ph, _ = await run.probe(
+        c, Probe("sensitivity", prompt, expect=ProbeResult.MISS, path=CanaryPath.COLD, fresh_salt=True)
+    )
+    rec.phases.append(ph)  # evidence only: never a TTFT sample, never a probe of the tier
+    run.ctx.state.output.sense(c, reference, ph.output_token_ids or [])
+
+
+async def compare(run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded) -> None:
+    """An offload hit with token ids against every reference the cycle has; nothing without an offload hit."""
+    rev = _last(rec, ("offload_revisit", "wait_revisit"))
+    if rev is None or rev.classification != ProbeResult.OFFLOAD_HIT or not rev.output_token_ids:
+        return
+    refs: list[tuple[OutputPair, list[int]]] = []
+    for pair, phase, wanted in REFERENCES:
+        ph = _last(rec, (phase,))
+        if ph is not None and ph.classification == wanted and ph.output_token_ids:
+            refs.append((pair, ph.output_token_ids))
+    if not refs:
+        return
+    out = run.ctx.state.output
+    if out.sensitive is None:
+        await _sensitivity(run, c, rec, seeded, refs[-1][1])  # the recompute's answer where there is one
+    for pair, ids in refs:
+        out.add(c, pair, rev.output_token_ids, ids)
+
+
+__all__ = ["REFERENCES", "compare"]

@@ -1,0 +1,205 @@
+"""When things are read: one poll loop per target, the host and GPU loops, staleness and loop-lag checks.
+
+Poll starts are spread over the interval, the number of polls in flight is bounded by the poll slots,
+and parsing runs in a worker thread (kvoffload_exporter.server.targetpoller) so the event loop keeps
+answering scrapes while it runs. Every loop sleeps on the injected timer's schedule and tells the fleet
+that something changed; what the fleet serves is not its concern.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import suppress
+from typing import TYPE_CHECKING, Protocol
+
+import aiohttp
+
+from kvoffload_exporter.config.settings import Config, TargetConfig
+from kvoffload_exporter.expose.selfmon import SelfStats
+from kvoffload_exporter.ingest.snapshot import GpuMemory, HostMemory
+from kvoffload_exporter.server.targetpoller import TargetPoller
+from kvoffload_exporter.sources import host as host_source
+
+if TYPE_CHECKING:
+    from kvoffload_exporter.sources.gpu import Nvml
+
+log = logging.getLogger("kvoffload.poller")
+
+
+class Fleet(Protocol):
+    """What the scheduler drives (the Exporter): its targets, and where the host and GPU readings go."""
+
+    config: Config
+    targets: list[TargetPoller]
+    probed: dict[str, TargetPoller]
+    stats: SelfStats
+    host: HostMemory | None
+    gpu: tuple[GpuMemory, ...] | None
+    collectors: dict[str, tuple[bool, float]]
+    ready: bool
+
+    def render(self) -> None:
+        """Something changed."""
+        ...
+
+
+class Scheduler:
+    """Owns the loops (as tasks), the poll slots and the shared HTTP session once started."""
+
+    def __init__(self, fleet: Fleet, timer: Callable[[], float], rng: random.Random | None = None) -> None:
+        self.fleet = fleet
+        self.timer = timer
+        self.session: aiohttp.ClientSession | None = None
+        self.slots = asyncio.Semaphore(fleet.config.max_concurrent_polls)  # bounds polls in flight
+        self.loops: dict[TargetConfig, asyncio.Task[None]] = {}  # per configured target, for reload
+        self._rng = rng or random.Random()  # unseeded: replicas must not start in lockstep
+        self._tasks: list[asyncio.Task[None]] = []
+        self._nvml: Nvml | None = None  # once started (imported lazily: pynvml only where --collector.gpu)
+        self._smaps = host_source.SmapsCache()
+
+    async def poll(self, poller: TargetPoller, session: aiohttp.ClientSession) -> None:
+        """One poll of any target (configured or probed) through the bounded slots."""
+        async with self.slots:
+            self.fleet.stats.poll_duration.observe(await poller.poll_once(session))
+        self.fleet.render()
+
+    async def target_loop(self, poller: TargetPoller, session: aiohttp.ClientSession, first: bool = True) -> None:
+        """Poll `poller` every `poll_interval` (read each round, so a reload applies) on the injected timer."""
+        # First poll at once (through the slots, so a big fleet starts in batches): `up` must not read 0
+        # before a target was ever polled. Then a random phase spreads the fleet over the interval.
+        fleet = self.fleet
+        if first:
+            await self.poll(poller, session)
+            self._check_ready()
+        await asyncio.sleep(self._rng.uniform(0.0, fleet.config.poll_interval))
+        due = self.timer()
+        while True:
+            async with self.slots:
+                fleet.stats.poll_lag.observe(max(0.0, self.timer() - due))
+                fleet.stats.poll_duration.observe(await poller.poll_once(session))
+            fleet.render()
+            interval = fleet.config.poll_interval
+            due += interval
+            now = self.timer()
+            if now > due:  # fell behind (slow target or saturated): skip the missed slots, keep the phase
+                due += interval * int((now - due) / interval + 1)
+            await asyncio.sleep(due - now)
+
+    def _check_ready(self) -> None:
+        if not self.fleet.ready and all(t.polls for t in self.fleet.targets):
+            self.fleet.ready = True
+
+    def mark_stale(self) -> None:
+        """Every target (configured or probed) whose last poll is too old is served as down, now."""
+        if any([t.mark_stale() for t in (*self.fleet.targets, *self.fleet.probed.values())]):
+            self.fleet.render()
+
+    async def _stale_loop(self) -> None:
+        """Staleness is checked on the clock, not at the next poll: a loop that stopped never polls again."""
+        while True:
+            await asyncio.sleep(min(1.0, self.fleet.config.poll_interval))
+            self.mark_stale()
+
+    async def _loop_lag(self) -> None:
+        """How late the event loop wakes a sleeper: what a scrape would wait at worst."""
+        while True:
+            started = self.timer()
+            await asyncio.sleep(0.5)
+            self.fleet.stats.loop_lag.append(max(0.0, self.timer() - started - 0.5))
+
+    def _read_host(self) -> HostMemory:
+        targets, config = self.fleet.targets, self.fleet.config
+        pids = [(t.cfg.label, host_source.pids_for(t.cfg.pid, t.cfg.pidfile, t.cfg.local_port)) for t in targets]
+        tiers = {t.cfg.label: b for t in targets if (b := t.view.total_tier_bytes) is not None}
+        return host_source.read_host(config.proc_root, config.cgroup_root, pids, config.cgroup, tiers, self._smaps)
+
+    async def _host_loop(self) -> None:
+        fleet = self.fleet
+        while True:
+            started = self.timer()
+            try:
+                fleet.host = await asyncio.to_thread(self._read_host)
+                ok = True
+            except Exception as e:  # a broken /proc or psutil must not stop the vLLM collector
+                log.warning("host collector failed: %s", e)
+                fleet.host, ok = None, False
+            fleet.collectors["host"] = (ok, self.timer() - started)
+            fleet.render()
+            await asyncio.sleep(fleet.config.poll_interval)
+
+    async def _gpu_loop(self) -> None:
+        from kvoffload_exporter.sources.gpu import GpuUnavailable, Nvml
+
+        fleet = self.fleet
+        nvml = Nvml()
+        try:
+            await asyncio.to_thread(nvml.start)
+        except GpuUnavailable as e:
+            log.warning("GPU collector disabled: %s", e)  # reported once; the rest keeps working
+            fleet.collectors["gpu"] = (False, 0.0)
+            fleet.render()
+            return
+        self._nvml = nvml
+        while True:
+            started = self.timer()
+            try:
+                fleet.gpu = await asyncio.to_thread(nvml.read)
+                ok = True
+            except GpuUnavailable as e:
+                log.warning("GPU read failed: %s", e)
+                fleet.gpu, ok = None, False
+            fleet.collectors["gpu"] = (ok, self.timer() - started)
+            fleet.render()
+            await asyncio.sleep(fleet.config.poll_interval)
+
+    def start(self, session: aiohttp.ClientSession) -> None:
+        self.session = session
+        for t in self.fleet.targets:
+            self.start_target(t, session)
+        self.add_task(self._loop_lag())
+        self.add_task(self._stale_loop())
+        if self.fleet.config.host_enabled:
+            self.add_task(self._host_loop())
+        if self.fleet.config.gpu_enabled:
+            self.add_task(self._gpu_loop())
+
+    def start_target(self, poller: TargetPoller, session: aiohttp.ClientSession, first: bool = True) -> None:
+        self.loops[poller.cfg] = task = asyncio.create_task(self.target_loop(poller, session, first))
+        self._tasks.append(task)
+
+    def resize(self, previous: Config, config: Config) -> None:
+        """A reload's poll slots: a new bound applies to polls that start from now (those in flight keep theirs)."""
+        if config.max_concurrent_polls != previous.max_concurrent_polls:
+            self.slots = asyncio.Semaphore(config.max_concurrent_polls)
+
+    def reschedule(self, kept: set[TargetConfig], restart: bool, removed: Iterable[TargetConfig]) -> None:
+        """After a reload: added targets start, `kept` ones restart on a new phase (without an extra poll)
+        when the interval changed, removed ones stop. Nothing starts before `start`."""
+        for t in self.fleet.targets:
+            if self.session is None:
+                continue
+            if t.cfg not in kept:
+                self.start_target(t, self.session)
+            elif restart and (task := self.loops.get(t.cfg)) is not None:
+                task.cancel()
+                self.start_target(t, self.session, first=False)
+        for tc in removed:
+            if task := self.loops.pop(tc, None):
+                task.cancel()
+
+    def add_task(self, coro: Awaitable[None]) -> None:
+        """Run `coro` until `stop`."""
+        self._tasks.append(asyncio.ensure_future(coro))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self._nvml is not None:
+            self._nvml.stop()
