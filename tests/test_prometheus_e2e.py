@@ -84,6 +84,7 @@ ALERT_SCENARIOS = {
     "KVOffloadCanaryNoOffloadHit": (FAULTS, "store-without-load"),
     "KVOffloadTierDroppingWrites": (FAULTS, "tiering"),  # the simulated fs tier sheds cascade writes
     "KVOffloadStoreErrors": (FAULTS, "mooncake-errors"),  # the simulated Mooncake store fails every put
+    "KVOffloadOutputMismatch": (FAULTS, "corrupt"),  # every tier-served request answers other tokens
 }
 # Alerts no simulated scenario can trigger, with the reason (their expressions are still checked as PromQL).
 ALERTS_NOT_SIMULATED = {
@@ -343,6 +344,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
         mooncake = s.simulator(
             "mooncake-errors", "--backend", "mooncake-store", "--fault", "store-errors", "--seed", "8"
         )
+        corrupt = s.simulator("corrupt", "--corrupt-loads", "1", "--seed", "9")
         e_ok = s.exporter("healthy", [{"url": healthy, "name": "healthy"}])
         e_bad = s.exporter(
             "faults",
@@ -354,6 +356,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
                 {"url": tiering, "name": "tiering"},
                 {"url": not_storing, "name": "not-storing"},
                 {"url": mooncake, "name": "mooncake-errors"},
+                {"url": corrupt, "name": "corrupt"},
                 {"url": f"http://127.0.0.1:{free_port()}", "name": "down"},
             ],
         )

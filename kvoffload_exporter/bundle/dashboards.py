@@ -230,8 +230,9 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
             "(kvoffload_canary_output_sensitive 0): the check cannot see a corruption then.",
             [
                 (
-                    f"sum by (target) (increase({q('kvoffload_canary_output_mismatches_total')}[$__range])) "
-                    f"and on (target) max by (target) ({q('kvoffload_canary_output_sensitive')}) == 1",
+                    "sum by (job, instance, target) "
+                    f"(increase({q('kvoffload_canary_output_mismatches_total')}[$__range])) and on (job, instance, "
+                    f"target) max by (job, instance, target) ({q('kvoffload_canary_output_sensitive')}) == 1",
                     "{{target}}",
                 )
             ],

@@ -9,9 +9,9 @@ translation use one "is there a value" condition for every rule.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from kvoffload_exporter.bundle.promql import Matcher, Query
+from kvoffload_exporter.bundle.ruletypes import AlertRule, RecordingRule
 from kvoffload_exporter.bundle.settings import DEFAULT, Settings
 from kvoffload_exporter.catalogue import STATES, evidence_metric
 from kvoffload_exporter.ingest.backends.resolve import SIGNAL_UNITS
@@ -19,44 +19,6 @@ from kvoffload_exporter.ingest.backends.schema import Evidence, NativeUnit
 
 ENGINE_EXTRA = ("window", "quantile", "state")
 """Labels beyond (target, model_name, engine) that windowed/stateset series carry; ignored in joins."""
-
-
-@dataclass(frozen=True)
-class RecordingRule:
-    record: str
-    expr: str
-
-
-@dataclass(frozen=True)
-class AlertRule:
-    alert: str
-    expr: str
-    for_: str
-    severity: str
-    summary: str
-    description: str  # Prometheus template: $labels, $value
-    group: str = "kvoffload.alerts"
-
-    @property
-    def anchor(self) -> str:
-        return self.alert.lower()
-
-    def runbook_url(self, base: str) -> str:
-        return f"{base}#{self.anchor}"
-
-    def prometheus_rule(self, runbook_base: str) -> dict[str, object]:
-        """The rule as a Prometheus rule file lists it (also what promtool tests the Grafana copy with)."""
-        return {
-            "alert": self.alert,
-            "expr": self.expr,
-            "for": self.for_,
-            "labels": {"severity": self.severity},
-            "annotations": {
-                "summary": self.summary,
-                "description": self.description,
-                "runbook_url": self.runbook_url(runbook_base),
-            },
-        }
 
 
 class _Rules:

@@ -1,0 +1,50 @@
+"""The two rule records, a recording rule and an alert, and how an alert renders as a Prometheus rule.
+
+Apart from `rules` so that the builder stays one job and every reader of rules (rule files, Grafana
+alerts, promtool cases, runbook, docs) imports the records without the builder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RecordingRule:
+    record: str
+    expr: str
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    alert: str
+    expr: str
+    for_: str
+    severity: str
+    summary: str
+    description: str  # Prometheus template: $labels, $value
+    group: str = "kvoffload.alerts"
+
+    @property
+    def anchor(self) -> str:
+        return self.alert.lower()
+
+    def runbook_url(self, base: str) -> str:
+        return f"{base}#{self.anchor}"
+
+    def prometheus_rule(self, runbook_base: str) -> dict[str, object]:
+        """The rule as a Prometheus rule file lists it (also what promtool tests the Grafana copy with)."""
+        return {
+            "alert": self.alert,
+            "expr": self.expr,
+            "for": self.for_,
+            "labels": {"severity": self.severity},
+            "annotations": {
+                "summary": self.summary,
+                "description": self.description,
+                "runbook_url": self.runbook_url(runbook_base),
+            },
+        }
+
+
+__all__ = ["AlertRule", "RecordingRule"]
