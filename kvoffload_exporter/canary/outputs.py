@@ -45,6 +45,10 @@ async def compare(run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded) ->
     if not refs:
         return
     out = run.ctx.state.output
+    by_pair = dict(refs)
+    gpu, recompute = by_pair.get(OutputPair.OFFLOAD_VS_GPU), by_pair.get(OutputPair.OFFLOAD_VS_RECOMPUTE)
+    if gpu is not None and recompute is not None:
+        out.calibrate(gpu, recompute)  # before the pairs: this cycle's recompute pair needs it
     if out.sensitive is None:
         await _sensitivity(run, c, rec, seeded, refs[-1][1])  # the recompute's answer where there is one
     for pair, ids in refs:

@@ -8,7 +8,8 @@ product's simulator in place of both. Then the product's `serve` watches both, i
 against B with the sweep, and `clusters` recomputes each level from `check`'s own records. DIR receives at
 most eight files (table in README.md); scratch files live in a temporary folder that is removed.
 Exit code: 0 `check` wrote its document (whatever the verdict), 2 usage, 10 server A or 11 server B did not
-come up, 12 `check` wrote no document or ran past its share of --deadline.
+come up, 12 `check` wrote no document or ran past its share of --deadline, 13 the seeded weights could not
+be written.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ from typing import Any
 import clusters
 import spec
 
-REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 STOP_RESERVE_S = 45.0  # captures, analysis and stopping the servers after `check`
+ANSWERS_RESERVE_S = 40.0  # answers.py on both servers (half each), when asked
 
 
 class Log:
@@ -161,12 +164,26 @@ def execute(a: argparse.Namespace, out: Path, work: Path, log: Log) -> int:
     product_env = env_with({}, str(REPO))
     summary: dict[str, Any] = {"shape": a.shape, "spec": asdict(shape), "rehearse": a.rehearse, "servers": {}}
     rc = 12
+    model_dir = None
+    if a.weights == "seeded" and not a.rehearse:
+        model_dir = str(work / "model")
+        argv = [a.python, str(HERE / "weights.py"), str(spec.HERE / shape.config_dir), model_dir]
+        done = subprocess.run(
+            [*argv, "--qk-gain", str(a.qk_gain)], capture_output=True, text=True, env=env_with({}, a.site or "")
+        )
+        if done.returncode != 0:
+            log(f"weights.py failed: {done.stderr.strip()[-2000:]}")
+            _finish(out, work, summary, log, a.python)
+            return 13
+        summary["weights"] = json.loads(done.stdout.strip().splitlines()[-1])
+        log(f"seeded weights written: {summary['weights']}")
     with children(work, log) as group:
         for server in servers:
             if a.rehearse:
                 argv, env = spec.simulate_argv(a.python, shape, server, a.time_scale, a.seed), product_env
             else:
-                argv, env = spec.vllm_argv(a.python, shape, server), env_with(spec.vllm_env(shape), a.site or "")
+                argv = spec.vllm_argv(a.python, shape, server, model_dir=model_dir)
+                env = env_with(spec.vllm_env(shape), a.site or "")
             proc = group.start(f"server_{server.role}", argv, env)
             t = time.monotonic()
             if not wait_ready(server.url + "/health", proc, a.health_timeout):
@@ -190,17 +207,40 @@ def execute(a: argparse.Namespace, out: Path, work: Path, log: Log) -> int:
             secret=str(work / "canary.secret"),
             seed=a.seed,
         )
-        budget = a.deadline - log.elapsed() - STOP_RESERVE_S
+        budget = a.deadline - log.elapsed() - STOP_RESERVE_S - (ANSWERS_RESERVE_S if a.answers else 0)
         summary["check"] = {"argv": argv, "timeout_s": round(budget, 1)}
         log(f"check (at most {budget:.0f} s): {' '.join(argv)}")
         t = time.monotonic()
         rc = run_capped(argv, work / "check.log", product_env, budget, log)
         summary["check"] |= {"exit_code": rc, "wall_s": round(time.monotonic() - t, 1)}
         log(f"check exit {rc} after {summary['check']['wall_s']} s")
+        if a.answers:
+            summary["answers"] = answers(a, servers, shape.served, out / "answers.json", work, log)
         for name, url in (("vllm_A", servers[0].url), ("vllm_B", servers[1].url), ("exporter", exporter)):
             (work / f"{name}_metrics.prom").write_text(fetch(url + "/metrics")[1], encoding="utf-8")
         capture_proc(group.procs[0][1].pid, work / "proc_A.txt")
     return _finish(out, work, summary, log, a.python, product_env)
+
+
+def answers(
+    a: argparse.Namespace, servers: tuple[spec.Server, ...], model: str, dest: Path, work: Path, log: Log
+) -> dict[str, Any]:
+    """The engine's own greedy answers (answers.py) on the control B and on A: cached vs recomputed prefix,
+    and whether a changed first token changes the answer."""
+    doc: dict[str, Any] = {}
+    for server in servers:
+        part = work / f"answers_{server.role}.json"
+        argv = [a.python, str(HERE / "answers.py"), server.url, model, str(part), "--role", server.role]
+        argv += ["--prompts", str(a.answers), "--tokens", str(a.answers_tokens), "--seed", str(a.seed)]
+        rc = run_capped(argv, work / f"answers_{server.role}.log", env_with({}), ANSWERS_RESERVE_S / 2, log)
+        if rc == 0 and part.exists():
+            doc[server.role] = json.loads(part.read_text(encoding="utf-8"))
+            keys = ("prompts", "cached_hits", "cached_equal", "first_token_equal", "sensitive")
+            log(f"answers {server.role}: " + json.dumps({k: doc[server.role][k] for k in keys}))
+        else:
+            log(f"answers {server.role}: exit {rc}")
+    dest.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    return {r: {k: v for k, v in d.items() if k != "rows"} for r, d in doc.items()}
 
 
 def _finish(
@@ -255,6 +295,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ports", type=int, nargs=3, metavar=("A", "B", "EXPORTER"))
     p.add_argument("--time-scale", type=float, default=1.0, help="rehearsal: wall seconds per simulated second")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--weights",
+        choices=("dummy", "seeded"),
+        default="dummy",
+        help="dummy: --load-format dummy; seeded: a checkpoint of seeded random weights (weights.py)",
+    )
+    p.add_argument("--qk-gain", type=float, default=3.0, help="seeded weights: query/key norm gain")
+    p.add_argument(
+        "--answers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after check: N prompts of answers.py on each server (0: none)",
+    )
+    p.add_argument("--answers-tokens", type=int, default=2048, help="prompt length of answers.py")
     a = p.parse_args(argv)
     a.ports = a.ports or [*(s.port for s in spec.SERVERS), spec.EXPORTER_PORT]
     return a

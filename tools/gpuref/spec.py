@@ -71,9 +71,8 @@ SHAPES = {
 
 # Engine flags of both servers; A adds --kv-transfer-config. A 10,240-token GPU cache (640 x 16) so that a
 # few fillers displace the canary's prefix; --max-num-seqs above the largest sweep level.
+DUMMY_WEIGHTS = ("--load-format", "dummy")  # left out when the run serves seeded weights (weights.py)
 VLLM_FLAGS = (
-    "--load-format",
-    "dummy",
     "--skip-tokenizer-init",
     "--enforce-eager",
     "--max-model-len",
@@ -110,10 +109,15 @@ def kv_transfer_config(shape: Shape) -> str:
     return json.dumps(cfg, separators=(",", ":"))
 
 
-def vllm_argv(python: str, shape: Shape, server: Server, max_num_seqs: int = MAX_NUM_SEQS) -> list[str]:
-    """vLLM's own command line for one server (`python -m vllm.entrypoints.cli.main` = the `vllm` script)."""
-    argv = [python, "-m", "vllm.entrypoints.cli.main", "serve", str(HERE / shape.config_dir)]
-    argv += ["--served-model-name", shape.served, *VLLM_FLAGS, "--gpu-memory-utilization", str(shape.gpu_util)]
+def vllm_argv(
+    python: str, shape: Shape, server: Server, max_num_seqs: int = MAX_NUM_SEQS, model_dir: str | None = None
+) -> list[str]:
+    """vLLM's own command line for one server (`python -m vllm.entrypoints.cli.main` = the `vllm` script):
+    the shape's config with dummy weights, or `model_dir` holding a checkpoint (weights.py)."""
+    model, load = (model_dir, ()) if model_dir else (str(HERE / shape.config_dir), DUMMY_WEIGHTS)
+    argv = [python, "-m", "vllm.entrypoints.cli.main", "serve", model]
+    argv += ["--served-model-name", shape.served, *load, *VLLM_FLAGS]
+    argv += ["--gpu-memory-utilization", str(shape.gpu_util)]
     argv += ["--max-num-seqs", str(max_num_seqs), *VLLM_REQUEST_FLAGS, *shape.parallel]
     argv += ["--host", "127.0.0.1", "--port", str(server.port)]
     if server.connector:
