@@ -149,9 +149,25 @@ def started(name: str, config: dict[str, Any], log_dir: Path, model_dir: Path | 
 
 
 CONFIGS: dict[str, Callable[[Path], dict[str, Any]]] = {
-    "tiering": lambda tmp: tiering_config(tmp / "fs-tier", "kvoffload-capture-tiering"),
+    "tiering": lambda tmp: tiering_config(tmp / "fs-tier", f"kvoffload-{tmp.name}"),
     "multiconnector": lambda tmp: multiconnector_config(tmp / "example-connector"),
 }
+"""Each configuration, given a fresh temporary directory (the fs tier and the example connector write
+there; its name also names the tiering region in /dev/shm, so two runs never share one)."""
+
+
+def run(url: str, verbose: bool = False) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """The sequence against a ready server: the /metrics dumps by file name, and the per-case records."""
+    dumps = {"metrics_before.prom": client.metrics(url)}
+    cases = []
+    for case in sequence():
+        cases.append(run_case(url, case))
+        if verbose:
+            print(case.name, {k: v for k, v in cases[-1]["delta"].items() if "bytes" in k}, file=sys.stderr)
+        if case.name in CHECKPOINTS:
+            dumps[CHECKPOINTS[case.name]] = client.metrics(url)
+    dumps["metrics_after.prom"] = client.metrics(url)
+    return dumps, cases
 
 
 def capture(kind: str, out: Path) -> None:
@@ -159,17 +175,11 @@ def capture(kind: str, out: Path) -> None:
     with tempfile.TemporaryDirectory(prefix=f"kvoffload-{kind}-") as tmp:
         config = CONFIGS[kind](Path(tmp))
         with started(kind, config, Path(tmp)) as server:
-            dumps = {"metrics_before.prom": client.metrics(server.url)}
-            cases = []
-            for case in sequence():
-                cases.append(run_case(server.url, case))
-                print(case.name, {k: v for k, v in cases[-1]["delta"].items() if "bytes" in k}, file=sys.stderr)
-                if case.name in CHECKPOINTS:
-                    dumps[CHECKPOINTS[case.name]] = client.metrics(server.url)
-            dumps["metrics_after.prom"] = client.metrics(server.url)
+            dumps, cases = run(server.url, verbose=True)
+        record = json.dumps({"kv_transfer_config": config, "cases": cases}, indent=1)
+        record = record.replace(tmp, "$TMPDIR").replace(Path(tmp).name, "$TMPNAME")
     for name, text in dumps.items():
         (out / name).write_text(text)
-    record = json.dumps({"kv_transfer_config": config, "cases": cases}, indent=1).replace(tmp, "$TMPDIR")
     (out / "timings.json").write_text(record + "\n")
 
 
