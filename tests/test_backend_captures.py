@@ -160,3 +160,13 @@ def test_table_families_have_the_served_type_and_labels(table: backends.schema.B
         assert wanted <= labels, (row.resolved_name, labels)
         for key, value in row.match:
             assert any(s.labels.get(key) == value for s in fam.samples), row.resolved_name
+
+
+def test_every_table_row_names_a_family_some_fixture_declares() -> None:
+    """A row built from a name pattern (llm-d's suffix before `_total`) must name a family a real or
+    reconstructed body declares; a misspelt row would silently read nothing."""
+    from kvoffload_exporter.ingest.backends.resolve import TABLES
+
+    seen = {canonical(f.name) for p in FIXTURES.rglob("*.prom") for f in families(p.read_text())}
+    missing = {(t.backend.value, r.resolved_name) for t in TABLES for r in t.rows if r.family not in seen}
+    assert not missing
