@@ -24,7 +24,7 @@ WARNED: set[str] = set()  # former spellings already noticed in this process: on
 _PENDING: list[str] = []  # notices not yet logged
 
 
-def dest(section: str, f: Field[Any]) -> str:
+def flag_dest(section: str, f: Field[Any]) -> str:
     """Where a setting's flag stores its value: the field's name, under its section (`canary_interval`), so a
     command that spells the flag differently (`demo`) fills the same attribute."""
     return f"{section}_{f.name}" if section else f.name
@@ -192,7 +192,9 @@ def add_flags(
         lead = "without " if value == "=false" else ""
         text = lead + described(spec) + _default_text(f, spec.parse, defaults or {}, pair) + env_text
         old = spec.old if command == "serve" else ()
-        add_flag(p, names, dest(section, f), old=old, switch=switch, parse=spec.parse, help=text, metavar=spec.metavar)
+        add_flag(
+            p, names, flag_dest(section, f), old=old, switch=switch, parse=spec.parse, help=text, metavar=spec.metavar
+        )
 
 
 def overrides(
@@ -207,7 +209,7 @@ def overrides(
     out: dict[str, object] = {}
     for f, spec in specs(cls):
         names = spec.flags.get(command)
-        raw = getattr(args, dest(section, f), None) if names else None
+        raw = getattr(args, flag_dest(section, f), None) if names else None
         label = names[0] if names else ""
         if raw is not None and spec.action == "switch":
             out[f.name] = bool(raw)
