@@ -4,7 +4,7 @@
 #
 #   docker build -t kvoffload-exporter:0.1.0 .
 #   docker run --rm --network container:<vllm> kvoffload-exporter:0.1.0            # sidecar defaults
-#   docker run --rm -p 127.0.0.1:9466:9466 kvoffload-exporter:0.1.0 serve --listen 0.0.0.0:9466 \
+#   docker run --rm -p 127.0.0.1:9466:9466 kvoffload-exporter:0.1.0 serve --web.listen-address 0.0.0.0:9466 \
 #       --target http://vllm-a:8000 --target http://vllm-b:8000                    # central mode
 #
 # Reproducible inputs: the dependency set is pinned with sha256 hashes (installed with
@@ -50,7 +50,7 @@ RUN groupadd --system --gid 10001 kvoffload \
  && install -d -o 10001 -g 10001 -m 0700 /var/lib/kvoffload
 COPY --from=build /opt/kvoffload /opt/kvoffload
 # XDG_STATE_HOME: where the canary keeps its salt secret (mount a volume or a Secret there; the root
-# file system may be read-only). KVOFFLOAD_HEALTHCHECK_URL: change it together with --listen.
+# file system may be read-only). KVOFFLOAD_HEALTHCHECK_URL: change it together with --web.listen-address.
 # MALLOC_ARENA_MAX: large bodies are parsed in worker threads; glibc's arena per thread kept what they freed
 # (every hostile case at once: 328 MiB peak with the default, 226 MiB with 2; docs/security.md).
 ENV PATH=/opt/kvoffload/bin:$PATH \
@@ -67,4 +67,4 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=15s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ['KVOFFLOAD_HEALTHCHECK_URL'], timeout=4)"]
 ENTRYPOINT ["kvoffload-exporter"]
 # Sidecar defaults: vLLM on the same network namespace (pod), scraped from outside the pod.
-CMD ["serve", "--listen", "0.0.0.0:9466", "--target", "http://127.0.0.1:8000"]
+CMD ["serve", "--web.listen-address", "0.0.0.0:9466", "--target", "http://127.0.0.1:8000"]

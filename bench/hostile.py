@@ -190,9 +190,9 @@ def run(kinds: list[str], targets: int, seconds: float, interval: float = 1.0) -
         )
         exporter = subprocess.Popen(
             [
-                sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(config),
-                "--listen", f"127.0.0.1:{eport}", "--poll-interval", str(interval), "--timeout", "5", "--no-gpu",
-                "--no-host",
+                sys.executable, "-m", "kvoffload_exporter", "serve", "--config.file", str(config),
+                "--web.listen-address", f"127.0.0.1:{eport}", "--poll.interval", str(interval),
+                "--poll.timeout", "5", "--no-collector.gpu", "--no-collector.host",
             ],
             env=env, stdout=subprocess.DEVNULL, stderr=log, cwd=CODE[0],
         )  # fmt: skip
@@ -307,7 +307,7 @@ def listener(addresses: int, per: int, seconds: float) -> dict[str, object]:
     env = {**os.environ, "PYTHONPATH": str(CODE[0])}
     port = free_port()
     cmd = [sys.executable, "-m", "kvoffload_exporter", "serve", "--target", "http://127.0.0.1:9"]
-    cmd += ["--listen", f"127.0.0.1:{port}", "--no-gpu", "--no-host"]
+    cmd += ["--web.listen-address", f"127.0.0.1:{port}", "--no-collector.gpu", "--no-collector.host"]
     exporter = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=CODE[0])
     try:
         wait_up(f"http://127.0.0.1:{port}/healthz")  # 127.0.0.1 is answered before the attack: a scraper seen

@@ -11,9 +11,9 @@ exporter's peak RSS, its CPU seconds, the worst /healthz latency and what the ex
     auth-timing       unknown user vs known user with a wrong password (bcrypt cost 5): median time of each
     probe-names       2,000 /probe requests on one allowed target, each with a new `name=`
     probe-slow        300 concurrent /probe of slow targets while a configured target polls every 1 s
-    alias-bomb        SIGHUP with a 405-byte YAML alias bomb as --config, then SIGTERM
-    yaml-7mb          SIGHUP with 7 MB of YAML as --config (under the 8 MiB cap)
-    targets-10k       `serve --config-check` on 10,000 targets (wall time)
+    alias-bomb        SIGHUP with a 405-byte YAML alias bomb as --config.file, then SIGTERM
+    yaml-7mb          SIGHUP with 7 MB of YAML as --config.file (under the 8 MiB cap)
+    targets-10k       `serve --config.check` on 10,000 targets (wall time)
     version-bomb      /version answering 60 KB of `[` while /metrics is fine
 
 `--root DIR` runs another checkout's code (e.g. `git archive` of the previous release) for a before/after
@@ -133,10 +133,10 @@ class Exporter:
             "-m",
             "kvoffload_exporter",
             "serve",
-            "--config",
+            "--config.file",
             str(self.config),
-            "--no-gpu",
-            "--no-host",
+            "--no-collector.gpu",
+            "--no-collector.host",
         ]
         if web:
             (tmp / "web.yml").write_text(web)
@@ -327,7 +327,7 @@ def targets_10k(root: Path, tmp: Path) -> dict[str, object]:
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
     t0 = time.perf_counter()
     r = subprocess.run(
-        [sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(conf), "--config-check"],
+        [sys.executable, "-m", "kvoffload_exporter", "serve", "--config.file", str(conf), "--config.check"],
         env=env, capture_output=True, timeout=600, cwd=root,
     )  # fmt: skip
     return {"config_check_s": round(time.perf_counter() - t0, 2), "exit": r.returncode}

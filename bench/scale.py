@@ -197,9 +197,9 @@ async def _measure(n: int, fake_port: int, opts: argparse.Namespace, tmp: Path) 
     cfg.write_text("\n".join(lines) + "\n", encoding="utf-8")
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = ["-m", "kvoffload_exporter", "serve", "--config", str(cfg), "--listen", f"127.0.0.1:{port}"]
-    cmd += ["--poll-interval", str(opts.interval), "--window", f"{opts.window:g}s"]
-    cmd += ["--no-host", "--no-gpu", "--log-level", "WARNING"]
+    cmd = ["-m", "kvoffload_exporter", "serve", "--config.file", str(cfg), "--web.listen-address", f"127.0.0.1:{port}"]
+    cmd += ["--poll.interval", str(opts.interval), "--state.window", f"{opts.window:g}s"]
+    cmd += ["--no-collector.host", "--no-collector.gpu", "--log.level", "WARNING"]
     exp = _start(cmd, env)
     url = f"http://127.0.0.1:{port}{opts.path}"
     row: dict[str, Any] = {"targets": n, "window_s": opts.window}

@@ -63,14 +63,14 @@ def measure(exe: str, targets: list[str], seconds: float, poll: str, window: str
     cmd = [
         exe,
         "serve",
-        "--listen",
+        "--web.listen-address",
         f"127.0.0.1:{port}",
-        "--poll-interval",
+        "--poll.interval",
         poll,
-        "--window",
+        "--state.window",
         window,
-        "--no-gpu",
-        "--log-level",
+        "--no-collector.gpu",
+        "--log.level",
         "WARNING",
     ]
     for t in targets:
@@ -110,8 +110,8 @@ def main() -> int:
     ap.add_argument("--targets", type=int, nargs="+", default=[1, 10])
     ap.add_argument("--seconds", type=float, default=30, help="sampling time after the window filled")
     ap.add_argument("--rate", type=float, default=1.0, help="traffic per simulator, requests/s")
-    ap.add_argument("--poll-interval", default="1", help="exporter --poll-interval (default 1)")
-    ap.add_argument("--window", default="1m", help="exporter --window (default 1m)")
+    ap.add_argument("--poll-interval", default="1", help="exporter --poll.interval (default 1)")
+    ap.add_argument("--window", default="1m", help="exporter --state.window (default 1m)")
     ap.add_argument("--fill", type=float, default=65, help="seconds before sampling starts (default 65)")
     args = ap.parse_args()
     exe = os.path.join(args.bin, "kvoffload-exporter")

@@ -12,11 +12,13 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from kvoffload_exporter import __version__, commands
+from kvoffload_exporter.config.flags import Flag, settle
 from kvoffload_exporter.revision import revision
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with a one-line usage error (the full usage is one `--help` away) and no abbreviations: a
+    """argparse with a one-line usage error (the full usage is one `--help` away), renamed flags settled
+    (hidden former spellings: one notice each, or an error when they disagree) and no abbreviations: a
     misspelt `--web.listen-addres` is refused with a did-you-mean instead of silently matching a flag (an
     abbreviation that works today breaks the day a second flag shares its prefix). Sub-commands are built
     by the same class, so every parser refuses them."""
@@ -24,6 +26,16 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """argparse's, then the renamed flags settled: a former spelling that disagrees with its new one is
+        a usage error; one that agrees is announced once (kvoffload_exporter.config.flags)."""
+        parsed, rest = super().parse_known_args(args, namespace)
+        self._command = getattr(parsed, "command", None)  # hints for a mistyped flag come from its command
+        problem = settle(parsed)
+        if problem:
+            self.error(problem)
+        return parsed, rest
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}{self._suggest(message)} (see {self.prog} --help)\n")
@@ -33,19 +45,28 @@ class Parser(argparse.ArgumentParser):
         if not message.startswith("unrecognized arguments: "):
             return ""
         words = message.split(": ", 1)[1].split()
-        known = sorted({o for p in _parsers(self) for a in p._actions for o in a.option_strings})
+        # a hidden former spelling is hinted as the flag that replaces it (`--listn`: `--web.listen-address`)
+        known: dict[str, str] = {}
+        for a in (a for p in _parsers(self, getattr(self, "_command", None)) for a in p._actions):
+            if a.help != argparse.SUPPRESS:
+                known.update((o, o) for o in a.option_strings)
+            elif isinstance(a, Flag):
+                known.update(a.use)
         for w in (w.split("=", 1)[0] for w in words if w.startswith("--")):
-            hint = difflib.get_close_matches(w, known, n=1, cutoff=0.75)
+            hint = difflib.get_close_matches(w, sorted(known), n=1, cutoff=0.75)
             if hint:
-                return f" (did you mean {hint[0]}?)"
+                return f" (did you mean {known[hint[0]]}?)"
         return ""
 
 
-def _parsers(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+def _parsers(p: argparse.ArgumentParser, command: str | None = None) -> list[argparse.ArgumentParser]:
+    """A parser and its sub-commands' (only `command`'s when it is one of them)."""
     found = [p]
     for a in p._actions:
         if isinstance(a, argparse._SubParsersAction):
-            for sub in a.choices.values():
+            for name, sub in a.choices.items():
+                if command in a.choices and name != command:
+                    continue
                 found += _parsers(sub)
     return found
 

@@ -9,6 +9,7 @@ import argparse
 from dataclasses import MISSING, Field
 from typing import Any
 
+from kvoffload_exporter.config.flags import renamed, switch_values
 from kvoffload_exporter.config.schema import Duration, Spec, described, env_name, seconds_text, specs, yaml_key
 from kvoffload_exporter.server.logs import LogSettings
 from kvoffload_exporter.variables import SECTIONS
@@ -29,10 +30,15 @@ def _default(f: Field[Any], spec: Spec) -> str:
 
 def _row(f: Field[Any], spec: Spec, section: str, yaml: bool) -> str:
     key = (f"`{section}.{yaml_key(f, spec)}`" if section else f"`{yaml_key(f, spec)}`") if yaml else "–"
-    flags = ", ".join(f"`{n}`" for n in spec.flags.get("serve", ()))
+    flags = ", ".join(f"`{n}`" for n in _expanded(spec.flags.get("serve", ())))
     check = ", ".join(f"`{n}`" for n in spec.flags.get("check", ()))
     env = f"`{env_name(section, f, spec)}`" if spec.env else "–"
     return f"| {key} | {flags or '–'} | {check or '–'} | {env} | {_default(f, spec)} | {described(spec)} |"
+
+
+def _expanded(names: tuple[str, ...]) -> list[str]:
+    """A switch pair `--[no-]x` as its two flags, as the parser takes them."""
+    return [n for name in names for n in (switch_values(name) if name.startswith("--[no-]") else [name])]
 
 
 def render() -> str:
@@ -43,10 +49,11 @@ def render() -> str:
         "     declaration (kvoffload_exporter/config/settings.py, kvoffload_exporter/canary/config.py,",
         "     kvoffload_exporter/server/logs.py). Do not edit. -->",
         "",
-        "Precedence: flags, then environment variables, then the YAML file (`serve --config`), then the",
-        "defaults. `serve --config-check` validates all of it and lists every error at once (exit 2);",
+        "Precedence: flags, then environment variables, then the YAML file (`serve --config.file`), then",
+        "the defaults. `serve --config.check` validates all of it and lists every error at once (exit 2);",
         "SIGHUP re-reads the file. Durations take `500ms`, `30s`, `5m`, `1h`, `1d` or plain seconds.",
-        "Flags marked `--no-…` turn the setting off; their variable takes `true`/`false`. Environment",
+        "A `serve` switch is a pair, on and off (`--collector.gpu`, `--no-collector.gpu`); a `check` flag",
+        "`--no-…` turns its setting off; their variable takes `true`/`false`. Environment",
         "variables apply to `serve` and `demo`; `check` reads only its flags and has its own defaults",
         "(no token budget, retries of 1s to 30s).",
     ]
@@ -62,13 +69,18 @@ def render() -> str:
         ]
         lines += [_row(f, s, section, s.yaml and cls is not LogSettings) for f, s in specs(cls)]
     lines += _command_flags()
+    lines += _renamed_flags()
     return "\n".join(lines) + "\n"
 
 
 def setting_flags() -> frozenset[str]:
     """Every flag the settings declare (the tables above), for `serve` and `check`."""
     return frozenset(
-        n for _, cls, _, _ in SECTIONS for _, spec in specs(cls) for names in spec.flags.values() for n in names
+        n
+        for _, cls, _, _ in SECTIONS
+        for _, spec in specs(cls)
+        for names in spec.flags.values()
+        for n in _expanded(names)
     )
 
 
@@ -91,6 +103,23 @@ def _command_flags() -> list[str]:
         if names and action.help != argparse.SUPPRESS:
             rows.append(f"| {', '.join(f'`{n}`' for n in names)} | {action.help or ''} |")
     return ["", "## `serve` flags that are not settings", "", "| flag | meaning |", "|---|---|", *rows]
+
+
+def _renamed_flags() -> list[str]:
+    """`serve`'s former spellings, read from its parser (the hidden aliases themselves)."""
+    rows = [f"| `{old}` | `{new}` |" for old, new in renamed(serve_parser())]
+    return [
+        "",
+        "## Renamed `serve` flags",
+        "",
+        "`serve`'s flags follow the Prometheus exporter-toolkit style. The earlier spellings still work,",
+        "hidden from the help: each logs `flag OLD is deprecated; use NEW` once, and an old and a new",
+        "spelling of one setting that disagree are refused (exit 2).",
+        "",
+        "| earlier flag | flag |",
+        "|---|---|",
+        *rows,
+    ]
 
 
 if __name__ == "__main__":

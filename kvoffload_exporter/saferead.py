@@ -1,6 +1,6 @@
 """Reading an operator's file that cannot hang or flood the process: regular files only, under a cap.
 
-Every file the exporter reads on an operator's word (`--config`, `--web.config.file`, password, token
+Every file the exporter reads on an operator's word (`--config.file`, `--web.config.file`, password, token
 and API-key files, the canary secret, the dumps given to `inspect`) comes through `read_regular`:
 
 - the path is stat'ed first and anything but a regular file (a FIFO, a device such as `/dev/zero`, a

@@ -1,4 +1,4 @@
-"""serve --canary under load: each cycle records the users' running/waiting requests of its closing
+"""serve --canary.enabled under load: each cycle records the users' running/waiting requests of its closing
 scrape, files its TTFTs under a load band (closed set, documented thresholds) and exports ΔTTFT per band.
 The simulator's scrape is the real path; the running gauge is raised by a client wrapper so that the
 same cycles run "under load" without timing-dependent background traffic."""

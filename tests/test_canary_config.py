@@ -73,7 +73,12 @@ def test_serve_flags_override_the_config_file() -> None:
     assert settings_from_args(_serve_args(), cfg) is None
     s = settings_from_args(
         _serve_args(
-            "--canary", "--canary-allow-pressure", "--canary-interval", "30s", "--canary-budget-tokens-per-hour", "1000"
+            "--canary.enabled",
+            "--canary.allow-pressure",
+            "--canary.interval",
+            "30s",
+            "--canary.budget-tokens-per-hour",
+            "1000",
         ),
         cfg,
     )
@@ -81,7 +86,7 @@ def test_serve_flags_override_the_config_file() -> None:
     assert s.budget_tokens_per_hour == 1000
     two = Config(targets=(TargetConfig("http://a:8000"), TargetConfig("http://b:8000")))
     with pytest.raises(ConfigError, match="exactly one target"):
-        settings_from_args(_serve_args("--canary", "--canary-control-target", "http://c:8000"), two)
+        settings_from_args(_serve_args("--canary.enabled", "--canary.control-target", "http://c:8000"), two)
 
 
 def test_api_key_from_file_or_env_never_printed(tmp_path, monkeypatch) -> None:

@@ -1,4 +1,4 @@
-"""`serve --canary`: the plugin runs an engine per target and its samples appear on /metrics."""
+"""`serve --canary.enabled`: the plugin runs an engine per target and its samples appear on /metrics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`serve --canary` against hostile answers on a real loopback server: the failure is counted by its
+"""`serve --canary.enabled` against hostile answers on a real loopback server: the failure is counted by its
 closed reason, logged once, shown as `kvoffload_canary_up 0`, and the canary recovers once the server is
 fixed; a loop that raises is restarted and counted; the API key reaches neither the log nor /metrics."""
 

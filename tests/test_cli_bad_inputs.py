@@ -16,7 +16,7 @@ import pytest
 from kvoffload_exporter.cli import main
 
 T = ("--target", "http://127.0.0.1:9")
-CC = ("--config-check",)
+CC = ("--config.check",)
 Files = dict[str, str | bytes]
 
 
@@ -36,149 +36,164 @@ CASES: list[tuple[str, tuple[str, ...], Files, str]] = [
     ("serve-target-query", ("serve", "--target", "http://a:1/?x=1", *CC), {}, "without ?query"),
     ("serve-duplicate-targets", ("serve", *T, *T, *CC), {}, "duplicate target"),
     # serve: listen
-    ("serve-listen-port-99999", ("serve", *T, "--listen", "127.0.0.1:99999", *CC), {}, "--listen:"),
-    ("serve-listen-port-abc", ("serve", *T, "--listen", "127.0.0.1:abc", *CC), {}, "--listen:"),
-    ("serve-listen-no-port", ("serve", *T, "--listen", "localhost", *CC), {}, "--listen:"),
-    ("serve-listen-bad-host", ("serve", *T, "--listen", "bad host:1", *CC), {}, "not a host name"),
-    ("serve-web-listen-bad", ("serve", *T, "--web.listen-address", "[::1:9466", *CC), {}, "--listen:"),
-    ("serve-listen-non-local", ("serve", *T, "--listen", "203.0.113.7:9466"), {}, "cannot listen on"),
+    (
+        "serve-listen-port-99999",
+        ("serve", *T, "--web.listen-address", "127.0.0.1:99999", *CC),
+        {},
+        "--web.listen-address:",
+    ),
+    ("serve-listen-port-abc", ("serve", *T, "--web.listen-address", "127.0.0.1:abc", *CC), {}, "--web.listen-address:"),
+    ("serve-listen-no-port", ("serve", *T, "--web.listen-address", "localhost", *CC), {}, "--web.listen-address:"),
+    ("serve-listen-bad-host", ("serve", *T, "--web.listen-address", "bad host:1", *CC), {}, "not a host name"),
+    ("serve-web-listen-bad", ("serve", *T, "--web.listen-address", "[::1:9466", *CC), {}, "--web.listen-address:"),
+    ("serve-listen-non-local", ("serve", *T, "--web.listen-address", "203.0.113.7:9466"), {}, "cannot listen on"),
     # serve: durations and numbers
-    ("serve-poll-.nan", ("serve", *T, "--poll-interval", ".nan", *CC), {}, "--poll-interval: not a duration"),
-    ("serve-poll-nan", ("serve", *T, "--poll-interval", "nan", *CC), {}, "--poll-interval: not a duration"),
-    ("serve-poll-zero", ("serve", *T, "--poll-interval", "0", *CC), {}, "--poll-interval: must be > 0"),
-    ("serve-poll-negative", ("serve", *T, "--poll-interval", "-1", *CC), {}, "--poll-interval: not a duration"),
-    ("serve-window-1e30h", ("serve", *T, "--window", "1e30h", *CC), {}, "--window: not a duration"),
-    ("serve-window-1e20h", ("serve", *T, "--window", "1e20h", *CC), {}, "--window: not a duration"),
-    ("serve-window-huge", ("serve", *T, "--window", "99999999h", *CC), {}, "at most 366d"),
-    ("serve-window-parsecs", ("serve", *T, "--window", "5parsecs", *CC), {}, "--window: not a duration"),
-    ("serve-timeout-inf", ("serve", *T, "--timeout", "inf", *CC), {}, "--timeout: not a duration"),
-    ("serve-timeout-too-long", ("serve", *T, "--timeout", "100", *CC), {}, "10 poll intervals"),
-    ("serve-window-too-short", ("serve", *T, "--window", "1s", *CC), {}, "two poll intervals"),
-    ("serve-poll-tiny", ("serve", *T, "--poll-interval", "1ms", *CC), {}, "--poll-interval: must be at least 0.01s"),
-    ("serve-window-too-long", ("serve", *T, "--window", "366d", *CC), {}, "more than 100000 poll intervals"),
+    ("serve-poll-.nan", ("serve", *T, "--poll.interval", ".nan", *CC), {}, "--poll.interval: not a duration"),
+    ("serve-poll-nan", ("serve", *T, "--poll.interval", "nan", *CC), {}, "--poll.interval: not a duration"),
+    ("serve-poll-zero", ("serve", *T, "--poll.interval", "0", *CC), {}, "--poll.interval: must be > 0"),
+    ("serve-poll-negative", ("serve", *T, "--poll.interval", "-1", *CC), {}, "--poll.interval: not a duration"),
+    ("serve-window-1e30h", ("serve", *T, "--state.window", "1e30h", *CC), {}, "--state.window: not a duration"),
+    ("serve-window-1e20h", ("serve", *T, "--state.window", "1e20h", *CC), {}, "--state.window: not a duration"),
+    ("serve-window-huge", ("serve", *T, "--state.window", "99999999h", *CC), {}, "at most 366d"),
+    ("serve-window-parsecs", ("serve", *T, "--state.window", "5parsecs", *CC), {}, "--state.window: not a duration"),
+    ("serve-timeout-inf", ("serve", *T, "--poll.timeout", "inf", *CC), {}, "--poll.timeout: not a duration"),
+    ("serve-timeout-too-long", ("serve", *T, "--poll.timeout", "100", *CC), {}, "10 poll intervals"),
+    ("serve-window-too-short", ("serve", *T, "--state.window", "1s", *CC), {}, "two poll intervals"),
+    ("serve-poll-tiny", ("serve", *T, "--poll.interval", "1ms", *CC), {}, "--poll.interval: must be at least 0.01s"),
+    ("serve-window-too-long", ("serve", *T, "--state.window", "366d", *CC), {}, "more than 100000 poll intervals"),
     ("serve-telemetry-no-slash", ("serve", *T, "--web.telemetry-path", "metrics", *CC), {}, "--web.telemetry-path"),
     ("serve-telemetry-healthz", ("serve", *T, "--web.telemetry-path", "/healthz", *CC), {}, "taken by"),
-    ("serve-log-level", ("serve", *T, "--log.level", "LOUD", *CC), {}, "--log-level: must be one of"),
+    ("serve-log-level", ("serve", *T, "--log.level", "LOUD", *CC), {}, "--log.level: must be one of"),
     ("serve-log-format", ("serve", *T, "--log.format", "xml", *CC), {}, "--log.format: must be one of"),
-    ("serve-unknown-flag", ("serve", *T, "--windw", "5m"), {}, "(did you mean --window?)"),
-    ("serve-flag-without-value", ("serve", *T, "--poll-interval"), {}, "expected one argument"),
+    ("serve-unknown-flag", ("serve", *T, "--windw", "5m"), {}, "(did you mean --state.window?)"),
+    ("serve-flag-without-value", ("serve", *T, "--poll.interval"), {}, "expected one argument"),
     # serve: config file
-    ("config-missing", ("serve", "--config", "{tmp}/nope.yaml", *CC), {}, "cannot read"),
-    ("config-not-yaml", ("serve", "--config", "{tmp}/c.yaml", *CC), _yaml("targets: [: :\n"), "not valid YAML"),
-    ("config-not-utf8", ("serve", "--config", "{tmp}/c.yaml", *CC), {"c.yaml": b"a: \xff\xfe\n"}, "not UTF-8"),
-    ("config-top-list", ("serve", "--config", "{tmp}/c.yaml", *CC), _yaml("- a\n"), "top level must be a mapping"),
-    ("config-window-1e20h", ("serve", *T, "--config", "{tmp}/c.yaml", *CC), _yaml("window: 1e20h\n"), "window:"),
+    ("config-missing", ("serve", "--config.file", "{tmp}/nope.yaml", *CC), {}, "cannot read"),
+    ("config-not-yaml", ("serve", "--config.file", "{tmp}/c.yaml", *CC), _yaml("targets: [: :\n"), "not valid YAML"),
+    ("config-not-utf8", ("serve", "--config.file", "{tmp}/c.yaml", *CC), {"c.yaml": b"a: \xff\xfe\n"}, "not UTF-8"),
+    ("config-top-list", ("serve", "--config.file", "{tmp}/c.yaml", *CC), _yaml("- a\n"), "top level must be a mapping"),
+    ("config-window-1e20h", ("serve", *T, "--config.file", "{tmp}/c.yaml", *CC), _yaml("window: 1e20h\n"), "window:"),
     (
         "config-poll-.nan",
-        ("serve", *T, "--config", "{tmp}/c.yaml", *CC),
+        ("serve", *T, "--config.file", "{tmp}/c.yaml", *CC),
         _yaml("poll_interval: .nan\n"),
         "poll_interval:",
     ),
     (
         "config-poll-bool",
-        ("serve", *T, "--config", "{tmp}/c.yaml", *CC),
+        ("serve", *T, "--config.file", "{tmp}/c.yaml", *CC),
         _yaml("poll_interval: yes\n"),
         "poll_interval:",
     ),
     (
         "config-tier-bytes-inf",
-        ("serve", "--config", "{tmp}/c.yaml", *CC),
+        ("serve", "--config.file", "{tmp}/c.yaml", *CC),
         _yaml("targets: [{url: 'http://a:1', tier_bytes: .inf}]\n"),
         "tier_bytes must be a finite number",
     ),
     (
         "config-tier-bytes-negative",
-        ("serve", "--config", "{tmp}/c.yaml", *CC),
+        ("serve", "--config.file", "{tmp}/c.yaml", *CC),
         _yaml("targets: [{url: 'http://a:1', tier_bytes: -5}]\n"),
         "tier_bytes must be a number > 0",
     ),
     (
         "config-target-port",
-        ("serve", "--config", "{tmp}/c.yaml", *CC),
+        ("serve", "--config.file", "{tmp}/c.yaml", *CC),
         _yaml("targets: [{url: 'http://a:1', port: 99999}]\n"),
         "port must be an integer from 1 to 65,535, got 99,999",
     ),
-    ("config-typo", ("serve", *T, "--config", "{tmp}/c.yaml", *CC), _yaml("windw: 5m\n"), "did you mean 'window'"),
+    ("config-typo", ("serve", *T, "--config.file", "{tmp}/c.yaml", *CC), _yaml("windw: 5m\n"), "did you mean 'window'"),
     (
         "config-gpu-string",
-        ("serve", *T, "--config", "{tmp}/c.yaml", *CC),
+        ("serve", *T, "--config.file", "{tmp}/c.yaml", *CC),
         _yaml("gpu: maybe\n"),
         "gpu: must be a mapping",
     ),
     (
         "config-cgroup",
-        ("serve", *T, "--config", "{tmp}/c.yaml", *CC),
+        ("serve", *T, "--config.file", "{tmp}/c.yaml", *CC),
         _yaml("host: {cgroup: sideways}\n"),
         "host.cgroup: must be one of",
     ),
     (
         "config-body-cap",
-        ("serve", *T, "--config", "{tmp}/c.yaml", *CC),
+        ("serve", *T, "--config.file", "{tmp}/c.yaml", *CC),
         _yaml("max_body_bytes: 10\n"),
         "max_body_bytes",
     ),
     (
         "config-targets-int",
-        ("serve", "--config", "{tmp}/c.yaml", *CC),
+        ("serve", "--config.file", "{tmp}/c.yaml", *CC),
         _yaml("targets: 5\n"),
         "targets: must be a list",
     ),
-    ("config-listen-int", ("serve", *T, "--config", "{tmp}/c.yaml", *CC), _yaml("listen: 9466\n"), "listen: must be"),
+    (
+        "config-listen-int",
+        ("serve", *T, "--config.file", "{tmp}/c.yaml", *CC),
+        _yaml("listen: 9466\n"),
+        "listen: must be",
+    ),
     (
         "config-password-file-missing",
-        ("serve", "--config", "{tmp}/c.yaml", *CC),
+        ("serve", "--config.file", "{tmp}/c.yaml", *CC),
         _yaml("targets: [{url: 'http://a:1', username: u, password_file: /nonexistent/pw}]\n"),
         "cannot read password_file",
     ),
     (
         "config-password-file-without-user",
-        ("serve", "--config", "{tmp}/c.yaml", *CC),
+        ("serve", "--config.file", "{tmp}/c.yaml", *CC),
         {"c.yaml": "targets: [{url: 'http://a:1', password_file: '{tmp}/pw'}]\n", "pw": "s3cret\n"},
         "password_file needs username",
     ),
     (
         "config-bearer-and-userinfo",
-        ("serve", "--config", "{tmp}/c.yaml", *CC),
+        ("serve", "--config.file", "{tmp}/c.yaml", *CC),
         {"c.yaml": "targets: [{url: 'http://u:p@a:1', bearer_token_file: '{tmp}/tok'}]\n", "tok": "t\n"},
         "bearer_token_file excludes basic auth",
     ),
     (
         "config-canary-interval",
-        ("serve", *T, "--config", "{tmp}/c.yaml", *CC),
+        ("serve", *T, "--config.file", "{tmp}/c.yaml", *CC),
         _yaml("canary: {interval: soon}\n"),
         "canary.interval",
     ),
     (
         "config-canary-pressure",
-        ("serve", *T, "--config", "{tmp}/c.yaml", *CC),
+        ("serve", *T, "--config.file", "{tmp}/c.yaml", *CC),
         _yaml("canary: {strategy: pressure}\n"),
         "allow_pressure",
     ),
     (
         "config-canary-inline-key",
-        ("serve", *T, "--config", "{tmp}/c.yaml", *CC),
+        ("serve", *T, "--config.file", "{tmp}/c.yaml", *CC),
         _yaml("canary: {api_key: sk-live-123}\n"),
         "api_key_file",
     ),
     # serve: canary flags
     (
         "canary-api-key-file-missing",
-        ("serve", *T, "--canary", "--api-key-file", "{tmp}/nokey", *CC),
+        ("serve", *T, "--canary.enabled", "--canary.api-key-file", "{tmp}/nokey", *CC),
         {},
         "cannot read API key",
     ),
     (
         "canary-budget-abc",
-        ("serve", *T, "--canary-budget-tokens-per-hour", "abc", *CC),
+        ("serve", *T, "--canary.budget-tokens-per-hour", "abc", *CC),
         {},
-        "--canary-budget-tokens-per-hour",
+        "--canary.budget-tokens-per-hour",
     ),
-    ("canary-interval-1e30h", ("serve", *T, "--canary", "--canary-interval", "1e30h", *CC), {}, "--canary-interval"),
+    (
+        "canary-interval-1e30h",
+        ("serve", *T, "--canary.enabled", "--canary.interval", "1e30h", *CC),
+        {},
+        "--canary.interval",
+    ),
     (
         "canary-control-ftp",
-        ("serve", *T, "--canary", "--canary-control-target", "ftp://x", *CC),
+        ("serve", *T, "--canary.enabled", "--canary.control-target", "ftp://x", *CC),
         {},
-        "--canary-control-target",
+        "--canary.control-target",
     ),
     # check
     ("check-no-target", ("check",), {}, "required: --target"),
@@ -293,7 +308,7 @@ def test_bad_input_gives_one_clean_line(
 def test_listen_port_in_use_is_one_line_before_any_listening_line(
     busy_port: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = _run(["serve", *T, "--listen", f"127.0.0.1:{busy_port}"], capsys)
+    code, out, err = _run(["serve", *T, "--web.listen-address", f"127.0.0.1:{busy_port}"], capsys)
     _assert_one_clean_line(code, out, err, f"cannot listen on 127.0.0.1:{busy_port}")
     assert "listening" not in err
 
@@ -327,7 +342,7 @@ def test_serve_warns_about_an_unknown_variable_at_start(tmp_path: Path) -> None:
     import subprocess
 
     env = {**os.environ, "KVOFFLOAD_WINDOWS": "10m"}
-    argv = [sys.executable, "-m", "kvoffload_exporter", "serve", "--target", "http://127.0.0.1:9", "--config-check"]
+    argv = [sys.executable, "-m", "kvoffload_exporter", "serve", "--target", "http://127.0.0.1:9", "--config.check"]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "KVOFFLOAD_WINDOWS is not a kvoffload-exporter variable" in done.stderr
 
@@ -347,8 +362,8 @@ def test_a_yaml_error_keeps_the_parsers_words_with_line_and_column(tmp_path: Pat
 
 
 def test_a_duration_error_names_its_unit(capsys: pytest.CaptureFixture[str]) -> None:
-    """`--window 5` is 5 seconds: the error says so instead of leaving the reader to guess."""
-    assert main(["serve", "--target", "http://127.0.0.1:9", "--window", "5", "--config-check"]) == 2
+    """`--state.window 5` is 5 seconds: the error says so instead of leaving the reader to guess."""
+    assert main(["serve", "--target", "http://127.0.0.1:9", "--state.window", "5", "--config.check"]) == 2
     err = capsys.readouterr().err
     assert (
         "window: 5s must cover at least two poll intervals (poll interval 5s; a number without a unit is seconds)"

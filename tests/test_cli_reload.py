@@ -76,7 +76,7 @@ async def test_sighup_reload_keeps_history_adds_removes_and_survives_a_bad_file(
     a, b = f"http://127.0.0.1:{up_a.port}", f"http://127.0.0.1:{up_b.port}"
     conf = tmp_path / "c.yaml"
     _write(conf, [a, "http://127.0.0.1:9"])
-    args = build_parser().parse_args(["serve", "--config", str(conf)])
+    args = build_parser().parse_args(["serve", "--config.file", str(conf)])
     app = make_app(config_from_args(args, {}))
     exp = app[EXPORTER]
     status = ReloadStatus(last_success=1.0)
@@ -123,7 +123,7 @@ async def test_userinfo_is_sent_as_basic_auth_and_redacted_everywhere(
     conf = tmp_path / "c.yaml"
     _write(conf, [f"http://scraper:pw-0f-target@127.0.0.1:{port}/metrics", "http://u:pw-0f-dead@127.0.0.1:9"])
     with caplog.at_level(logging.DEBUG):
-        app = make_app(config_from_args(build_parser().parse_args(["serve", "--config", str(conf)]), {}))
+        app = make_app(config_from_args(build_parser().parse_args(["serve", "--config.file", str(conf)]), {}))
         client = TestClient(TestServer(app))
         await client.start_server()
         try:
@@ -151,7 +151,7 @@ def test_the_real_process_reloads_on_sighup_and_stops_on_sigterm(tmp_path: Path)
     _write(conf, ["http://127.0.0.1:9"], f"listen: 127.0.0.1:{port}\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(conf)],
+        [sys.executable, "-m", "kvoffload_exporter", "serve", "--config.file", str(conf)],
         stderr=subprocess.PIPE,
         text=True,
         env=env,
@@ -196,7 +196,7 @@ def test_port_in_use_fails_before_listening_in_the_real_process() -> None:
                 "serve",
                 "--target",
                 "http://127.0.0.1:9",
-                "--listen",
+                "--web.listen-address",
                 f"127.0.0.1:{port}",
             ],
             capture_output=True,
@@ -212,7 +212,7 @@ def test_port_in_use_fails_before_listening_in_the_real_process() -> None:
 
 
 async def test_the_real_process_probes_follow_a_sighup_reload(tmp_path: Path) -> None:
-    """`serve --config` with target A, then A replaced by B and SIGHUP: within 5 s `/probe?target=B`
+    """`serve --config.file` with target A, then A replaced by B and SIGHUP: within 5 s `/probe?target=B`
     answers 200 and `/probe?target=A` answers 403 (it kept answering 200 from a frozen copy)."""
     up_a, up_b = TestServer(_upstream([])), TestServer(_upstream([]))
     await up_a.start_server()
@@ -223,7 +223,14 @@ async def test_the_real_process_probes_follow_a_sighup_reload(tmp_path: Path) ->
     _write(conf, [a], f"listen: 127.0.0.1:{port}\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(conf), env=env, stderr=subprocess.DEVNULL
+        sys.executable,
+        "-m",
+        "kvoffload_exporter",
+        "serve",
+        "--config.file",
+        str(conf),
+        env=env,
+        stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}/probe"
 
@@ -274,7 +281,7 @@ def test_post_reload_is_the_sighup_reload_with_the_lifecycle_flag(tmp_path: Path
     conf = tmp_path / "c.yaml"
     _write(conf, ["http://127.0.0.1:9"], f"listen: 127.0.0.1:{port}\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    argv = [sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(conf)]
+    argv = [sys.executable, "-m", "kvoffload_exporter", "serve", "--config.file", str(conf)]
     proc = subprocess.Popen([*argv, *(["--web.enable-lifecycle"] if lifecycle else [])], env=env)
     try:
         deadline = time.monotonic() + 30

@@ -1,4 +1,4 @@
-"""Operators' files are read without blocking and within caps: a FIFO or a device given as `--config`,
+"""Operators' files are read without blocking and within caps: a FIFO or a device given as `--config.file`,
 `--web.config.file`, a password, token or API-key file is refused in one line at start (never waited
 on); a token with a line break is refused before any poll; a key twice in one mapping is refused with
 its line; a metrics path that would be a route template is refused; on SIGHUP a FIFO keeps the running
@@ -30,7 +30,7 @@ T = "http://127.0.0.1:9"
 
 def _serve_check(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     with fails_if_blocked():
-        code = main(["serve", *argv, "--config-check"])
+        code = main(["serve", *argv, "--config.check"])
     return code, capsys.readouterr().err
 
 
@@ -56,7 +56,7 @@ def test_read_regular_refuses_what_is_not_a_regular_file_unopened(tmp_path: Path
     assert e.value.strerror == "No such file or directory"
 
 
-@pytest.mark.parametrize("flag", ["--config", "--web.config.file"])
+@pytest.mark.parametrize("flag", ["--config.file", "--web.config.file"])
 def test_a_fifo_as_config_or_web_config_is_refused_at_start_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str
 ) -> None:
@@ -88,7 +88,7 @@ def test_a_secret_with_a_line_break_or_control_character_is_refused_before_any_p
     auth = f"bearer_token_file: {secret}" if key == "bearer_token_file" else f"username: u\n    password_file: {secret}"
     conf = tmp_path / "c.yaml"
     conf.write_text(f"targets:\n  - url: {T}\n    {auth}\n")
-    code, err = _serve_check(capsys, "--config", str(conf))
+    code, err = _serve_check(capsys, "--config.file", str(conf))
     assert code == 2 and len(err.splitlines()) == 1 and "control character" in err and key in err
     assert "s3cr" not in err and "Injected" not in err and "Traceback" not in err
 
@@ -98,7 +98,7 @@ def test_an_api_key_file_that_is_a_fifo_is_refused_in_one_line(
 ) -> None:
     fifo = tmp_path / "key"
     os.mkfifo(fifo)
-    code, err = _serve_check(capsys, "--target", T, "--canary", "--api-key-file", str(fifo))
+    code, err = _serve_check(capsys, "--target", T, "--canary.enabled", "--canary.api-key-file", str(fifo))
     assert code == 2 and len(err.splitlines()) == 1 and "is a FIFO, not a regular file" in err
 
 
@@ -161,7 +161,9 @@ def test_sighup_with_a_fifo_config_keeps_the_running_one_and_sigterm_still_ends(
     head = f"listen: 127.0.0.1:{port}\npoll_interval: 0.2\ntimeout: 0.5\ngpu: false\nhost: false\n"
     conf.write_text(head + "targets:\n  - http://127.0.0.1:9\n")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(conf)], stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "kvoffload_exporter", "serve", "--config.file", str(conf)],
+        stderr=subprocess.PIPE,
+        text=True,
     )
     url = f"http://127.0.0.1:{port}/metrics"
     try:

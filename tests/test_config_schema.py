@@ -14,6 +14,7 @@ import pytest
 from kvoffload_exporter.canary.config import CanarySettings
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.serve import config_from_args
+from kvoffload_exporter.config.flags import switch_values
 from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.config.schema import env_name, specs
 from kvoffload_exporter.config.settings import (
@@ -45,7 +46,7 @@ def test_flags_and_environment_variables_are_unique_and_prefixed() -> None:
     envs: list[str] = []
     for cls, section in ((Config, ""), (CanarySettings, "canary"), (LogSettings, "log"), (Limits, "limits")):
         for f, s in specs(cls):
-            flags += list(s.flags.get("serve", ()))
+            flags += [*s.flags.get("serve", ()), *s.old]
             if s.env:
                 envs.append(env_name(section, f, s))
     assert len(flags) == len(set(flags)) and len(envs) == len(set(envs))
@@ -57,25 +58,30 @@ def test_serve_flags_are_built_from_the_declaration() -> None:
     options = {o for a in sub._actions for o in a.option_strings}
     for cls in (Config, CanarySettings, LogSettings):
         for _, s in specs(cls):
-            assert set(s.flags.get("serve", ())) <= options
+            names = (
+                {n for name in s.flags.get("serve", ()) for n in switch_values(name)}
+                if s.action == "switch"
+                else set(s.flags.get("serve", ()))
+            )
+            assert names | set(s.old) <= options
 
 
 def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
     f = tmp_path / "c.yaml"
     f.write_text("targets: [http://a:1]\nwindow: 10m\npoll_interval: 2s\ncanary: {interval: 20m}\n")
     env = {"KVOFFLOAD_WINDOW": "15m", "KVOFFLOAD_POLL_INTERVAL": "3", "KVOFFLOAD_CANARY_INTERVAL": "30m"}
-    cfg = config_from_args(_serve("--config", str(f), "--window", "20m"), env)
+    cfg = config_from_args(_serve("--config.file", str(f), "--state.window", "20m"), env)
     assert cfg.window == 1200 and cfg.poll_interval == 3 and cfg.canary.interval == 1800
-    assert config_from_args(_serve("--config", str(f)), {}).window == 600
+    assert config_from_args(_serve("--config.file", str(f)), {}).window == 600
 
 
 def test_errors_name_the_key_the_flag_or_the_variable(tmp_path: Path) -> None:
     f = tmp_path / "c.yaml"
     f.write_text("targets: [http://a:1]\nwindow: forever\n")
     with pytest.raises(ConfigError, match=r"^invalid configuration: window: not a duration"):
-        config_from_args(_serve("--config", str(f)), {})
-    with pytest.raises(ConfigError, match="--window: not a duration"):
-        config_from_args(_serve("--target", "http://a:1", "--window", "forever"), {})
+        config_from_args(_serve("--config.file", str(f)), {})
+    with pytest.raises(ConfigError, match=r"--state\.window: not a duration"):
+        config_from_args(_serve("--target", "http://a:1", "--state.window", "forever"), {})
     with pytest.raises(ConfigError, match="KVOFFLOAD_WINDOW: not a duration"):
         config_from_args(_serve("--target", "http://a:1"), {"KVOFFLOAD_WINDOW": "forever"})
     with pytest.raises(ConfigError, match="KVOFFLOAD_HOST_ENABLED: must be true or false"):
@@ -227,13 +233,13 @@ def test_file_and_flag_errors_are_listed_together(tmp_path: Path) -> None:
     f = tmp_path / "c.yaml"
     f.write_text("targets: [http://a:1]\nwindow: forever\n")
     with pytest.raises(ConfigError) as e:
-        config_from_args(_serve("--config", str(f), "--poll-interval", "soon"), {"KVOFFLOAD_TIMEOUT": "x"})
-    assert [m.split(":")[0] for m in e.value.errors] == ["window", "--poll-interval", "KVOFFLOAD_TIMEOUT"]
+        config_from_args(_serve("--config.file", str(f), "--poll.interval", "soon"), {"KVOFFLOAD_TIMEOUT": "x"})
+    assert [m.split(":")[0] for m in e.value.errors] == ["window", "--poll.interval", "KVOFFLOAD_TIMEOUT"]
 
 
 def test_cross_field_checks_run_after_the_flags(tmp_path: Path) -> None:
     f = tmp_path / "c.yaml"
     f.write_text("targets: [http://a:1]\nwindow: 6s\n")  # < two default poll intervals, fixed by the flag
-    assert config_from_args(_serve("--config", str(f), "--poll-interval", "1"), {}).window == 6
+    assert config_from_args(_serve("--config.file", str(f), "--poll.interval", "1"), {}).window == 6
     with pytest.raises(ConfigError, match="two poll intervals"):
-        config_from_args(_serve("--config", str(f)), {})
+        config_from_args(_serve("--config.file", str(f)), {})

@@ -488,7 +488,7 @@ def test_descriptions_name_the_metrics_and_say_which_panels_need_the_canary(rend
             assert no_value.strip()
             if canary:
                 canary_panels += 1
-                assert "serve --canary" in p["description"] and "serve --canary" in no_value, p["title"]
+                assert "serve --canary.enabled" in p["description"] and "serve --canary.enabled" in no_value, p["title"]
             else:
                 assert "--canary" not in p["description"] + no_value, p["title"]
     assert canary_panels >= 7

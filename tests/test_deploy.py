@@ -370,7 +370,7 @@ def test_runtime_dependencies_suffice_for_the_entrypoint(tmp_path):
 import json, sys
 sys.path[:] = {paths!r}
 from kvoffload_exporter.cli import main
-assert main(json.loads(sys.argv[1]) + ["--config-check"]) == 0
+assert main(json.loads(sys.argv[1]) + ["--config.check"]) == 0
 import kvoffload_exporter.server.app, kvoffload_exporter.server.exporter, kvoffload_exporter.sources.vllm_http, kvoffload_exporter.sources.host, kvoffload_exporter.sources.gpu
 import kvoffload_exporter.canary.plugin, kvoffload_exporter.commands.simulate, kvoffload_exporter.sim.server
 for m in ("grafanalib", "jsonschema", "pytest"):

@@ -67,8 +67,8 @@ class Hostile:
             [
                 sys.executable, "-m", "kvoffload_exporter", "serve",
                 "--target", f"http://127.0.0.1:{self.up_port}",
-                "--listen", f"127.0.0.1:{self.port}",
-                "--poll-interval", "1", "--timeout", "5", "--no-gpu", "--no-host",
+                "--web.listen-address", f"127.0.0.1:{self.port}",
+                "--poll.interval", "1", "--poll.timeout", "5", "--no-collector.gpu", "--no-collector.host",
             ],
             env=self.env,
             stdout=subprocess.DEVNULL,

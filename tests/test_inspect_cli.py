@@ -65,15 +65,15 @@ def test_inspect_errors_are_clear(tmp_path) -> None:  # type: ignore[no-untyped-
 def test_serve_config_errors_listed_together(tmp_path) -> None:  # type: ignore[no-untyped-def]
     cfg = tmp_path / "c.yaml"
     cfg.write_text("targets:\n  - url: nope\nwindow: forever\nlisten: nowhere\n")
-    r = _run("serve", "--config", str(cfg), "--config-check")
+    r = _run("serve", "--config.file", str(cfg), "--config.check")
     assert r.returncode == 2
     for needle in ("url must be http(s)", "window: not a duration", "listen must be HOST:PORT"):
         assert needle in r.stderr
     good = tmp_path / "g.yaml"
     good.write_text("targets: [http://127.0.0.1:8000]\nwindow: 10m\n")
-    r = _run("serve", "--config", str(good), "--config-check")
+    r = _run("serve", "--config.file", str(good), "--config.check")
     assert r.returncode == 0 and "configuration OK" in r.stdout
-    r = _run("serve", "--listen", "127.0.0.1:1")
+    r = _run("serve", "--web.listen-address", "127.0.0.1:1")
     assert r.returncode == 2 and "at least one --target" in r.stderr
 
 

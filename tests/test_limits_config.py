@@ -99,7 +99,7 @@ def test_top_level_limits_come_from_flags_and_environment_like_every_setting(tmp
 
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("limits: {sample_limit: 500, engine_limit: 4}\ntargets: [http://a:1]\n")
-    args = build_parser().parse_args(["serve", "--config", str(cfg_file), "--limits.sample-limit", "700"])
+    args = build_parser().parse_args(["serve", "--config.file", str(cfg_file), "--limits.sample-limit", "700"])
     cfg = config_from_args(args, environ={"KVOFFLOAD_LIMITS_LABEL_VALUE_LENGTH_LIMIT": "64"})
     assert cfg.limits == Limits(sample_limit=700, label_value_length_limit=64, engine_limit=4)
     bad = build_parser().parse_args(["serve", "--target", "http://a:1", "--limits.engine-limit", "0"])

@@ -33,7 +33,7 @@ def test_an_idle_flood_cannot_exhaust_descriptors_or_fill_the_log(tmp_path: Path
         "KVOFFLOAD_WEB_HEADER_TIMEOUT": "30s",
     }
     cmd = [sys.executable, "-m", "kvoffload_exporter", "serve", "--target", "http://127.0.0.1:9"]
-    cmd += ["--listen", f"127.0.0.1:{port}", "--no-gpu", "--no-host"]
+    cmd += ["--web.listen-address", f"127.0.0.1:{port}", "--no-collector.gpu", "--no-collector.host"]
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=_limit_fds)
     hogs: list[socket.socket] = []
     try:

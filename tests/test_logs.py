@@ -99,7 +99,7 @@ def test_real_serve_logs_json_errors_reload_and_shutdown(tmp_path, sig):
     conf = tmp_path / "c.yaml"
     _write(conf, [f"http://user:pw@127.0.0.1:{dead}"], port, "0.05")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    cmd = [sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(conf), "--log.format", "json"]
+    cmd = [sys.executable, "-m", "kvoffload_exporter", "serve", "--config.file", str(conf), "--log.format", "json"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline, body = time.monotonic() + 30, ""

@@ -32,7 +32,7 @@ def test_open_bounds_say_which_end_is_open():
 def test_max_body_bytes_error_in_the_config_file(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("max_body_bytes: 5\ntargets: [{url: 'http://a:1'}]\n")
-    assert main(["serve", "--config", str(cfg), "--config-check"]) == 2
+    assert main(["serve", "--config.file", str(cfg), "--config.check"]) == 2
     err = capsys.readouterr().err
     assert "1,024 to 2,147,483,648" in err and "e+09" not in err
 

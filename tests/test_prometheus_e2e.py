@@ -215,9 +215,9 @@ class Stack:
             "-m",
             "kvoffload_exporter",
             "serve",
-            "--config",
+            "--config.file",
             str(self.tmp / f"{name}.yaml"),
-            "--listen",
+            "--web.listen-address",
             f"127.0.0.1:{port}",
         ]
         p = self._spawn(f"exporter-{name}", args)

@@ -87,7 +87,7 @@ def test_a_field_that_cannot_change_at_runtime_is_refused_in_one_line(
 ) -> None:
     conf = tmp_path / "c.yaml"
     conf.write_text("poll_interval: 0.1\ntimeout: 0.5\ngpu: false\nhost: false\ntargets: [http://127.0.0.1:9]\n")
-    args = build_parser().parse_args(["serve", "--config", str(conf)])
+    args = build_parser().parse_args(["serve", "--config.file", str(conf)])
     exp = Exporter(config_from_args(args, {}), runtime_metrics=False)
     listen = exp.config.listen
     conf.write_text("poll_interval: 1\ngpu: true\nhost: false\nlisten: 127.0.0.1:1\ntargets: [http://127.0.0.1:9]\n")

@@ -83,7 +83,16 @@ def test_the_real_process_reloads_its_web_config_and_survives_an_alias_bomb(tmp_
     conf = tmp_path / "c.yaml"
     conf.write_text(f"targets: [http://127.0.0.1:9]\nlisten: 127.0.0.1:{port}\ngpu: false\nhost: false\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
-    cmd = [sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(conf), "--web.config.file", str(web)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kvoffload_exporter",
+        "serve",
+        "--config.file",
+        str(conf),
+        "--web.config.file",
+        str(web),
+    ]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
     url = f"http://127.0.0.1:{port}/healthz"
     try:

@@ -344,7 +344,7 @@ def test_a_probe_only_replica_needs_no_targets(tmp_path) -> None:
     cfg = tmp_path / "probe.yaml"
     cfg.write_text("probe:\n  allow_regex: 'http://10\\.[0-9.]+:8000'\n", encoding="utf-8")
     res = subprocess.run(
-        [sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(cfg), "--config-check"],
+        [sys.executable, "-m", "kvoffload_exporter", "serve", "--config.file", str(cfg), "--config.check"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -353,7 +353,7 @@ def test_a_probe_only_replica_needs_no_targets(tmp_path) -> None:
     empty = tmp_path / "empty.yaml"
     empty.write_text("poll_interval: 5\n", encoding="utf-8")
     res = subprocess.run(
-        [sys.executable, "-m", "kvoffload_exporter", "serve", "--config", str(empty), "--config-check"],
+        [sys.executable, "-m", "kvoffload_exporter", "serve", "--config.file", str(empty), "--config.check"],
         capture_output=True,
         text=True,
         timeout=60,

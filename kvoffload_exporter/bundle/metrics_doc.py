@@ -31,7 +31,7 @@ RENAMES_PATH = "docs/renames-0.1.0.json"
 GROUPS: dict[Group, str] = {
     Group.HEALTH: "Exporter and target health",
     Group.ENGINE: "Offload traffic and engine signals (cumulative, per engine)",
-    Group.DERIVED: "Windowed derivations (over the exporter's `--window`)",
+    Group.DERIVED: "Windowed derivations (over the exporter's `--state.window`)",
     Group.MEMORY: "Host and GPU memory",
     Group.CANARY: "Canary",
 }

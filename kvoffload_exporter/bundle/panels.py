@@ -3,7 +3,7 @@
 Besides layout and grafanalib wrappers this is where every panel gets what an operator needs without
 reading the PromQL: a legend naming the exporter instance (replicas of one model are told apart), the
 metric names in its description, `noValue` saying why a panel can be empty (canary panels: `serve
---canary`), and `min: 0` on ratio panels. Template variables filter by the scrape labels Prometheus (and
+--canary.enabled`), and `min: 0` on ratio panels. Template variables filter by the scrape labels Prometheus (and
 the Prometheus Operator) attach (job, namespace, pod, instance) and there is an ad-hoc filter.
 """
 
@@ -40,8 +40,8 @@ UNBOUNDED_RATIOS: dict[str, str] = {
 RATIO_UNIT = "none"  # 8.1 reads 8.1, not 810 %
 
 NO_VALUE = "No data"
-NO_VALUE_CANARY = "No data: needs serve --canary"
-CANARY_NOTE = " Needs `serve --canary` (or `canary.enabled: true`); empty without it."
+NO_VALUE_CANARY = "No data: needs serve --canary.enabled"
+CANARY_NOTE = " Needs `serve --canary.enabled` (or `canary.enabled: true`); empty without it."
 PER_EXPORTER = " and on (job, instance) "
 """Joins a per-exporter series (host, GPU, collectors) to the exporters of the chosen targets."""
 
@@ -288,7 +288,7 @@ def plotted(expr: str) -> set[str]:
 
 
 def finish(p: dict[str, Any]) -> None:
-    """Description naming the metrics (and `serve --canary` where needed), `noValue`, `min: 0` on ratios."""
+    """Description naming the metrics (and `serve --canary.enabled` where needed), `noValue`, `min: 0` on ratios."""
     names = sorted(set().union(*(plotted(t["expr"]) for t in p["targets"])))
     canary = any(CATALOGUE[n].group is Group.CANARY for n in names)
     label = "Metric" if len(names) == 1 else "Metrics"

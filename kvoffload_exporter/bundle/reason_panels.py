@@ -2,7 +2,7 @@
 retention horizon, the canary's ΔTTFT by load band and the passive convoy view.
 
 Kept apart from the rest of the overview so the rows can move as a block; `dashboards.overview()` calls
-`add()` once. `panels.finish` appends the metric names and the `serve --canary` note to descriptions.
+`add()` once. `panels.finish` appends the metric names and the `serve --canary.enabled` note to descriptions.
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ is offloaded); otherwise investigate the bandwidth. Silence for a known, accepte
 
 ## KVOffloadSlowerUnderLoad
 
-**Meaning.** `serve --canary` files every cycle under the load band the target was in (users' running
+**Meaning.** `serve --canary.enabled` files every cycle under the load band the target was in (users' running
 and waiting requests in the cycle's closing scrape: `idle` none, `low` fewer than 8 running and none
 waiting, `high` otherwise). In the band the target is in **now** (not idle), the canary's offload hits
 are slower than the control, with a confidence interval above 0, for {slower_for}. The idle verdict does
@@ -161,7 +161,7 @@ each generation onto the same `kvoffload_*` names).
 panel for the target is empty and no other offload alert can fire for it.
 
 **Check.** *Exporter health* → *Poll errors by reason*: `connect` (vLLM down or wrong URL), `timeout`
-(vLLM overloaded; raise `--timeout`), `http_status`, `too_large` (raise `max_body_bytes`), `parse`.
+(vLLM overloaded; raise `--poll.timeout`), `http_status`, `too_large` (raise `max_body_bytes`), `parse`.
 
 **Act.** Restore vLLM or fix the exporter's `--target`. A brief restart (shorter than {target_down_for})
 does not fire.

@@ -68,34 +68,43 @@ class CanarySettings:
     enabled: bool = setting(
         False,
         boolean,
-        "run closed-loop offload canaries against every target (wait strategy unless --canary-allow-pressure)",
-        flag="--canary",
-        action="true",
+        "run closed-loop offload canaries against every target (wait strategy unless --canary.allow-pressure)",
+        flag="--[no-]canary.enabled",
+        old="--canary",
+        action="switch",
     )
     strategy: str = setting("wait", choice(*STRATEGIES), "pressure needs allow_pressure (fillers evict GPU cache)")
     allow_pressure: bool = setting(
         False,
         boolean,
         "displace canary prefixes with filler requests: evicts users' GPU cache, staging only",
-        flag="--canary-allow-pressure",
-        action="true",
+        flag="--[no-]canary.allow-pressure",
+        old="--canary-allow-pressure",
+        action="switch",
     )
     budget_tokens_per_hour: int | None = setting(
         600_000,  # 10 cycles within the hour on the reference shapes (docs/canary.md, the token budget)
         integer(0, optional=True),
         "hard cap on canary prompt + output tokens per hour and target (null or unlimited: no cap)",
-        flag="--canary-budget-tokens-per-hour",
+        flag="--canary.budget-tokens-per-hour",
+        old="--canary-budget-tokens-per-hour",
         check_flag="--budget-tokens",
         metavar=_N,
     )
     interval: float = setting(
-        300.0, duration(), "time between canary cycles", flag="--canary-interval", metavar="DURATION"
+        300.0,
+        duration(),
+        "time between canary cycles",
+        flag="--canary.interval",
+        old="--canary-interval",
+        metavar="DURATION",
     )
     prefix_tokens: int | None = setting(
         None,
         integer(1, optional=True),
         "shared prefix length (default: half the GPU cache from cache_config_info, <= 8192)",
-        flag="--canary-prefix-tokens",
+        flag="--canary.prefix-tokens",
+        old="--canary-prefix-tokens",
         check_flag="--prefix-tokens",
         metavar=_N,
     )
@@ -103,7 +112,8 @@ class CanarySettings:
         None,
         integer(1, optional=True),
         "offload chunk in tokens if vLLM does not export it (vLLM < 0.33; default: align to 256)",
-        flag="--canary-chunk-tokens",
+        flag="--canary.chunk-tokens",
+        old="--canary-chunk-tokens",
         check_flag="--chunk-tokens",
         metavar=_N,
     )
@@ -126,7 +136,7 @@ class CanarySettings:
         boolean,
         "a tiny flush request after probes (store statistics lag)",
         check_flag="--no-flush",
-        action="false",
+        action="switch",
     )
     min_samples: int = setting(
         10,
@@ -154,7 +164,7 @@ class CanarySettings:
         boolean,
         "the max_load_tokens: 0 recompute control",
         check_flag="--no-recompute-control",
-        action="false",
+        action="switch",
     )
     wait_initial: float = setting(
         30.0, duration(), "wait strategy: first idle time", check_flag="--wait-initial", metavar="DURATION"
@@ -170,7 +180,8 @@ class CanarySettings:
         None,
         string(optional=True),
         "persisted salt secret, created on first use (default ~/.local/state/kvoffload-exporter/canary-secret)",
-        flag="--canary-secret-file",
+        flag="--canary.secret-file",
+        old="--canary-secret-file",
         check_flag="--secret-file",
         metavar="FILE",
     )
@@ -178,7 +189,8 @@ class CanarySettings:
         None,
         string(optional=True),
         "vLLM API key file (else $KVOFFLOAD_API_KEY); never logged",
-        flag="--api-key-file",
+        flag="--canary.api-key-file",
+        old="--api-key-file",
         check_flag="--api-key-file",
         metavar="FILE",
     )
@@ -187,7 +199,8 @@ class CanarySettings:
         None,
         _control_url,
         "the same model served without the offload connector (one target only)",
-        flag="--canary-control-target",
+        flag="--canary.control-target",
+        old="--canary-control-target",
         check_flag="--control-target",
         metavar="URL",
     )
@@ -234,7 +247,7 @@ def check(cfg: CanarySettings) -> None:
     if cfg.strategy == "pressure" and not cfg.allow_pressure:
         errors.append(
             "canary.strategy pressure evicts users' GPU cache: it needs allow_pressure: true "
-            "(--canary-allow-pressure / --allow-pressure), meant for staging"
+            "(--canary.allow-pressure / --allow-pressure), meant for staging"
         )
     if cfg.wait_initial > cfg.wait_max:
         errors.append("canary.wait_initial must not exceed wait_max")

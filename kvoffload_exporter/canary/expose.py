@@ -50,7 +50,7 @@ class CanaryCollector:
 
 
 def _bands(x: SampleSink, st: CanaryState, t: dict[str, str]) -> None:
-    """Per-load-band ΔTTFT (serve --canary): absent until a band has a verdict with estimates."""
+    """Per-load-band ΔTTFT (serve --canary.enabled): absent until a band has a verdict with estimates."""
     for band in CANARY_LOAD_BANDS:
         x.add("kvoffload_canary_band_cycles_total", float(st.band_cycles.get(band, 0)), {**t, "load_band": band})
         v = st.band_verdicts.get(band)

@@ -1,4 +1,4 @@
-"""`serve --canary`: flags, settings and the app plugin that runs one canary engine per target.
+"""`serve --canary.enabled`: flags, settings and the app plugin that runs one canary engine per target.
 
 The plugin gets the exporter as a `plugins.PluginHost` and the shared HTTP session
 (app.make_app(plugins=...)): it adds the `kvoffload_canary_*` samples as a collector, spawns each
@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from kvoffload_exporter.canary.config import CanarySettings, check
 from kvoffload_exporter.canary.expose import CanaryCollector
 from kvoffload_exporter.canary.secrets import load_api_key, load_or_create_secret
-from kvoffload_exporter.config.schema import add_flags, apply, overrides
+from kvoffload_exporter.config.flags import add_flags, overrides
+from kvoffload_exporter.config.schema import apply
 from kvoffload_exporter.config.settings import Config, ConfigError
 from kvoffload_exporter.enums import CollectorName
 from kvoffload_exporter.server.plugins import Plugin, PluginHost, Session
@@ -50,7 +51,7 @@ def settings_from_args(args: argparse.Namespace, cfg: Config) -> CanarySettings 
 
 
 def check_files(settings: CanarySettings) -> None:
-    """`--config-check`: the API key file must be readable (the secret file is created on first use)."""
+    """`--config.check`: the API key file must be readable (the secret file is created on first use)."""
     load_api_key(settings.api_key_file, settings.api_key_env)
 
 

@@ -24,7 +24,10 @@ async def server_info(e: RunContext, role: str, same_as: ServerInfo | None = Non
     status, body = await e.client.get(url, "/v1/models")
     if status == 401:  # a key was sent: it is wrong, not missing
         problem = "rejected the API key (401): check" if getattr(e.client, "has_api_key", False) else "needs an API key"
-        raise CanaryError("auth", f"{url}/v1/models {problem} (--api-key-file or ${e.settings.api_key_env})")
+        raise CanaryError(
+            "auth",
+            f"{url}/v1/models {problem} (--api-key-file, serve --canary.api-key-file, or ${e.settings.api_key_env})",
+        )
     models = parse_models(body) if status == 200 else None
     if not models or not models.ids:
         raise CanaryError("models", f"{url}/v1/models answered {status} without models")

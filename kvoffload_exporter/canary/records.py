@@ -139,5 +139,5 @@ class CycleRecord:
     reason: CycleReason
     detail: str
     phases: list[PhaseRecord] = field(default_factory=list)
-    load: CycleLoad | None = None  # serve --canary only (schedule.py); None when the scrape had no gauges
+    load: CycleLoad | None = None  # serve --canary.enabled only (schedule.py); None when the scrape had no gauges
     order: list[str] = field(default_factory=list)  # the probes after the displacement, as run (order.py)

@@ -35,7 +35,7 @@ class CanaryState:
         # (idle seconds, loaded from the tier) of the last displaced wait-ladder revisits: the horizon
         # follows the workload (a lifetime maximum, like residency, never comes down again).
         self.tier_revisits: deque[tuple[float, bool]] = deque(maxlen=maxlen)
-        # serve --canary: TTFT samples, cycles and the verdict per load band (schedule.py records the load).
+        # serve --canary.enabled: TTFT samples, cycles and the verdict per load band (schedule.py records the load).
         self.band_samples: dict[LoadBand, dict[str, deque[float]]] = {
             b: {p: deque(maxlen=maxlen) for p in CANARY_PATHS} for b in LoadBand
         }

@@ -71,7 +71,7 @@ CANARY_ERROR_REASONS: tuple[ErrorReason, ...] = tuple(ErrorReason)
 """Why a canary request, preparation or cycle failed (closed set; see kvoffload_exporter/canary/types.py)."""
 CANARY_TIERS: tuple[Tier, ...] = tuple(Tier)
 CANARY_LOAD_BANDS: tuple[LoadBand, ...] = tuple(LoadBand)
-"""Load bands of serve --canary cycles (thresholds: kvoffload_exporter/canary/records.load_band)."""
+"""Load bands of serve --canary.enabled cycles (thresholds: kvoffload_exporter/canary/records.load_band)."""
 
 evidence_metric = backends.evidence_metric
 unit_size_name = backends.unit_size_name

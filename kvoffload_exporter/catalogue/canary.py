@@ -1,4 +1,4 @@
-"""Canary results (kvoffload_exporter/canary/expose.py); absent unless `serve --canary` runs."""
+"""Canary results (kvoffload_exporter/canary/expose.py); absent unless `serve --canary.enabled` runs."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ METRICS: tuple[Metric, ...] = (
         name="kvoffload_canary_band_delta_ttft_seconds",
         type=MetricType.GAUGE,
         help="Canary delta TTFT (offload hit - control medians) over the cycles run under one load band "
-        "(idle: no other request; low: < 8 running, none waiting; high: otherwise); serve --canary only.",
+        "(idle: no other request; low: < 8 running, none waiting; high: otherwise); serve --canary.enabled only.",
         labels=("target", "control", "load_band"),
         unit=Unit.SECONDS,
         group=Group.CANARY,

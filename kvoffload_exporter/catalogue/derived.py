@@ -1,4 +1,4 @@
-"""Windowed derivations over the exporter's `--window` (computed in kvoffload_exporter/derive/window.py)."""
+"""Windowed derivations over the exporter's `--state.window` (computed in kvoffload_exporter/derive/window.py)."""
 
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="measure even when preflight finds no offload metrics on the target (default: exit 3 at once)",
     )
     from kvoffload_exporter.canary.config import CanarySettings
-    from kvoffload_exporter.config.schema import add_flags
+    from kvoffload_exporter.config.flags import add_flags
 
     add_flags(p, CanarySettings, "check", defaults=_base().public(), env=False)
     p.set_defaults(func=run)
@@ -160,7 +160,8 @@ def _base() -> CanarySettings:
 def settings_from_args(args: argparse.Namespace) -> CanarySettings:
     """check's flags on its defaults, validated by the same declaration as serve's; errors name the flag."""
     from kvoffload_exporter.canary.config import CanarySettings, check
-    from kvoffload_exporter.config.schema import Where, apply, overrides
+    from kvoffload_exporter.config.flags import overrides
+    from kvoffload_exporter.config.schema import Where, apply
     from kvoffload_exporter.config.settings import parse_targets
 
     errors = [] if args.rounds >= 1 else ["--rounds: must be an integer >= 1"]

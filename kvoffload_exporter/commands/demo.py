@@ -141,7 +141,9 @@ async def _demo(args: argparse.Namespace, sim: Simulator, sim_host: str, sim_por
         sim_runner, sim_url = await start(sim, sim_host, sim_port)
     except OSError as e:
         raise ListenError("--sim-listen", args.sim_listen, e) from e
-    cfg = replace(config_from_args(args), targets=(TargetConfig(url=sim_url, name="sim"),), gpu_enabled=False)
+    cfg = replace(
+        config_from_args(args, command="demo"), targets=(TargetConfig(url=sim_url, name="sim"),), gpu_enabled=False
+    )
     app = make_app(cfg)
     exp_runner = web.AppRunner(app, access_log=None)
     await exp_runner.setup()
@@ -195,13 +197,13 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     try:
-        logs.setup(logs.from_args(args))
+        logs.setup(logs.from_args(args, "demo"))
         sim_host, sim_port = split_listen(args.sim_listen)
         opts = options_from_args(args)
         errors = opts.check() + traffic_from_args(args, 8192, duration=args.duration).check()
         if errors:
             raise ValueError("; ".join(errors))
-        config_from_args(args)
+        config_from_args(args, command="demo")
         sim = Simulator(opts)
     except (ValueError, ConfigError) as e:
         print(f"kvoffload-exporter demo: {e}", file=sys.stderr)

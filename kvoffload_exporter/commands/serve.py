@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from kvoffload_exporter.config.flags import add_flag, add_flags, deprecations, overrides
 from kvoffload_exporter.config.limits import Limits
-from kvoffload_exporter.config.schema import Where, add_flags, apply, overrides
+from kvoffload_exporter.config.schema import Where, apply
 from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, check, load_file, parse_targets
 from kvoffload_exporter.server import gctune, logs
 
@@ -33,9 +34,9 @@ _DEMO_FIELDS = ("poll_interval", "window", "timeout", "host_enabled", "gpu_enabl
 
 
 def add_exporter_arguments(p: argparse.ArgumentParser, defaults: Mapping[str, object] | None = None) -> None:
-    """Flags shared by `serve` and `demo`, built from the Config declaration (demo passes its defaults)."""
-    add_flags(p, Config, "serve", defaults=defaults, only=_DEMO_FIELDS)
-    logs.add_arguments(p)
+    """`demo`'s exporter flags, built from the Config declaration under demo's own names (and defaults)."""
+    add_flags(p, Config, "demo", defaults=defaults, only=_DEMO_FIELDS)
+    logs.add_arguments(p, "demo")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -43,7 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "serve",
         help="poll vLLM /metrics and export offload evidence",
         description="Poll one or more vLLM servers and serve kvoffload_* metrics. Precedence: flags, then "
-        "KVOFFLOAD_* environment variables, then --config, then defaults. SIGHUP reloads --config.",
+        "KVOFFLOAD_* environment variables, then --config.file, then defaults. SIGHUP reloads --config.file. "
+        "Flags follow the exporter-toolkit style (--web.*, --log.*, --[no-]collector.*); the earlier spellings "
+        "still work, hidden, and say which flag replaces them.",
     )
     p.add_argument(
         "--target",
@@ -51,10 +54,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         default=[],
         metavar="URL",
         help="vLLM base URL, e.g. http://127.0.0.1:8000 (repeatable; user:pass@ is used as basic auth but is "
-        "visible to every local user in ps: prefer username + password_file in --config)",
+        "visible to every local user in ps: prefer username + password_file in --config.file)",
     )
-    p.add_argument("--config", metavar="FILE", help="YAML config file (flags override it; SIGHUP reloads it)")
-    p.add_argument("--config-check", action="store_true", help="validate the configuration and exit")
+    add_flag(
+        p,
+        ["--config.file"],
+        "config",
+        old=["--config"],
+        metavar="FILE",
+        help="YAML config file (flags override it; SIGHUP reloads it)",
+    )
+    add_flag(
+        p,
+        ["--config.check"],
+        "config_check",
+        old=["--config-check"],
+        switch=True,
+        default=False,
+        help="validate the configuration and exit",
+    )
     p.add_argument(
         "--web.config.file",
         dest="web_config_file",
@@ -76,8 +94,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Config:
-    """Config file first, then environment variables, then flags; every error is reported together."""
+def config_from_args(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None, command: str = "serve"
+) -> Config:
+    """Config file first, then environment variables, then flags (`command`'s names in errors); every error
+    is reported together."""
     from kvoffload_exporter.canary.plugin import apply_flags
 
     env = os.environ if environ is None else environ
@@ -88,7 +109,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
             cfg = load_file(args.config, validate=False)  # cross-field checks after the flags
         except ConfigError as e:  # listed together with the flags' errors
             errors += e.errors
-    changes = overrides(Config, args, "serve", errors, environ=env)
+    changes = overrides(Config, args, command, errors, environ=env)
     limits = overrides(Limits, args, "serve", errors, section="limits", environ=env)
     if limits:  # the top-level caps; a target's own `limits:` in the file still wins
         changes["limits"] = apply(cfg.limits, limits)
@@ -282,7 +303,7 @@ def _prepare(args: argparse.Namespace) -> _Prepared:
 
     cfg = config_from_args(args)
     if not cfg.targets and not (cfg.probe_allow or cfg.probe_allow_regex):  # probe-only replicas
-        raise ConfigError(["at least one --target (or `targets:` or `probe.allow` in --config) is required"])
+        raise ConfigError(["at least one --target (or `targets:` or `probe.allow` in --config.file) is required"])
     settings = canary.settings_from_args(args, cfg)
     if settings and args.config_check:
         canary.check_files(settings)
@@ -302,6 +323,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         logs.setup(logs.from_args(args))
+        for line in deprecations():  # a former flag spelling: which flag replaces it, in the log's format
+            log.warning("%s", line)
         for line in unknown_variables(os.environ):  # a typo in a variable is ignored by the settings: say so
             log.warning("%s", line)
         prep = _prepare(args)

@@ -2,23 +2,22 @@
 YAML key, command-line flag(s), environment variable, default and help exactly once.
 
 From that one declaration this module validates a YAML mapping (every error at once, "did you mean"
-for unknown keys, `section: false` as shorthand for `section.enabled: false`), builds argparse flags and
-reads flags and environment variables back, each error named by what the user wrote. Pure: no I/O.
+for unknown keys, `section: false` as shorthand for `section.enabled: false`) and names each setting's
+environment variable; config/flags.py builds the command-line flags from it. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import math
 import re
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
 Parser = Callable[[object, bool], object]  # (raw value, came from text: flag or env) -> value, or ValueError
-Action = Literal["value", "true", "false"]  # flag takes a value | sets True | sets False (`--no-host`)
+Action = Literal["value", "switch"]  # flag takes a value | is a boolean switch (what each name sets: flags.py)
 ENV_PREFIX = "KVOFFLOAD_"
 MAX_SECONDS = 366 * 86400.0  # a year: longer durations are typos (`1e20h`) and overflow timers
 
@@ -39,6 +38,7 @@ class Spec:
     help: str
     key: str = ""  # YAML key in its section, dotted for a sub-section ("host.enabled"); "" = field name
     flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # command → (flag, *aliases)
+    old: tuple[str, ...] = ()  # `serve`'s former spellings: hidden aliases that say what replaces them
     env: bool = True  # read KVOFFLOAD_<SECTION>_<KEY> too
     metavar: str | None = None
     action: Action = "value"
@@ -53,17 +53,20 @@ def setting(
     key: str = "",
     flag: str | tuple[str, ...] | None = None,
     check_flag: str | tuple[str, ...] | None = None,
+    demo_flag: str | tuple[str, ...] | None = None,
+    old: str | tuple[str, ...] = (),
     env: bool = True,
     metavar: str | None = None,
     action: Action = "value",
     yaml: bool = True,
 ) -> T:
-    """A dataclass field carrying its Spec; `flag` is the `serve` flag, `check_flag` the `check` one."""
+    """A dataclass field carrying its Spec; `flag` is the `serve` flag (`old` its former spellings),
+    `check_flag` the `check` one, `demo_flag` the `demo` one."""
     flags: dict[str, tuple[str, ...]] = {}
-    for cmd, f in (("serve", flag), ("check", check_flag)):
+    for cmd, f in (("serve", flag), ("check", check_flag), ("demo", demo_flag)):
         if f:
             flags[cmd] = (f,) if isinstance(f, str) else f
-    spec = Spec(parse, help, key, flags, env, metavar, action, yaml)
+    spec = Spec(parse, help, key, flags, (old,) if isinstance(old, str) else old, env, metavar, action, yaml)
     result: T = field(default=default, metadata={"spec": spec})
     return result
 
@@ -87,10 +90,6 @@ def yaml_key(f: Field[Any], spec: Spec) -> str:
 def env_name(section: str, f: Field[Any], spec: Spec) -> str:
     path = ([section] if section else []) + yaml_key(f, spec).split(".")
     return ENV_PREFIX + "_".join(path).upper()
-
-
-def dest(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_").replace(".", "_")
 
 
 # --- parsers: each returns the typed value or raises ValueError("must ...") -----------------------
@@ -305,72 +304,4 @@ def parse_section(
         except ValueError as e:
             index, _, rest = str(e).partition(" ")  # "[2] must be …" names a list entry: key[2]
             errors.append(f"{where.key(k + index)} {rest}" if index.startswith("[") else f"{where.key(k)} {e}")
-    return out
-
-
-# --- flags and environment variables ------------------------------------------------------------------
-
-
-def _default_text(f: Field[Any], spec: Spec, defaults: Mapping[str, object]) -> str:
-    v = defaults.get(f.name, f.default if f.default is not MISSING else None)
-    if v is None or isinstance(v, bool):
-        return ""
-    if isinstance(v, float) and isinstance(spec.parse, Duration):
-        return f" (default {seconds_text(v)})"
-    if isinstance(v, float) and v == int(v):
-        v = int(v)
-    return f" (default {v})"
-
-
-def add_flags(
-    p: argparse.ArgumentParser | argparse._ArgumentGroup,
-    cls: type,
-    command: str,
-    section: str = "",
-    defaults: Mapping[str, object] | None = None,
-    only: Collection[str] | None = None,
-    env: bool = True,
-) -> None:
-    """argparse flags for every field of `cls` (or those named in `only`) that declares one for `command`;
-    values default to None so that `overrides` can tell "not given" from "given as the default"."""
-    for f, spec in specs(cls):
-        names = spec.flags.get(command)
-        if not names or (only is not None and f.name not in only):
-            continue
-        value = {"true": "=true", "false": "=false"}.get(spec.action, "")
-        env_text = f"; env {env_name(section, f, spec)}{value}" if spec.env and env else ""
-        lead = "without " if spec.action == "false" else ""
-        text = lead + described(spec) + _default_text(f, spec, defaults or {}) + env_text
-        if spec.action == "value":
-            p.add_argument(*names, dest=dest(names[0]), metavar=spec.metavar, default=None, help=text)
-        else:
-            p.add_argument(*names, dest=dest(names[0]), action="store_const", const=True, default=None, help=text)
-
-
-def overrides(
-    cls: type,
-    args: argparse.Namespace,
-    command: str,
-    errors: list[str],
-    section: str = "",
-    environ: Mapping[str, str] | None = None,
-) -> dict[str, object]:
-    """{field: value} from the flags given (else the environment variables set), errors named by them."""
-    out: dict[str, object] = {}
-    for f, spec in specs(cls):
-        names = spec.flags.get(command)
-        raw = getattr(args, dest(names[0]), None) if names else None
-        label = names[0] if names else ""
-        if raw is not None and spec.action != "value":
-            out[f.name] = spec.action == "true"
-            continue
-        if raw is None and spec.env and environ is not None:
-            label = env_name(section, f, spec)
-            raw = environ.get(label)
-        if raw is None:
-            continue
-        try:
-            out[f.name] = spec.parse(raw, True)
-        except ValueError as e:
-            errors.append(f"{label}: {e}")
     return out

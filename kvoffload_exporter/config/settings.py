@@ -116,28 +116,64 @@ class Config:
         DEFAULT_LISTEN,
         listen_address,
         "listen address",
-        flag=("--listen", "--web.listen-address"),
+        flag="--web.listen-address",
+        old="--listen",
+        demo_flag="--listen",  # demo's own flag (its help), named here for its errors
         metavar="HOST:PORT",
     )
     telemetry_path: str = setting(
         "/metrics", http_path, "path of the metrics endpoint", flag="--web.telemetry-path", metavar="PATH"
     )
     poll_interval: float = setting(
-        5.0, duration(at_least=0.01), "seconds between polls of each target", flag="--poll-interval", metavar="SECONDS"
+        5.0,
+        duration(at_least=0.01),
+        "seconds between polls of each target",
+        flag="--poll.interval",
+        old="--poll-interval",
+        demo_flag="--poll-interval",
+        metavar="SECONDS",
     )
     window: float = setting(
-        300.0, duration(), "sliding window for ratios and state", flag="--window", metavar="DURATION"
+        300.0,
+        duration(),
+        "sliding window for ratios and state",
+        flag="--state.window",
+        old="--window",
+        demo_flag="--window",
+        metavar="DURATION",
     )
-    timeout: float = setting(3.0, duration(), "per-poll timeout", flag="--timeout", metavar="SECONDS")
+    timeout: float = setting(
+        3.0,
+        duration(),
+        "per-poll timeout",
+        flag="--poll.timeout",
+        old="--timeout",
+        demo_flag="--timeout",
+        metavar="SECONDS",
+    )
     max_body_bytes: int = setting(16 * 1024 * 1024, integer(1024, 1 << 31), "cap on one /metrics body")
     host_enabled: bool = setting(
-        True, boolean, "the host-memory collector", key="host.enabled", flag="--no-host", action="false"
+        True,
+        boolean,
+        "the host-memory collector",
+        key="host.enabled",
+        flag="--[no-]collector.host",
+        old="--no-host",
+        demo_flag="--no-host",
+        action="switch",
     )
     proc_root: str = setting("/proc", file_path, "procfs root", key="host.proc_root")
     cgroup_root: str = setting("/sys/fs/cgroup", file_path, "cgroup fs root", key="host.cgroup_root")
     cgroup: str = setting("auto", choice("auto", "self", "off"), "whose cgroup to read", key="host.cgroup")
     gpu_enabled: bool = setting(
-        True, boolean, "the NVML GPU collector", key="gpu.enabled", flag="--no-gpu", action="false"
+        True,
+        boolean,
+        "the NVML GPU collector",
+        key="gpu.enabled",
+        flag="--[no-]collector.gpu",
+        old="--no-gpu",
+        demo_flag="--no-gpu",
+        action="switch",
     )
     sections: tuple[tuple[str, object], ...] = field(default_factory=default_sections)  # plugins' settings
     limits: Limits = field(
@@ -318,7 +354,7 @@ MAX_CONFIG_BYTES = 8 << 20  # 10,000 targets with auth and limits: ~2 MB
 
 def load_file(path: str, base: Config | None = None, validate: bool = True) -> Config:
     """Parse `path` (capped at MAX_CONFIG_BYTES, YAML aliases refused: config.yamlsafe) into a Config."""
-    from kvoffload_exporter.config.yamlsafe import YamlError, load  # imported here: only needed with --config
+    from kvoffload_exporter.config.yamlsafe import YamlError, load  # imported here: only needed with --config.file
 
     try:
         raw = load(path, MAX_CONFIG_BYTES, "config")

@@ -1,4 +1,4 @@
-"""Log settings (`--log-level`/`--log.level`, `--log.format=text|logfmt|json`) and their handler.
+"""Log settings (`--log.level`, `--log.format=text|logfmt|json`) and their handler.
 
 Declared like every other setting (kvoffload_exporter.config.schema) so the flags, `KVOFFLOAD_LOG_*` and help agree."""
 
@@ -14,7 +14,8 @@ import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from kvoffload_exporter.config.schema import ConfigError, add_flags, apply, choice, overrides, setting
+from kvoffload_exporter.config.flags import add_flags, overrides
+from kvoffload_exporter.config.schema import ConfigError, apply, choice, setting
 from kvoffload_exporter.redact import redact_url
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -29,9 +30,22 @@ _level.choices = LEVELS  # type: ignore[attr-defined]
 
 @dataclass(frozen=True)
 class LogSettings:
-    level: str = setting("INFO", _level, "log level", flag=("--log-level", "--log.level"), metavar="LEVEL")
+    level: str = setting(
+        "INFO",
+        _level,
+        "log level",
+        flag="--log.level",
+        old="--log-level",
+        demo_flag=("--log-level", "--log.level"),
+        metavar="LEVEL",
+    )
     format: str = setting(
-        "text", choice("text", "logfmt", "json"), "log line format", flag="--log.format", metavar="FORMAT"
+        "text",
+        choice("text", "logfmt", "json"),
+        "log line format",
+        flag="--log.format",
+        demo_flag="--log.format",
+        metavar="FORMAT",
     )
 
 
@@ -134,13 +148,13 @@ def reload_message(changes: dict[str, list[str]], targets: int) -> str:
     return f"configuration reloaded: {targets} target(s); " + ("; ".join(parts) if parts else "nothing changed")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_flags(p, LogSettings, "serve", section="log")
+def add_arguments(p: argparse.ArgumentParser, command: str = "serve") -> None:
+    add_flags(p, LogSettings, command, section="log")
 
 
-def from_args(args: argparse.Namespace) -> LogSettings:
+def from_args(args: argparse.Namespace, command: str = "serve") -> LogSettings:
     errors: list[str] = []
-    values = overrides(LogSettings, args, "serve", errors, section="log", environ=os.environ)
+    values = overrides(LogSettings, args, command, errors, section="log", environ=os.environ)
     if errors:
         raise ConfigError(errors)
     return apply(LogSettings(), values)

@@ -143,7 +143,7 @@ def serve_argv(python: str, servers: tuple[Server, ...], listen_port: int) -> li
     argv = [python, "-m", "kvoffload_exporter", "serve"]
     for s in servers:
         argv += ["--target", s.url]
-    return [*argv, "--listen", f"127.0.0.1:{listen_port}", "--poll-interval", "1"]
+    return [*argv, "--web.listen-address", f"127.0.0.1:{listen_port}", "--poll.interval", "1"]
 
 
 def check_argv(
