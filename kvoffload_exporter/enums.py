@@ -181,6 +181,7 @@ class StateReason(StrEnum):
     EVICTED_BEFORE_REUSE = "evicted_before_reuse"
     NO_REUSE_IN_WORKLOAD = "no_reuse_in_workload"
     LOOKUP_ALWAYS_MISSES = "lookup_always_misses"
+    SERVED_BY_ANOTHER_CONNECTOR = "served_by_another_connector"
 
 
 # --- the canary's label values (kvoffload_exporter.canary.types re-exports them) ---

@@ -119,13 +119,14 @@ def test_multiconnector_hit_from_the_unmetered_child_moves_no_byte_counter(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A, out of the CPU tier, comes from the ExampleConnector: external hits without a load the exporter
-    can see. Read as store_without_load with no reason; the served_by breakdown says who served it."""
+    can see. Read as store_without_load: this CPU tier stores what the other child serves, and the reason says
+    so; the served_by breakdown says who served it."""
     engine = _engine(_inspect(capsys, MULTI, "fillers", "revisit"))
     ev = _ev(engine)
     assert engine["external_prefix_hits"] == HIT_TOKENS
     assert engine["offload_load_bytes"] == 0
     assert ev[("served_by", "tokens", "", "external_unspecified")] == HIT_TOKENS
-    assert engine["state"] == "store_without_load" and engine["state_reason"] is None
+    assert engine["state"] == "store_without_load" and engine["state_reason"] == "served_by_another_connector"
 
 
 def test_multiconnector_cpu_tier_hit_loads(capsys: pytest.CaptureFixture[str]) -> None:

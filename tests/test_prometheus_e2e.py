@@ -345,6 +345,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
             "mooncake-errors", "--backend", "mooncake-store", "--fault", "store-errors", "--seed", "8"
         )
         corrupt = s.simulator("corrupt", "--corrupt-loads", "1", "--seed", "9")
+        # UMBP counts failed stores in keys: the drops panel's per-unit query needs a key-counting backend.
+        umbp = s.simulator("umbp-errors", "--backend", "umbp", "--fault", "store-errors", "--seed", "10")
         e_ok = s.exporter("healthy", [{"url": healthy, "name": "healthy"}])
         e_bad = s.exporter(
             "faults",
@@ -357,6 +359,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
                 {"url": not_storing, "name": "not-storing"},
                 {"url": mooncake, "name": "mooncake-errors"},
                 {"url": corrupt, "name": "corrupt"},
+                {"url": umbp, "name": "umbp-errors"},
                 {"url": f"http://127.0.0.1:{free_port()}", "name": "down"},
             ],
         )

@@ -142,7 +142,8 @@ ENGINE = EngineSignals(model_name="m", engine="0", counters={S.OFFLOAD_STORE_BYT
         (1.0, 0.0, StateReason.LOOKUP_ALWAYS_MISSES),  # asked once, never answered
         (1e6, 0.0, StateReason.LOOKUP_ALWAYS_MISSES),
         (0.0, 0.0, None),  # never asked: nothing says the lookup is broken
-        (1e6, 1.0, None),  # one hit: the lookup works
+        (1e6, 1.0, StateReason.SERVED_BY_ANOTHER_CONNECTOR),  # hits, no load of this tier: served elsewhere
+        (0.0, 1.0, StateReason.SERVED_BY_ANOTHER_CONNECTOR),
     ],
 )
 def test_external_queries_without_hits_is_lookup_always_misses(queries: float, hits: float, want: object) -> None:

@@ -25,6 +25,7 @@ REASON_VALUES: dict[R, tuple[int, str]] = {
     R.NO_REUSE_IN_WORKLOAD: (10, "text"),
     R.LOOKUP_ALWAYS_MISSES: (11, "dark-purple"),
     R.STORE_ERRORS: (12, "dark-yellow"),
+    R.SERVED_BY_ANOTHER_CONNECTOR: (13, "light-blue"),
 }
 """Each reason's explicit value in the reason timeline (0: nothing to explain) and colour; never its
 position in the enum, so a new reason does not renumber the others. A reason missing here fails the build."""

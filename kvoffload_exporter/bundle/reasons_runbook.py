@@ -109,6 +109,15 @@ SECTIONS: dict[StateReason, tuple[str, str, str]] = {
         "*GPU vs external prefix hit ratio* over a day: is it always this low?",
         "Set `store_threshold` ≥ 2 (only reused blocks are stored) or disable offloading for this model.",
     ),
+    StateReason.SERVED_BY_ANOTHER_CONNECTOR: (
+        "The engine's external prefix hits grew in the window while this tier loaded nothing: the prefixes came "
+        "from another connector, typically the other child of a MultiConnector (a shared store or a connector "
+        "that exports no metrics). This tier keeps storing what it never serves.",
+        "`kvoffload_prompt_tokens_cached_by_source_total{source}` (or `inspect --json`'s `served_by`) names "
+        "the source where vLLM reports it; the MultiConnector's `kv_connector_extra_config` lists the children.",
+        "Remove the idle tier from the MultiConnector (it costs host RAM and store bandwidth), or order the "
+        "children so that it is asked first.",
+    ),
     StateReason.LOOKUP_ALWAYS_MISSES: (
         "The tier is asked (external prefix queries grow) and never answers (external hits stay 0), or "
         "the canary's displaced prefix was not loaded on revisit on a target that never loaded: the "

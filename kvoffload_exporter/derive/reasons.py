@@ -156,6 +156,12 @@ def _lookup_misses(i: Inputs) -> bool:
     )
 
 
+def _served_elsewhere(i: Inputs) -> bool:
+    """External prefix hits grew while this tier loaded nothing: another connector served them (a
+    MultiConnector's other child, such as a shared store without metrics), and this tier stores for nothing."""
+    return i.delta(Signal.EXTERNAL_PREFIX_HITS) > 0
+
+
 def _no_reuse(i: Inputs) -> bool:
     """Reuse is incidental: the GPU hit ratio is below NO_REUSE_HIT_RATIO and nothing came from outside."""
     ratio = i.d.gpu_hit_ratio
@@ -174,6 +180,7 @@ RULES: Rules = (
     (StateReason.EVICTED_BEFORE_REUSE, _evicted_before_reuse),
     (StateReason.NO_REUSE_IN_WORKLOAD, _no_reuse),
     (StateReason.LOOKUP_ALWAYS_MISSES, _lookup_misses),
+    (StateReason.SERVED_BY_ANOTHER_CONNECTOR, _served_elsewhere),
 )
 """The reasons of `store_without_load`, in the order they are tried."""
 
@@ -214,6 +221,9 @@ HINTS: dict[StateReason, str] = {
     "later than the tier's retention (kvoffload_tier_retention_seconds)",
     StateReason.LOOKUP_ALWAYS_MISSES: "the tier is asked and never hits: the load path is broken "
     "(hybrid KV groups vllm#47890, SimpleCPU #53498); run check",
+    StateReason.SERVED_BY_ANOTHER_CONNECTOR: "external prefix hits grew while this tier loaded nothing: "
+    "another connector served them (MultiConnector's other child); this tier stores for nothing: remove it or "
+    "make it the one that serves",
     StateReason.NO_REUSE_IN_WORKLOAD: "GPU prefix hit ratio below 5 %: the workload barely repeats prefixes; "
     "set store_threshold >= 2 or disable offload",
 }
