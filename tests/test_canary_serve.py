@@ -6,7 +6,7 @@ import asyncio
 import re
 from pathlib import Path
 
-from kvoffload_exporter.canary.config import from_mapping
+from kvoffload_exporter.canary.config import CanarySettings, from_mapping
 from kvoffload_exporter.canary.plugin import make_plugin
 from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.server.app import make_app
@@ -19,20 +19,25 @@ def _value(text: str, series: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def _fast_pressure(tmp_path: Path) -> CanarySettings:
+    """A canary that displaces with fillers and cycles every 0.2 s, its secret in the test's folder."""
+    return from_mapping(
+        {
+            "enabled": True,
+            "strategy": "pressure",
+            "allow_pressure": True,
+            "settle": 0.01,
+            "interval": 0.2,
+            "budget_tokens_per_hour": 10_000_000,
+            "secret_file": str(tmp_path / "secret"),
+        }
+    )
+
+
 async def test_canary_samples_on_metrics(aiohttp_client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     runner, url = await start(Simulator(SimOptions(time_scale=0.2, seed=4)))
     try:
-        settings = from_mapping(
-            {
-                "enabled": True,
-                "strategy": "pressure",
-                "allow_pressure": True,
-                "settle": 0.01,
-                "interval": 0.2,
-                "budget_tokens_per_hour": 10_000_000,
-                "secret_file": str(tmp_path / "secret"),
-            }
-        )
+        settings = _fast_pressure(tmp_path)
         cfg = Config(
             targets=(TargetConfig(url, name="sim"),),
             poll_interval=0.5,
@@ -95,17 +100,7 @@ async def test_unreachable_target_counts_error_cycles(aiohttp_client, tmp_path: 
 
 async def test_a_corrupting_tier_counts_output_mismatches_within_two_cycles(aiohttp_client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     runner, url = await start(Simulator(SimOptions(time_scale=0.2, seed=4, faults=("corrupt-loads=1",))))
-    settings = from_mapping(
-        {
-            "enabled": True,
-            "strategy": "pressure",
-            "allow_pressure": True,
-            "settle": 0.01,
-            "interval": 0.2,
-            "budget_tokens_per_hour": 10_000_000,
-            "secret_file": str(tmp_path / "secret"),
-        }
-    )
+    settings = _fast_pressure(tmp_path)
     cfg = Config(
         targets=(TargetConfig(url, name="sim"),), poll_interval=0.5, window=5.0, host_enabled=False, gpu_enabled=False
     )
