@@ -91,6 +91,17 @@ def test_tiering_sheds_writes_on_the_slow_tier() -> None:
     assert drops["backpressure"] > 0
 
 
+def _offload_traffic(sim: Simulator) -> None:
+    """A million computed prompt tokens per engine, 64 chunks stored and 32 loaded (the store-backed backends'
+    bodies count them as their own puts and gets)."""
+    for e in sim.engines:
+        e.stats.inc("kv_offload_store_bytes", 64 * 114_688 * 16)
+        e.stats.inc("kv_offload_load_bytes", 32 * 114_688 * 16)
+        e.stats.inc("prompt_tokens", 1_000_000)
+        e.stats.inc("prompt_tokens_by_source", 1_000_000, ("local_compute",))
+        e.stats.observe("request_prefill_kv_computed_tokens", 1_000_000)
+
+
 def test_mooncake_store_simulation_reads_as_hit_and_its_put_errors_as_store_errors() -> None:
     """The simulator's Mooncake store body: stores and loads read `hit` in bytes; with `store-errors` every
     put errors, its bytes sit under status="error", and the exporter reads `not_storing` / `store_errors`
@@ -102,12 +113,7 @@ def test_mooncake_store_simulation_reads_as_hit_and_its_put_errors_as_store_erro
         sim = Simulator(SimOptions(version="0.33.0", backend="mooncake-store", seed=1, time_scale=0.01, faults=faults))
         before = normalise(sim.metrics_text())
         assert before.backends == (Backend.MOONCAKE_STORE,)
-        for e in sim.engines:
-            e.stats.inc("kv_offload_store_bytes", 64 * 114_688 * 16)
-            e.stats.inc("kv_offload_load_bytes", 32 * 114_688 * 16)
-            e.stats.inc("prompt_tokens", 1_000_000)
-            e.stats.inc("prompt_tokens_by_source", 1_000_000, ("local_compute",))
-            e.stats.observe("request_prefill_kv_computed_tokens", 1_000_000)
+        _offload_traffic(sim)
         body = sim.metrics_text()
         after = normalise(body)
         (d,) = interval(before, after).values()
@@ -129,12 +135,7 @@ def test_umbp_simulation_reads_as_hit_and_its_failed_stores_as_store_errors() ->
     for faults, state in (((), "hit"), (("store-errors",), "not_storing")):
         sim = Simulator(SimOptions(version="0.33.0", backend="umbp", seed=1, time_scale=0.01, faults=faults))
         before = normalise(sim.metrics_text())
-        for e in sim.engines:
-            e.stats.inc("kv_offload_store_bytes", 64 * 114_688 * 16)
-            e.stats.inc("kv_offload_load_bytes", 32 * 114_688 * 16)
-            e.stats.inc("prompt_tokens", 1_000_000)
-            e.stats.inc("prompt_tokens_by_source", 1_000_000, ("local_compute",))
-            e.stats.observe("request_prefill_kv_computed_tokens", 1_000_000)
+        _offload_traffic(sim)
         body = sim.metrics_text()
         after = normalise(body)
         (d,) = interval(before, after).values()

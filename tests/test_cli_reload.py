@@ -23,7 +23,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.serve import ReloadStatus, config_from_args, reload
 from kvoffload_exporter.server.app import EXPORTER, make_app
-from tests.support.net import free_port
+from tests.support.net import free_port, wait_healthz
 
 BODY = (Path(__file__).parent / "fixtures" / "h200-0.6b" / "A_00_initial.prom").read_text()
 
@@ -284,14 +284,7 @@ def test_post_reload_is_the_sighup_reload_with_the_lifecycle_flag(tmp_path: Path
     argv = [sys.executable, "-m", "kvoffload_exporter", "serve", "--config.file", str(conf)]
     proc = subprocess.Popen([*argv, *(["--web.enable-lifecycle"] if lifecycle else [])], env=env)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, "serve did not start"
-            try:
-                _get(f"http://127.0.0.1:{port}/healthz")
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_healthz(proc, port)
         _write(conf, ["http://127.0.0.1:9", "http://127.0.0.1:10"], f"listen: 127.0.0.1:{port}\n")
         code, text = _post(f"http://127.0.0.1:{port}/-/reload")
         body = _get(f"http://127.0.0.1:{port}/metrics")

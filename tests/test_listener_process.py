@@ -9,11 +9,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
-from support.net import free_port
+from support.net import free_port, wait_healthz
 
 
 def _limit_fds() -> None:
@@ -37,14 +36,7 @@ def test_an_idle_flood_cannot_exhaust_descriptors_or_fill_the_log(tmp_path: Path
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=_limit_fds)
     hogs: list[socket.socket] = []
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, "serve did not start"
-            try:
-                _get(f"http://127.0.0.1:{port}/healthz")
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_healthz(proc, port)
         for _ in range(400):  # more than the process's 256 descriptors, half-sent and stalled
             try:
                 s = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.2", 0))

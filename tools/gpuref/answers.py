@@ -45,7 +45,9 @@ def ask(url: str, model: str, prompt: list[int], timeout: float = 120.0) -> tupl
     return [int(i) for i in ids], int(details.get("cached_tokens") or 0)
 
 
-def measure(url: str, model: str, prompts: int, tokens: int, seed: int, vocab: int = 32000) -> dict[str, Any]:
+def measure(
+    url: str, model: str, prompts: int, tokens: int, seed: int, role: str = "", vocab: int = 32000
+) -> dict[str, Any]:
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []
     for i in range(prompts):
@@ -69,7 +71,7 @@ def measure(url: str, model: str, prompts: int, tokens: int, seed: int, vocab: i
         )
     hits = [r for r in rows if r["cached_tokens"] > 0]
     return {
-        "url_role": "",
+        "url_role": role,
         "prompts": prompts,
         "prompt_tokens": tokens,
         "cached_hits": len(hits),
@@ -90,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--role", default="")
     a = p.parse_args(argv)
-    doc = measure(a.url, a.model, a.prompts, a.tokens, a.seed)
-    doc["url_role"] = a.role
+    doc = measure(a.url, a.model, a.prompts, a.tokens, a.seed, a.role)
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
     keys = ("prompts", "cached_hits", "cached_equal", "first_token_equal", "sensitive")
