@@ -109,6 +109,19 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> boo
     return False
 
 
+def exporter_has_states(exporter: str, servers: tuple[spec.Server, ...], timeout_s: float) -> bool:
+    """Until the exporter's /metrics carries a `kvoffload_state` of every server: a poll that timed out on a
+    busy host is served as `up 0` without a state, and the capture is the run's evidence of what it saw."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lines = [ln for ln in fetch(exporter + "/metrics")[1].splitlines() if ln.startswith("kvoffload_state{")]
+        if all(any(f'target="127.0.0.1:{s.port}"' in ln for ln in lines) for s in servers):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+
+
 def env_with(extra: dict[str, str], *paths: str) -> dict[str, str]:
     """The caller's environment (host settings stay), these variables, and `paths` first on PYTHONPATH."""
     pp = os.pathsep.join(p for p in (*paths, os.environ.get("PYTHONPATH", "")) if p)
@@ -216,6 +229,8 @@ def execute(a: argparse.Namespace, out: Path, work: Path, log: Log) -> int:
         log(f"check exit {rc} after {summary['check']['wall_s']} s")
         if a.answers:
             summary["answers"] = answers(a, servers, shape.served, out / "answers.json", work, log)
+        if not exporter_has_states(exporter, servers, 20.0):
+            log("the exporter shows no state for every server after 20 s; captured as it is")
         for name, url in (("vllm_A", servers[0].url), ("vllm_B", servers[1].url), ("exporter", exporter)):
             (work / f"{name}_metrics.prom").write_text(fetch(url + "/metrics")[1], encoding="utf-8")
         capture_proc(group.procs[0][1].pid, work / "proc_A.txt")
