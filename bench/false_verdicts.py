@@ -38,7 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import free_port
-from kvoffload_exporter.canary.stats import wilson
+from kvoffload_exporter.canary.cycle.stats import wilson
 
 PREFIX_TOKENS = 1024  # `check --prefix-tokens`: the faster effect's prefill is spread over these tokens
 DECIDED = ("offload_faster", "offload_slower")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kvoffload_exporter.canary.sweepreport import crossover
+from kvoffload_exporter.canary.check.sweepreport import crossover
 from kvoffload_exporter.sim.bursts import bursts
 
 CASES = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvoffload_exporter.canary.advice import Action, Evidence, LevelFact, advise
+from kvoffload_exporter.canary.check.advice import Action, Evidence, LevelFact, advise
 
 SLOW, FAST, OPEN = "offload_slower", "offload_faster", "inconclusive"
 
@@ -69,14 +69,14 @@ def test_the_dict_has_exactly_the_documented_keys() -> None:
 
 
 def test_every_check_document_has_one_advice_even_when_nothing_could_start() -> None:
-    from kvoffload_exporter.canary.checkreport import error_document
+    from kvoffload_exporter.canary.check.checkreport import error_document
 
     doc = error_document("--target: not a URL")
     assert doc["advice"]["action"] == "measure_longer" and "--target" in doc["advice"]["why"]
 
 
 def test_every_action_has_an_exit_code_and_the_exit_code_follows_the_advice() -> None:
-    from kvoffload_exporter.canary.advice import EXIT_CODES, exit_code
+    from kvoffload_exporter.canary.check.advice import EXIT_CODES, exit_code
 
     assert set(EXIT_CODES) == set(Action)
     # Slower at c = 1, undecided above: the advice is to measure longer, and so is the exit code (not 1).
@@ -88,7 +88,7 @@ def test_every_action_has_an_exit_code_and_the_exit_code_follows_the_advice() ->
 
 
 def test_a_sweep_splits_the_confidence_over_its_levels() -> None:
-    from kvoffload_exporter.canary.sweep import SweepRequest
+    from kvoffload_exporter.canary.check.sweep import SweepRequest
 
     assert SweepRequest((1, 4), ()).family == 2 and SweepRequest((4, 16), ()).family == 3  # the rounds are c = 1
     assert SweepRequest((1, 4, 16), (1024, 4096)).family == 6

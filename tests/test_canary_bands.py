@@ -12,12 +12,12 @@ import aiohttp
 import pytest
 
 from kvoffload_exporter.canary import schedule
-from kvoffload_exporter.canary.client import CanaryClient
-from kvoffload_exporter.canary.engine import CanaryEngine
+from kvoffload_exporter.canary.cycle.engine import CanaryEngine
+from kvoffload_exporter.canary.cycle.plan import Prompts
+from kvoffload_exporter.canary.cycle.records import HIGH_RUNNING, CycleLoad, load_band
 from kvoffload_exporter.canary.expose import render
-from kvoffload_exporter.canary.plan import Prompts
-from kvoffload_exporter.canary.records import HIGH_RUNNING, CycleLoad, load_band
 from kvoffload_exporter.canary.types import LoadBand
+from kvoffload_exporter.canary.wire.client import CanaryClient
 from kvoffload_exporter.expose.render import Exposition
 from kvoffload_exporter.ingest.snapshot import EngineSignals, Generation, Snapshot
 from tests.support.prom import samples

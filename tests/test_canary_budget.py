@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from kvoffload_exporter.canary.budget import Backoff, TokenBudget
+from kvoffload_exporter.canary.cycle.budget import Backoff, TokenBudget
 
 
 class Clock:
@@ -68,11 +68,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvoffload_exporter.canary import plan
-from kvoffload_exporter.canary.budget import HOUR, Notices, cycles_per_hour, minutes_to_verdict
 from kvoffload_exporter.canary.config import CanarySettings
-from kvoffload_exporter.canary.engine import CYCLES, CanaryEngine
-from kvoffload_exporter.canary.prepared import PreparedRun
+from kvoffload_exporter.canary.cycle import plan
+from kvoffload_exporter.canary.cycle.budget import HOUR, Notices, cycles_per_hour, minutes_to_verdict
+from kvoffload_exporter.canary.cycle.engine import CYCLES, CanaryEngine
+from kvoffload_exporter.canary.cycle.prepared import PreparedRun
 from kvoffload_exporter.canary.types import Strategy
 from kvoffload_exporter.sim.calibration import CALIBRATIONS
 
@@ -190,7 +190,7 @@ def test_serve_loop_logs_budget_and_eta_once(caplog: pytest.LogCaptureFixture) -
 
 def test_verdict_eta_follows_the_counting_rate_and_states_its_basis() -> None:
     """Half the cycles counted: twice the minutes, said with its basis, and not re-said as it counts down."""
-    from kvoffload_exporter.canary.budget import Notices
+    from kvoffload_exporter.canary.cycle.budget import Notices
 
     n = Notices()
     msg = n.verdict_eta(0.0, 10, 10_000, None, 60.0, per_cycle=0.5)

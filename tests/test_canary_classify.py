@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload_exporter.canary.classify import Deltas, classify, revisit_reason
+from kvoffload_exporter.canary.wire.classify import Deltas, classify, revisit_reason
 from kvoffload_exporter.ingest.normalise import normalise
 from tests.conftest import fixture_text
 

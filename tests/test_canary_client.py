@@ -9,9 +9,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from kvoffload_exporter.canary.client import CanaryClient
-from kvoffload_exporter.canary.protocol import SseReader, has_token, parse_models
-from kvoffload_exporter.canary.secrets import ApiKey
+from kvoffload_exporter.canary.wire.client import CanaryClient
+from kvoffload_exporter.canary.wire.protocol import SseReader, has_token, parse_models
+from kvoffload_exporter.canary.wire.secrets import ApiKey
 
 
 def test_sse_reader_splits_across_chunks_and_skips_comments() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from kvoffload_exporter.canary.config import CanarySettings, from_mapping
 from kvoffload_exporter.canary.plugin import add_arguments, settings_from_args
-from kvoffload_exporter.canary.secrets import (
+from kvoffload_exporter.canary.wire.secrets import (
     ApiKey,
     SecretError,
     load_api_key,

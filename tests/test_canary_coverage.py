@@ -18,8 +18,8 @@ import zlib
 
 import pytest
 
-from kvoffload_exporter.canary.shift import _cdf, burst_medians, shift
-from kvoffload_exporter.canary.stats import MIN_BURSTS_CI, cluster_delta, delta_estimate, wilson
+from kvoffload_exporter.canary.cycle.shift import _cdf, burst_medians, shift
+from kvoffload_exporter.canary.cycle.stats import MIN_BURSTS_CI, cluster_delta, delta_estimate, wilson
 from tests.support.burst_models import MODELS, SPREAD, decided, decided_by_pooled_bootstrap
 
 NULL_RUNS, POWER_RUNS = 400, 300

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvoffload_exporter.canary.config import CanarySettings
-from kvoffload_exporter.canary.engine import CanaryState
+from kvoffload_exporter.canary.cycle.engine import CanaryState
 from kvoffload_exporter.canary.expose import render
 from kvoffload_exporter.catalogue import CANARY_REASONS, CANARY_RESULTS, CATALOGUE
 from kvoffload_exporter.enums import OutputPair

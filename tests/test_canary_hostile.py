@@ -140,7 +140,7 @@ async def test_a_hostile_preflight_answer_is_a_preflight_error(tmp_path: Path, p
 async def test_a_run_that_raises_still_writes_the_report_and_the_json(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kvoffload_exporter.canary import checkreport
+    from kvoffload_exporter.canary.check import checkreport
 
     def broken(result: object) -> dict[str, Any]:
         raise KeyError("a field nothing foresaw")
@@ -156,7 +156,7 @@ async def test_a_run_that_raises_still_writes_the_report_and_the_json(
 
 
 async def test_a_preparation_that_raises_is_a_preflight_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kvoffload_exporter.canary import preflight
+    from kvoffload_exporter.canary.cycle import preflight
 
     async def broken(e: object) -> object:
         raise RecursionError("deep")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload_exporter.canary.order import Orders, round_order
+from kvoffload_exporter.canary.cycle.order import Orders, round_order
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.check import run_check
 from kvoffload_exporter.sim.server import start

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload_exporter.canary.plan import (
+from kvoffload_exporter.canary.cycle.plan import (
     CacheFacts,
     PlanError,
     Prompts,

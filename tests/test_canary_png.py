@@ -11,7 +11,7 @@ import sys
 import zlib
 from pathlib import Path
 
-from kvoffload_exporter.canary.png import _PALETTE, ttft_plot
+from kvoffload_exporter.canary.check.png import _PALETTE, ttft_plot
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +70,7 @@ GOLDEN_PIXELS = "c850c8bd5f4adab64a1dcb824cef47937a53f3f528036e4129a500c61b69342
 
 _SUBPROCESS = """
 import json, sys
-from kvoffload_exporter.canary.png import ttft_plot
+from kvoffload_exporter.canary.check.png import ttft_plot
 samples, title = json.loads(sys.stdin.read())
 sys.stdout.buffer.write(ttft_plot(samples, title))
 """

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kvoffload_exporter.canary.protocol import (
+from kvoffload_exporter.canary.wire.protocol import (
     MAX_LINE_BYTES,
     Completion,
     CompletionStream,

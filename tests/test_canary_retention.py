@@ -8,10 +8,10 @@ from typing import Any
 
 import aiohttp
 
-from kvoffload_exporter.canary.client import CanaryClient
-from kvoffload_exporter.canary.engine import CanaryEngine
+from kvoffload_exporter.canary.cycle.engine import CanaryEngine
+from kvoffload_exporter.canary.cycle.plan import Prompts
 from kvoffload_exporter.canary.expose import render
-from kvoffload_exporter.canary.plan import Prompts
+from kvoffload_exporter.canary.wire.client import CanaryClient
 from kvoffload_exporter.expose.render import Exposition
 from tests.support.prom import samples
 from tests.test_canary_sim import Sim, evicting_sleep, session, settings

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support.hang import fails_if_blocked
 
-from kvoffload_exporter.canary.secrets import SecretPathError, load_api_key, load_or_create_secret
+from kvoffload_exporter.canary.wire.secrets import SecretPathError, load_api_key, load_or_create_secret
 
 
 def test_an_endless_device_is_refused_unread() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kvoffload_exporter.canary.config import from_mapping
-from kvoffload_exporter.canary.engine import CanaryEngine
+from kvoffload_exporter.canary.cycle.engine import CanaryEngine
 from kvoffload_exporter.canary.plugin import make_plugin
 from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.server.app import make_app

@@ -13,11 +13,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kvoffload_exporter.canary.client import CanaryClient
 from kvoffload_exporter.canary.config import CanarySettings
-from kvoffload_exporter.canary.engine import CanaryEngine
-from kvoffload_exporter.canary.plan import Prompts
-from kvoffload_exporter.canary.protocol import Completion
+from kvoffload_exporter.canary.cycle.engine import CanaryEngine
+from kvoffload_exporter.canary.cycle.plan import Prompts
+from kvoffload_exporter.canary.wire.client import CanaryClient
+from kvoffload_exporter.canary.wire.protocol import Completion
 from kvoffload_exporter.sim.sender import send
 from kvoffload_exporter.sim.server import start
 from kvoffload_exporter.sim.simulator import SimOptions, Simulator

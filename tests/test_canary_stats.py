@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from kvoffload_exporter.canary.stats import decide, delta_estimate, median, quantile, summarize
+from kvoffload_exporter.canary.cycle.stats import decide, delta_estimate, median, quantile, summarize
 
 
 def test_quantile_matches_linear_interpolation() -> None:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from kvoffload_exporter.canary import sweepreport
-from kvoffload_exporter.canary.sweep import parse_levels
+from kvoffload_exporter.canary.check import sweepreport
+from kvoffload_exporter.canary.check.sweep import parse_levels
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.check import run_check
 from kvoffload_exporter.sim.bursts import bursts

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from kvoffload_exporter.canary import validate
-from kvoffload_exporter.canary.budget import TokenBudget
-from kvoffload_exporter.canary.protocol import Completion, CompletionStream, has_token
-from kvoffload_exporter.canary.secrets import ApiKey, scrub
+from kvoffload_exporter.canary.cycle.budget import TokenBudget
 from kvoffload_exporter.canary.types import ErrorReason
+from kvoffload_exporter.canary.wire import validate
+from kvoffload_exporter.canary.wire.protocol import Completion, CompletionStream, has_token
+from kvoffload_exporter.canary.wire.secrets import ApiKey, scrub
 
 
 def _reason(raw: str) -> ErrorReason:

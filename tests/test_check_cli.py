@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kvoffload_exporter.canary.plan import Prompts
+from kvoffload_exporter.canary.cycle.plan import Prompts
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.check import run_check
 from kvoffload_exporter.sim.server import start

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kvoffload_exporter.canary.stats import decide
+from kvoffload_exporter.canary.cycle.stats import decide
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.check import run_check
 from kvoffload_exporter.sim.server import start
@@ -81,7 +81,7 @@ async def test_unreachable_and_invalid_targets_are_one_clean_line(tmp_path: Path
 
 
 def test_redact_drops_userinfo_from_any_url() -> None:
-    from kvoffload_exporter.canary.checkrun import redact
+    from kvoffload_exporter.canary.check.checkrun import redact
 
     assert redact("GET http://alice:pw@h:8000/x and https://tok@h2/") == "GET http://***@h:8000/x and https://***@h2/"
 
@@ -120,7 +120,7 @@ def test_help_documents_the_exit_codes(capsys: Any) -> None:
 
 
 def test_short_samples_count_the_ambiguous_revisits() -> None:
-    from kvoffload_exporter.canary.checkreport import _short
+    from kvoffload_exporter.canary.check.checkreport import _short
 
     def ph(counted: bool, ambiguous: bool, cls: str) -> dict[str, Any]:
         return {"phase": "wait_revisit", "counted": counted, "ambiguous": ambiguous, "classification": cls}

@@ -7,9 +7,9 @@ import io
 from pathlib import Path
 from typing import Any
 
-from kvoffload_exporter.canary.advice import EXIT_CODES, Action
-from kvoffload_exporter.canary.diagnose import REVISITS, Facts, _action, config_failure
-from kvoffload_exporter.canary.records import CycleRecord
+from kvoffload_exporter.canary.check.advice import EXIT_CODES, Action
+from kvoffload_exporter.canary.check.diagnose import REVISITS, Facts, _action, config_failure
+from kvoffload_exporter.canary.cycle.records import CycleRecord
 from kvoffload_exporter.canary.types import CycleReason, ProbeResult, Strategy
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.check import run_check

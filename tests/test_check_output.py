@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from kvoffload_exporter.canary.advice import EXIT_CODES, Action
+from kvoffload_exporter.canary.check.advice import EXIT_CODES, Action
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.check import run_check
 from kvoffload_exporter.sim.server import make_app, start

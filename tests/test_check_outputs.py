@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from support.files import KINDS, same, special
 
-from kvoffload_exporter.canary.evidence import INCOMPLETE
+from kvoffload_exporter.canary.check.evidence import INCOMPLETE
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.check import run_check
 from kvoffload_exporter.sim.server import start
@@ -151,7 +151,7 @@ def test_a_bundle_that_does_not_fit_keeps_the_json_and_says_so(tmp_path: Path, f
 async def test_a_complete_bundle_removes_the_marker_of_an_earlier_incomplete_one(tmp_path: Path) -> None:
     from test_check_run import _run as failed_run  # a result without a run: the bundle's table, quickly
 
-    from kvoffload_exporter.canary import checkreport, evidence
+    from kvoffload_exporter.canary.check import checkreport, evidence
 
     result = await failed_run()
     (tmp_path / INCOMPLETE).write_text("incomplete: 3 of 9 files not written\n")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kvoffload_exporter.canary.retries import Streak, refusal, refused_text, server_message
+from kvoffload_exporter.canary.check.retries import Streak, refusal, refused_text, server_message
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.check import run_check
 from kvoffload_exporter.sim.server import start

@@ -8,7 +8,7 @@ import json
 
 from conftest import FIXTURES
 
-from kvoffload_exporter.canary import report
+from kvoffload_exporter.canary.check import report
 
 REAL = FIXTURES / "vllm-0.26.0-h200-native" / "check_concurrency_0.6b.json"
 

@@ -7,9 +7,9 @@ import io
 import json
 from pathlib import Path
 
-from kvoffload_exporter.canary import checkreport, checkrun, evidence
+from kvoffload_exporter.canary.check import checkreport, checkrun, evidence
 from kvoffload_exporter.canary.config import CanarySettings
-from kvoffload_exporter.canary.protocol import Completion
+from kvoffload_exporter.canary.wire.protocol import Completion
 
 
 class Down:

@@ -108,7 +108,7 @@ def test_committed_sweep_analysis_is_reproduced_by_the_pooled_median_bootstrap()
     bootstrap that `check` used then, stats.pooled_bootstrap) over the same bursts: the same point estimate,
     interval ends within a tenth of the interval's width. `check` itself now decides with the rank-sum
     method (docs/canary.md)."""
-    from kvoffload_exporter.canary.stats import median, pooled_bootstrap
+    from kvoffload_exporter.canary.cycle.stats import median, pooled_bootstrap
 
     committed = json.loads((DIR / "sweep_analysis.json").read_text(encoding="utf-8"))
     assert sorted(committed) == sorted(SWEEPS)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kvoffload_exporter.canary.outputcheck import OutputCheck
+from kvoffload_exporter.canary.cycle.outputcheck import OutputCheck
 from kvoffload_exporter.enums import OutputPair
 
 HERE = Path(__file__).parent / "fixtures" / "vllm-0.26.0-h200-output"

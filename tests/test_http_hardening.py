@@ -135,8 +135,8 @@ async def test_url_userinfo_never_in_labels_page_or_logs(caplog) -> None:  # typ
 
 
 async def test_canary_requests_never_follow_a_redirect(pair) -> None:  # type: ignore[no-untyped-def]
-    from kvoffload_exporter.canary.client import CanaryClient
-    from kvoffload_exporter.canary.secrets import ApiKey
+    from kvoffload_exporter.canary.wire.client import CanaryClient
+    from kvoffload_exporter.canary.wire.secrets import ApiKey
 
     target, other, (url, other_url) = pair
     target.routes["/v1/completions"] = other_url + "/v1/completions"

@@ -7,7 +7,7 @@ all; an exact offload-vs-recompute comparison would have called a healthy tier `
 
 from __future__ import annotations
 
-from kvoffload_exporter.canary.outputcheck import OutputCheck, output_line
+from kvoffload_exporter.canary.cycle.outputcheck import OutputCheck, output_line
 from kvoffload_exporter.enums import OutputPair, OutputResult
 
 GPU, RECOMPUTED, OTHER = [1, 2, 3], [9, 8, 7], [5, 5, 5]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from conftest import FIXTURES
 
-from kvoffload_exporter.canary import report
+from kvoffload_exporter.canary.check import report
 from kvoffload_exporter.derive.payback import GIB, TierUse, check_recommendation, engine_payback, recommend
 from kvoffload_exporter.derive.window import advance, compare
 from kvoffload_exporter.enums import Recommendation, Signal

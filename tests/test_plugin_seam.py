@@ -9,7 +9,7 @@ from pathlib import Path
 import aiohttp
 
 from kvoffload_exporter.canary.config import CanarySettings, from_mapping
-from kvoffload_exporter.canary.engine import CanaryState
+from kvoffload_exporter.canary.cycle.engine import CanaryState
 from kvoffload_exporter.canary.expose import CanaryCollector, render
 from kvoffload_exporter.canary.plugin import make_plugin
 from kvoffload_exporter.config.settings import Config, TargetConfig

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from kvoffload_exporter.canary.advice import Action
-from kvoffload_exporter.canary.stats import pooled_bootstrap
+from kvoffload_exporter.canary.check.advice import Action
+from kvoffload_exporter.canary.cycle.stats import pooled_bootstrap
 from tools.gpuref.reanalyse import _rows, reanalyse
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from conftest import fixture_text
 from support.polls import metrics_after_polls
 
-from kvoffload_exporter.canary.protocol import Completion, CompletionStream
+from kvoffload_exporter.canary.wire.protocol import Completion, CompletionStream
 from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.server.app import make_app
 from kvoffload_exporter.server.targetpoller import TargetPoller

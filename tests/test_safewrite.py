@@ -12,7 +12,7 @@ import pytest
 from support.files import KINDS, same, special
 from support.hang import fails_if_blocked
 
-from kvoffload_exporter.canary import evidence
+from kvoffload_exporter.canary.check import evidence
 from kvoffload_exporter.cli import main
 from kvoffload_exporter.safewrite import refusal, write_file
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from support.prom import series
 
-from kvoffload_exporter.canary.protocol import SseReader
+from kvoffload_exporter.canary.wire.protocol import SseReader
 from kvoffload_exporter.sim.server import make_app
 from kvoffload_exporter.sim.simulator import SimOptions, Simulator
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from kvoffload_exporter.canary.state import CanaryState
-from kvoffload_exporter.canary.stats import quantile
+from kvoffload_exporter.canary.cycle.state import CanaryState
+from kvoffload_exporter.canary.cycle.stats import quantile
 from kvoffload_exporter.catalogue import (
     CANARY_ERROR_REASONS,
     CANARY_LOAD_BANDS,

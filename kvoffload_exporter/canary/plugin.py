@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from kvoffload_exporter.canary.config import CanarySettings, check
 from kvoffload_exporter.canary.expose import CanaryCollector
-from kvoffload_exporter.canary.secrets import load_api_key, load_or_create_secret
+from kvoffload_exporter.canary.wire.secrets import load_api_key, load_or_create_secret
 from kvoffload_exporter.config.flags import add_flags, overrides
 from kvoffload_exporter.config.schema import apply
 from kvoffload_exporter.config.settings import Config, ConfigError
@@ -62,9 +62,9 @@ def make_plugin(settings: CanarySettings) -> Plugin:
 
     def plugin(host: PluginHost, session: Session) -> None:
         from kvoffload_exporter.canary import schedule
-        from kvoffload_exporter.canary.client import CanaryClient
-        from kvoffload_exporter.canary.engine import CanaryEngine
-        from kvoffload_exporter.canary.plan import Prompts
+        from kvoffload_exporter.canary.cycle.engine import CanaryEngine
+        from kvoffload_exporter.canary.cycle.plan import Prompts
+        from kvoffload_exporter.canary.wire.client import CanaryClient
 
         client = CanaryClient(session, api_key, request_timeout=settings.request_timeout)
         nonce = secrets.token_hex(4)

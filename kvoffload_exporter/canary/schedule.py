@@ -13,14 +13,14 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kvoffload_exporter.canary.errors import CanaryError
-from kvoffload_exporter.canary.records import TARGET, CycleLoad, CycleRecord
-from kvoffload_exporter.canary.secrets import ScrubFilter, scrub
+from kvoffload_exporter.canary.cycle.records import TARGET, CycleLoad, CycleRecord
 from kvoffload_exporter.canary.types import CycleReason, ErrorReason
+from kvoffload_exporter.canary.wire.errors import CanaryError
+from kvoffload_exporter.canary.wire.secrets import ScrubFilter, scrub
 from kvoffload_exporter.ingest.snapshot import Snapshot
 
 if TYPE_CHECKING:  # typing only: the engine imports this module
-    from kvoffload_exporter.canary.engine import CanaryEngine
+    from kvoffload_exporter.canary.cycle.engine import CanaryEngine
 
 log = logging.getLogger("kvoffload.canary")
 if not any(isinstance(f, ScrubFilter) for f in log.filters):

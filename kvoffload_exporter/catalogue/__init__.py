@@ -64,7 +64,7 @@ CANARY_PATHS: tuple[CanaryPath, ...] = tuple(CanaryPath)
 CANARY_RESULTS: tuple[ProbeResult, ...] = tuple(ProbeResult)
 CANARY_VERDICTS: tuple[VerdictKind, ...] = tuple(VerdictKind)
 CANARY_OUTPUT_PAIRS: tuple[OutputPair, ...] = tuple(OutputPair)
-"""`pair` of the output check's counters (canary/outputcheck.py)."""
+"""`pair` of the output check's counters (canary/cycle/outputcheck.py)."""
 CANARY_REASONS: tuple[CycleReason, ...] = tuple(CycleReason)
 """Why a canary cycle ended as it did (closed set; see docs/canary.md)."""
 CANARY_ERROR_REASONS: tuple[ErrorReason, ...] = tuple(ErrorReason)

@@ -128,7 +128,7 @@ def _deadline(raw: str) -> float:
 
 
 def _levels(raw: str) -> tuple[int, ...]:
-    from kvoffload_exporter.canary.sweep import parse_levels
+    from kvoffload_exporter.canary.check.sweep import parse_levels
 
     try:
         return parse_levels(raw)
@@ -195,11 +195,11 @@ async def run_check(
     Flags → CheckRequest here; the run, the document and the files are canary.checkrun,
     canary.checkreport and canary.evidence.
     """
-    from kvoffload_exporter.canary import checkreport, checkrun, evidence, report
-    from kvoffload_exporter.canary.client import open_client
-    from kvoffload_exporter.canary.retries import DEFAULT_DEADLINE
-    from kvoffload_exporter.canary.secrets import SecretError, SecretPathError, scrub
-    from kvoffload_exporter.canary.sweep import SweepRequest
+    from kvoffload_exporter.canary.check import checkreport, checkrun, evidence, report
+    from kvoffload_exporter.canary.check.retries import DEFAULT_DEADLINE
+    from kvoffload_exporter.canary.check.sweep import SweepRequest
+    from kvoffload_exporter.canary.wire.client import open_client
+    from kvoffload_exporter.canary.wire.secrets import SecretError, SecretPathError, scrub
 
     for dest, flag in (("target", "--target"), ("control_target", "--control-target")):
         url = getattr(args, dest, None)
@@ -291,7 +291,7 @@ def _usage_errors(args: argparse.Namespace) -> list[str]:
     """Output paths (and the sweep's precondition), checked before the first request (exit 2); the URLs
     were checked with the settings. A path that is a link, a device, a FIFO, a socket or a directory
     where a file goes is refused (canary.evidence.path_refusals); `--json -` is standard output."""
-    from kvoffload_exporter.canary.evidence import STDOUT, path_refusals
+    from kvoffload_exporter.canary.check.evidence import STDOUT, path_refusals
 
     errors = path_refusals(args.json, args.out)
     if args.json and args.json not in STDOUT and not any(e.startswith("--json") for e in errors):

@@ -317,7 +317,7 @@ def _prepare(args: argparse.Namespace) -> _Prepared:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kvoffload_exporter.canary.secrets import SecretError
+    from kvoffload_exporter.canary.wire.secrets import SecretError
     from kvoffload_exporter.config.webconfig import WebConfigError
     from kvoffload_exporter.variables import unknown_variables
 

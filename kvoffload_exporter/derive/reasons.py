@@ -40,7 +40,7 @@ _EXT_QUERIES, _EXT_HITS = Vllm.EXTERNAL_PREFIX_CACHE_QUERIES, Vllm.EXTERNAL_PREF
 
 @dataclass(frozen=True)
 class CanaryFacts:
-    """What the canary learnt about the target (kvoffload_exporter/canary/state.py), or nothing when it does not run."""
+    """What the canary learnt about the target (canary/cycle/state.py), or nothing when it does not run."""
 
     no_load_cycles: int = 0  # displaced revisits that loaded nothing, target never loaded (CycleReason.NO_LOAD)
     evicted_from_tier_cycles: int = 0  # displaced revisits that missed although the target loaded before

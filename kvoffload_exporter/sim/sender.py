@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from kvoffload_exporter.canary.protocol import SseReader
+from kvoffload_exporter.canary.wire.protocol import SseReader
 from kvoffload_exporter.sim.traffic import Arrival, TrafficSpec, arrivals
 
 

@@ -2,7 +2,7 @@
 
 The tests compare the exporter against the engine's own counters, so the counter reader is the tests' own
 (support.prom, prometheus_client's parser), deliberately not kvoffload_exporter.ingest.exposition. Streams are split by the
-project's one SSE parser (kvoffload_exporter.canary.protocol.SseReader).
+project's one SSE parser (kvoffload_exporter.canary.wire.protocol.SseReader).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from support.prom import samples, total
 
-from kvoffload_exporter.canary.protocol import SseReader
+from kvoffload_exporter.canary.wire.protocol import SseReader
 
 __all__ = ["samples", "total"]
 

@@ -15,7 +15,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvoffload_exporter.canary.stats import cluster_delta, pooled_bootstrap, wilson
+from kvoffload_exporter.canary.cycle.stats import cluster_delta, pooled_bootstrap, wilson
 
 SPREAD = 0.010  # the Gaussian model's within-burst standard deviation, seconds
 Model = Callable[[random.Random, int, float], list[float]]

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kvoffload_exporter.canary.stats import cluster_delta
+from kvoffload_exporter.canary.cycle.stats import cluster_delta
 
 Bursts = list[list[float]]  # TTFT seconds, one list per burst
 PATHS = {"sweep_offload": "offload", "sweep_control": "control"}

@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from clusters import read_jsonl, round_bursts
 
-from kvoffload_exporter.canary import sweepreport
-from kvoffload_exporter.canary.advice import Evidence, advise, exit_code, level_facts
-from kvoffload_exporter.canary.sweep import SweepRequest
+from kvoffload_exporter.canary.check import sweepreport
+from kvoffload_exporter.canary.check.advice import Evidence, advise, exit_code, level_facts
+from kvoffload_exporter.canary.check.sweep import SweepRequest
 
 
 def _rows(folder: Path) -> list[dict[str, Any]]:

@@ -3,7 +3,7 @@
 Why a sweep and not one verdict: the payoff of a CPU-tier hit can move with load (vllm#44294: loads of
 one prefix serialised under concurrency). Each level is decided from its own burst-level interval; a
 crossover is stated only between decided levels, and what to do is left to the run's one advice
-(canary/advice.py).
+(canary/check/advice.py).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvoffload_exporter.canary.stats import METHOD, ClusterDelta, cluster_delta, median, quantile
-from kvoffload_exporter.canary.texttable import ms, table
+from kvoffload_exporter.canary.check.texttable import ms, table
+from kvoffload_exporter.canary.cycle.stats import METHOD, ClusterDelta, cluster_delta, median, quantile
 
 DECISIVE = ("offload_faster", "offload_slower")
 

@@ -4,10 +4,10 @@ it. Safe in production, and it measures how long a prefix stays reusable per tie
 
 from __future__ import annotations
 
-from kvoffload_exporter.canary import outputs, steps
 from kvoffload_exporter.canary.config import CanarySettings
-from kvoffload_exporter.canary.prepared import PreparedRun, Probe
-from kvoffload_exporter.canary.records import CycleRecord
+from kvoffload_exporter.canary.cycle import outputs, steps
+from kvoffload_exporter.canary.cycle.prepared import PreparedRun, Probe
+from kvoffload_exporter.canary.cycle.records import CycleRecord
 from kvoffload_exporter.canary.types import CanaryPath, CycleReason, ProbeResult, Strategy, Tier
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kvoffload_exporter import safewrite
-from kvoffload_exporter.canary import png
-from kvoffload_exporter.canary.checkrun import CheckResult, redact
-from kvoffload_exporter.canary.secrets import scrub
+from kvoffload_exporter.canary.check import png
+from kvoffload_exporter.canary.check.checkrun import CheckResult, redact
+from kvoffload_exporter.canary.wire.secrets import scrub
 
 log = logging.getLogger("kvoffload.canary")
 

@@ -11,12 +11,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kvoffload_exporter.canary import plan as planning
-from kvoffload_exporter.canary.classify import Classification, Deltas, classify
-from kvoffload_exporter.canary.errors import BudgetExhausted, CycleFailed
-from kvoffload_exporter.canary.protocol import Completion
-from kvoffload_exporter.canary.records import TARGET, Conditions, PhaseRecord, RequestRecord, ServerInfo
+from kvoffload_exporter.canary.cycle import plan as planning
+from kvoffload_exporter.canary.cycle.records import TARGET, Conditions, PhaseRecord, RequestRecord, ServerInfo
 from kvoffload_exporter.canary.types import Strategy
+from kvoffload_exporter.canary.wire.classify import Classification, Deltas, classify
+from kvoffload_exporter.canary.wire.errors import BudgetExhausted, CycleFailed
+from kvoffload_exporter.canary.wire.protocol import Completion
 
 OPTIONAL_FIELDS = ("seed", "return_token_ids")
 """Body fields a server may refuse (HTTP 400 naming the field) without the probe losing its point: the request
@@ -27,7 +27,7 @@ SEED = 0
 samples the same way for every path."""
 
 if TYPE_CHECKING:
-    from kvoffload_exporter.canary.context import RunContext
+    from kvoffload_exporter.canary.cycle.context import RunContext
 
 
 @dataclass(frozen=True)

@@ -23,16 +23,15 @@ import logging
 import time
 from collections.abc import Callable
 
-from kvoffload_exporter.canary import plan as planning
-from kvoffload_exporter.canary import preflight
-from kvoffload_exporter.canary.budget import Backoff, Notices, TokenBudget
 from kvoffload_exporter.canary.config import CanarySettings
-from kvoffload_exporter.canary.context import Progress, Sleep, Transport
-from kvoffload_exporter.canary.cycle import Cycle
-from kvoffload_exporter.canary.errors import BudgetExhausted, CanaryError, CycleFailed
-from kvoffload_exporter.canary.prepared import PreparedRun
-from kvoffload_exporter.canary.pressure import PressureCycle
-from kvoffload_exporter.canary.records import (
+from kvoffload_exporter.canary.cycle import plan as planning
+from kvoffload_exporter.canary.cycle import preflight
+from kvoffload_exporter.canary.cycle.budget import Backoff, Notices, TokenBudget
+from kvoffload_exporter.canary.cycle.context import Progress, Sleep, Transport
+from kvoffload_exporter.canary.cycle.cycle import Cycle
+from kvoffload_exporter.canary.cycle.prepared import PreparedRun
+from kvoffload_exporter.canary.cycle.pressure import PressureCycle
+from kvoffload_exporter.canary.cycle.records import (
     CONTROL,
     TARGET,
     Conditions,
@@ -41,10 +40,11 @@ from kvoffload_exporter.canary.records import (
     RequestRecord,
     ServerInfo,
 )
-from kvoffload_exporter.canary.scrapes import Scrapes
-from kvoffload_exporter.canary.state import CanaryState
+from kvoffload_exporter.canary.cycle.scrapes import Scrapes
+from kvoffload_exporter.canary.cycle.state import CanaryState
+from kvoffload_exporter.canary.cycle.wait import WaitCycle
 from kvoffload_exporter.canary.types import CycleReason, ErrorReason, ProbeResult, Strategy
-from kvoffload_exporter.canary.wait import WaitCycle
+from kvoffload_exporter.canary.wire.errors import BudgetExhausted, CanaryError, CycleFailed
 
 log = logging.getLogger("kvoffload.canary")
 

@@ -1,4 +1,4 @@
-"""Canary statistics: quantiles, the burst-level interval of ΔTTFT (canary/shift.py), and the verdict.
+"""Canary statistics: quantiles, the burst-level interval of ΔTTFT (canary/cycle/shift.py), and the verdict.
 
 Pure and deterministic: the rank-sum interval has no randomness, and the descriptive Δp90 bootstrap uses
 its own seeded `random.Random`, so the same samples always give the same document. A verdict other than
@@ -14,7 +14,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kvoffload_exporter.canary.shift import burst_medians, shift
+from kvoffload_exporter.canary.cycle.shift import burst_medians, shift
 
 CONTROL_ORDER = ("recompute", "control_target", "cold")
 """Preferred control first: the same prefix with loads disabled is the cleanest comparison, then the
@@ -62,7 +62,7 @@ METHOD = (
 @dataclass(frozen=True)
 class ClusterDelta:
     """ΔTTFT of one path against another with a burst-level interval (seconds): the Hodges–Lehmann shift of
-    the burst medians and its rank-sum interval (canary/shift.py).
+    the burst medians and its rank-sum interval (canary/cycle/shift.py).
 
     `low`/`high` are None under MIN_BURSTS_CI bursts a side or when the confidence is out of reach at these
     sizes; `delta` is None when a side is empty. `p_value` is the two-sided rank-sum p-value. Δp90 and its

@@ -25,8 +25,8 @@ class Action(StrEnum):
     GROW_TIER = "grow_tier"
     SHRINK_TIER = "shrink_tier"
     MEASURE_LONGER = "measure_longer"
-    CHECK_CONNECTOR = "check_connector"  # stores or lookups fail without a size problem (canary/diagnose.py)
-    DISABLE_OFFLOAD = "disable_offload"  # an offload hit answered other tokens (canary/outputcheck.py)
+    CHECK_CONNECTOR = "check_connector"  # stores or lookups fail without a size problem (canary/check/diagnose.py)
+    DISABLE_OFFLOAD = "disable_offload"  # an offload hit answered other tokens (canary/cycle/outputcheck.py)
 
 
 EXIT_CODES: dict[Action, int] = {
@@ -79,7 +79,7 @@ class Evidence:
     payback_why: str | None = None
     state_reasons: tuple[str, ...] = ()  # the exporter's state reasons over the run, per engine
     error: str | None = None
-    config_failure: Advice | None = None  # the run stopped on a misconfigured tier (canary/diagnose.py)
+    config_failure: Advice | None = None  # the run stopped on a misconfigured tier (canary/check/diagnose.py)
 
 
 def _cs(cs: Sequence[int]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvoffload_exporter.canary import plan as planning
+from kvoffload_exporter.canary.cycle import plan as planning
 from kvoffload_exporter.canary.types import CycleReason, LoadBand, ProbeResult, Strategy
 
 TARGET, CONTROL = "target", "control"

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvoffload_exporter.canary.classify import Classification, Deltas, revisit_reason
-from kvoffload_exporter.canary.prepared import PreparedRun, Probe
-from kvoffload_exporter.canary.records import CONTROL, TARGET, CycleRecord, PhaseRecord
-from kvoffload_exporter.canary.stats import CONTROL_ORDER
+from kvoffload_exporter.canary.cycle.prepared import PreparedRun, Probe
+from kvoffload_exporter.canary.cycle.records import CONTROL, TARGET, CycleRecord, PhaseRecord
+from kvoffload_exporter.canary.cycle.stats import CONTROL_ORDER
 from kvoffload_exporter.canary.types import CanaryPath, CycleReason, ProbeResult
+from kvoffload_exporter.canary.wire.classify import Classification, Deltas, revisit_reason
 from kvoffload_exporter.ingest.snapshot import Snapshot
 
 

@@ -3,10 +3,10 @@ cold control's (the same prompt), after sending the run's one sensitivity probe 
 
 from __future__ import annotations
 
-from kvoffload_exporter.canary.outputcheck import changed_prefix
-from kvoffload_exporter.canary.prepared import PreparedRun, Probe
-from kvoffload_exporter.canary.records import CycleRecord, PhaseRecord
-from kvoffload_exporter.canary.steps import Seeded
+from kvoffload_exporter.canary.cycle.outputcheck import changed_prefix
+from kvoffload_exporter.canary.cycle.prepared import PreparedRun, Probe
+from kvoffload_exporter.canary.cycle.records import CycleRecord, PhaseRecord
+from kvoffload_exporter.canary.cycle.steps import Seeded
 from kvoffload_exporter.canary.types import CanaryPath, ProbeResult
 from kvoffload_exporter.enums import OutputPair
 

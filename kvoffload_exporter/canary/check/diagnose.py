@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvoffload_exporter.canary.advice import Action
-from kvoffload_exporter.canary.records import CycleRecord
+from kvoffload_exporter.canary.check.advice import Action
+from kvoffload_exporter.canary.cycle.records import CycleRecord
 from kvoffload_exporter.canary.types import CycleReason
 from kvoffload_exporter.derive.capacity import kv_bytes_per_token, tier_bytes
 from kvoffload_exporter.derive.reasons import HINTS, STORE_DROPS, CanaryFacts, explain

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kvoffload_exporter.canary.records import RequestRecord
-from kvoffload_exporter.canary.stats import median
+from kvoffload_exporter.canary.cycle.records import RequestRecord
+from kvoffload_exporter.canary.cycle.stats import median
 
 MIN_PEERS = 5
 FLOOR_SECONDS = 0.050

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from kvoffload_exporter.canary.errors import CycleFailed
-from kvoffload_exporter.canary.protocol import MetricsError
 from kvoffload_exporter.canary.types import ErrorReason
+from kvoffload_exporter.canary.wire.errors import CycleFailed
+from kvoffload_exporter.canary.wire.protocol import MetricsError
 from kvoffload_exporter.ingest.exposition import ParseError
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.snapshot import Snapshot

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections import Counter, deque
 
 from kvoffload_exporter.canary.config import CanarySettings
-from kvoffload_exporter.canary.order import Orders
-from kvoffload_exporter.canary.outputcheck import OutputCheck
-from kvoffload_exporter.canary.records import CycleRecord
-from kvoffload_exporter.canary.stats import Verdict, decide, median
+from kvoffload_exporter.canary.cycle.order import Orders
+from kvoffload_exporter.canary.cycle.outputcheck import OutputCheck
+from kvoffload_exporter.canary.cycle.records import CycleRecord
+from kvoffload_exporter.canary.cycle.stats import Verdict, decide, median
 from kvoffload_exporter.canary.types import CycleReason, LoadBand, Tier
 from kvoffload_exporter.catalogue import CANARY_PATHS
 from kvoffload_exporter.derive.reasons import CanaryFacts

@@ -7,10 +7,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvoffload_exporter.canary import report, sweepreport
-from kvoffload_exporter.canary.advice import Action, Advice, Evidence, LevelFact, advise, exit_code, level_facts
-from kvoffload_exporter.canary.checkrun import CheckResult, redact
-from kvoffload_exporter.canary.stalls import stalled
+from kvoffload_exporter.canary.check import report, sweepreport
+from kvoffload_exporter.canary.check.advice import Action, Advice, Evidence, LevelFact, advise, exit_code, level_facts
+from kvoffload_exporter.canary.check.checkrun import CheckResult, redact
+from kvoffload_exporter.canary.check.stalls import stalled
 from kvoffload_exporter.derive.intervalreport import report as interval_report
 from kvoffload_exporter.derive.payback import check_recommendation
 from kvoffload_exporter.enums import OutputResult, VerdictKind
@@ -135,7 +135,7 @@ def _advice(doc: dict[str, Any], result: CheckResult) -> Advice:
 
 
 def _config_failure(result: CheckResult) -> Advice | None:
-    """The fix for a tier the rounds stopped on (canary/diagnose.py), as the run's advice."""
+    """The fix for a tier the rounds stopped on (canary/check/diagnose.py), as the run's advice."""
     f = result.config_failure
     return Advice(f.action, None, redact(f.why)) if f is not None else None
 

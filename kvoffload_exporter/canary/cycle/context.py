@@ -12,13 +12,13 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from kvoffload_exporter.canary.budget import Backoff, TokenBudget
     from kvoffload_exporter.canary.config import CanarySettings
-    from kvoffload_exporter.canary.plan import Prompts
-    from kvoffload_exporter.canary.protocol import Completion
-    from kvoffload_exporter.canary.records import RequestRecord
-    from kvoffload_exporter.canary.scrapes import Scrapes
-    from kvoffload_exporter.canary.state import CanaryState
+    from kvoffload_exporter.canary.cycle.budget import Backoff, TokenBudget
+    from kvoffload_exporter.canary.cycle.plan import Prompts
+    from kvoffload_exporter.canary.cycle.records import RequestRecord
+    from kvoffload_exporter.canary.cycle.scrapes import Scrapes
+    from kvoffload_exporter.canary.cycle.state import CanaryState
+    from kvoffload_exporter.canary.wire.protocol import Completion
 
 
 class Transport(Protocol):

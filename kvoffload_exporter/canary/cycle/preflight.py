@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvoffload_exporter.canary import plan as planning
-from kvoffload_exporter.canary.errors import CanaryError, CycleFailed
-from kvoffload_exporter.canary.protocol import parse_models
-from kvoffload_exporter.canary.records import CONTROL, TARGET, Conditions, ServerInfo
+from kvoffload_exporter.canary.cycle import plan as planning
+from kvoffload_exporter.canary.cycle.records import CONTROL, TARGET, Conditions, ServerInfo
 from kvoffload_exporter.canary.types import Strategy
+from kvoffload_exporter.canary.wire.errors import CanaryError, CycleFailed
+from kvoffload_exporter.canary.wire.protocol import parse_models
 
 if TYPE_CHECKING:
-    from kvoffload_exporter.canary.context import RunContext
+    from kvoffload_exporter.canary.cycle.context import RunContext
 
 
 async def server_info(e: RunContext, role: str, same_as: ServerInfo | None = None) -> ServerInfo:

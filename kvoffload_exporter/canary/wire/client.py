@@ -25,15 +25,15 @@ from typing import Any
 
 import aiohttp
 
-from kvoffload_exporter.canary import validate
-from kvoffload_exporter.canary.protocol import (
+from kvoffload_exporter.canary.wire import validate
+from kvoffload_exporter.canary.wire.protocol import (
     MAX_LINE_BYTES,
     MAX_RESPONSE_BYTES,
     Completion,
     CompletionStream,
     MetricsError,
 )
-from kvoffload_exporter.canary.secrets import ApiKey, scrub
+from kvoffload_exporter.canary.wire.secrets import ApiKey, scrub
 from kvoffload_exporter.sources.vllm_http import ScrapeError, fetch_metrics, fetch_version
 
 

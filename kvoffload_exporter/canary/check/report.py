@@ -1,6 +1,6 @@
 """The `check` report: JSON document, verdict table as text, and the exit code; pure.
 
-The exit code is the advice's (canary/advice.py EXIT_CODES; checkreport sets it): `build` gives the
+The exit code is the advice's (canary/check/advice.py EXIT_CODES; checkreport sets it): `build` gives the
 verdict's own code only until the advice is known, and 3 for a run that could not measure.
 """
 
@@ -10,10 +10,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvoffload_exporter.canary import sweepreport
-from kvoffload_exporter.canary.outputcheck import output_line
-from kvoffload_exporter.canary.stats import Summary, Verdict, median, summarize
-from kvoffload_exporter.canary.texttable import ms, table
+from kvoffload_exporter.canary.check import sweepreport
+from kvoffload_exporter.canary.check.texttable import ms, table
+from kvoffload_exporter.canary.cycle.outputcheck import output_line
+from kvoffload_exporter.canary.cycle.stats import Summary, Verdict, median, summarize
 from kvoffload_exporter.catalogue import CANARY_PATHS
 from kvoffload_exporter.derive.reasons import HINTS
 from kvoffload_exporter.enums import StateReason

@@ -5,9 +5,9 @@ Deterministic and fast, but the fillers evict users' GPU cache too: staging only
 
 from __future__ import annotations
 
-from kvoffload_exporter.canary import outputs, steps
-from kvoffload_exporter.canary.prepared import PreparedRun
-from kvoffload_exporter.canary.records import CycleRecord
+from kvoffload_exporter.canary.cycle import outputs, steps
+from kvoffload_exporter.canary.cycle.prepared import PreparedRun
+from kvoffload_exporter.canary.cycle.records import CycleRecord
 from kvoffload_exporter.canary.types import Strategy
 
 

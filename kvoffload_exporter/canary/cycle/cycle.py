@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from kvoffload_exporter.canary.prepared import PreparedRun
-from kvoffload_exporter.canary.records import CycleRecord
+from kvoffload_exporter.canary.cycle.prepared import PreparedRun
+from kvoffload_exporter.canary.cycle.records import CycleRecord
 from kvoffload_exporter.canary.types import Strategy
 
 

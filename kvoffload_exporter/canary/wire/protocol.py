@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvoffload_exporter.canary import validate
 from kvoffload_exporter.canary.types import ErrorReason
+from kvoffload_exporter.canary.wire import validate
 
 ERRORS: tuple[str, ...] = tuple(
     r.value

@@ -17,18 +17,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-from kvoffload_exporter.canary import diagnose, retries, sweep
+from kvoffload_exporter.canary.check import diagnose, retries, sweep
+from kvoffload_exporter.canary.check.sweepreport import Level
 from kvoffload_exporter.canary.config import CanarySettings
-from kvoffload_exporter.canary.context import Sleep, Transport
-from kvoffload_exporter.canary.engine import CanaryEngine
-from kvoffload_exporter.canary.errors import CanaryError, CycleFailed
-from kvoffload_exporter.canary.plan import Prompts
-from kvoffload_exporter.canary.protocol import MetricsError
-from kvoffload_exporter.canary.secrets import ApiKey, SecretError, load_api_key, load_or_create_secret
-from kvoffload_exporter.canary.stats import CONTROL_ORDER
-from kvoffload_exporter.canary.sweepreport import Level
+from kvoffload_exporter.canary.cycle.context import Sleep, Transport
+from kvoffload_exporter.canary.cycle.engine import CanaryEngine
+from kvoffload_exporter.canary.cycle.plan import Prompts
+from kvoffload_exporter.canary.cycle.stats import CONTROL_ORDER
+from kvoffload_exporter.canary.cycle.wait import wait_notice
 from kvoffload_exporter.canary.types import CycleReason
-from kvoffload_exporter.canary.wait import wait_notice
+from kvoffload_exporter.canary.wire.errors import CanaryError, CycleFailed
+from kvoffload_exporter.canary.wire.protocol import MetricsError
+from kvoffload_exporter.canary.wire.secrets import ApiKey, SecretError, load_api_key, load_or_create_secret
 from kvoffload_exporter.ingest.exposition import ParseError
 from kvoffload_exporter.ingest.normalise import normalise
 

@@ -16,13 +16,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
-from kvoffload_exporter.canary.classify import Deltas
-from kvoffload_exporter.canary.errors import BudgetExhausted, CycleFailed
-from kvoffload_exporter.canary.plan import OUTPUT_TOKENS, Sizing
-from kvoffload_exporter.canary.prepared import PreparedRun
-from kvoffload_exporter.canary.protocol import Completion
-from kvoffload_exporter.canary.records import CONTROL, TARGET, RequestRecord
-from kvoffload_exporter.canary.sweepreport import Level
+from kvoffload_exporter.canary.check.sweepreport import Level
+from kvoffload_exporter.canary.cycle.plan import OUTPUT_TOKENS, Sizing
+from kvoffload_exporter.canary.cycle.prepared import PreparedRun
+from kvoffload_exporter.canary.cycle.records import CONTROL, TARGET, RequestRecord
+from kvoffload_exporter.canary.wire.classify import Deltas
+from kvoffload_exporter.canary.wire.errors import BudgetExhausted, CycleFailed
+from kvoffload_exporter.canary.wire.protocol import Completion
 from kvoffload_exporter.enums import OutputPair, OutputResult
 
 FIRST_CYCLE = 100_000  # sweep request records' `cycle`: apart from the ordinary rounds'

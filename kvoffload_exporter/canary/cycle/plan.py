@@ -25,7 +25,7 @@ DEFAULT_ALIGN = 256
 common chunk size (16, 32, 64, 128, 256 tokens) divides it."""
 
 OUTPUT_TOKENS = 8
-"""Tokens a probe generates: enough for the output check to compare answers (canary/outputcheck.py), few
+"""Tokens a probe generates: enough for the output check to compare answers (canary/cycle/outputcheck.py), few
 enough to cost little; TTFT is still the first of them."""
 
 SALT_MAX = 128

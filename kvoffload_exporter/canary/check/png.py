@@ -11,7 +11,7 @@ import struct
 import zlib
 from collections.abc import Mapping, Sequence
 
-from kvoffload_exporter.canary.stats import quantile
+from kvoffload_exporter.canary.cycle.stats import quantile
 
 _FONT: dict[str, tuple[int, ...]] = {
     "0": (0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E),

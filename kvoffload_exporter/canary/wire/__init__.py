@@ -1,0 +1,1 @@
+"""The wire: the OpenAI-compatible client, SSE protocol, response validation and classification, secrets."""
