@@ -83,7 +83,10 @@ async def test_unreachable_and_invalid_targets_are_one_clean_line(tmp_path: Path
 def test_redact_drops_userinfo_from_any_url() -> None:
     from kvoffload_exporter.canary.check.checkrun import redact
 
-    assert redact("GET http://alice:pw@h:8000/x and https://tok@h2/") == "GET http://***@h:8000/x and https://***@h2/"
+    assert (
+        redact("GET http://alice:pw@h:8000/x and https://tok@h2/")
+        == "GET http://<redacted>@h:8000/x and https://<redacted>@h2/"
+    )
 
 
 def test_no_interval_until_the_confidence_is_reachable() -> None:

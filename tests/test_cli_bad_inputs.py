@@ -198,7 +198,7 @@ CASES: list[tuple[str, tuple[str, ...], Files, str]] = [
     # check
     ("check-no-target", ("check",), {}, "required: --target"),
     ("check-target-ipv6", ("check", "--target", "http://[::1"), {}, "--target: url must be"),
-    ("check-target-userinfo", ("check", "--target", "http://u:pw@a:1"), {}, "not supported by check"),
+    ("check-target-userinfo", ("check", "--target", "http://u:pw-0f-check@a:1"), {}, "not supported by check"),
     ("check-rounds-zero", ("check", *T, "--rounds", "0"), {}, "--rounds: must be"),
     ("check-rounds-abc", ("check", *T, "--rounds", "abc"), {}, "invalid int value"),
     ("check-wait-initial-zero", ("check", *T, "--wait-initial", "0"), {}, "--wait-initial: must be > 0"),
@@ -211,7 +211,12 @@ CASES: list[tuple[str, tuple[str, ...], Files, str]] = [
     ("check-prefix-tokens", ("check", *T, "--prefix-tokens", "0"), {}, "--prefix-tokens"),
     ("check-api-key-missing", ("check", *T, "--api-key-file", "{tmp}/nokey"), {}, "cannot read API key"),
     ("check-control-ftp", ("check", *T, "--control-target", "ftp://x"), {}, "--control-target"),
-    ("check-control-userinfo", ("check", *T, "--control-target", "http://u:pw@c:1"), {}, "must not contain user"),
+    (
+        "check-control-userinfo",
+        ("check", *T, "--control-target", "http://u:pw-0f-check@c:1"),
+        {},
+        "must not contain user",
+    ),
     # inspect
     ("inspect-missing", ("inspect", "{tmp}/nope.prom"), {}, "cannot read"),
     ("inspect-directory", ("inspect", "{tmp}"), {}, "cannot read"),

@@ -153,8 +153,8 @@ def test_userinfo_becomes_basic_auth_and_leaves_the_url_and_label(caplog: pytest
 
 
 def test_password_and_bearer_token_files(tmp_path: Path) -> None:
-    (tmp_path / "pw").write_text("pa55\n")
-    (tmp_path / "tok").write_text("t0ken\n")
+    (tmp_path / "pw").write_text("pa55-w0rd\n")
+    (tmp_path / "tok").write_text("t0ken-0f-b\n")
     cfg = from_mapping(
         {
             "targets": [
@@ -164,8 +164,8 @@ def test_password_and_bearer_token_files(tmp_path: Path) -> None:
         }
     )
     a, b = cfg.targets
-    assert a.auth == BasicAuth("bob", "pa55") and b.auth == BearerToken("t0ken")
-    assert b.headers() == {"Authorization": "Bearer t0ken"}
+    assert a.auth == BasicAuth("bob", "pa55-w0rd") and b.auth == BearerToken("t0ken-0f-b")
+    assert b.headers() == {"Authorization": "Bearer t0ken-0f-b"}
     assert "pa55" not in repr(cfg) and "t0ken" not in repr(cfg)
     (tmp_path / "empty").write_text("\n")
     with pytest.raises(ConfigError, match="is empty"):

@@ -81,7 +81,7 @@ async def test_without_the_extra_endpoint_the_backend_is_not_seen() -> None:
 async def test_extra_endpoint_down_keeps_the_target_up_counts_and_logs_once_redacted(
     free_port: Callable[[], int], caplog: pytest.LogCaptureFixture
 ) -> None:
-    dead = f"http://scraper:s3cret@127.0.0.1:{free_port()}/metrics"
+    dead = f"http://scraper:s3cret-pw@127.0.0.1:{free_port()}/metrics"
     target = from_mapping({"targets": [{"url": "http://127.0.0.1:1", "name": "t", "extra_metrics_urls": [dead]}]})
     async with ChainServer(_texts("kvbm-1.6.1", ""), "0.33.0") as vllm:
         with caplog.at_level(logging.WARNING, logger="kvoffload.poller"):
@@ -128,17 +128,23 @@ async def test_target_credentials_stay_with_its_origin_and_extra_userinfo_goes_t
             {
                 "targets": [
                     {
-                        "url": f"http://u:p@{v}",
+                        "url": f"http://u:p-0f-target@{v}",
                         "name": "t",
-                        "extra_metrics_urls": [f"http://{plain}/metrics", f"http://k:v@{own}/metrics"],
+                        "extra_metrics_urls": [f"http://{plain}/metrics", f"http://k:v-0f-extra@{own}/metrics"],
                     }
                 ]
             }
         ).targets[0]
-        assert "p@" not in repr(cfg) and "k:v" not in repr(cfg) and cfg.extra_metrics_urls[1].startswith("http://127")
+        assert (
+            "p@" not in repr(cfg) and "k:v-0f" not in repr(cfg) and cfg.extra_metrics_urls[1].startswith("http://127")
+        )
         await _poll(cfg, polls=1)
     seen = {k: r.seen for k, r in recorders.items()}
-    assert seen == {"target": ["Basic dTpw"], "other origin": [None], "own userinfo": ["Basic azp2"]}
+    assert seen == {
+        "target": ["Basic dTpwLTBmLXRhcmdldA=="],
+        "other origin": [None],
+        "own userinfo": ["Basic azp2LTBmLWV4dHJh"],
+    }
 
 
 @pytest.mark.parametrize(

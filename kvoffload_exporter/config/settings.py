@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
+from kvoffload_exporter import redact
 from kvoffload_exporter.config.credentials import Auth, BasicAuth, BearerToken, target_auth
 from kvoffload_exporter.config.limits import Limits, limits_from_mapping
 from kvoffload_exporter.config.schema import (
@@ -261,6 +262,12 @@ def _finish_target(t: TargetConfig, where: str, errors: list[str]) -> TargetConf
         log.warning("target %s: the URL ends in /metrics; using %s as the base URL", redact_url(t.url), url)
     auth = target_auth(userinfo, t.username, t.password_file, t.bearer_token_file, where, errors)
     extras = [urlsplit(u) for u in t.extra_metrics_urls]  # userinfo leaves each URL, as for the target's
+    for e in extras:
+        if e.password and redact.too_short(unquote(e.password)):
+            errors.append(
+                f"{where} password in an extra_metrics_urls url has {len(unquote(e.password))} characters, "
+                f"fewer than {redact.MIN_SECRET}: too short to be removed safely from what the target answers"
+            )
     return replace(
         t,
         url=url,

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import aiohttp
 
+from kvoffload_exporter import redact
 from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.derive import convoy, history
 from kvoffload_exporter.derive import window as derive
@@ -24,7 +25,7 @@ from kvoffload_exporter.expose.render import Fragment, Heads
 from kvoffload_exporter.ingest.exposition import LineCache, ParseError, join_bodies
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.snapshot import EngineKey, Snapshot
-from kvoffload_exporter.redact import origin, redact_url
+from kvoffload_exporter.redact import Scrubber, origin, redact_url
 from kvoffload_exporter.server.logbudget import BOUNDS, LogBudget, clip, held_back
 from kvoffload_exporter.sources.vllm_http import (
     BODY_BUDGET,
@@ -93,10 +94,29 @@ class TargetPoller:
         self.extra_errors: dict[str, int] | None = {} if cfg.extra_metrics_urls else None
         self.canary: CanaryFacts | None = None  # from a plugin (ExporterHost.report_facts): refines the reasons
         self._lines = LineCache()  # the series this target sent before, read with one lookup each
-        self.scrub = cfg.scrubber() or None  # its own credentials, removed from whatever it answers
+        self._scrub: tuple[int, Scrubber | None] = (-1, None)
+        self.scrub  # noqa: B018  # built now: its credentials are known to every exit before the first poll
         self.polled = asyncio.Event()  # set once the first poll finished (a /probe of a new target waits)
         self._skew = 0.0  # added to clock() after it stepped back, so history time never does
         self._last_now: tuple[float, float] | None = None  # (history time, timer()) of the last poll
+
+    @property
+    def scrub(self) -> Scrubber | None:
+        """Its own credentials and the process's shared secrets (the canary's API key), removed from
+        whatever it answers; rebuilt when a shared secret became known after this poller was made."""
+        if self._scrub[0] != redact.generation():
+            self._scrub = (redact.generation(), self.cfg.scrubber() or None)
+        return self._scrub[1]
+
+    def _version_warning(self, reason: str, detail: str) -> None:
+        """A `/version` redirect to another origin: one line per interval (the log budget), scrubbed."""
+        detail = clip(self.scrub(detail) if self.scrub is not None else detail)
+        let, before = self.logs.allow(("version", reason))
+        if let:
+            url = redact_url(self.cfg.url) + "/version"
+            fields = {"target": self.cfg.label, "reason": reason, "url": url, "error": detail}
+            msg = "target %s (%s): %s: %s%s"
+            log.warning(msg, self.cfg.label, url, reason, detail, held_back(before), extra=fields)
 
     def _parse(self, text: str, now: float) -> Parsed:
         """CPU-bound part of a poll; a large body's runs in a worker thread (INLINE_PARSE_BYTES)."""
@@ -124,9 +144,10 @@ class TargetPoller:
         self, session: aiohttp.ClientSession, now: float, version: str | None, hold: Reservation
     ) -> tuple[str, list[str], str | None]:
         if version is None or now - self._version_checked > 300:  # /version can change on upgrade
-            version = await fetch_version(session, self.cfg.url, self.config.timeout, self.cfg.source_auth()) or version
-            if version is not None and self.scrub is not None and self.scrub(version) != version:
-                version = None  # its own token echoed as a version: `unknown`, never exported
+            auth, warn = self.cfg.source_auth(), self._version_warning
+            version = await fetch_version(session, self.cfg.url, self.config.timeout, auth, warn) or version
+            if version is not None and redact.known()(version) != version:
+                version = None  # a secret echoed as a version: `unknown`, never exported
             self._version_checked = now
         auth = self.cfg.source_auth()
         main = fetch_metrics(session, self.cfg.url, self.config.timeout, self.config.max_body_bytes, auth, hold)
@@ -272,13 +293,17 @@ class TargetPoller:
         for e in snapshot.engines:
             old = last.get(e.key)
             if old and any(v < old[k] for k, v in e.counters.items() if k in old):
+                let, held = self.logs.allow("engine_restarted")  # a target may restart every poll
+                if not let:
+                    continue
                 model, engine = e.key
                 fields = {"target": self.cfg.label, "model_name": model, "engine": engine}
                 log.info(
-                    "target %s: engine %s/%s restarted (its counters went back)",
+                    "target %s: engine %s/%s restarted (its counters went back)%s",
                     self.cfg.label,
-                    model,
-                    engine,
+                    clip(model),
+                    clip(engine),
+                    held_back(held),
                     extra=fields,
                 )
 

@@ -28,9 +28,10 @@ from kvoffload_exporter.canary.cycle.wait import wait_notice
 from kvoffload_exporter.canary.types import CycleReason
 from kvoffload_exporter.canary.wire.errors import CanaryError, CycleFailed
 from kvoffload_exporter.canary.wire.protocol import MetricsError
-from kvoffload_exporter.canary.wire.secrets import ApiKey, SecretError, load_api_key, load_or_create_secret
+from kvoffload_exporter.canary.wire.secrets import ApiKey, SecretError, load_api_key, load_or_create_secret, scrub
 from kvoffload_exporter.ingest.exposition import ParseError
 from kvoffload_exporter.ingest.normalise import normalise
+from kvoffload_exporter.redact import REDACTED
 
 PREFIX = "kvoffload-exporter check"
 
@@ -99,8 +100,9 @@ _USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
 
 
 def redact(text: str) -> str:
-    """URLs in messages and documents without `user:password@` (a secret must never be printed)."""
-    return _USERINFO.sub(r"\1***@", text)
+    """URLs in messages and documents without `user:password@` (a secret must never be printed), and
+    without any secret the process knows (kvoffload_exporter.redact.scrub: one redaction, one mark)."""
+    return scrub(_USERINFO.sub(r"\1" + REDACTED + "@", text))
 
 
 def _eta(seconds: float) -> str:
