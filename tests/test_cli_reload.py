@@ -292,7 +292,7 @@ def test_post_reload_is_the_sighup_reload_with_the_lifecycle_flag(tmp_path: Path
             assert code == 403 and "--web.enable-lifecycle" in text
             assert 'target="127.0.0.1:10"' not in body
             return
-        assert (code, text) == (200, "reloaded\n")
+        assert (code, text) == (200, "targets: reloaded\n")
         assert 'target="127.0.0.1:10"' in body and "kvoffload_exporter_config_last_reload_successful 1.0" in body
         conf.write_text("targets: [\n")  # a broken file: refused, the running configuration kept
         assert _post(f"http://127.0.0.1:{port}/-/reload")[0] == 500

@@ -211,3 +211,69 @@ def test_engine_restart_lines_stay_within_the_log_budget(caplog: pytest.LogCaptu
         poller.ingest(GOOD if i % 2 == 0 else EARLY, now=1000.0 + i)
     restarts = [r for r in caplog.records if "restarted" in r.getMessage()]
     assert len(restarts) == 1, len(restarts)
+
+
+# --- a reload that fails in any part never reads as success (MEDIUM) -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "broken",
+    {
+        "bad hash": "basic_auth_users:\n  alice: '$2y$10$short'\n",
+        "unknown key": "basic_auth_users: {}\nbasic_auth_userz: {}\n",
+        "deleted file": None,
+    }.items(),
+    ids=lambda kv: kv[0],
+)
+async def test_a_web_config_that_fails_to_reload_is_reported_as_failed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, broken: tuple[str, str | None]
+) -> None:
+    import argparse
+
+    import bcrypt
+
+    from kvoffload_exporter.commands.serve import ReloadStatus, _apply_reload
+    from kvoffload_exporter.config import webconfig
+    from kvoffload_exporter.server.app import EXPORTER
+    from kvoffload_exporter.server.webauth import AuthGate, WebReload
+
+    class Site:
+        tls = None
+
+    web_yml = tmp_path / "web.yml"
+    web_yml.write_text(
+        f"basic_auth_users:\n  alice: '{bcrypt.hashpw(b'right-password', bcrypt.gensalt(4)).decode()}'\n"
+    )
+    gate = AuthGate(webconfig.load(str(web_yml)).users)
+    from kvoffload_exporter.cli import build_parser
+    from kvoffload_exporter.commands.serve import config_from_args
+
+    conf = tmp_path / "c.yaml"
+    conf.write_text("gpu: false\nhost: false\ntargets: ['http://127.0.0.1:9']\n")
+    cfg = config_from_args(build_parser().parse_args(["serve", "--config.file", str(conf)]), {})
+    exporter = make_app(cfg)[EXPORTER]
+    status = ReloadStatus(last_success=1.0)
+    web_reload = WebReload(str(web_yml), None, gate, Site())  # type: ignore[arg-type]
+    try:
+        _apply_reload(argparse.Namespace(), exporter, status, web_reload, (cfg, web_reload.parse()))
+        assert status.ok and status.answer() == "targets: reloaded\nweb config: reloaded\n"
+        succeeded = status.last_success
+        text = broken[1]
+        if text is None:
+            web_yml.unlink()
+        else:
+            web_yml.write_text(text)
+        _apply_reload(argparse.Namespace(), exporter, status, web_reload, (cfg, web_reload.parse()))
+        assert not status.ok, "a refused web config read as success"
+        assert status.answer().splitlines() == [
+            "targets: reloaded",
+            "web config: reload failed, the running one is kept (see the log)",
+        ]
+        lines: list[tuple[str, float]] = []
+        status.collect(type("Sink", (), {"add": lambda self, n, v, labels: lines.append((n, v))})())
+        assert ("kvoffload_exporter_config_last_reload_successful", 0.0) in lines
+        assert ("kvoffload_exporter_config_last_reload_success_timestamp_seconds", succeeded) in lines
+        assert "web config reload failed, keeping the running one" in caplog.text
+        assert await gate.verify("x", "alice", "right-password") is True  # the running users kept
+    finally:
+        gate.close()

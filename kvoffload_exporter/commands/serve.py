@@ -12,7 +12,7 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from kvoffload_exporter.config.flags import add_flag, add_flags, deprecations, overrides
@@ -147,6 +147,14 @@ class ReloadStatus:
 
     ok: bool = True
     last_success: float = 0.0
+    parts: dict[str, bool] = field(default_factory=dict)  # the last reload's: "targets", "web config" -> applied
+
+    def answer(self) -> str:
+        """What `POST /-/reload` answers: one line per part, whether it applied or the running one is kept."""
+        return "".join(
+            f"{part}: {'reloaded' if ok else 'reload failed, the running one is kept (see the log)'}\n"
+            for part, ok in self.parts.items()
+        ) or ("reloaded\n" if self.ok else "reload failed: the running configuration is kept (see the log)\n")
 
     def collect(self, x: SampleSink) -> None:
         x.add("kvoffload_exporter_config_last_reload_successful", 1.0 if self.ok else 0.0, {})
@@ -230,10 +238,10 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
     )
     if getattr(args, "web_enable_lifecycle", False):
 
-        async def http_reload() -> bool:
+        async def http_reload() -> tuple[bool, str]:
             reloader.trigger()
             await reloader.wait()
-            return status.ok
+            return status.ok, status.answer()
 
         app[LIFECYCLE].reload = http_reload
     host, port = sock.getsockname()[:2]
@@ -289,12 +297,22 @@ def _config_or_error(args: argparse.Namespace) -> Config | Exception:
 def _apply_reload(
     args: argparse.Namespace, exporter: Exporter, status: ReloadStatus, web_reload: WebReload, parsed: object
 ) -> None:
-    """On the loop: the target config (as `reload`), then the web config (users, TLS certificate)."""
+    """On the loop: the target config (as `reload`), then the web config (users, TLS certificate). The reload
+    succeeded only if every part did: a refused web config (a bad hash, a deleted file, a TLS key that does
+    not match) keeps the old users and certificate, so it must not read as success (HTTP answer, metric)."""
+    before = status.last_success
     if isinstance(parsed, tuple):
         reload(args, exporter, status, parsed[0])
-        web_reload.apply(parsed[1])
+        status.parts = {"targets": status.ok}
+        web = web_reload.apply(parsed[1])
+        if web is not None:
+            status.parts["web config"] = web
+        if web is False:
+            status.ok, status.last_success = False, before
+            exporter.render()
     else:  # the thread itself failed
         reload(args, exporter, status, parsed if isinstance(parsed, Exception) else RuntimeError("reload"))
+        status.parts = {"targets": status.ok}
 
 
 def _prepare(args: argparse.Namespace) -> _Prepared:

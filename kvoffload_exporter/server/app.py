@@ -34,7 +34,7 @@ class Lifecycle:
     """`POST /-/reload` (exporter-toolkit's lifecycle API): None until `serve --web.enable-lifecycle` hands
     in the same reload SIGHUP runs; it answers whether the reload was applied."""
 
-    reload: Callable[[], Awaitable[bool]] | None = None
+    reload: Callable[[], Awaitable[tuple[bool, str]]] | None = None  # (all parts applied, the answer)
 
 
 EXPORTER = web.AppKey("exporter", Exporter)
@@ -98,14 +98,13 @@ async def _healthz(request: web.Request) -> web.Response:
 
 
 async def _reload(request: web.Request) -> web.Response:
-    """The SIGHUP reload over HTTP, only with --web.enable-lifecycle; 200 when applied, 500 when the files were
-    refused (the running configuration is kept, as on SIGHUP)."""
+    """The SIGHUP reload over HTTP, only with --web.enable-lifecycle: 200 when every part applied, 500 when a
+    file was refused (its running part is kept, as on SIGHUP); one answer line per part (targets, web config)."""
     reload = request.app[LIFECYCLE].reload
     if reload is None:
         return web.Response(status=403, text="lifecycle APIs are not enabled (serve --web.enable-lifecycle)\n")
-    if await reload():
-        return web.Response(text="reloaded\n")
-    return web.Response(status=500, text="reload failed: the running configuration is kept (see the log)\n")
+    ok, text = await reload()
+    return web.Response(status=200 if ok else 500, text=text)
 
 
 async def _ready(request: web.Request) -> web.Response:

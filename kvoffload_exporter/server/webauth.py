@@ -157,12 +157,14 @@ class WebReload:
         except (WebConfigError, OSError, ValueError) as e:
             return e
 
-    def apply(self, parsed: tuple[WebConfig, bytes] | Exception | None) -> None:
+    def apply(self, parsed: tuple[WebConfig, bytes] | Exception | None) -> bool | None:
+        """True when the new file applies, False when it was refused (the running one is kept: the reload
+        reports failure in its HTTP answer and metric), None without a web config."""
         if parsed is None:
-            return
+            return None
         if isinstance(parsed, Exception):
             log.error("web config reload failed, keeping the running one: %s", parsed)
-            return
+            return False
         new, dummy = parsed
         if self.gate is not None:
             self.gate.replace(new.users, dummy)
@@ -175,6 +177,7 @@ class WebReload:
             tls = "; TLS settings reloaded for new connections"
         self.current = new
         log.info("web config reloaded: %d basic-auth user(s)%s", len(new.users), tls)
+        return True
 
 
 __all__ = ["AuthGate", "WebReload", "dummy_hash"]
