@@ -82,3 +82,96 @@ async def test_a_web_config_password_once_proven_is_scrubbed_from_every_log_line
     finally:
         gate.close()
     assert scrub("said WEB-PASSWORD-44") == "said <redacted>"
+
+
+# --- a duplicate series is refused whatever its label order (MEDIUM) ------------------------------------
+
+
+def test_a_duplicate_series_with_its_labels_in_another_order_is_refused() -> None:
+    from conftest import fixture_text
+
+    from kvoffload_exporter.ingest.exposition import LineCache, ParseError
+    from kvoffload_exporter.ingest.normalise import normalise
+
+    good = fixture_text("h200-0.6b/A_12_final.prom")
+    line = next(ln for ln in good.splitlines() if ln.startswith('vllm:kv_offload_total_bytes_total{engine="0"'))
+    reordered = line.replace('engine="0",model_name="Qwen/Qwen3-0.6B"', 'model_name="Qwen/Qwen3-0.6B",engine="0"')
+    assert reordered != line
+    hostile = good + reordered + "\n"
+    with pytest.raises(ParseError, match="duplicate series"):
+        normalise(hostile)
+    cache = LineCache()
+    normalise(good, cache=cache)
+    normalise(good, cache=cache)  # a plan of the good body
+    for _ in range(3):  # read the long way or by a plan, refused every time: never summed
+        with pytest.raises(ParseError, match="duplicate series"):
+            normalise(hostile, cache=cache)
+
+
+# --- abandoned /probe requests are cancelled (MEDIUM) ----------------------------------------------------
+
+
+async def test_abandoned_probes_are_cancelled_and_never_polled() -> None:
+    import aiohttp
+    from aiohttp import web
+
+    from kvoffload_exporter.config.settings import Config
+    from kvoffload_exporter.server.app import PROBES, make_app
+    from kvoffload_exporter.server.guards import GuardStats
+    from kvoffload_exporter.server.listener import ListenLimits
+
+    seen: list[str] = []
+    release = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.Response:
+        if request.path.endswith("/version"):
+            return web.Response(status=404)
+        seen.append(request.path)
+        if request.path != "/f/metrics":
+            await release.wait()
+        return web.Response(text="vllm:num_requests_running 0\n")
+
+    target = web.Application()
+    target.router.add_get("/{tail:.*}", slow)
+    trunner = web.AppRunner(target)
+    await trunner.setup()
+    tsite = web.TCPSite(trunner, "127.0.0.1", 0)
+    await tsite.start()
+    tport = tsite._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    urls = [f"http://127.0.0.1:{tport}/{p}" for p in "abcdef"]
+    cfg = Config(gpu_enabled=False, host_enabled=False, probe_allow=tuple(urls), probe_max_concurrent_polls=1)
+    guards = GuardStats()
+    app = make_app(cfg, guards=guards)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, **ListenLimits().runner_kwargs(guards))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    base = f"http://127.0.0.1:{port}/probe"
+    try:
+        async with aiohttp.ClientSession() as s:
+
+            async def probe(url: str) -> int:
+                async with s.get(base, params={"target": url}) as r:
+                    return r.status
+
+            abandoned = [asyncio.ensure_future(probe(u)) for u in urls[:5]]
+            for _ in range(500):  # the first holds the one probe slot, the other four wait for it
+                if seen and len(app[PROBES]._slots._waiters or ()) == 4:
+                    break
+                await asyncio.sleep(0.01)
+            for t in abandoned:
+                t.cancel()  # Prometheus' scrape timeout: the connections close
+            await asyncio.gather(*abandoned, return_exceptions=True)
+            for _ in range(500):
+                if not app[PROBES]._slots._waiters and not app[PROBES]._slots.locked():
+                    break
+                await asyncio.sleep(0.01)
+            assert not app[PROBES]._slots._waiters, "abandoned probes still wait for a probe slot"
+            release.set()
+            assert await probe(urls[5]) == 200
+        assert seen == ["/a/metrics", "/f/metrics"], seen  # b..e were never polled
+    finally:
+        release.set()
+        await runner.cleanup()
+        await trunner.cleanup()

@@ -60,8 +60,11 @@ class ListenLimits:
         return replace(self, max_connections=max(8, soft // 2))
 
     def runner_kwargs(self, guards: GuardStats) -> dict[str, Any]:
-        """aiohttp's own caps and a logger that turns parse errors into one counted DEBUG line."""
+        """aiohttp's own caps and a logger that turns parse errors into one counted DEBUG line. A request
+        whose client went away is cancelled (`handler_cancellation`): an abandoned `/probe` stops waiting for
+        a probe slot, and its poll stops, instead of holding the slot for the probes that still wait."""
         return {
+            "handler_cancellation": True,
             "max_line_size": 8190,
             "max_field_size": 8190,
             "max_headers": 64,
