@@ -65,6 +65,7 @@ class ListenLimits:
         a probe slot, and its poll stops, instead of holding the slot for the probes that still wait."""
         return {
             "handler_cancellation": True,
+            "shutdown_timeout": SHUTDOWN_TIMEOUT,
             "max_line_size": 8190,
             "max_field_size": 8190,
             "max_headers": 64,
@@ -291,6 +292,11 @@ class _Guard(asyncio.Protocol):
             self.site.slots.release(self.peer, self._pending)
             self.site.guards.connections = self.site.slots.open
             self.site.open.discard(self)
+
+
+SHUTDOWN_TIMEOUT = 4.0
+"""Seconds a SIGTERM waits for requests in flight (a `/probe` polling a slow target, a `POST /-/reload`)
+before they are cancelled; aiohttp's default is 60, past Kubernetes' 30 s grace (then SIGKILL)."""
 
 
 class GuardedSite(web.SockSite):
