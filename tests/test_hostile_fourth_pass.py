@@ -188,3 +188,48 @@ def test_sigterm_fits_kubernetes_grace_period() -> None:
     kwargs = ListenLimits().runner_kwargs(GuardStats())
     assert kwargs["handler_cancellation"] is True
     assert 2 * kwargs["shutdown_timeout"] + 5 < 30
+
+
+# --- LOW items refused with one clear line ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}],
+    ids=["origin", "sec-fetch-site"],
+)
+async def test_a_cross_origin_post_reload_from_a_browser_is_refused(headers: dict[str, str]) -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from kvoffload_exporter.config.settings import Config
+    from kvoffload_exporter.server.app import LIFECYCLE, make_app
+
+    reloads: list[int] = []
+
+    async def reload() -> tuple[bool, str]:
+        reloads.append(1)
+        return True, "targets: reloaded\n"
+
+    app = make_app(Config(gpu_enabled=False, host_enabled=False))
+    app[LIFECYCLE].reload = reload
+    async with TestClient(TestServer(app)) as client:
+        r = await client.post("/-/reload", headers=headers, data="x=1")
+        assert r.status == 403 and "cross-origin reload refused" in await r.text()
+        assert not reloads
+        r = await client.post("/-/reload", data=b"")  # curl, a script: applied
+        assert r.status == 200 and reloads == [1]
+
+
+@pytest.mark.parametrize(
+    "raw,needle",
+    [
+        ({"web": {"max_connections": 2}}, "web.max_connections"),
+        ({"telemetry_path": "/-/reload"}, "is taken by the exporter itself"),
+    ],
+)
+def test_settings_that_would_serve_nothing_are_refused(raw: dict[str, object], needle: str) -> None:
+    from kvoffload_exporter.config.schema import ConfigError
+    from kvoffload_exporter.config.settings import from_mapping
+
+    with pytest.raises(ConfigError, match=needle):
+        from_mapping({"targets": ["http://h:1"], **raw})

@@ -43,6 +43,9 @@ from kvoffload_exporter.redact import Scrubber, redact_url
 
 log = logging.getLogger("kvoffload.config")
 DEFAULT_LISTEN = "127.0.0.1:9466"
+MIN_CONNECTIONS = 8
+"""Fewer connection slots serve nothing: the reserve for addresses answered before takes two (or an
+eighth), and the shared rest must hold a scrape and a `/probe` or two."""
 MAX_POLLS_PER_WINDOW = 100_000  # points of history per target: bounds memory
 
 
@@ -201,7 +204,7 @@ class Config:
     )
     web_max_connections: int = setting(
         256,
-        integer(1, 100_000),
+        integer(MIN_CONNECTIONS, 100_000),
         "client connections open at once; more are closed at once (counted)",
         key="web.max_connections",
     )
@@ -349,7 +352,7 @@ def check(cfg: Config) -> None:
         errors.append(f"window: {seconds_text(cfg.window)} must cover at least two poll intervals ({poll})")
     if cfg.window > cfg.poll_interval * MAX_POLLS_PER_WINDOW:  # history is kept per target
         errors.append(f"window: must not cover more than {MAX_POLLS_PER_WINDOW} poll intervals")
-    if cfg.telemetry_path in ("/", "/healthz", "/probe", "/-/healthy", "/-/ready"):
+    if cfg.telemetry_path in ("/", "/healthz", "/probe", "/-/healthy", "/-/ready", "/-/reload"):
         errors.append(f"telemetry_path: {cfg.telemetry_path} is taken by the exporter itself")
     check_sections(cfg, errors)
     if errors:
