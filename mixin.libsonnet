@@ -29,6 +29,10 @@ local groups = [
     "expr": "max without (unit, tier, connector) (label_replace(increase(kvoffload_backend_loaded_bytes_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"bytes\", \"\", \"\") or label_replace(increase(kvoffload_backend_loaded_tokens_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"tokens\", \"\", \"\") or label_replace(increase(kvoffload_backend_loaded_blocks_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"blocks\", \"\", \"\") or label_replace(increase(kvoffload_backend_loaded_chunks_total{mixinselector=\"S90999\"}[90001s]), \"unit\", \"chunks\", \"\", \"\"))"
    },
    {
+    "record": "target:kvoffload_effective_kv_capacity_tokens:sum",
+    "expr": "sum without (engine) (kvoffload_effective_kv_capacity_tokens{mixinselector=\"S90999\"})"
+   },
+   {
     "record": "engine:kvoffload_ttft_seconds:avg90009s",
     "expr": "avg_over_time(kvoffload_ttft_seconds{mixinselector=\"S90999\",quantile=\"0.90008\"}[90009s])"
    }
@@ -256,6 +260,19 @@ local groups = [
      "summary": "Requests served from the offload tier get different answers.",
      "description": "The canary on {{ $labels.target }} sent the same prompt twice and got other tokens when the prefix came from the offload tier ({{ $labels.pair }}: {{ $value | humanize }} in the last 90028s). Users' answers may be corrupted: disable offloading (or loads) on this server and keep the evidence (`kvoffload-exporter check --out DIR`).",
      "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadoutputmismatch"
+    }
+   },
+   {
+    "alert": "KVOffloadIntegrityRisk",
+    "expr": "increase(kvoffload_integrity_events_total{mixinselector=\"S90999\"}[90028s]) > 0",
+    "for": "0m",
+    "labels": {
+     "severity": "warning"
+    },
+    "annotations": {
+     "summary": "The engine reports events that may corrupt its outputs.",
+     "description": "{{ $labels.target }} {{ $labels.model_name }} engine {{ $labels.engine }} reported {{ $value | humanize }} {{ $labels.kind }} events in the last 90028s: nan_logits (requests with NaNs in their logits, VLLM_COMPUTE_NANS_IN_LOGITS=1) or notification_after_expiry (NIXL: the KV blocks may have been reused before the transfer finished). Compare with KVOffloadOutputMismatch and run `kvoffload-exporter check` on a staging copy.",
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadintegrityrisk"
     }
    }
   ]

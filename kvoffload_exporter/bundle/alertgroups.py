@@ -347,6 +347,18 @@ def canary_alerts(t: Terms) -> list[AlertRule]:
             f"{s.output_mismatch_window}). Users' answers may be corrupted: disable offloading (or loads) "
             "on this server and keep the evidence (`kvoffload-exporter check --out DIR`).",
         ),
+        AlertRule(
+            "KVOffloadIntegrityRisk",
+            f"increase({q('kvoffload_integrity_events_total')}[{s.output_mismatch_window}]) > 0",
+            "0m",
+            "warning",
+            "The engine reports events that may corrupt its outputs.",
+            f"{t.engine} reported {{{{ $value | humanize }}}} {{{{ $labels.kind }}}} events in the last "
+            f"{s.output_mismatch_window}: nan_logits (requests with NaNs in their logits, "
+            "VLLM_COMPUTE_NANS_IN_LOGITS=1) or notification_after_expiry (NIXL: the KV blocks may have been "
+            "reused before the transfer finished). Compare with KVOffloadOutputMismatch and run "
+            "`kvoffload-exporter check` on a staging copy.",
+        ),
     ]
 
 

@@ -218,6 +218,15 @@ def _output_mismatch(e: _Env, fire: bool) -> tuple[Case, int]:
     return c, t
 
 
+def _integrity_risk(e: _Env, fire: bool) -> tuple[Case, int]:
+    t = e.at(e.s.output_mismatch_window)
+    c = Case("one request with NaN logits" if fire else "no integrity event")
+    lb = e.labels(c, B5, kind="nan_logits")
+    c.series = [("kvoffload_integrity_events_total", lb, f"0x{e.n(t) - 1} 1" if fire else _gauge(0, e.n(t)))]
+    c.expected = [(lb, 1)] if fire else []
+    return c, t
+
+
 BUILDERS: Mapping[str, Builder] = {
     "KVOffloadStoreWithoutLoad": _store_without_load,
     "KVOffloadNotStoring": _not_storing,
@@ -236,6 +245,7 @@ BUILDERS: Mapping[str, Builder] = {
     "KVOffloadCanaryFailing": _canary_failing,
     "KVOffloadCanaryNoOffloadHit": _no_offload_hit,
     "KVOffloadOutputMismatch": _output_mismatch,
+    "KVOffloadIntegrityRisk": _integrity_risk,
 }
 """One case builder per alert; tests/test_alerts.py fails when an alert has none."""
 
@@ -257,5 +267,6 @@ STEPS: Mapping[str, Callable[[Settings], int]] = {
     "KVOffloadCanaryFailing": lambda s: _quarter(s.canary_for),
     "KVOffloadCanaryNoOffloadHit": lambda s: _quarter(s.canary_for),
     "KVOffloadOutputMismatch": lambda s: _dividing(s.output_mismatch_window),
+    "KVOffloadIntegrityRisk": lambda s: _dividing(s.output_mismatch_window),
 }
 """Each alert's evaluation step (its own file: promtool has one evaluation_interval per file)."""
