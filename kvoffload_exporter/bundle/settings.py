@@ -15,11 +15,10 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TypeVar
 
+from kvoffload_exporter import PROJECT_URL  # defined at the root: the CLI's help names it without importing bundle
 from kvoffload_exporter.config.schema import did_you_mean
 from kvoffload_exporter.derive.window import QUANTILES
 
-PROJECT_URL = "https://github.com/kvoffload-exporter/kvoffload-exporter"
-"""The project's home, where the committed runbook is published."""
 RUNBOOK_URL = f"{PROJECT_URL}/blob/main/alerts/runbook.md"
 """Where `runbook_url` points (anchor = lower-case alert name): an absolute URL, so the link in a notification
 opens from Alertmanager or Grafana. The default is the published runbook of the release; render with

@@ -27,8 +27,9 @@ class ConfigError(ValueError):
 
     def __init__(self, errors: list[str]):
         # One problem: one line (scripts and log collectors read it whole); several: one per line.
-        text = errors[0] if len(errors) == 1 else "\n  - " + "\n  - ".join(errors)
-        super().__init__(f"invalid configuration: {text}")
+        # No space before the line break: the first line is exactly "invalid configuration:".
+        text = f" {errors[0]}" if len(errors) == 1 else "\n  - " + "\n  - ".join(errors)
+        super().__init__(f"invalid configuration:{text}")
         self.errors = errors
 
 
