@@ -76,7 +76,7 @@ def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
 
 
 def test_a_multi_error_message_has_no_trailing_space() -> None:
-    """Issue 47 item 9: the first line of a multi-error message ends in the colon, no line ends in a space."""
+    """The first line of a multi-error message ends in the colon, no line ends in a space."""
     message = str(ConfigError(["listen: bad", "poll_interval: must be > 0"]))
     assert message.splitlines()[0] == "invalid configuration:"
     assert not [line for line in message.splitlines() if line != line.rstrip()]

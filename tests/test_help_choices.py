@@ -53,7 +53,7 @@ def test_described_adds_values_only_for_closed_sets():
 
 
 def test_bundle_help_names_the_absolute_runbook_url_default():
-    """Issue 47 item 3: the rules link an absolute URL by default (docs/alerts.md), and --help says which."""
+    """The rules link an absolute URL by default (docs/alerts.md), and --help says which."""
     from kvoffload_exporter.bundle.settings import DEFAULT, RUNBOOK_URL
 
     action = next(a for a in PARSERS["bundle"]._actions if "--runbook-url" in a.option_strings)

@@ -168,7 +168,7 @@ def test_rendered_tests_catch_rules_rendered_with_other_settings(tmp_path):
 
 
 def test_each_header_names_only_files_the_bundle_writes(tmp_path):
-    """Issue 47 item 7: the header of a rendered test says how to run it with files `bundle --out DIR` wrote:
+    """The header of a rendered test says how to run it with files `bundle --out DIR` wrote:
     every path or glob it names matches files under DIR, and no hand-written file of the checkout is named."""
     out = _render(tmp_path, [])
     rendered = sorted((out / "alerts/tests").glob("*.yaml"))
