@@ -49,8 +49,18 @@ async def test_a_control_serving_another_model_is_refused(tmp_path: Path) -> Non
         sims=({}, {"calibration": "h200-qwen3-32b", "connector": False}),
     )
     assert code == 3 and doc["verdict"] == "error" and "(model_mismatch)" in doc["why"]
+    assert (doc["advice"]["action"], doc["exit_code"]) == ("fix_control", 3)  # names the fix, exits by it
+    assert "--control-target" in doc["advice"]["why"]
     assert "'Qwen/Qwen3-32B'" in doc["why"] and "'Qwen/Qwen3-0.6B'" in doc["why"]
     assert sims[0].engines[0].requests == 0  # refused in preflight, no canary request spent
+
+
+async def test_a_target_without_an_offload_connector_advises_configuring_one(tmp_path: Path) -> None:
+    code, doc, _, _err, sims = await _run(tmp_path, "--allow-pressure", sims=({"connector": False},))
+    assert code == 3 and doc["verdict"] == "error" and "no offload connector" in doc["why"]
+    assert (doc["advice"]["action"], doc["exit_code"]) == ("configure_offload", 3)
+    assert "--allow-no-offload" in doc["advice"]["why"]
+    assert sims[0].engines[0].requests == 0
 
 
 async def test_output_paths_are_checked_before_the_first_request(tmp_path: Path) -> None:
