@@ -240,6 +240,8 @@ def explain(
     """The reason for a `store_without_load` or `not_storing` state, or `stores_dropped` for a degraded
     `hit`; else None. `tier_bytes`: the tier's known size (exported, else configured)."""
     i = Inputs(d, e, families, canary, tier_bytes)
+    if not d.state_known:  # a source's series are missing: nothing is explained from half the evidence
+        return None
     if d.state == State.HIT:
         # The engine loads: the only thing to explain is a tier that is losing stores.
         return StateReason.STORES_DROPPED if _stores_dropped(i) else None
