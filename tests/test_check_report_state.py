@@ -33,3 +33,17 @@ def test_a_store_without_load_engine_gets_its_reason_and_hint() -> None:
     out = report.text(doc)
     line = next(x for x in out.splitlines() if x.startswith("engine Qwen/Qwen3-0.6B/0"))
     assert "store_without_load, why: lookup_always_misses - the tier is asked and never hits" in line
+
+
+def test_the_report_names_the_rank_sum_method_not_the_bootstrap() -> None:
+    """The verdict table and the sweep say what decides: the Hodges-Lehmann shift and its exact rank-sum
+    interval, at the confidence actually used (98.75 % over four levels is not printed as 99 %)."""
+    doc = _doc()
+    out = report.text(doc)
+    assert "bootstrap CI" not in out and "interval: bursts resampled" not in out
+    assert "HL shift ms" in out and "% rank-sum CI ms" in out
+    assert "Hodges-Lehmann shift of the burst medians, exact rank-sum interval" in out
+    assert "95% CI ms" in out
+    for entry in doc["load_sweep"]:  # type: ignore[union-attr]
+        entry["confidence"] = 0.9875  # four levels, Bonferroni
+    assert "98.75% CI ms" in report.text(doc) and "99% CI ms" not in report.text(doc)

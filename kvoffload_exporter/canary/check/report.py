@@ -241,9 +241,9 @@ def text(doc: Mapping[str, Any]) -> str:
                     f"{d['n_offload']}/{d['n_control']}" + mark,
                 ]
             )
-        pct = round(next(iter(deltas.values()))["confidence"] * 100)
+        pct = sweepreport.percent(next(iter(deltas.values()))["confidence"])
         out += table(
-            ["dTTFT offload_hit - control", "median ms", f"{pct}% bootstrap CI ms", "n"],
+            ["dTTFT offload_hit - control", "HL shift ms", f"{pct}% rank-sum CI ms", "n"],
             rows,
             [False, True, True, False],
         )
