@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from kvoffload_exporter import PROJECT_URL  # defined at the root: the CLI's help names it without importing bundle
-from kvoffload_exporter.config.schema import did_you_mean
+from kvoffload_exporter.config.schema import did_you_mean, prometheus_duration
 from kvoffload_exporter.derive.window import QUANTILES
 
 RUNBOOK_URL = f"{PROJECT_URL}/blob/main/alerts/runbook.md"
@@ -180,7 +180,6 @@ class Settings:
 FIELDS: Mapping[str, dataclasses.Field[object]] = {f.name: f for f in dataclasses.fields(Settings)}
 """Every setting, in definition order: the keys `bundle --set` accepts (listed in docs/alerts.md)."""
 
-_DURATION = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
 _RE2_UNSUPPORTED = re.compile(r"\(\?[=!<]|\\[1-9]")  # look-around and back-references: Go's RE2 has none
 
 
@@ -208,8 +207,11 @@ def parse_value(key: str, value: str) -> str | float:
         if not number >= 0 or number == float("inf"):
             raise ValueError(f"{key} wants a finite number >= 0, got {value}")
         return number
-    if kind is Kind.DURATION and not _DURATION.match(value):
-        raise ValueError(f"{key} wants a Prometheus duration such as 30s, 5m or 1h30m, got {value!r}")
+    if kind is Kind.DURATION:  # the one grammar of every command: plain seconds become `2s`, `1.5h` `1h30m`
+        try:
+            return prometheus_duration(value)
+        except ValueError:
+            raise ValueError(f"{key} wants a duration such as 2 (seconds), 30s, 5m or 1h30m, got {value!r}") from None
     if kind is Kind.QUANTILE and value not in {str(q) for q in QUANTILES}:
         raise ValueError(f"{key} wants one of the exported quantiles {', '.join(map(str, QUANTILES))}, got {value!r}")
     if kind is Kind.REGEX:

@@ -37,8 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--runbook-url",
         metavar="URL",
-        help="where you host alerts/runbook.md (written with the rules): each alert's runbook_url becomes "
-        f"URL#<alert in lower case> (default: the runbook the project publishes, an absolute URL: "
+        help="where you host alerts/runbook.md (written with the rules): each alert's runbook_url becomes the "
+        f"clickable link URL#<alert in lower case> (default: the runbook the project publishes, an absolute URL: "
         f"{PROJECT_URL}/blob/main/alerts/runbook.md)",
     )
     p.add_argument(
