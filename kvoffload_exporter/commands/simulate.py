@@ -273,15 +273,16 @@ async def _serve(args: argparse.Namespace, sim: Simulator, host: str, port: int)
 
     runner, url = await start(sim, host, port)
     cfg = sim.config
-    print(
-        f"simulated vLLM {sim.behaviour.text} ({sim.calibration.name}, {len(sim.engines)} engine(s), "
-        f"{'CPU tier ' + format(cfg.cpu_bytes / 1e9, 'g') + ' GB' if cfg.connector else 'no connector'}) "
-        f"serving {sim.model} on {url}  (metrics {url}/metrics, faults {url}/_sim/faults)",
-        flush=True,
-    )
     report = TrafficReport()
 
     async def main(stop: asyncio.Event) -> None:
+        # Said once Ctrl-C and SIGTERM are handled (run_until_stopped): from this line on they stop it, exit 0.
+        print(
+            f"simulated vLLM {sim.behaviour.text} ({sim.calibration.name}, {len(sim.engines)} engine(s), "
+            f"{'CPU tier ' + format(cfg.cpu_bytes / 1e9, 'g') + ' GB' if cfg.connector else 'no connector'}) "
+            f"serving {sim.model} on {url}  (metrics {url}/metrics, faults {url}/_sim/faults)",
+            flush=True,
+        )
         traffic = None
         if args.traffic:
             spec = traffic_from_args(args, cfg.max_model_len)
