@@ -122,11 +122,13 @@ def test_help_documents_the_exit_codes(capsys: Any) -> None:
         "0 offload pays off",
         "1 it does not",
         "2 usage error",
-        "3 could not run",
+        "3 fix something first, the advice names what",
         "4 inconclusive",
         "5 output mismatch",
     ):
         assert code in out
+    for action in ("fix_target", "fix_control", "configure_offload", "fix_secret_file", "report_bug"):
+        assert action in out
 
 
 def test_short_samples_count_the_ambiguous_revisits() -> None:

@@ -146,7 +146,7 @@ def test_one_data_parallel_rank_restarting_resets_only_that_rank() -> None:
 
 
 def test_a_family_both_bodies_declare_stays_vllms() -> None:
-    _text, origins = join_sources(_vllm("after-cold"), [_server("after-cold")])
+    _, origins = join_sources(_vllm("after-cold"), [_server("after-cold")])
     assert "vllm:prompt_tokens" in body_families(_vllm("after-cold"))
     assert "vllm:prompt_tokens" not in origins
     assert origins.get("lmcache_mp_l1_write_chunks") == 1

@@ -24,7 +24,7 @@ class FamilyType(StrEnum):
 
 T = FamilyType
 
-VLLM_RELEASES: tuple[str, str] = ("0.10", "0.33")
+VLLM_RELEASES: tuple[str, str] = ("0.10", "0.34")
 """The oldest and newest vLLM release whose families this table and the backend tables are checked against
 (reconstructed expositions from 0.10, the newest wheel on the package index); the README's range."""
 
@@ -176,6 +176,21 @@ TABLE: dict[str, FamilyType] = {
     "vllm:kv_offload_tiering_promotion_latency_seconds": T.HISTOGRAM,
     "vllm:kv_offload_tiering_read_bytes": T.COUNTER,
     "vllm:kv_offload_tiering_write_bytes": T.COUNTER,
+    "vllm:kv_offload_tiering_promotion_job_failures": T.COUNTER,
+    "vllm:kv_offload_tiering_cascade_job_failures": T.COUNTER,
+    "vllm:kv_offload_tiering_deferred_release_chunks": T.GAUGE,
+    "vllm:kv_offload_tiering_deferred_release_hold_seconds": T.HISTOGRAM,
+    "vllm:kv_offload_tiering_primary_write_usage_perc": T.GAUGE,
+    "vllm:kv_offload_tiering_primary_read_usage_perc": T.GAUGE,
+    "vllm:kv_offload_tiering_read_time": T.COUNTER,
+    "vllm:kv_offload_tiering_write_time": T.COUNTER,
+    "vllm:mooncake_store_operation_failed_keys": T.COUNTER,
+    "vllm:mooncake_store_operation_time_seconds": T.HISTOGRAM,
+    "vllm:nixl_num_failed_transfers": T.COUNTER,
+    "vllm:nixl_num_failed_notifications": T.COUNTER,
+    "vllm:nixl_num_kv_expired_reqs": T.COUNTER,
+    "vllm:nixl_num_notifications_after_expiry": T.COUNTER,
+    "vllm:corrupted_requests": T.COUNTER,
     "vllm:llmd_fs_metadata_cache_lookup_blocks": T.COUNTER,
     "vllm:mooncake_store_operation": T.COUNTER,
     "vllm:mooncake_store_operation_bytes": T.COUNTER,

@@ -10,10 +10,13 @@ operator runs; the model assumes a per-token prefill cost and ignores queueing) 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from kvoffload_exporter.canary.check.sweepreport import SweepEntry
 
 FASTER, SLOWER = "offload_faster", "offload_slower"
 
@@ -73,13 +76,21 @@ FIXES: dict[Action, str] = {
 """What a run that could not measure asks for, per action (the `why` of its advice)."""
 
 
+class AdviceDoc(TypedDict):
+    """`advice` of the check document."""
+
+    action: str
+    concurrency: int | None
+    why: str
+
+
 @dataclass(frozen=True)
 class Advice:
     action: Action
     concurrency: int | None
     why: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> AdviceDoc:
         return {"action": str(self.action), "concurrency": self.concurrency, "why": self.why}
 
     def line(self) -> str:
@@ -234,7 +245,7 @@ def exit_code(advice: Advice) -> int:
     return EXIT_CODES[advice.action]
 
 
-def level_facts(entries: Sequence[Mapping[str, Any]], prefix_tokens: int | None) -> tuple[LevelFact, ...]:
+def level_facts(entries: Sequence[SweepEntry], prefix_tokens: int | None) -> tuple[LevelFact, ...]:
     """The sweep entries at the rounds' prefix length (`load_sweep` rows)."""
     rows = [e for e in entries if prefix_tokens is None or int(e["prefix_tokens"]) == prefix_tokens]
     return tuple(LevelFact(int(e["concurrency"]), str(e["verdict"]), e.get("delta_ttft_seconds")) for e in rows)
@@ -246,6 +257,7 @@ __all__ = [
     "FIXES",
     "Action",
     "Advice",
+    "AdviceDoc",
     "Evidence",
     "LevelFact",
     "advise",

@@ -53,7 +53,7 @@ TABLES: tuple[BackendTable, ...] = (
     mooncake_store.TABLE,
     umbp.TABLE,
 )
-_ALL_ROWS: tuple[Source, ...] = (*common.SHARED, *(r for t in TABLES for r in t.rows))
+_ALL_ROWS: tuple[Source, ...] = (*common.SHARED, *common.ALWAYS, *(r for t in TABLES for r in t.rows))
 FAMILIES: frozenset[str] = frozenset({r.family for r in _ALL_ROWS} | {f for t in TABLES for f in t.detect})
 """Every family the resolver reads (canonical names): normalise adds them to its selector."""
 SIGNAL_UNITS: dict[Evidence, tuple[NativeUnit, ...]] = {
@@ -74,13 +74,15 @@ def detect(families: frozenset[str]) -> tuple[Backend, ...]:
 
 @lru_cache(maxsize=64)
 def rows_for(backends: tuple[Backend, ...], families: frozenset[str]) -> tuple[Source, ...]:
-    """The rows to read: each backend's plus the shared ones, the first present row of each group only."""
+    """The rows to read: each backend's plus the shared ones, the first present row of each group only; the
+    transfer-failure and integrity rows (common.ALWAYS) whatever the backend, with none too."""
+    always = tuple(r for r in common.ALWAYS if r.family in families)
     if not backends:
-        return ()
+        return always
     by_backend = {t.backend: t for t in TABLES}
     chosen: list[Source] = []
     groups: set[str] = set()
-    for row in (*(r for b in backends for r in by_backend[b].rows), *common.SHARED):
+    for row in (*(r for b in backends for r in by_backend[b].rows), *common.SHARED, *always):
         if row.family not in families or row in chosen:
             continue
         if row.group:
