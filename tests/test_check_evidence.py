@@ -55,6 +55,19 @@ async def test_a_control_serving_another_model_is_refused(tmp_path: Path) -> Non
     assert sims[0].engines[0].requests == 0  # refused in preflight, no canary request spent
 
 
+async def test_a_control_that_refuses_the_canary_advises_fixing_the_control(tmp_path: Path) -> None:
+    code, doc, _, _err, _sims = await _run(
+        tmp_path,
+        "--control-target",
+        "{control}",
+        "--allow-pressure",
+        sims=({}, {"connector": False, "faults": ("completions-status=400",)}),
+    )
+    assert code == 3 and doc["verdict"] == "error"
+    assert doc["why"].startswith("the control target refused the canary's completions with HTTP 400")
+    assert (doc["advice"]["action"], doc["exit_code"]) == ("fix_control", 3)  # the control's fault, not the target's
+
+
 async def test_a_target_without_an_offload_connector_advises_configuring_one(tmp_path: Path) -> None:
     code, doc, _, _err, sims = await _run(tmp_path, "--allow-pressure", sims=({"connector": False},))
     assert code == 3 and doc["verdict"] == "error" and "no offload connector" in doc["why"]

@@ -220,13 +220,14 @@ def _http(fail: CycleFailed | None) -> bool:
 def _failure_text(engine: CanaryEngine, streak: retries.Streak) -> str:
     fail = engine.last_failure
     status = streak.refused()
+    server = "control target" if fail is not None and fail.role == CONTROL else "target"
     if status is not None and fail is not None:
-        return retries.refused_text(status, fail.said)
+        return retries.refused_text(status, fail.said, server)
     if fail is not None and _http(fail):
         last = f"HTTP {fail.status}: {retries.server_message(fail.said)}"
     else:
         last = engine.cycles[-1].detail
-    return retries.gave_up_text(streak, last)
+    return retries.gave_up_text(streak, last, server)
 
 
 async def _rounds(
