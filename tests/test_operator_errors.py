@@ -94,3 +94,12 @@ def test_a_bad_duration_is_one_line_everywhere(text: str) -> None:
         DEFAULT.with_sets([f"reuse_window={text}"])
     with pytest.raises(ValueError):
         prometheus_duration(text)
+
+
+def test_simulate_and_demo_durations_take_the_same_grammar() -> None:
+    from kvoffload_exporter.commands.simulate import positive_seconds
+
+    assert positive_seconds("90") == 90.0 and positive_seconds("1h30m") == 5400.0 and positive_seconds("1.5s") == 1.5
+    for bad in ("0", "nan", "1h30x", "-5"):
+        with pytest.raises(Exception, match=r"duration|> 0"):
+            positive_seconds(bad)
