@@ -312,7 +312,7 @@ def test_set_accepts_every_setting_and_the_rendered_rules_use_it(tmp_path, key):
 @pytest.mark.parametrize(
     "bad",
     [
-        "reuse_window=5",
+        "reuse_window=5parsecs",
         "reuse_window=",
         "nope=1m",
         "store_without_load_min_bytes=lots",

@@ -409,3 +409,32 @@ def test_abbreviated_flags_are_refused_with_a_did_you_mean(
         main(argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and f"did you mean {hint}?" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "argv,command,said",
+    [
+        (["serve", "--targt", "http://a:1"], "serve", ["(did you mean --target?)"]),
+        (
+            ["serve", "--targt", "http://a:1", "--listn", "x"],
+            "serve",
+            ["--targt: did you mean --target?", "--listn: did you mean --web.listen-address?"],
+        ),
+        (["check", "--target", "http://a:1", "--roundz", "3", "--zzzz"], "check", ["--roundz: did you mean --rounds?"]),
+        (["bundle", "--out", "x", "--selektor", "a=b"], "bundle", ["(did you mean --selector?)"]),
+        (["--bogus"], None, []),
+    ],
+)
+def test_an_unknown_flag_points_to_its_commands_help_and_each_gets_its_suggestion(
+    argv: list[str], command: str | None, said: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    prog = f"kvoffload-exporter {command}" if command else "kvoffload-exporter"
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"{prog}: error: unrecognized arguments: ") and err.strip().endswith(f"(see {prog} --help)")
+    for s in said:
+        assert s in err, (s, err)
+    if "--zzzz" in argv:
+        assert "--zzzz: no such flag" in err

@@ -75,6 +75,14 @@ def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
     assert config_from_args(_serve("--config.file", str(f)), {}).window == 600
 
 
+def test_a_multi_error_message_has_no_trailing_space() -> None:
+    """The first line of a multi-error message ends in the colon, no line ends in a space."""
+    message = str(ConfigError(["listen: bad", "poll_interval: must be > 0"]))
+    assert message.splitlines()[0] == "invalid configuration:"
+    assert not [line for line in message.splitlines() if line != line.rstrip()]
+    assert str(ConfigError(["listen: bad"])) == "invalid configuration: listen: bad"
+
+
 def test_errors_name_the_key_the_flag_or_the_variable(tmp_path: Path) -> None:
     f = tmp_path / "c.yaml"
     f.write_text("targets: [http://a:1]\nwindow: forever\n")

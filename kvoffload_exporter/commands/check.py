@@ -2,11 +2,12 @@
 
 Exit codes follow the run's one advice (canary.advice.EXIT_CODES): 0 offload pays off (keep), 1 it does
 not (disable or skip loads), 2 usage error (argparse, and output paths or target URLs refused before the
-first request), 3 could not run (preflight, a control serving another model, a refused completion, rounds
-failing past --retry-deadline) or the tier is misconfigured (grow_tier, check_connector), 4 inconclusive
-(measure_longer), 5 output mismatch (disable_offload: an offload hit answered other tokens). `--json FILE`
-holds the machine-readable verdict, `--out DIR` the evidence bundle (both /metrics snapshots, every
-request, the conditions, the report and a TTFT plot); `--concurrency` adds the load sweep.
+first request), 3 fix something first: the run could not measure (fix_target: preflight, a refused completion,
+rounds failing past --retry-deadline; fix_control: a control serving another model; configure_offload: no
+offload connector; fix_secret_file; report_bug) or the tier is misconfigured (grow_tier, check_connector),
+4 inconclusive (measure_longer), 5 output mismatch (disable_offload: an offload hit answered other
+tokens). `--json FILE` holds the machine-readable verdict, `--out DIR` the evidence bundle (both /metrics
+snapshots, every request, the conditions, the report and a TTFT plot); `--concurrency` adds the load sweep.
 
 This module is the flags; the procedure is canary.checkrun, the document canary.checkreport and the
 files canary.evidence.
@@ -40,9 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="Preflight (/health, /v1/models, /version, /metrics), N canary rounds, a second /metrics "
         "snapshot, then a verdict table and a TTFT plot. Exit codes follow the advice: 0 offload pays off; 1 it "
         "does not (slower than the control: disable or skip loads); 2 usage error (bad flags, output paths, target "
-        "URL); 3 could not run (unreachable target, preflight, a control serving another model, completions "
-        "refused or failing past --retry-deadline) or the tier is misconfigured (it never stores or never loads: "
-        "grow_tier, check_connector); 4 inconclusive (too few samples, interval includes 0, nothing displaced the "
+        "URL); 3 fix something first, the advice names what: the run could not measure (fix_target: unreachable "
+        "target, preflight, completions refused or failing past --retry-deadline; fix_control: a control serving "
+        "another model; configure_offload: no offload connector; fix_secret_file; report_bug) or the tier is "
+        "misconfigured (it never stores or never loads: grow_tier, check_connector); 4 inconclusive (too few "
+        "samples, interval includes 0, nothing displaced the "
         "prefix); 5 output mismatch (an offload hit answered other tokens than the same prompt from the GPU or "
         "recomputed: disable_offload, before every speed verdict).",
     )
@@ -197,6 +200,7 @@ async def run_check(
     canary.checkreport and canary.evidence.
     """
     from kvoffload_exporter.canary.check import checkreport, checkrun, evidence, report
+    from kvoffload_exporter.canary.check.advice import Action
     from kvoffload_exporter.canary.check.retries import DEFAULT_DEADLINE
     from kvoffload_exporter.canary.check.sweep import SweepRequest
     from kvoffload_exporter.canary.wire.client import open_client
@@ -219,7 +223,8 @@ async def run_check(
     except (ConfigError, SecretError) as e:
         print(f"kvoffload-exporter check: {checkrun.redact(str(e))}", file=stderr)
         code = 2 if isinstance(e, ConfigError | SecretPathError) else 3  # a bad flag value or path: usage
-        return code, {**checkreport.error_document(str(e)), "exit_code": code}
+        action = Action.FIX_SECRET_FILE if isinstance(e, SecretError) else Action.FIX_TARGET  # 2: never written
+        return code, {**checkreport.error_document(str(e), action), "exit_code": code}
     sweep = None
     if args.concurrency:
         lengths = tuple(getattr(args, "sweep_prefix_tokens", ()) or ())
@@ -243,7 +248,7 @@ async def run_check(
             doc["interrupted"], doc["exit_code"] = True, 130
         text = scrub(report.text(doc))
     except Exception as e:  # a bug or an answer nothing foresaw: exit 3, with the report
-        doc = {**checkreport.error_document(f"internal error ({type(e).__name__})"), "exit_code": 3}
+        doc = checkreport.error_document(f"internal error ({type(e).__name__})", Action.REPORT_BUG)
         print(f"kvoffload-exporter check: {scrub(str(doc['why']))}", file=stderr)
         evidence.write_error(doc, scrub(report.text(doc)), args.json, args.out, stdout)
         return 3, doc

@@ -238,7 +238,6 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
         app[LIFECYCLE].reload = http_reload
     host, port = sock.getsockname()[:2]
     scheme = "https" if ssl_context else "http"
-    log.info("listening on %s://%s:%d%s, %d target(s)", scheme, host, port, cfg.telemetry_path, len(cfg.targets))
     stop = asyncio.Event()
     received: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
@@ -250,6 +249,8 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
     loop.add_signal_handler(signal.SIGHUP, reloader.trigger)
+    # Said once the signals are handled: from this line on, Ctrl-C is a clean stop (exit 0), never 130.
+    log.info("listening on %s://%s:%d%s, %d target(s)", scheme, host, port, cfg.telemetry_path, len(cfg.targets))
     try:
         await stop.wait()
     finally:

@@ -27,8 +27,9 @@ class ConfigError(ValueError):
 
     def __init__(self, errors: list[str]):
         # One problem: one line (scripts and log collectors read it whole); several: one per line.
-        text = errors[0] if len(errors) == 1 else "\n  - " + "\n  - ".join(errors)
-        super().__init__(f"invalid configuration: {text}")
+        # No space before the line break: the first line is exactly "invalid configuration:".
+        text = f" {errors[0]}" if len(errors) == 1 else "\n  - " + "\n  - ".join(errors)
+        super().__init__(f"invalid configuration:{text}")
         self.errors = errors
 
 
@@ -197,26 +198,54 @@ def choice(*values: str) -> Parser:
     return parse
 
 
-_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_DUR = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w|y)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0, None: 1.0}
+PROMETHEUS_DURATION = re.compile(r"^(?=\d)(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$")
+"""Prometheus's duration grammar: whole numbers with units from the largest down, each unit at most once."""
+_ORDER = ("y", "w", "d", "h", "m", "s", "ms")  # PROMETHEUS_DURATION's groups
+DURATION_EXAMPLES = "use e.g. 5 (seconds), 500ms, 30s, 5m, 1h30m"
 
 
 def parse_duration(v: object) -> float:
-    """5, 2.5, "500ms", "30s", "5m", "1h" → seconds; never NaN, infinite or longer than a year."""
+    """The one duration grammar of every command and file: a number of seconds (5, 2.5, "5") or a Prometheus
+    duration ("500ms", "30s", "1h30m", "1d"; one unit may take a fraction: "1.5h") → seconds; never NaN,
+    infinite or longer than a year."""
     if isinstance(v, bool):
         raise ValueError(f"not a duration: {v!r}")
     if isinstance(v, (int, float)):
         seconds = float(v)
         if not math.isfinite(seconds):
-            raise ValueError(f"not a duration: {v!r} (use e.g. 5, 500ms, 30s, 5m, 1h)")
+            raise ValueError(f"not a duration: {v!r} ({DURATION_EXAMPLES})")
     else:
-        m = _DUR.match(str(v))
-        if not m:
-            raise ValueError(f"not a duration: {v!r} (use e.g. 5, 500ms, 30s, 5m, 1h)")
-        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+        text = str(v).strip()
+        m, parts = _DUR.match(text), PROMETHEUS_DURATION.match(text)
+        if m:
+            seconds = float(m.group(1)) * _UNITS[m.group(2)]
+        elif parts:
+            seconds = sum(float(p[: -len(u)]) * _UNITS[u] for p, u in zip(parts.groups(), _ORDER) if p)
+        else:
+            raise ValueError(f"not a duration: {v!r} ({DURATION_EXAMPLES})")
     if seconds > MAX_SECONDS:
         raise ValueError(f"not a sensible duration: {v!r} (at most 366d)")
     return seconds
+
+
+def prometheus_duration(v: object) -> str:
+    """A duration as Prometheus writes it (rules, `for:`, range selectors): text already in its grammar is kept
+    as written, any other duration (`2`, `90.5`, `1.5h`) is converted (`2s`, `1m30s500ms`, `1h30m`).
+    ValueError when not a duration or finer than a millisecond."""
+    text = str(v).strip()
+    if PROMETHEUS_DURATION.match(text):
+        return text
+    ms = parse_duration(text) * 1000.0
+    if ms < 0 or abs(ms - round(ms)) > 1e-6:
+        raise ValueError(f"not a duration Prometheus can write: {v!r} (whole milliseconds)")
+    left, out = round(ms), ""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
+        if left >= size:
+            out += f"{left // size}{unit}"
+            left %= size
+    return out or "0s"
 
 
 class Duration:

@@ -257,7 +257,7 @@ def _ttft_lines(doc: CheckDocument) -> list[str]:
 
 
 def _delta_lines(doc: CheckDocument) -> list[str]:
-    """ΔTTFT against each control with its bootstrap interval; the verdict's control marked."""
+    """ΔTTFT against each control with its rank-sum interval; the verdict's control marked."""
     deltas = doc.get("deltas") or {}
     if not deltas:
         return []
@@ -273,8 +273,8 @@ def _delta_lines(doc: CheckDocument) -> list[str]:
                 f"{d['n_offload']}/{d['n_control']}" + mark,
             ]
         )
-    pct = round(next(iter(deltas.values()))["confidence"] * 100)
-    heads = ["dTTFT offload_hit - control", "median ms", f"{pct}% bootstrap CI ms", "n"]
+    pct = sweepreport.percent(next(iter(deltas.values()))["confidence"])
+    heads = ["dTTFT offload_hit - control", "HL shift ms", f"{pct}% rank-sum CI ms", "n"]
     return [*table(heads, rows, [False, True, True, False]), ""]
 
 

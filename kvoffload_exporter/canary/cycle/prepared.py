@@ -177,7 +177,9 @@ class PreparedRun:
         self._account(cycle, phase, kind, role, prompt, fresh, kv, comp)
         if comp.error is not None:
             detail = f"{phase} {kind} on {role}: {comp.error} {comp.detail}".strip()
-            raise CycleFailed(detail, comp.retry_after, reason=comp.error, status=comp.status, said=comp.detail)
+            raise CycleFailed(
+                detail, comp.retry_after, reason=comp.error, status=comp.status, said=comp.detail, role=role
+            )
         return comp
 
     async def send_burst(
@@ -206,7 +208,7 @@ class PreparedRun:
                 r.counted = False  # a burst with a failed request is never one of its level's bursts
             detail = f"{phase} burst on {role}: {bad.error} {bad.detail}".strip()
             raise CycleFailed(
-                detail, bad.retry_after, reason=bad.error or "internal", status=bad.status, said=bad.detail
+                detail, bad.retry_after, reason=bad.error or "internal", status=bad.status, said=bad.detail, role=role
             )
         return comps, recs
 
