@@ -229,11 +229,11 @@ CASES: list[tuple[str, tuple[str, ...], Files, str]] = [
     ("simulate-calibration", ("simulate", "--calibration", "nope"), {}, "--calibration"),
     # demo
     ("demo-duration-negative", ("demo", "--duration", "-5"), {}, "--duration"),
-    ("demo-window-1e30h", ("demo", "--window", "1e30h"), {}, "--window: not a duration"),
-    ("demo-listen-99999", ("demo", "--listen", "127.0.0.1:99999"), {}, "listen"),
+    ("demo-window-1e30h", ("demo", "--state.window", "1e30h"), {}, "--state.window: not a duration"),
+    ("demo-listen-99999", ("demo", "--web.listen-address", "127.0.0.1:99999"), {}, "listen"),
     ("demo-sim-listen", ("demo", "--sim-listen", "abc"), {}, "listen must be HOST:PORT"),
     ("demo-status-interval-nan", ("demo", "--status-interval", "nan"), {}, "--status-interval"),
-    ("demo-poll-.nan", ("demo", "--poll-interval", ".nan"), {}, "--poll-interval: not a duration"),
+    ("demo-poll-.nan", ("demo", "--poll.interval", ".nan"), {}, "--poll.interval: not a duration"),
     # top level
     ("unknown-command", ("frobnicate",), {}, "invalid choice"),
 ]

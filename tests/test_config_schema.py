@@ -214,19 +214,36 @@ def test_demo_help_shows_the_demo_defaults(capsys: pytest.CaptureFixture[str]) -
         build_parser().parse_args(["demo", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "(default 2)" in text and "(default 1m)" in text and "(default 1);" in text
-    assert "(default 5)" not in text.split("--poll-interval")[1][:120]
+    assert "(default 5)" not in text.split("--poll.interval")[1][:120]
 
 
 def test_check_flags_are_built_from_the_canary_declaration() -> None:
-    from kvoffload_exporter.commands.check import settings_from_args
+    from kvoffload_exporter.commands.check import inputs_from_args, settings_from_args
 
     args = build_parser().parse_args(
         ["check", "--target", "http://a:1/metrics", "--wait-initial", "1m", "--no-flush", "--budget-tokens", "9"]
     )
-    s = settings_from_args(args)
-    assert s.wait_initial == 60 and not s.flush and s.budget_tokens_per_hour == 9 and args.target == "http://a:1"
+    given = dict(vars(args))
+    inputs = inputs_from_args(args)
+    s = inputs.settings
+    assert s.wait_initial == 60 and not s.flush and s.budget_tokens_per_hour == 9 and inputs.target == "http://a:1"
+    assert vars(args) == given  # read, never written
     default = settings_from_args(build_parser().parse_args(["check", "--target", "http://a:1"]))
     assert default.budget_tokens_per_hour is None and default.settle == 0.5 and default.request_timeout == 120
+
+
+def test_check_reads_each_prefix_length_once_with_the_settings_bounds() -> None:
+    from kvoffload_exporter.commands.check import inputs_from_args
+    from kvoffload_exporter.config.settings import ConfigError
+
+    args = build_parser().parse_args(["check", "--target", "http://a:1", "--prefix-tokens", "1024,6144"])
+    inputs = inputs_from_args(args)
+    assert inputs.settings.prefix_tokens == 1024 and inputs.sweep_lengths == (1024, 6144)
+    assert args.prefix_tokens == "1024,6144" and not hasattr(args, "sweep_prefix_tokens")
+    one = inputs_from_args(build_parser().parse_args(["check", "--target", "http://a:1", "--prefix-tokens", "512"]))
+    assert one.settings.prefix_tokens == 512 and one.sweep_lengths == ()
+    with pytest.raises(ConfigError, match="--prefix-tokens: must be an integer >= 1, got 0"):
+        inputs_from_args(build_parser().parse_args(["check", "--target", "http://a:1", "--prefix-tokens", "1024,0"]))
 
 
 def test_file_and_flag_errors_are_listed_together(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 ORDER = 10
 log = logging.getLogger("kvoffload")
-_DEMO_FIELDS = ("poll_interval", "window", "timeout", "host_enabled", "gpu_enabled")
+_DEMO_FIELDS = ("listen", "poll_interval", "window", "timeout", "host_enabled", "gpu_enabled")
 
 
 def add_exporter_arguments(p: argparse.ArgumentParser, defaults: Mapping[str, object] | None = None) -> None:

@@ -53,7 +53,7 @@ def setting(
     key: str = "",
     flag: str | tuple[str, ...] | None = None,
     check_flag: str | tuple[str, ...] | None = None,
-    demo_flag: str | tuple[str, ...] | None = None,
+    demo_flag: bool = False,
     old: str | tuple[str, ...] = (),
     env: bool = True,
     metavar: str | None = None,
@@ -61,9 +61,9 @@ def setting(
     yaml: bool = True,
 ) -> T:
     """A dataclass field carrying its Spec; `flag` is the `serve` flag (`old` its former spellings),
-    `check_flag` the `check` one, `demo_flag` the `demo` one."""
+    `check_flag` the `check` one; `demo_flag`: `demo` offers the setting too, spelt as `serve` spells it."""
     flags: dict[str, tuple[str, ...]] = {}
-    for cmd, f in (("serve", flag), ("check", check_flag), ("demo", demo_flag)):
+    for cmd, f in (("serve", flag), ("check", check_flag), ("demo", flag if demo_flag else None)):
         if f:
             flags[cmd] = (f,) if isinstance(f, str) else f
     spec = Spec(parse, help, key, flags, (old,) if isinstance(old, str) else old, env, metavar, action, yaml)
