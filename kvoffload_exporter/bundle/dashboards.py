@@ -9,7 +9,6 @@ two modules (and grafana_alerts) import grafanalib.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import grafanalib.core as G
 
@@ -376,7 +375,7 @@ OVERVIEW_ROWS: tuple[Callable[[Layout, Ctx, str], None], ...] = (
 """The overview's rows, top to bottom: one builder each."""
 
 
-def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
+def overview(selectors: Sequence[Matcher] = ()) -> dict[str, object]:
     c = Ctx.of(selectors)
     eng = "{{target}} {{model_name}} e{{engine}}"
     L = Layout()

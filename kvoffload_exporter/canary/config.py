@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
 from urllib.parse import urlsplit
 
 from kvoffload_exporter.config.schema import (
@@ -218,13 +217,13 @@ class CanarySettings:
     def effective_strategy(self) -> str:
         return "pressure" if self.strategy == "pressure" and self.allow_pressure else "wait"
 
-    def public(self) -> dict[str, Any]:
+    def public(self) -> dict[str, object]:
         """Settings for evidence files (paths only, never the key or the secret)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def from_mapping(
-    raw: Mapping[str, Any] | None, base: CanarySettings | None = None, validate: bool = True
+    raw: Mapping[str, object] | None, base: CanarySettings | None = None, validate: bool = True
 ) -> CanarySettings:
     """Validate a `canary:` mapping on top of `base`. Raises ConfigError listing every problem."""
     if raw is not None and not isinstance(raw, Mapping):

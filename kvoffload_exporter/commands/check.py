@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from kvoffload_exporter.config.settings import ConfigError
 
@@ -337,7 +337,7 @@ def _usage_errors(args: argparse.Namespace) -> list[str]:
     return errors
 
 
-def _public_argv(args: argparse.Namespace) -> dict[str, Any]:
+def _public_argv(args: argparse.Namespace) -> dict[str, object]:
     return {k: v for k, v in vars(args).items() if k != "func"}
 
 

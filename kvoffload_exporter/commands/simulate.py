@@ -174,6 +174,7 @@ def add_traffic_arguments(
     """The traffic generator's flags, spelt alike in `simulate` and `demo`; `old_rate_flag` is the command's
     former spelling of --traffic-rate (hidden, with one deprecation line)."""
     g = p.add_argument_group("traffic generator (loopback only)")
+    # Any: keyword arguments of argparse's add_argument
     kw: dict[str, Any] = {"dest": "traffic", "action": Flag, "type": float}
     help_text = "requests per second, Poisson arrivals" + (f" (default {rate:g})" if rate else "")
     g.add_argument("--traffic-rate", default=rate, metavar="RATE", help=help_text, **kw)

@@ -94,6 +94,7 @@ def add_flag(
     switch spelling keeps what it set: `--no-gpu` is `--no-collector.gpu`, `--canary` is `--canary.enabled`."""
     values = {k: v for n in names for k, v in switch_values(n).items()} if switch else None
     shown = list(values or names)
+    # Any: keyword arguments of argparse's add_argument
     kw: dict[str, Any] = {"dest": dest, "action": Flag, "parse": parse}
     p.add_argument(*shown, switch=values, default=default, help=help, metavar=None if switch else metavar, **kw)
     for alias in old:
