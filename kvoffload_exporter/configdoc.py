@@ -13,6 +13,7 @@ from kvoffload_exporter.config.flags import renamed, switch_values
 from kvoffload_exporter.config.schema import Duration, Spec, described, env_name, seconds_text, specs, yaml_key
 from kvoffload_exporter.server.logs import LogSettings
 from kvoffload_exporter.variables import SECTIONS
+from kvoffload_exporter.variables import renamed as renamed_variables_table
 
 
 def _default(f: Field[Any], spec: Spec) -> str:
@@ -70,6 +71,7 @@ def render() -> str:
         lines += [_row(f, s, section, s.yaml and cls is not LogSettings) for f, s in specs(cls)]
     lines += _command_flags()
     lines += _renamed_flags()
+    lines += _renamed_variables()
     return "\n".join(lines) + "\n"
 
 
@@ -117,6 +119,22 @@ def _renamed_flags() -> list[str]:
         "spelling of one setting that disagree are refused (exit 2).",
         "",
         "| earlier flag | flag |",
+        "|---|---|",
+        *rows,
+    ]
+
+
+def _renamed_variables() -> list[str]:
+    """Variables renamed to follow their flag (variables.renamed)."""
+    rows = [f"| `{old}` | `{new}` |" for old, new in renamed_variables_table().items()]
+    return [
+        "",
+        "## Renamed variables",
+        "",
+        "A setting's variable follows its `serve` flag. The earlier names, which followed the YAML key, are",
+        "still read: each logs `variable OLD is deprecated; use NEW`, and the new name wins when both are set.",
+        "",
+        "| earlier variable | variable |",
         "|---|---|",
         *rows,
     ]

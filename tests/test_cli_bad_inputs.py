@@ -329,10 +329,11 @@ def test_an_unknown_kvoffload_variable_is_named_with_a_did_you_mean() -> None:
     """`KVOFFLOAD_WINDOWS=10m` used to be ignored without a word; every variable the settings read is known."""
     from kvoffload_exporter.variables import unknown_variables, variables
 
-    env = {"KVOFFLOAD_WINDOWS": "10m", "KVOFFLOAD_WINDOW": "10m", "KVOFFLOAD_API_KEY": "k", "PATH": "/bin"}
+    env = {"KVOFFLOAD_WINDOWS": "10m", "KVOFFLOAD_STATE_WINDOW": "10m", "KVOFFLOAD_API_KEY": "k", "PATH": "/bin"}
     assert unknown_variables(env) == [
-        "KVOFFLOAD_WINDOWS is not a kvoffload-exporter variable (did you mean KVOFFLOAD_WINDOW?)"
+        "KVOFFLOAD_WINDOWS is not a kvoffload-exporter variable (did you mean KVOFFLOAD_STATE_WINDOW?)"
     ]
+    assert unknown_variables({"KVOFFLOAD_WINDOW": "10m"}) == []  # a former name: read, with its own notice
     assert {"KVOFFLOAD_POLL_INTERVAL", "KVOFFLOAD_CANARY_INTERVAL", "KVOFFLOAD_LIMITS_SAMPLE_LIMIT"} <= variables()
     assert unknown_variables({"KVOFFLOAD_XYZZY": "1"}) == ["KVOFFLOAD_XYZZY is not a kvoffload-exporter variable"]
 

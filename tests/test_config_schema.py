@@ -69,7 +69,7 @@ def test_serve_flags_are_built_from_the_declaration() -> None:
 def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
     f = tmp_path / "c.yaml"
     f.write_text("targets: [http://a:1]\nwindow: 10m\npoll_interval: 2s\ncanary: {interval: 20m}\n")
-    env = {"KVOFFLOAD_WINDOW": "15m", "KVOFFLOAD_POLL_INTERVAL": "3", "KVOFFLOAD_CANARY_INTERVAL": "30m"}
+    env = {"KVOFFLOAD_STATE_WINDOW": "15m", "KVOFFLOAD_POLL_INTERVAL": "3", "KVOFFLOAD_CANARY_INTERVAL": "30m"}
     cfg = config_from_args(_serve("--config.file", str(f), "--state.window", "20m"), env)
     assert cfg.window == 1200 and cfg.poll_interval == 3 and cfg.canary.interval == 1800
     assert config_from_args(_serve("--config.file", str(f)), {}).window == 600
@@ -82,10 +82,24 @@ def test_errors_name_the_key_the_flag_or_the_variable(tmp_path: Path) -> None:
         config_from_args(_serve("--config.file", str(f)), {})
     with pytest.raises(ConfigError, match=r"--state\.window: not a duration"):
         config_from_args(_serve("--target", "http://a:1", "--state.window", "forever"), {})
-    with pytest.raises(ConfigError, match="KVOFFLOAD_WINDOW: not a duration"):
-        config_from_args(_serve("--target", "http://a:1"), {"KVOFFLOAD_WINDOW": "forever"})
-    with pytest.raises(ConfigError, match="KVOFFLOAD_HOST_ENABLED: must be true or false"):
-        config_from_args(_serve("--target", "http://a:1"), {"KVOFFLOAD_HOST_ENABLED": "maybe"})
+    with pytest.raises(ConfigError, match="KVOFFLOAD_STATE_WINDOW: not a duration"):
+        config_from_args(_serve("--target", "http://a:1"), {"KVOFFLOAD_STATE_WINDOW": "forever"})
+    with pytest.raises(ConfigError, match="KVOFFLOAD_COLLECTOR_HOST: must be true or false"):
+        config_from_args(_serve("--target", "http://a:1"), {"KVOFFLOAD_COLLECTOR_HOST": "maybe"})
+
+
+def test_variables_follow_the_flags_and_the_former_names_still_work() -> None:
+    from kvoffload_exporter.variables import renamed, renamed_variables
+
+    assert renamed()["KVOFFLOAD_WINDOW"] == "KVOFFLOAD_STATE_WINDOW"
+    assert renamed()["KVOFFLOAD_GPU_ENABLED"] == "KVOFFLOAD_COLLECTOR_GPU"
+    serve = _serve("--target", "http://a:1")
+    assert config_from_args(serve, {"KVOFFLOAD_WINDOW": "7m", "KVOFFLOAD_GPU_ENABLED": "false"}).window == 420
+    assert not config_from_args(serve, {"KVOFFLOAD_GPU_ENABLED": "false"}).gpu_enabled
+    assert config_from_args(serve, {"KVOFFLOAD_WINDOW": "7m", "KVOFFLOAD_STATE_WINDOW": "8m"}).window == 480
+    assert renamed_variables({"KVOFFLOAD_WINDOW": "7m", "KVOFFLOAD_STATE_WINDOW": "8m"}) == [
+        "variable KVOFFLOAD_WINDOW is deprecated; use KVOFFLOAD_STATE_WINDOW"
+    ]
 
 
 def test_every_error_is_listed_at_once_with_suggestions() -> None:
@@ -250,8 +264,8 @@ def test_file_and_flag_errors_are_listed_together(tmp_path: Path) -> None:
     f = tmp_path / "c.yaml"
     f.write_text("targets: [http://a:1]\nwindow: forever\n")
     with pytest.raises(ConfigError) as e:
-        config_from_args(_serve("--config.file", str(f), "--poll.interval", "soon"), {"KVOFFLOAD_TIMEOUT": "x"})
-    assert [m.split(":")[0] for m in e.value.errors] == ["window", "--poll.interval", "KVOFFLOAD_TIMEOUT"]
+        config_from_args(_serve("--config.file", str(f), "--poll.interval", "soon"), {"KVOFFLOAD_POLL_TIMEOUT": "x"})
+    assert [m.split(":")[0] for m in e.value.errors] == ["window", "--poll.interval", "KVOFFLOAD_POLL_TIMEOUT"]
 
 
 def test_cross_field_checks_run_after_the_flags(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from kvoffload_exporter.config.settings import ConfigError, TargetConfig, split_
 from kvoffload_exporter.server import logs
 from kvoffload_exporter.server.exporter import Exporter
 from kvoffload_exporter.sim.simulator import Simulator
+from kvoffload_exporter.variables import renamed_variables
 
 ORDER = 5  # the README's first command
 
@@ -199,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
             setattr(args, key, value)
     try:
         logs.setup(logs.from_args(args, "demo"))
-        for line in deprecations():  # a former flag spelling: which flag replaces it, in the log's format
+        for line in deprecations() + renamed_variables(os.environ):  # a former flag or variable name
             logging.getLogger("kvoffload").warning("%s", line)
         sim_host, sim_port = split_listen(args.sim_listen)
         opts = options_from_args(args)

@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass
 from typing import Any
 
-from kvoffload_exporter.config.schema import Duration, Parser, described, env_name, seconds_text, specs
+from kvoffload_exporter.config.schema import Duration, Parser, described, env_name, old_env_names, seconds_text, specs
 
 NOTES = "_kvoffload_flag_spellings"  # namespace attribute the flags note their spellings in, removed by settle()
 WARNED: set[str] = set()  # former spellings already noticed in this process: one notice each
@@ -215,8 +215,10 @@ def overrides(
         if raw is not None and spec.action == "switch":
             out[f.name] = bool(raw)
             continue
-        if raw is None and spec.env and environ is not None:
-            label = env_name(section, f, spec)
+        if raw is None and spec.env and environ is not None:  # the variable, else its former name
+            label = next(
+                (n for n in (env_name(section, f, spec), *old_env_names(section, f, spec)) if n in environ), ""
+            )
             raw = environ.get(label)
         if raw is None:
             continue

@@ -87,9 +87,26 @@ def yaml_key(f: Field[Any], spec: Spec) -> str:
     return spec.key or f.name
 
 
-def env_name(section: str, f: Field[Any], spec: Spec) -> str:
+def _key_env_name(section: str, f: Field[Any], spec: Spec) -> str:
     path = ([section] if section else []) + yaml_key(f, spec).split(".")
     return ENV_PREFIX + "_".join(path).upper()
+
+
+def env_name(section: str, f: Field[Any], spec: Spec) -> str:
+    """A setting's variable follows its `serve` flag (`--state.window` is KVOFFLOAD_STATE_WINDOW,
+    `--[no-]collector.gpu` KVOFFLOAD_COLLECTOR_GPU); a setting without a flag, its YAML key."""
+    flag = next(iter(spec.flags.get("serve", ())), "")
+    name = flag.removeprefix("--[no-]").removeprefix("--")
+    if not name or flag.startswith("--no-"):
+        return _key_env_name(section, f, spec)
+    return ENV_PREFIX + name.replace(".", "_").replace("-", "_").upper()
+
+
+def old_env_names(section: str, f: Field[Any], spec: Spec) -> tuple[str, ...]:
+    """The variable's former name where it followed the YAML key (KVOFFLOAD_WINDOW): still read, hidden,
+    with one deprecation line (variables.renamed_variables)."""
+    old = _key_env_name(section, f, spec)
+    return (old,) if old != env_name(section, f, spec) else ()
 
 
 # --- parsers: each returns the typed value or raises ValueError("must ...") -----------------------
