@@ -55,6 +55,22 @@ class Exporter:
         """Something changed: a later scrape merges again (the name is kept for callers that used it)."""
         self.cache.changed()
 
+    def report_collector(self, name: str, ok: bool, seconds: float) -> None:
+        """A collector's last run: whether it succeeded and how long it took (kvoffload_exporter_collector_*)."""
+        self.collectors[name] = (ok, seconds)
+        self.render()
+
+    def host_read(self, host: HostMemory | None, ok: bool, seconds: float) -> None:
+        self.host = host
+        self.report_collector("host", ok, seconds)
+
+    def gpu_read(self, gpu: tuple[GpuMemory, ...] | None, ok: bool, seconds: float) -> None:
+        self.gpu = gpu
+        self.report_collector("gpu", ok, seconds)
+
+    def all_polled(self) -> None:
+        self.ready = True
+
     def add_collector(self, collector: Collector) -> None:
         """Render `collector`'s samples on every exposition from now on, after the built-in ones."""
         self.extras.append(collector)
