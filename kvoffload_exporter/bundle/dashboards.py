@@ -70,9 +70,6 @@ def state_values() -> dict[State, tuple[int, str, str]]:
     return out
 
 
-__all__ = ["DASHBOARDS", "HEALTH_UID", "OVERVIEW_UID", "UNITS", "render"]
-
-
 def _paying_off_row(L: Layout, c: Ctx, eng: str) -> None:
     """Is offloading paying off? The evidence state, the load/store ratio, traffic and bandwidth."""
     q = c.q
@@ -396,3 +393,6 @@ DASHBOARDS = {"kvoffload-overview.json": overview, "kvoffload-exporter-health.js
 
 def render(selectors: Sequence[Matcher] = ()) -> dict[str, str]:
     return {f"dashboards/{name}": dumps(fn(selectors)) for name, fn in DASHBOARDS.items()}
+
+
+__all__ = ["DASHBOARDS", "HEALTH_UID", "OVERVIEW_UID", "UNITS", "render"]
