@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 
 import aiohttp
@@ -128,7 +127,7 @@ class Exporter:
             old.pop(tc) if tc in kept else TargetPoller(tc, config, self.clock, self.timer) for tc in config.targets
         ]
         for t in [*(t for t in self.targets if t.cfg in kept), *self.probed.values()]:
-            t.config, t.history = config, deque(t.history, maxlen=config.history_len)
+            t.reconfigure(config)
         self.scheduler.reschedule(kept, restart, old)  # what is left in `old` was removed
         for hook in self.reload_hooks:
             hook()
