@@ -86,14 +86,19 @@ def setting_flags() -> frozenset[str]:
     )
 
 
-def serve_parser() -> argparse.ArgumentParser:
-    """`serve`'s own parser, as the CLI builds it."""
+def command_parser(name: str) -> argparse.ArgumentParser:
+    """A sub-command's own parser, as the CLI builds it."""
     from kvoffload_exporter.cli import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    serve: argparse.ArgumentParser = sub.choices["serve"]
-    return serve
+    command: argparse.ArgumentParser = sub.choices[name]
+    return command
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    """`serve`'s own parser, as the CLI builds it."""
+    return command_parser("serve")
 
 
 def _command_flags() -> list[str]:
@@ -110,13 +115,15 @@ def _command_flags() -> list[str]:
 def _renamed_flags() -> list[str]:
     """`serve`'s former spellings, read from its parser (the hidden aliases themselves)."""
     rows = [f"| `{old}` | `{new}` |" for old, new in renamed(serve_parser())]
+    rows += [f"| `check {old}` | `check {new}` |" for old, new in renamed(command_parser("check"))]
     return [
         "",
-        "## Renamed `serve` flags",
+        "## Renamed flags",
         "",
-        "`serve`'s flags follow the Prometheus exporter-toolkit style. The earlier spellings still work,",
-        "hidden from the help: each logs `flag OLD is deprecated; use NEW` once, and an old and a new",
-        "spelling of one setting that disagree are refused (exit 2).",
+        "`serve`'s flags follow the Prometheus exporter-toolkit style (`demo` spells its settings the same);",
+        "`check`'s are the setting's YAML key. The earlier spellings still work, hidden from the help: each",
+        "logs `flag OLD is deprecated; use NEW` once, and an old and a new spelling of one setting that",
+        "disagree are refused (exit 2).",
         "",
         "| earlier flag | flag |",
         "|---|---|",

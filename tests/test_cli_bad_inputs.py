@@ -202,7 +202,7 @@ CASES: list[tuple[str, tuple[str, ...], Files, str]] = [
     ("check-rounds-zero", ("check", *T, "--rounds", "0"), {}, "--rounds: must be"),
     ("check-rounds-abc", ("check", *T, "--rounds", "abc"), {}, "invalid int value"),
     ("check-wait-initial-zero", ("check", *T, "--wait-initial", "0"), {}, "--wait-initial: must be > 0"),
-    ("check-timeout-negative", ("check", *T, "--timeout", "-1"), {}, "--timeout: not a duration"),
+    ("check-timeout-negative", ("check", *T, "--request-timeout", "-1"), {}, "--request-timeout: not a duration"),
     ("check-min-samples", ("check", *T, "--min-samples", "3"), {}, "--min-samples: must be an integer >= 5"),
     # /proc passes an access() check for root; only a real write finds out, and it must before the run
     ("check-out-proc", ("check", *T, "--out", "/proc/kvoffload-x"), {}, "--out: cannot write the bundle into"),

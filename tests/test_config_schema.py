@@ -235,7 +235,16 @@ def test_check_flags_are_built_from_the_canary_declaration() -> None:
     from kvoffload_exporter.commands.check import inputs_from_args, settings_from_args
 
     args = build_parser().parse_args(
-        ["check", "--target", "http://a:1/metrics", "--wait-initial", "1m", "--no-flush", "--budget-tokens", "9"]
+        [
+            "check",
+            "--target",
+            "http://a:1/metrics",
+            "--wait-initial",
+            "1m",
+            "--no-flush",
+            "--budget-tokens-per-hour",
+            "9",
+        ]
     )
     given = dict(vars(args))
     inputs = inputs_from_args(args)

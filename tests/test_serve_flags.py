@@ -201,7 +201,7 @@ def test_demo_spells_the_exporter_settings_as_serve_and_check_keeps_its_names() 
     )
     got = (demo.listen, demo.poll_interval, demo.window, demo.host_enabled, demo.log_level)
     assert got == ("x:1", "1", "1m", False, "DEBUG")
-    check = build_parser().parse_args(["check", *T, "--api-key-file", "/k", "--timeout", "5s", "--no-flush"])
+    check = build_parser().parse_args(["check", *T, "--api-key-file", "/k", "--request-timeout", "5s", "--no-flush"])
     assert (check.api_key_file, check.request_timeout, check.flush) == ("/k", "5s", False)
     assert deprecations() == []
     with pytest.raises(SystemExit):
@@ -216,4 +216,14 @@ def test_demo_keeps_the_former_spellings_hidden_with_one_notice_each() -> None:
         "flag --listen is deprecated; use --web.listen-address",
         "flag --no-host is deprecated; use --no-collector.host",
         "flag --rate is deprecated; use --traffic-rate",
+    ]
+
+
+def test_check_keeps_its_former_spellings_hidden_with_one_notice_each() -> None:
+    flags.WARNED.difference_update({"--budget-tokens", "--timeout"})
+    check = build_parser().parse_args(["check", *T, "--budget-tokens", "9", "--timeout", "5s"])
+    assert (check.budget_tokens_per_hour, check.request_timeout) == ("9", "5s")
+    assert deprecations() == [
+        "flag --budget-tokens is deprecated; use --budget-tokens-per-hour",
+        "flag --timeout is deprecated; use --request-timeout",
     ]

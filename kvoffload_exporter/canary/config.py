@@ -87,7 +87,8 @@ class CanarySettings:
         "hard cap on canary prompt + output tokens per hour and target (null or unlimited: no cap)",
         flag="--canary.budget-tokens-per-hour",
         old="--canary-budget-tokens-per-hour",
-        check_flag="--budget-tokens",
+        check_flag="--budget-tokens-per-hour",
+        check_old="--budget-tokens",
         metavar=_N,
     )
     interval: float = setting(
@@ -172,7 +173,12 @@ class CanarySettings:
         1800.0, duration(), "wait strategy: longest idle time", check_flag="--wait-max", metavar="DURATION"
     )
     request_timeout: float = setting(
-        120.0, duration(), "per-request timeout", check_flag="--timeout", metavar="SECONDS"
+        120.0,
+        duration(),
+        "per-request timeout",
+        check_flag="--request-timeout",
+        check_old="--timeout",
+        metavar="SECONDS",
     )
     id_range: tuple[int, int] = setting((1000, 30000), _id_range, "token ids used for canary prompts", env=False)
     secret_file: str | None = setting(

@@ -227,7 +227,10 @@ async def run_check(
     from kvoffload_exporter.canary.check.sweep import SweepRequest
     from kvoffload_exporter.canary.wire.client import open_client
     from kvoffload_exporter.canary.wire.secrets import SecretError, SecretPathError, scrub
+    from kvoffload_exporter.config.flags import deprecations
 
+    for line in deprecations():  # a former flag spelling: which flag replaces it
+        print(f"kvoffload-exporter check: {line}", file=stderr)
     given = dict(vars(args))  # the flags as given: `args` itself is never written
     for dest, flag in (("target", "--target"), ("control_target", "--control-target")):
         url = given.get(dest)

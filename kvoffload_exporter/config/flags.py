@@ -192,7 +192,7 @@ def add_flags(
         env_text = f"; env {env_name(section, f, spec)}{value}" if spec.env and env else ""
         lead = "without " if value == "=false" else ""
         text = lead + described(spec) + _default_text(f, spec.parse, defaults or {}, pair) + env_text
-        old = spec.old if names == spec.flags.get("serve") else ()  # serve's spelling: its former ones too
+        old = spec.old if names == spec.flags.get("serve") else spec.check_old if command == "check" else ()
         add_flag(
             p, names, flag_dest(section, f), old=old, switch=switch, parse=spec.parse, help=text, metavar=spec.metavar
         )

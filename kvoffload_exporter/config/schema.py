@@ -39,6 +39,7 @@ class Spec:
     key: str = ""  # YAML key in its section, dotted for a sub-section ("host.enabled"); "" = field name
     flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # command → (flag, *aliases)
     old: tuple[str, ...] = ()  # `serve`'s former spellings: hidden aliases that say what replaces them
+    check_old: tuple[str, ...] = ()  # `check`'s former spellings, the same way
     env: bool = True  # read KVOFFLOAD_<SECTION>_<KEY> too
     metavar: str | None = None
     action: Action = "value"
@@ -55,6 +56,7 @@ def setting(
     check_flag: str | tuple[str, ...] | None = None,
     demo_flag: bool = False,
     old: str | tuple[str, ...] = (),
+    check_old: str | tuple[str, ...] = (),
     env: bool = True,
     metavar: str | None = None,
     action: Action = "value",
@@ -66,7 +68,8 @@ def setting(
     for cmd, f in (("serve", flag), ("check", check_flag), ("demo", flag if demo_flag else None)):
         if f:
             flags[cmd] = (f,) if isinstance(f, str) else f
-    spec = Spec(parse, help, key, flags, (old,) if isinstance(old, str) else old, env, metavar, action, yaml)
+    olds = tuple((o,) if isinstance(o, str) else o for o in (old, check_old))
+    spec = Spec(parse, help, key, flags, olds[0], olds[1], env, metavar, action, yaml)
     result: T = field(default=default, metadata={"spec": spec})
     return result
 
