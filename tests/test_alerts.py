@@ -454,3 +454,15 @@ def test_jsonnet_mixin_one_config_field_overridden_shows_in_the_rendered_alert(t
     assert {a: f for a, f in fors.items() if a != "KVOffloadNotStoring"} == {
         a: f for a, f in default.items() if a != "KVOffloadNotStoring"
     }
+
+
+def test_every_alert_name_is_defined_once_and_has_a_rule_and_a_case() -> None:
+    """Alert names are AlertName members: the rules, their promtool cases and steps name the member, so a
+    misspelt name is an attribute error, and an alert without a rule (or a rule without a name) fails here."""
+    from kvoffload_exporter.bundle.ruletests.cases import BUILDERS, STEPS
+    from kvoffload_exporter.bundle.ruletypes import AlertName
+
+    _, alerts = build()
+    assert [a.alert for a in alerts] == list(AlertName)
+    assert all(type(a.alert) is str for a in alerts)  # the rule files carry plain strings
+    assert set(BUILDERS) == set(STEPS) == set(AlertName)

@@ -202,7 +202,7 @@ CASES: list[tuple[str, tuple[str, ...], Files, str]] = [
     ("check-rounds-zero", ("check", *T, "--rounds", "0"), {}, "--rounds: must be"),
     ("check-rounds-abc", ("check", *T, "--rounds", "abc"), {}, "invalid int value"),
     ("check-wait-initial-zero", ("check", *T, "--wait-initial", "0"), {}, "--wait-initial: must be > 0"),
-    ("check-timeout-negative", ("check", *T, "--timeout", "-1"), {}, "--timeout: not a duration"),
+    ("check-timeout-negative", ("check", *T, "--request-timeout", "-1"), {}, "--request-timeout: not a duration"),
     ("check-min-samples", ("check", *T, "--min-samples", "3"), {}, "--min-samples: must be an integer >= 5"),
     # /proc passes an access() check for root; only a real write finds out, and it must before the run
     ("check-out-proc", ("check", *T, "--out", "/proc/kvoffload-x"), {}, "--out: cannot write the bundle into"),
@@ -229,11 +229,11 @@ CASES: list[tuple[str, tuple[str, ...], Files, str]] = [
     ("simulate-calibration", ("simulate", "--calibration", "nope"), {}, "--calibration"),
     # demo
     ("demo-duration-negative", ("demo", "--duration", "-5"), {}, "--duration"),
-    ("demo-window-1e30h", ("demo", "--window", "1e30h"), {}, "--window: not a duration"),
-    ("demo-listen-99999", ("demo", "--listen", "127.0.0.1:99999"), {}, "listen"),
+    ("demo-window-1e30h", ("demo", "--state.window", "1e30h"), {}, "--state.window: not a duration"),
+    ("demo-listen-99999", ("demo", "--web.listen-address", "127.0.0.1:99999"), {}, "listen"),
     ("demo-sim-listen", ("demo", "--sim-listen", "abc"), {}, "listen must be HOST:PORT"),
     ("demo-status-interval-nan", ("demo", "--status-interval", "nan"), {}, "--status-interval"),
-    ("demo-poll-.nan", ("demo", "--poll-interval", ".nan"), {}, "--poll-interval: not a duration"),
+    ("demo-poll-.nan", ("demo", "--poll.interval", ".nan"), {}, "--poll.interval: not a duration"),
     # top level
     ("unknown-command", ("frobnicate",), {}, "invalid choice"),
 ]
@@ -329,10 +329,11 @@ def test_an_unknown_kvoffload_variable_is_named_with_a_did_you_mean() -> None:
     """`KVOFFLOAD_WINDOWS=10m` used to be ignored without a word; every variable the settings read is known."""
     from kvoffload_exporter.variables import unknown_variables, variables
 
-    env = {"KVOFFLOAD_WINDOWS": "10m", "KVOFFLOAD_WINDOW": "10m", "KVOFFLOAD_API_KEY": "k", "PATH": "/bin"}
+    env = {"KVOFFLOAD_WINDOWS": "10m", "KVOFFLOAD_STATE_WINDOW": "10m", "KVOFFLOAD_API_KEY": "k", "PATH": "/bin"}
     assert unknown_variables(env) == [
-        "KVOFFLOAD_WINDOWS is not a kvoffload-exporter variable (did you mean KVOFFLOAD_WINDOW?)"
+        "KVOFFLOAD_WINDOWS is not a kvoffload-exporter variable (did you mean KVOFFLOAD_STATE_WINDOW?)"
     ]
+    assert unknown_variables({"KVOFFLOAD_WINDOW": "10m"}) == []  # a former name: read, with its own notice
     assert {"KVOFFLOAD_POLL_INTERVAL", "KVOFFLOAD_CANARY_INTERVAL", "KVOFFLOAD_LIMITS_SAMPLE_LIMIT"} <= variables()
     assert unknown_variables({"KVOFFLOAD_XYZZY": "1"}) == ["KVOFFLOAD_XYZZY is not a kvoffload-exporter variable"]
 

@@ -9,7 +9,6 @@ two modules (and grafana_alerts) import grafanalib.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from kvoffload_exporter.bundle.grafana_json import dumps
 from kvoffload_exporter.bundle.health_dashboard import HEALTH_UID, exporter_health
@@ -68,9 +67,6 @@ def state_values() -> dict[State, tuple[int, str, str]]:
     if len(set(values)) != len(values):
         raise ValueError(f"state timeline values are not unique: {values}")
     return out
-
-
-__all__ = ["DASHBOARDS", "HEALTH_UID", "OVERVIEW_UID", "UNITS", "render"]
 
 
 def _paying_off_row(L: Layout, c: Ctx, eng: str) -> None:
@@ -346,7 +342,7 @@ OVERVIEW_ROWS: tuple[Callable[[Layout, Ctx, str], None], ...] = (
 """The overview's rows, top to bottom: one builder each."""
 
 
-def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
+def overview(selectors: Sequence[Matcher] = ()) -> dict[str, object]:
     c = Ctx.of(selectors)
     eng = "{{target}} {{model_name}} e{{engine}}"
     L = Layout()
@@ -367,3 +363,6 @@ DASHBOARDS = {"kvoffload-overview.json": overview, "kvoffload-exporter-health.js
 
 def render(selectors: Sequence[Matcher] = ()) -> dict[str, str]:
     return {f"dashboards/{name}": dumps(fn(selectors)) for name, fn in DASHBOARDS.items()}
+
+
+__all__ = ["DASHBOARDS", "HEALTH_UID", "OVERVIEW_UID", "UNITS", "render"]

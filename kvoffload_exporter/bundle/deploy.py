@@ -121,25 +121,26 @@ def _configmap_name(path: str) -> str:
 
 
 def dashboard_configmaps(dashboards: Mapping[str, str], settings: Settings) -> str:
-    objs: list[dict[str, Any]] = []
+    objs: list[dict[str, object]] = []
+    names: list[str] = []
     for path, text in dashboards.items():
         json.loads(text)  # a broken dashboard fails here, not in Grafana
         key = posixpath.basename(path)
         if len(text.encode()) > CONFIGMAP_MAX_BYTES:
             raise ValueError(f"{path}: {len(text.encode())} bytes does not fit in one ConfigMap (1 MiB)")
+        names.append(_configmap_name(path))
         objs.append(
             {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
                 "metadata": {
-                    "name": _configmap_name(path),
+                    "name": names[-1],
                     "labels": {**COMMON_LABELS, **GRAFANA_DASHBOARD_LABEL},
                     "annotations": {GRAFANA_FOLDER_ANNOTATION: settings.grafana_folder},
                 },
                 "data": {key: text},
             }
         )
-    names = [o["metadata"]["name"] for o in objs]
     if len(set(names)) != len(names):
         raise ValueError(f"dashboard ConfigMap names collide: {names}")
     return _HEADER.format(src=", ".join(dashboards) or "dashboards/*.json") + _dump(objs)

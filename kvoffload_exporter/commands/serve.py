@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 ORDER = 10
 log = logging.getLogger("kvoffload")
-_DEMO_FIELDS = ("poll_interval", "window", "timeout", "host_enabled", "gpu_enabled")
+_DEMO_FIELDS = ("listen", "poll_interval", "window", "timeout", "host_enabled", "gpu_enabled")
 
 
 def add_exporter_arguments(p: argparse.ArgumentParser, defaults: Mapping[str, object] | None = None) -> None:
@@ -320,13 +320,13 @@ def _prepare(args: argparse.Namespace) -> _Prepared:
 def run(args: argparse.Namespace) -> int:
     from kvoffload_exporter.canary.wire.secrets import SecretError
     from kvoffload_exporter.config.webconfig import WebConfigError
-    from kvoffload_exporter.variables import unknown_variables
+    from kvoffload_exporter.variables import renamed_variables, unknown_variables
 
     try:
         logs.setup(logs.from_args(args))
         for line in deprecations():  # a former flag spelling: which flag replaces it, in the log's format
             log.warning("%s", line)
-        for line in unknown_variables(os.environ):  # a typo in a variable is ignored by the settings: say so
+        for line in renamed_variables(os.environ) + unknown_variables(os.environ):  # a former name; a typo
             log.warning("%s", line)
         prep = _prepare(args)
     except (ConfigError, SecretError, WebConfigError) as e:

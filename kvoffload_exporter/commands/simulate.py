@@ -9,7 +9,9 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from typing import Any
 
+from kvoffload_exporter.config.flags import Flag, deprecations
 from kvoffload_exporter.config.schema import MAX_SECONDS, parse_duration
 from kvoffload_exporter.config.settings import split_listen
 from kvoffload_exporter.sim.backends import BACKENDS
@@ -167,15 +169,18 @@ def add_simulator_arguments(p: argparse.ArgumentParser) -> None:
         tim.add_argument(_flag(name), type=float, metavar="X", help=text)
 
 
-def add_traffic_arguments(p: argparse.ArgumentParser, rate_flag: str = "--traffic", rate: float | None = None) -> None:
+def add_traffic_arguments(
+    p: argparse.ArgumentParser, old_rate_flag: str = "--traffic", rate: float | None = None
+) -> None:
+    """The traffic generator's flags, spelt alike in `simulate` and `demo`; `old_rate_flag` is the command's
+    former spelling of --traffic-rate (hidden, with one deprecation line)."""
     g = p.add_argument_group("traffic generator (loopback only)")
+    # Any: keyword arguments of argparse's add_argument
+    kw: dict[str, Any] = {"dest": "traffic", "action": Flag, "type": float}
+    help_text = "requests per second, Poisson arrivals" + (f" (default {rate:g})" if rate else "")
+    g.add_argument("--traffic-rate", default=rate, metavar="RATE", help=help_text, **kw)
     g.add_argument(
-        rate_flag,
-        type=float,
-        metavar="RATE",
-        dest="traffic",
-        default=rate,
-        help="requests per second, Poisson arrivals" + (f" (default {rate:g})" if rate else ""),
+        old_rate_flag, use={old_rate_flag: "--traffic-rate"}, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kw
     )
     g.add_argument("--traffic-count", type=int, metavar="N", help="stop after N requests")
     g.add_argument(
@@ -305,6 +310,8 @@ async def _serve(args: argparse.Namespace, sim: Simulator, host: str, port: int)
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for line in deprecations():  # a former flag spelling: which flag replaces it
+        logging.getLogger("kvoffload").warning("%s", line)
     try:
         host, port = split_listen(args.listen)
         opts = options_from_args(args)

@@ -40,6 +40,7 @@ class Spec:
     key: str = ""  # YAML key in its section, dotted for a sub-section ("host.enabled"); "" = field name
     flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # command → (flag, *aliases)
     old: tuple[str, ...] = ()  # `serve`'s former spellings: hidden aliases that say what replaces them
+    check_old: tuple[str, ...] = ()  # `check`'s former spellings, the same way
     env: bool = True  # read KVOFFLOAD_<SECTION>_<KEY> too
     metavar: str | None = None
     action: Action = "value"
@@ -54,20 +55,22 @@ def setting(
     key: str = "",
     flag: str | tuple[str, ...] | None = None,
     check_flag: str | tuple[str, ...] | None = None,
-    demo_flag: str | tuple[str, ...] | None = None,
+    demo_flag: bool = False,
     old: str | tuple[str, ...] = (),
+    check_old: str | tuple[str, ...] = (),
     env: bool = True,
     metavar: str | None = None,
     action: Action = "value",
     yaml: bool = True,
 ) -> T:
     """A dataclass field carrying its Spec; `flag` is the `serve` flag (`old` its former spellings),
-    `check_flag` the `check` one, `demo_flag` the `demo` one."""
+    `check_flag` the `check` one; `demo_flag`: `demo` offers the setting too, spelt as `serve` spells it."""
     flags: dict[str, tuple[str, ...]] = {}
-    for cmd, f in (("serve", flag), ("check", check_flag), ("demo", demo_flag)):
+    for cmd, f in (("serve", flag), ("check", check_flag), ("demo", flag if demo_flag else None)):
         if f:
             flags[cmd] = (f,) if isinstance(f, str) else f
-    spec = Spec(parse, help, key, flags, (old,) if isinstance(old, str) else old, env, metavar, action, yaml)
+    olds = tuple((o,) if isinstance(o, str) else o for o in (old, check_old))
+    spec = Spec(parse, help, key, flags, olds[0], olds[1], env, metavar, action, yaml)
     result: T = field(default=default, metadata={"spec": spec})
     return result
 
@@ -88,9 +91,26 @@ def yaml_key(f: Field[Any], spec: Spec) -> str:
     return spec.key or f.name
 
 
-def env_name(section: str, f: Field[Any], spec: Spec) -> str:
+def _key_env_name(section: str, f: Field[Any], spec: Spec) -> str:
     path = ([section] if section else []) + yaml_key(f, spec).split(".")
     return ENV_PREFIX + "_".join(path).upper()
+
+
+def env_name(section: str, f: Field[Any], spec: Spec) -> str:
+    """A setting's variable follows its `serve` flag (`--state.window` is KVOFFLOAD_STATE_WINDOW,
+    `--[no-]collector.gpu` KVOFFLOAD_COLLECTOR_GPU); a setting without a flag, its YAML key."""
+    flag = next(iter(spec.flags.get("serve", ())), "")
+    name = flag.removeprefix("--[no-]").removeprefix("--")
+    if not name or flag.startswith("--no-"):
+        return _key_env_name(section, f, spec)
+    return ENV_PREFIX + name.replace(".", "_").replace("-", "_").upper()
+
+
+def old_env_names(section: str, f: Field[Any], spec: Spec) -> tuple[str, ...]:
+    """The variable's former name where it followed the YAML key (KVOFFLOAD_WINDOW): still read, hidden,
+    with one deprecation line (variables.renamed_variables)."""
+    old = _key_env_name(section, f, spec)
+    return (old,) if old != env_name(section, f, spec) else ()
 
 
 # --- parsers: each returns the typed value or raises ValueError("must ...") -----------------------

@@ -118,7 +118,7 @@ class Config:
         "listen address",
         flag="--web.listen-address",
         old="--listen",
-        demo_flag="--listen",  # demo's own flag (its help), named here for its errors
+        demo_flag=True,  # demo offers it as serve spells it
         metavar="HOST:PORT",
     )
     telemetry_path: str = setting(
@@ -130,7 +130,7 @@ class Config:
         "seconds between polls of each target",
         flag="--poll.interval",
         old="--poll-interval",
-        demo_flag="--poll-interval",
+        demo_flag=True,
         metavar="SECONDS",
     )
     window: float = setting(
@@ -139,7 +139,7 @@ class Config:
         "sliding window for ratios and state",
         flag="--state.window",
         old="--window",
-        demo_flag="--window",
+        demo_flag=True,
         metavar="DURATION",
     )
     timeout: float = setting(
@@ -148,7 +148,7 @@ class Config:
         "per-poll timeout",
         flag="--poll.timeout",
         old="--timeout",
-        demo_flag="--timeout",
+        demo_flag=True,
         metavar="SECONDS",
     )
     max_body_bytes: int = setting(16 * 1024 * 1024, integer(1024, 1 << 31), "cap on one /metrics body")
@@ -159,7 +159,7 @@ class Config:
         key="host.enabled",
         flag="--[no-]collector.host",
         old="--no-host",
-        demo_flag="--no-host",
+        demo_flag=True,
         action="switch",
     )
     proc_root: str = setting("/proc", file_path, "procfs root", key="host.proc_root")
@@ -172,7 +172,7 @@ class Config:
         key="gpu.enabled",
         flag="--[no-]collector.gpu",
         old="--no-gpu",
-        demo_flag="--no-gpu",
+        demo_flag=True,
         action="switch",
     )
     sections: tuple[tuple[str, object], ...] = field(default_factory=default_sections)  # plugins' settings

@@ -90,8 +90,7 @@ class TargetPoller:
         self._version_checked = 0.0
         self.logs = logs or LogBudget(timer=timer)  # one WARNING per failure kind per interval
         self._keys: frozenset[EngineKey] | None = None  # the engines of the last good poll
-        self._held: Counter[EngineKey] = Counter()  # engine key -> points of `_held_of` holding it
-        self._held_of = self.history
+        self._held: Counter[EngineKey] = Counter()  # engine key -> points of `history` holding it
         self.extra_errors: dict[str, int] | None = {} if cfg.extra_metrics_urls else None
         self.canary: CanaryFacts | None = None  # from a plugin (ExporterHost.report_facts): refines the reasons
         self._lines = LineCache()  # the series this target sent before, read with one lookup each
@@ -201,6 +200,13 @@ class TargetPoller:
         self._last_now = (now, mono)
         return now
 
+    def reconfigure(self, config: Config) -> None:
+        """A reload's configuration, from the next poll on: the history resized for its window and interval,
+        and the engines it holds counted again for the churn budget."""
+        self.config = config
+        self.history = deque(self.history, maxlen=config.history_len)
+        self._held = Counter(k for m in self.history for k in m.totals)
+
     async def poll_once(self, session: aiohttp.ClientSession) -> float:
         """Poll and rebuild this target's fragment; returns the poll's duration in seconds."""
         started = self.timer()
@@ -294,9 +300,6 @@ class TargetPoller:
         if keys != self._keys:  # an engine came or went: the formatted series of the others are garbage
             self._heads.clear()
             self._keys = keys
-        if self._held_of is not self.history:  # a reload gave it a new (resized) history
-            self._held = Counter(k for m in self.history for k in m.totals)
-            self._held_of = self.history
         limits = self.cfg.limits or self.config.limits
         budget = min(CHURN_FACTOR * limits.engine_limit, CHURN_FACTOR * len(keys) + CHURN_SLACK)
         dropped = history.push(self.history, point, self._held, budget)

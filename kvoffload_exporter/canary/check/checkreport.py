@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from kvoffload_exporter.canary.check import report, sweepreport
 from kvoffload_exporter.canary.check.advice import Action, Advice, Evidence, LevelFact, advise, exit_code, level_facts
@@ -36,7 +35,7 @@ def _first_event(phases: Sequence[PhaseRecord]) -> dict[str, list[float]]:
     return out
 
 
-def _interval(result: CheckResult) -> dict[str, Any] | None:  # inspect's document: a key per Signal
+def _interval(result: CheckResult) -> dict[str, object] | None:  # inspect's document: a key per Signal
     """The target's counters between the first and the closing scrape (evidence only)."""
     before, after = result.engine.first_snapshot.get("target"), result.after.get("target")
     if before is None or after is None:

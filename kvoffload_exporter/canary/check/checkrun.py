@@ -77,10 +77,10 @@ class CheckResult:
         """At least one canary round was attempted (preflight passed)."""
         return bool(self.engine.cycles)
 
-    def phases(self) -> list[dict[str, Any]]:
+    def phases(self) -> list[dict[str, object]]:
         return [asdict(p) for c in self.engine.cycles for p in c.phases]
 
-    def cycles(self) -> list[dict[str, Any]]:
+    def cycles(self) -> list[dict[str, object]]:
         return [{k: v for k, v in asdict(c).items() if k != "phases"} for c in self.engine.cycles]
 
 

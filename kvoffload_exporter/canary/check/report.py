@@ -157,6 +157,7 @@ def _tok(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f}"
 
 
+# Any: an interval document of derive/intervalreport (a key per Signal)
 def _state_lines(interval: Mapping[str, Any] | None) -> list[str]:
     """The exporter's evidence state per engine over the run, and why (derive.reasons) when the state needs
     explaining, as `inspect BEFORE AFTER` prints it."""
