@@ -94,7 +94,7 @@ async def test_a_hostile_stream_is_a_closed_reason_with_report_and_json(tmp_path
 async def test_negative_usage_never_makes_the_budget_negative(tmp_path: Path) -> None:
     async with hostile_vllm(api_key=KEY) as h:
         h.set("/v1/completions", "negative")
-        code, doc, _, _ = await _check(tmp_path, h, "--budget-tokens", "100000")
+        code, doc, _, _ = await _check(tmp_path, h, "--budget-tokens-per-hour", "100000")
     assert code == 3 and 0 <= doc["tokens_spent"] <= 100000, doc
 
 

@@ -58,6 +58,10 @@ async def test_stores_that_are_never_loaded_say_check_the_connector(tmp_path: Pa
     assert doc["advice"]["action"] == "check_connector" and "lookup_always_misses" in doc["advice"]["why"]
     assert "tier size not exported (vLLM < 0.33)" in doc["advice"]["why"]
     assert "advice: check_connector" in text
+    # vLLM 0.26 exports no KV size, so the canary's own bytes per token size the prefix: learned from the seed
+    # alone, never from the GPU revisit that stores again on a tier whose lookups miss (880.8 MB, 1.5x).
+    assert doc["bytes_per_token"] == 114_688 and f["prefix_bytes"] == 5120 * 114_688
+    assert "5,120-token prefix of 587.2 MB" in doc["advice"]["why"]
 
 
 async def test_a_misconfigured_tier_skips_the_load_sweep(tmp_path: Path) -> None:

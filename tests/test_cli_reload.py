@@ -103,7 +103,7 @@ async def test_sighup_reload_keeps_history_adds_removes_and_survives_a_bad_file(
         assert [t.cfg.url for t in exp.targets] == [a, b], "an invalid file keeps the running config"
         assert [r.getMessage() for r in caplog.records if "reload failed" in r.getMessage()] == [
             "configuration reload failed, keeping the running one: window: not a duration: 'forever' "
-            "(use e.g. 5, 500ms, 30s, 5m, 1h)"
+            "(use e.g. 5 (seconds), 500ms, 30s, 5m, 1h30m)"
         ]
         body = await _metrics_when(client, "kvoffload_exporter_config_last_reload_successful 0.0")
         assert "# TYPE kvoffload_exporter_config_last_reload_success_timestamp_seconds gauge" in body

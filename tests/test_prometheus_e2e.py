@@ -171,7 +171,7 @@ class Stack:
                 "--time-scale",
                 "0.1",
                 "--no-noise",
-                "--traffic",
+                "--traffic-rate",
                 "8",
                 "--traffic-duration",
                 "300",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from kvoffload_exporter.catalogue.metric import ENGINE, Metric
 from kvoffload_exporter.enums import Group, MetricType, Unit
 from kvoffload_exporter.ingest.backends.resolve import SIGNAL_UNITS
-from kvoffload_exporter.ingest.backends.schema import CUMULATIVE, Evidence, NativeUnit
+from kvoffload_exporter.ingest.backends.schema import CUMULATIVE, Backend, DropReason, Evidence, NativeUnit
 
 EV = (*ENGINE, "tier", "connector")
 _SRC = "kvoffload_exporter.ingest.backends tables (see kvoffload_source_metric_info)"
@@ -19,8 +19,9 @@ _HELP: dict[Evidence, str] = {
     Evidence.LOADED: "KV loaded from an offload tier into the GPU, in {unit}.",
     Evidence.LOOKUPS: "Offload-tier lookups, in {unit}.",
     Evidence.HITS: "Offload-tier lookup hits, in {unit}.",
-    Evidence.DROPPED: "Offload writes or promotions dropped, in {unit}, by closed reason (cpu_full, request_gone, "
-    "null_block, not_hashed, backpressure, allocation_failure, promotion_allocation_failure, store_error).",
+    Evidence.DROPPED: "Offload writes or promotions dropped, in {unit}, by closed reason ("
+    + ", ".join(DropReason)
+    + ").",
     Evidence.CASCADED: "KV written from an upper tier down into this tier (tiering cascade, KVBM host to disk), in "
     "{unit}: a breakdown, not a GPU store.",
     Evidence.PROMOTED: "KV read from this tier up into the primary tier (tiering promotion), in {unit}: a breakdown, "
@@ -153,8 +154,7 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_backend_info",
         type=MetricType.INFO,
-        help="Offload backends whose families the target exposes (native, tiering, simplecpu, multiconnector, "
-        "lmcache, lmcache_mp, kvbm, mooncake_store, umbp).",
+        help=f"Offload backends whose families the target exposes ({', '.join(Backend)}).",
         labels=("target", "backend"),
         source="kvoffload_exporter.ingest.backends",
         group=Group.ENGINE,

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 ORDER = 10
 log = logging.getLogger("kvoffload")
-_DEMO_FIELDS = ("poll_interval", "window", "timeout", "host_enabled", "gpu_enabled")
+_DEMO_FIELDS = ("listen", "poll_interval", "window", "timeout", "host_enabled", "gpu_enabled")
 
 
 def add_exporter_arguments(p: argparse.ArgumentParser, defaults: Mapping[str, object] | None = None) -> None:
@@ -246,7 +246,6 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
         app[LIFECYCLE].reload = http_reload
     host, port = sock.getsockname()[:2]
     scheme = "https" if ssl_context else "http"
-    log.info("listening on %s://%s:%d%s, %d target(s)", scheme, host, port, cfg.telemetry_path, len(cfg.targets))
     stop = asyncio.Event()
     received: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
@@ -258,6 +257,8 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
     loop.add_signal_handler(signal.SIGHUP, reloader.trigger)
+    # Said once the signals are handled: from this line on, Ctrl-C is a clean stop (exit 0), never 130.
+    log.info("listening on %s://%s:%d%s, %d target(s)", scheme, host, port, cfg.telemetry_path, len(cfg.targets))
     try:
         await stop.wait()
     finally:
@@ -337,13 +338,13 @@ def _prepare(args: argparse.Namespace) -> _Prepared:
 def run(args: argparse.Namespace) -> int:
     from kvoffload_exporter.canary.wire.secrets import SecretError
     from kvoffload_exporter.config.webconfig import WebConfigError
-    from kvoffload_exporter.variables import unknown_variables
+    from kvoffload_exporter.variables import renamed_variables, unknown_variables
 
     try:
         logs.setup(logs.from_args(args))
         for line in deprecations():  # a former flag spelling: which flag replaces it, in the log's format
             log.warning("%s", line)
-        for line in unknown_variables(os.environ):  # a typo in a variable is ignored by the settings: say so
+        for line in renamed_variables(os.environ) + unknown_variables(os.environ):  # a former name; a typo
             log.warning("%s", line)
         prep = _prepare(args)
     except (ConfigError, SecretError, WebConfigError) as e:

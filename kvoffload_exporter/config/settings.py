@@ -122,7 +122,7 @@ class Config:
         "listen address",
         flag="--web.listen-address",
         old="--listen",
-        demo_flag="--listen",  # demo's own flag (its help), named here for its errors
+        demo_flag=True,  # demo offers it as serve spells it
         metavar="HOST:PORT",
     )
     telemetry_path: str = setting(
@@ -134,7 +134,7 @@ class Config:
         "seconds between polls of each target",
         flag="--poll.interval",
         old="--poll-interval",
-        demo_flag="--poll-interval",
+        demo_flag=True,
         metavar="SECONDS",
     )
     window: float = setting(
@@ -143,7 +143,7 @@ class Config:
         "sliding window for ratios and state",
         flag="--state.window",
         old="--window",
-        demo_flag="--window",
+        demo_flag=True,
         metavar="DURATION",
     )
     timeout: float = setting(
@@ -152,7 +152,7 @@ class Config:
         "per-poll timeout",
         flag="--poll.timeout",
         old="--timeout",
-        demo_flag="--timeout",
+        demo_flag=True,
         metavar="SECONDS",
     )
     max_body_bytes: int = setting(16 * 1024 * 1024, integer(1024, 1 << 31), "cap on one /metrics body")
@@ -163,7 +163,7 @@ class Config:
         key="host.enabled",
         flag="--[no-]collector.host",
         old="--no-host",
-        demo_flag="--no-host",
+        demo_flag=True,
         action="switch",
     )
     proc_root: str = setting("/proc", file_path, "procfs root", key="host.proc_root")
@@ -176,7 +176,7 @@ class Config:
         key="gpu.enabled",
         flag="--[no-]collector.gpu",
         old="--no-gpu",
-        demo_flag="--no-gpu",
+        demo_flag=True,
         action="switch",
     )
     sections: tuple[tuple[str, object], ...] = field(default_factory=default_sections)  # plugins' settings

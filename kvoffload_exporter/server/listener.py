@@ -59,6 +59,7 @@ class ListenLimits:
         )
         return replace(self, max_connections=max(8, soft // 2))
 
+    # Any: keyword arguments of aiohttp's AppRunner, each its own type
     def runner_kwargs(self, guards: GuardStats) -> dict[str, Any]:
         """aiohttp's own caps and a logger that turns parse errors into one counted DEBUG line. A request
         whose client went away is cancelled (`handler_cancellation`): an abandoned `/probe` stops waiting for

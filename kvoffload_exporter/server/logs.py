@@ -36,7 +36,7 @@ class LogSettings:
         "log level",
         flag="--log.level",
         old="--log-level",
-        demo_flag=("--log-level", "--log.level"),
+        demo_flag=True,
         metavar="LEVEL",
     )
     format: str = setting(
@@ -44,7 +44,7 @@ class LogSettings:
         choice("text", "logfmt", "json"),
         "log line format",
         flag="--log.format",
-        demo_flag="--log.format",
+        demo_flag=True,
         metavar="FORMAT",
     )
 

@@ -23,7 +23,8 @@ from kvoffload_exporter.derive.reasons import CanaryFacts
 from kvoffload_exporter.expose.collector import TargetView, target_fragment
 from kvoffload_exporter.expose.render import Fragment, Heads
 from kvoffload_exporter.ingest.backends import Origins
-from kvoffload_exporter.ingest.exposition import LineCache, ParseError, join_sources
+from kvoffload_exporter.ingest.bodies import join_sources
+from kvoffload_exporter.ingest.exposition import LineCache, ParseError
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.snapshot import EngineKey, Snapshot
 from kvoffload_exporter.redact import Scrubber, origin, redact_url
@@ -90,8 +91,7 @@ class TargetPoller:
         self._version_checked = 0.0
         self.logs = logs or LogBudget(timer=timer)  # one WARNING per failure kind per interval
         self._keys: frozenset[EngineKey] | None = None  # the engines of the last good poll
-        self._held: Counter[EngineKey] = Counter()  # engine key -> points of `_held_of` holding it
-        self._held_of = self.history
+        self._held: Counter[EngineKey] = Counter()  # engine key -> points of `history` holding it
         self.extra_errors: dict[str, int] | None = {} if cfg.extra_metrics_urls else None
         self.canary: CanaryFacts | None = None  # from a plugin (ExporterHost.report_facts): refines the reasons
         self._lines = LineCache()  # the series this target sent before, read with one lookup each
@@ -221,6 +221,13 @@ class TargetPoller:
         self._last_now = (now, mono)
         return now
 
+    def reconfigure(self, config: Config) -> None:
+        """A reload's configuration, from the next poll on: the history resized for its window and interval,
+        and the engines it holds counted again for the churn budget."""
+        self.config = config
+        self.history = deque(self.history, maxlen=config.history_len)
+        self._held = Counter(k for m in self.history for k in m.totals)
+
     async def poll_once(self, session: aiohttp.ClientSession) -> float:
         """Poll and rebuild this target's fragment; returns the poll's duration in seconds."""
         started = self.timer()
@@ -318,9 +325,6 @@ class TargetPoller:
         if keys != self._keys:  # an engine came or went: the formatted series of the others are garbage
             self._heads.clear()
             self._keys = keys
-        if self._held_of is not self.history:  # a reload gave it a new (resized) history
-            self._held = Counter(k for m in self.history for k in m.totals)
-            self._held_of = self.history
         limits = self.cfg.limits or self.config.limits
         budget = min(CHURN_FACTOR * limits.engine_limit, CHURN_FACTOR * len(keys) + CHURN_SLACK)
         dropped = history.push(self.history, point, self._held, budget)

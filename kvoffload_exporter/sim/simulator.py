@@ -52,6 +52,7 @@ class SimOptions:
     show_hidden_metrics: bool = False  # --show-hidden-metrics-for-version=<previous minor>
     output_depends_on: str = "prompt"  # sim/output.py DEPENDS_ON: the whole prompt, or its last token
     backend: str = "native"  # how offload is reported: sim.backends.BACKENDS
+    # Any: EngineConfig's fields, each its own type, applied with replace(**)
     engine: Mapping[str, Any] = field(default_factory=dict)  # EngineConfig overrides (ENGINE_FIELDS)
     timing: Mapping[str, float] = field(default_factory=dict)  # Calibration overrides (TIMING_FIELDS)
 
@@ -90,6 +91,7 @@ class Simulator:
             raise ValueError("; ".join(errors))
         self.opts = opts
         self.behaviour = behaviour(opts.version)
+        # Any: applied to Calibration's typed fields with replace(**)
         timing: dict[str, Any] = dict(opts.timing)
         self.calibration = replace(CALIBRATIONS[opts.calibration], **timing)
         self.clock = clock or (lambda: time.monotonic() / opts.time_scale)
@@ -196,6 +198,7 @@ class Simulator:
         )
         return reshape(text, self.opts.backend, self.engines, "store-errors" in self.faults)
 
+    # Any: GET /_sim/state's JSON, read back by demo and the tests
     def state(self) -> dict[str, Any]:
         """The simulator's own view (GET /_sim/state): what vLLM itself does not export."""
         self.advance()

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from kvoffload_exporter import safewrite
 from kvoffload_exporter.canary.check import png
@@ -30,10 +30,10 @@ class Evidence:
     result: CheckResult
     doc: CheckDocument
     text: str  # the verdict table as printed
-    argv: dict[str, Any]  # the flags as parsed (no secrets: keys come from files)
+    argv: dict[str, object]  # the flags as parsed (no secrets: keys come from files)
 
 
-def _jsonl(rows: list[dict[str, Any]]) -> str:
+def _jsonl(rows: list[dict[str, object]]) -> str:
     return "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
 
 

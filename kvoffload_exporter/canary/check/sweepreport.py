@@ -140,8 +140,9 @@ def _verdict(lv: Level, est: ClusterDelta, min_bursts: int) -> str:
 
 
 def entry(lv: Level, min_bursts: int, seed: int = 0, n_boot: int = 2000, confidence: float = 0.95) -> SweepEntry:
-    """One `load_sweep` entry: ΔTTFT = median(offload) − median(control) over pooled requests, its cluster
-    (burst-level) bootstrap interval and the same for Δp90; no interval under `min_bursts` bursts a path."""
+    """One `load_sweep` entry: ΔTTFT = the Hodges–Lehmann shift of the burst medians with its exact rank-sum
+    interval (canary/cycle/shift.py), Δp90 with a descriptive burst bootstrap; no interval under `min_bursts`
+    bursts a path."""
     est = cluster_delta(lv.offload_bursts, lv.control_bursts, confidence=confidence, n_boot=n_boot, seed=seed)
     enough = min(est.bursts_offload, est.bursts_control) >= min_bursts
     notes = list(lv.notes)
@@ -268,11 +269,16 @@ def _ci(lo: float | None, hi: float | None) -> str:
     return "-" if lo is None or hi is None else f"[{ms(lo, True)}, {ms(hi, True)}]"
 
 
+def percent(confidence: float) -> str:
+    """A confidence as the report prints it: 95, 97.5, 98.75 (never rounded to a level it is not)."""
+    return f"{float(confidence) * 100:.4g}"
+
+
 def text_lines(entries: Sequence[SweepEntry], summary: SweepSummary | None) -> list[str]:
     """The sweep's table and its findings, for the text report (the advice line is printed once, by report)."""
     if not entries:
         return []
-    pct = round(float(entries[0]["confidence"]) * 100)
+    pct = percent(entries[0]["confidence"])
     heads = ["c", "prefix", "bursts", "n", "offload ms", "control ms", "dTTFT ms", f"{pct}% CI ms", "dp90 ms"]
     heads += [f"{pct}% CI ms", "verdict"]
     rows = []
@@ -294,7 +300,8 @@ def text_lines(entries: Sequence[SweepEntry], summary: SweepSummary | None) -> l
         )
     out = [
         "load sweep: bursts of c concurrent revisits of one offloaded prefix vs the same with "
-        f"{entries[0]['control']}; interval: bursts resampled (min {entries[0].get('min_bursts', '?')} bursts a path)"
+        f"{entries[0]['control']}; dTTFT: Hodges-Lehmann shift of the burst medians, exact rank-sum interval "
+        f"(min {entries[0].get('min_bursts', '?')} bursts a path); dp90: bursts resampled, descriptive only"
     ]
     out += table(heads, rows, [i not in (1, len(heads) - 1) for i in range(len(heads))])
     compared = [e for e in entries if e.get("output", {}).get("compared")]
@@ -325,6 +332,7 @@ __all__ = [
     "crossover",
     "entry",
     "length_threshold",
+    "percent",
     "section",
     "text_lines",
 ]

@@ -8,6 +8,7 @@ run before preflight: a cycle gets a PreparedRun or nothing. Every measured requ
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -47,12 +48,16 @@ class Probe:
     path: str
     role: str = TARGET
     fresh_salt: bool = False
-    kv: dict[str, Any] | None = None
+    kv: Mapping[str, object] | None = None
     idle: float | None = None
 
 
+COLD_PHASE = "cold"
+"""The cold control's phase (steps.py): a fresh salt of its own, which the output check asks again (outputs.py)."""
+
+
 class BurstTransport(Protocol):
-    async def burst(self, base_url: str, bodies: list[dict[str, Any]]) -> list[Completion]: ...
+    async def burst(self, base_url: str, bodies: list[dict[str, object]]) -> list[Completion]: ...
 
 
 class PreparedRun:
@@ -63,6 +68,7 @@ class PreparedRun:
         self.conditions = conditions
         self.sent: Counter[str] = Counter()  # prompt tokens sent per role (the seeding span's own share)
         self.refused: set[str] = set()  # OPTIONAL_FIELDS a server answered 400 to
+        self.cold_salt: str | None = None  # the last cold control's own salt: the output check asks it again
 
     # The conditions' parts, for callers that print or check them.
     @property
@@ -101,10 +107,10 @@ class PreparedRun:
         return 4 + 1 + (1 if e.state.uses_recompute() else 0) + (1 if e.control_url else 0) + sensitivity
 
     def body(
-        self, prompt: list[int], salt: str, kv: dict[str, Any] | None, role: str, max_tokens: int = 1
-    ) -> dict[str, Any]:
+        self, prompt: list[int], salt: str, kv: Mapping[str, object] | None, role: str, max_tokens: int = 1
+    ) -> dict[str, object]:
         """Greedy (temperature 0, a fixed seed), token ids returned; probes generate OUTPUT_TOKENS."""
-        body: dict[str, Any] = {
+        body: dict[str, object] = {
             "model": self.conditions.server(role).model,
             "prompt": prompt,
             "max_tokens": max_tokens,
@@ -123,7 +129,7 @@ class PreparedRun:
             body["kv_transfer_params"] = kv
         return body
 
-    def _refusable(self, body: dict[str, Any], comp: Completion) -> str | None:
+    def _refusable(self, body: dict[str, object], comp: Completion) -> str | None:
         """The optional field a 400 is about: one the server's message names (any other 400 is a refusal of
         the request itself, which retries.py confirms and reports)."""
         if comp.status != 400:
@@ -153,7 +159,7 @@ class PreparedRun:
         role: str,
         prompt: list[int],
         salt: str | None,
-        kv: dict[str, Any] | None = None,
+        kv: Mapping[str, object] | None = None,
     ) -> Completion:
         """One request within the budget; recorded; a failed request fails the cycle."""
         e = self.ctx
@@ -163,15 +169,18 @@ class PreparedRun:
         body = self.body(prompt, used, kv, role, out)
         comp = await e.client.complete(e.url_of(role), body)
         refused = self._refusable(body, comp)
+        fresh = used != e.prompts.salt  # a salt of its own (None asks for one): never hits the family's cache
         if refused is not None:  # once: the same request without the field, remembered for the run
-            self._account(cycle, phase, kind, role, prompt, salt is None, kv, comp)
+            self._account(cycle, phase, kind, role, prompt, fresh, kv, comp)
             self.refused.add(refused)
             body = self.body(prompt, used, kv, role, out)
             comp = await e.client.complete(e.url_of(role), body)
-        self._account(cycle, phase, kind, role, prompt, salt is None, kv, comp)
+        self._account(cycle, phase, kind, role, prompt, fresh, kv, comp)
         if comp.error is not None:
             detail = f"{phase} {kind} on {role}: {comp.error} {comp.detail}".strip()
-            raise CycleFailed(detail, comp.retry_after, reason=comp.error, status=comp.status, said=comp.detail)
+            raise CycleFailed(
+                detail, comp.retry_after, reason=comp.error, status=comp.status, said=comp.detail, role=role
+            )
         return comp
 
     async def send_burst(
@@ -181,7 +190,7 @@ class PreparedRun:
         role: str,
         prompts: list[list[int]],
         salt: str,
-        kv: dict[str, Any] | None,
+        kv: Mapping[str, object] | None,
         max_tokens: int = 1,
     ) -> tuple[list[Completion], list[RequestRecord]]:
         """`len(prompts)` requests at once (the load sweep), through the same budget, body and records as
@@ -200,7 +209,7 @@ class PreparedRun:
                 r.counted = False  # a burst with a failed request is never one of its level's bursts
             detail = f"{phase} burst on {role}: {bad.error} {bad.detail}".strip()
             raise CycleFailed(
-                detail, bad.retry_after, reason=bad.error or "internal", status=bad.status, said=bad.detail
+                detail, bad.retry_after, reason=bad.error or "internal", status=bad.status, said=bad.detail, role=role
             )
         return comps, recs
 
@@ -220,6 +229,8 @@ class PreparedRun:
         e, sz = self.ctx, self.sizing
         before = await e.scrapes.before(p.role)
         salt = None if p.fresh_salt else e.prompts.salt
+        if p.phase == COLD_PHASE:  # the cold control: its KV, on the GPU and never from a tier, is asked again
+            salt = self.cold_salt = e.prompts.fresh_salt("probe")
         comp = await self.send(cycle, p.phase, "probe", p.role, p.prompt, salt, p.kv)
         own = len(p.prompt) + await self.flush(cycle, p.phase, p.role)
         after = await e.scrapes.scrape(p.role)
@@ -294,7 +305,7 @@ def request_record(
     role: str,
     prompt: list[int],
     fresh: bool,
-    kv: dict[str, Any] | None,
+    kv: Mapping[str, object] | None,
     comp: Completion,
 ) -> RequestRecord:
     return RequestRecord(
