@@ -98,14 +98,15 @@ def _json_forms(secret: str) -> set[str]:
     """JSON string bodies: ASCII-escaped or not, `/` written as `\\/` or not, every character as `\\uXXXX`."""
     forms = {json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
     forms |= {f.replace("/", "\\/") for f in forms}
-    if secret.isascii():
-        forms.add("".join(f"\\u{ord(c):04x}" for c in secret))
+    utf16 = secret.encode("utf-16-be", "surrogatepass")  # a character past U+FFFF as its surrogate pair
+    forms.add("".join(f"\\u{int.from_bytes(utf16[i : i + 2]):04x}" for i in range(0, len(utf16), 2)))
     return forms
 
 
 def secret_forms(secret: str) -> set[str]:
     """Every documented spelling of `secret` (docs/security.md): raw, JSON-escaped (`\\/` too),
-    URL-encoded (either space, every byte, twice), base64 (standard and URL-safe, any alignment) and hex.
+    URL-encoded (either space, every byte, twice), base64 (standard and URL-safe, any alignment), hex, and
+    byte escapes (`b'...'` as Python prints bytes, every byte as `\\xNN`).
     The matcher (`Scrubber`) ignores case (percent and hex digits, a target that upper-cases what it
     echoes), reads text NFKC-normalised too (fullwidth letters) and lets base64 run over line breaks."""
     out: set[str] = set()
@@ -114,6 +115,7 @@ def secret_forms(secret: str) -> set[str]:
             continue
         raw = s.encode("utf-8")
         out |= {s} | _json_forms(s) | _percent_forms(s) | set(_b64_cores(raw)) | {raw.hex()}
+        out |= {repr(raw)[2:-1], "".join(f"\\x{b:02x}" for b in raw)}  # bytes as Python and aiohttp's errors show them
     return {f for f in out if len(f) >= MIN_SECRET}
 
 

@@ -55,6 +55,8 @@ SPELLINGS = {
     "json every character escaped": lambda s: "".join(f"\\u{ord(c):04x}" for c in s),
     "mime-wrapped base64": lambda s: _mime(b"x" * 70 + s.encode() + b"y" * 40),
     "upper case": str.upper,
+    "python bytes repr": lambda s: repr(s.encode() + b"\xff"),
+    "every byte as \\x": lambda s: "".join(f"\\x{b:02x}" for b in s.encode()),
     "fullwidth": lambda s: "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in s),
 }
 
@@ -69,7 +71,7 @@ def _gone(secret: str, text: str) -> bool:
 
 
 @pytest.mark.parametrize("spelling", sorted(SPELLINGS))
-@pytest.mark.parametrize("secret", [TOKEN, PAIR, PASSWORD, CANARY_KEY])
+@pytest.mark.parametrize("secret", [TOKEN, PAIR, PASSWORD, CANARY_KEY, "pässwörd-44"])
 def test_every_documented_spelling_is_scrubbed(spelling: str, secret: str) -> None:
     s = Scrubber([secret])
     hostile = f"model {SPELLINGS[spelling](secret)} end"
