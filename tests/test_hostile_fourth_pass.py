@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 
 import bcrypt
 import pytest
@@ -233,3 +234,34 @@ def test_settings_that_would_serve_nothing_are_refused(raw: dict[str, object], n
 
     with pytest.raises(ConfigError, match=needle):
         from_mapping({"targets": ["http://h:1"], **raw})
+
+
+@pytest.mark.parametrize(
+    "which,text,needle",
+    [
+        ("web", "basic_auth_users: " + "[" * 999 + "]" * 999 + "\n", "nested too deeply"),
+        ("web", "tls_server_config:\n  min_version: " + "9" * 5000 + "\n", "line 2: a number of more than 4000 digits"),
+        ("config", "targets: ['http://127.0.0.1:9']\npoll_interval: " + "9" * 5000 + "\n", "line 2: a number of more"),
+        (
+            "config",
+            "targets: ['http://127.0.0.1:9']\n<<: {targets: ['http://127.0.0.1:10']}\n",
+            "duplicate key 'targets'",
+        ),
+        ("config", "targets: ['http://127.0.0.1:9']\npoll_interval: 1\n<<: [{poll_interval: 2}]\n", "duplicate key"),
+    ],
+    ids=["web-999-deep", "web-5000-digits", "config-5000-digits", "merge-targets", "merge-poll-interval"],
+)
+def test_hostile_yaml_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], which: str, text: str, needle: str
+) -> None:
+    from kvoffload_exporter.cli import main
+
+    f = tmp_path / "f.yml"
+    f.write_text(text)
+    argv = ["serve", "--config.check"]
+    argv += (
+        ["--target", "http://127.0.0.1:9", "--web.config.file", str(f)] if which == "web" else ["--config.file", str(f)]
+    )
+    assert main(argv) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0], err
