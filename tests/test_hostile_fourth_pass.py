@@ -265,3 +265,19 @@ def test_hostile_yaml_is_one_line_and_exit_2(
     assert main(argv) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0], err
+
+
+@pytest.mark.parametrize("url", ["http://h:8000/v1", "http://h:8000/v1/", "http://h:8000/v1/metrics"])
+def test_serve_strips_the_openai_v1_from_a_target_url(url: str) -> None:
+    from kvoffload_exporter.config.settings import from_mapping
+
+    (t,) = from_mapping({"targets": [url]}).targets
+    assert t.url == "http://h:8000"
+
+
+def test_check_never_prints_a_query_token_in_its_v1_notice(capsys: pytest.CaptureFixture[str]) -> None:
+    from kvoffload_exporter.cli import main
+
+    main(["check", "--target", "http://127.0.0.1:9/v1?token=qs-secret-44", "--model", "m", "--rounds", "1"])
+    err = capsys.readouterr().err
+    assert "ends in /v1" in err and "qs-secret-44" not in err

@@ -232,6 +232,7 @@ async def run_check(
     from kvoffload_exporter.canary.wire.client import open_client
     from kvoffload_exporter.canary.wire.secrets import SecretError, SecretPathError, scrub
     from kvoffload_exporter.config.flags import deprecations
+    from kvoffload_exporter.redact import redact_url
 
     for line in deprecations():  # a former flag spelling: which flag replaces it
         print(f"kvoffload-exporter check: {line}", file=stderr)
@@ -240,7 +241,8 @@ async def run_check(
         url = given.get(dest)
         if isinstance(url, str) and (base := _without_v1(url)) != url:  # the OpenAI base URL, as clients know it
             print(
-                f"kvoffload-exporter check: {flag} {checkrun.redact(url)} ends in /v1: using {checkrun.redact(base)}",
+                f"kvoffload-exporter check: {flag} {checkrun.redact(redact_url(url))} ends in /v1: "
+                f"using {checkrun.redact(redact_url(base))}",
                 file=stderr,
             )
             given[dest] = base

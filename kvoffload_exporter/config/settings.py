@@ -261,8 +261,11 @@ def _finish_target(t: TargetConfig, where: str, errors: list[str]) -> TargetConf
     path = parts.path.rstrip("/")
     url = urlunsplit((parts.scheme, hostport, path, "", ""))
     if path.endswith("/metrics"):
-        url = url[: -len("/metrics")]
+        url, path = url[: -len("/metrics")], path[: -len("/metrics")]
         log.warning("target %s: the URL ends in /metrics; using %s as the base URL", redact_url(t.url), url)
+    if path.endswith("/v1"):  # the OpenAI base URL, as clients know it: vLLM serves /metrics at its root
+        url = url[: -len("/v1")]
+        log.warning("target %s: the URL ends in /v1; using %s as the base URL", redact_url(t.url), url)
     auth = target_auth(userinfo, t.username, t.password_file, t.bearer_token_file, where, errors)
     extras = [urlsplit(u) for u in t.extra_metrics_urls]  # userinfo leaves each URL, as for the target's
     for e in extras:
