@@ -281,3 +281,29 @@ def test_check_never_prints_a_query_token_in_its_v1_notice(capsys: pytest.Captur
     main(["check", "--target", "http://127.0.0.1:9/v1?token=qs-secret-44", "--model", "m", "--rounds", "1"])
     err = capsys.readouterr().err
     assert "ends in /v1" in err and "qs-secret-44" not in err
+
+
+async def test_a_wall_clock_set_forward_a_day_never_makes_a_window_of_a_day() -> None:
+    import aiohttp
+    from test_runtime_edges import Clock, Target
+
+    from kvoffload_exporter.config.settings import Config, TargetConfig
+    from kvoffload_exporter.server.targetpoller import TargetPoller
+
+    target = Target()
+    url = await target.start()
+    wall, mono = Clock(1_800_000_000.0), Clock(100.0)
+    cfg = Config(gpu_enabled=False, host_enabled=False, poll_interval=5.0, window=60.0)
+    poller = TargetPoller(TargetConfig(url=url, name="t"), cfg, clock=wall, timer=mono)
+    windows: list[float] = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            for i in range(20):
+                wall.t += 86_400.0 if i == 10 else 5.0
+                mono.t += 5.0
+                await poller.poll_once(session)
+                windows += [d.window_seconds for d in poller.view.derived.values()]
+    finally:
+        await target.close()
+    assert windows and max(windows) <= 60.0, max(windows)
+    assert poller.view.last_success == wall.t  # Prometheus still compares the wall clock

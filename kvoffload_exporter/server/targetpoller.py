@@ -58,6 +58,11 @@ once within the window (a model renamed, engines scaled), not for a new key on e
 packed layout of its own, its label values with it; a point without today's keys is no window start)."""
 
 
+CLOCK_STEP = 1.0
+"""Seconds the wall clock may run ahead of the monotonic clock between two polls before it counts as a step
+(an operator's `date -s` a day forward): a window must not cover a day of time that was never polled."""
+
+
 STALE_POLLS = 3.0
 """A target whose last poll finished more than this many poll intervals ago (and more than one interval
 plus the poll timeout: a poll may take its whole timeout) is served as `up 0`, reason `stale`, until a
@@ -210,13 +215,15 @@ class TargetPoller:
             log.warning(msg, self.cfg.label, where, e.reason, detail, held_back(before), extra=fields)
 
     def _history_time(self, wall: float, mono: float) -> float:
-        """The time a poll's point is stamped with: the wall clock, except that a step back (NTP, an
-        operator's `date -s`) is replaced by the monotonic time elapsed since the last poll. Windows are
-        differences of these times: a wall clock set back an hour must not make them negative."""
+        """The time a poll's point is stamped with: the wall clock, except that a step (NTP, an operator's
+        `date -s`) back, or forward by more than CLOCK_STEP, is replaced by the monotonic time elapsed since the
+        last poll. Windows are differences of these times: a wall clock set back an hour must not make them
+        negative, nor one set forward a day make a window of a day."""
         if self._last_now is not None:
             last, last_mono = self._last_now
-            if wall + self._skew < last:
-                self._skew = last + max(0.0, mono - last_mono) - wall
+            expected = last + max(0.0, mono - last_mono)
+            if wall + self._skew < last or wall + self._skew > expected + CLOCK_STEP:
+                self._skew = expected - wall  # a step either way: the monotonic time elapsed instead
         now = wall + self._skew
         self._last_now = (now, mono)
         return now
