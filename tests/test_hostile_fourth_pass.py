@@ -307,3 +307,23 @@ async def test_a_wall_clock_set_forward_a_day_never_makes_a_window_of_a_day() ->
         await target.close()
     assert windows and max(windows) <= 60.0, max(windows)
     assert poller.view.last_success == wall.t  # Prometheus still compares the wall clock
+
+
+async def test_a_json_that_does_not_fit_still_leaves_the_bundle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from test_check_run import _run as failed_run  # a result without a run: the bundle's table, quickly
+
+    from kvoffload_exporter.canary.check import checkreport, evidence
+
+    def too_large(*a: object) -> None:
+        raise OSError(errno.EFBIG, "File too large")  # `ulimit -f`
+
+    monkeypatch.setattr(evidence, "_write_json", too_large)
+    result = await failed_run()
+    ev = evidence.Evidence(result, checkreport.document(result), "t\n", {})
+    with pytest.raises(OSError, match="File too large"):
+        evidence.write(ev, str(tmp_path / "check.json"), str(tmp_path / "evidence"))
+    assert (tmp_path / "evidence" / "report.json").is_file()  # the bundle was written all the same
