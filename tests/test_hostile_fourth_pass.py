@@ -1,4 +1,4 @@
-"""Hardening, fourth pass (issue 44): slots fair per source address, duplicates in any label order, abandoned
+"""Hardening, fourth pass: slots fair per source address, duplicates in any label order, abandoned
 /probe requests cancelled, shutdown within the grace period.
 
 A few addresses answered once (any address is, without basic auth) must not hold every connection slot,

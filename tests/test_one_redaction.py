@@ -1,4 +1,4 @@
-"""Hardening, fourth pass (issue 44): one redaction for the whole program.
+"""Hardening, fourth pass: one redaction for the whole program.
 
 Every secret the process knows (target credentials, the canary's API key) in every documented spelling,
 case-insensitive and NFKC-normalised, is removed at every exit: the exposition, the landing page and the
@@ -288,3 +288,23 @@ async def test_a_web_config_that_fails_to_reload_is_reported_as_failed(
         assert await gate.verify("x", "alice", "right-password") is True  # the running users kept
     finally:
         gate.close()
+
+
+@pytest.mark.parametrize("cut", [4, 9, 14])
+async def test_a_secret_split_over_two_label_values_is_not_exported(cut: int) -> None:
+    ApiKey(CANARY_KEY)
+    head, tail = CANARY_KEY[:cut], CANARY_KEY[cut:]
+
+    class Split(Echo):
+        async def handle(self, request: web.Request) -> web.Response:
+            if request.path == "/version":
+                return web.json_response({"version": "0.26.0"})
+            body = GOOD.replace('model_name="Qwen/Qwen3-0.6B"', f'model_name="{head}",zz_extra="{tail}"')
+            return web.Response(text=body, content_type="text/plain")
+
+    async with Split("") as url:
+        metrics, page = await _outputs(TargetConfig(url=url, name="a"))
+    assert 'kvoffload_up{target="a"} 1.0' in metrics
+    for out in (metrics, page):
+        assert head not in out or len(head) < 8, "the first part is exported"
+        assert CANARY_KEY not in out.replace('",zz_extra="', "")
