@@ -112,6 +112,14 @@ def _tier_rows() -> tuple[Metric, ...]:
             "direction",
         ),
         _tier_row(
+            "kvoffload_tier_active_jobs",
+            g,
+            "Active jobs of this secondary tier by kind: promotion (into the primary) or cascade (out of it).",
+            "active_{promotion,cascade}_jobs",
+            Unit.NONE,
+            "kind",
+        ),
+        _tier_row(
             "kvoffload_tier_transfer_seconds_total",
             c,
             "Time spent reading from (promotions) or writing to (cascades) this secondary tier, by direction; "
@@ -278,6 +286,7 @@ OTHER_EVIDENCE: dict[Evidence, str] = {
     Evidence.DEFERRED_RELEASE_SECONDS: "kvoffload_tier_deferred_release_hold_seconds_total",
     Evidence.DEFERRED_RELEASES: "kvoffload_tier_deferred_releases_total",
     Evidence.PRIMARY_USAGE: "kvoffload_tier_primary_usage_ratio",
+    Evidence.ACTIVE_JOBS: "kvoffload_tier_active_jobs",
     Evidence.TIER_TRANSFER_SECONDS: "kvoffload_tier_transfer_seconds_total",
     Evidence.OPERATION_SECONDS: "kvoffload_backend_operation_seconds_total",
     Evidence.OPERATIONS: "kvoffload_backend_operations_total",

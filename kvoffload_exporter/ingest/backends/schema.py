@@ -60,6 +60,7 @@ class Evidence(StrEnum):
     OPERATIONS = "operations"  # a store's operations (histogram count), detail = operation
     TRANSFER_FAILED = "transfer_failed"  # KV transfer failures (NIXL, Mooncake P2P), detail = kind
     INTEGRITY = "integrity"  # events that may mean corrupted outputs, detail = kind
+    ACTIVE_JOBS = "active_jobs"  # a tiering secondary tier's active promotion or cascade jobs, detail = kind
     RESIDENCY_SECONDS = "residency_seconds"  # measured GPU block residency (histogram sum), detail = kind
     RESIDENCY_SAMPLES = "residency_samples"  # its sampled blocks (histogram count), detail = kind
 
