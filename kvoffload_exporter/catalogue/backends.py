@@ -112,6 +112,14 @@ def _tier_rows() -> tuple[Metric, ...]:
             "direction",
         ),
         _tier_row(
+            "kvoffload_tier_active_jobs",
+            g,
+            "Active jobs of this secondary tier by kind: promotion (into the primary) or cascade (out of it).",
+            "active_{promotion,cascade}_jobs",
+            Unit.NONE,
+            "kind",
+        ),
+        _tier_row(
             "kvoffload_tier_transfer_seconds_total",
             c,
             "Time spent reading from (promotions) or writing to (cascades) this secondary tier, by direction; "
@@ -242,6 +250,26 @@ METRICS: tuple[Metric, ...] = (
         group=Group.ENGINE,
     ),
     Metric(
+        name="kvoffload_gpu_block_residency_seconds_total",
+        type=MetricType.COUNTER,
+        help="MEASURED GPU KV block residency (vLLM --kv-cache-metrics, sampled; GPU blocks only), summed seconds "
+        "by kind: lifetime (allocation to eviction), idle_before_evict, reuse_gap; with "
+        "kvoffload_gpu_block_residency_samples_total the mean. kvoffload_tier_retention_seconds is the MODELLED "
+        "side: the canary's wait ladder, for the offload tier.",
+        labels=(*ENGINE, "kind"),
+        unit=Unit.SECONDS,
+        source="vllm:kv_block_{lifetime,idle_before_evict,reuse_gap}_seconds_sum",
+        group=Group.ENGINE,
+    ),
+    Metric(
+        name="kvoffload_gpu_block_residency_samples_total",
+        type=MetricType.COUNTER,
+        help="GPU KV blocks the residency histograms sampled, by kind (histogram count).",
+        labels=(*ENGINE, "kind"),
+        source="vllm:kv_block_{lifetime,idle_before_evict,reuse_gap}_seconds_count",
+        group=Group.ENGINE,
+    ),
+    Metric(
         name="kvoffload_requests_kv_fetch",
         type=MetricType.GAUGE,
         help="Waiting requests by async KV-load stage (waiting_to_start, in_progress, completed_waiting; 0.32+).",
@@ -258,11 +286,14 @@ OTHER_EVIDENCE: dict[Evidence, str] = {
     Evidence.DEFERRED_RELEASE_SECONDS: "kvoffload_tier_deferred_release_hold_seconds_total",
     Evidence.DEFERRED_RELEASES: "kvoffload_tier_deferred_releases_total",
     Evidence.PRIMARY_USAGE: "kvoffload_tier_primary_usage_ratio",
+    Evidence.ACTIVE_JOBS: "kvoffload_tier_active_jobs",
     Evidence.TIER_TRANSFER_SECONDS: "kvoffload_tier_transfer_seconds_total",
     Evidence.OPERATION_SECONDS: "kvoffload_backend_operation_seconds_total",
     Evidence.OPERATIONS: "kvoffload_backend_operations_total",
     Evidence.TRANSFER_FAILED: "kvoffload_kv_transfer_events_total",
     Evidence.INTEGRITY: "kvoffload_integrity_events_total",
+    Evidence.RESIDENCY_SECONDS: "kvoffload_gpu_block_residency_seconds_total",
+    Evidence.RESIDENCY_SAMPLES: "kvoffload_gpu_block_residency_samples_total",
     Evidence.PROMOTION_SECONDS: "kvoffload_tier_promotion_seconds_total",
     Evidence.PROMOTIONS: "kvoffload_tier_promotions_total",
     Evidence.SERVED_BY: "kvoffload_prompt_tokens_cached_by_source_total",

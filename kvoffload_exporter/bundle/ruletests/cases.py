@@ -210,22 +210,26 @@ def _not_storing(e: _Env, fire: bool) -> tuple[Case, int]:
     return c, t
 
 
-def _output_mismatch(e: _Env, fire: bool) -> tuple[Case, int]:
-    t = e.at(e.s.output_mismatch_window)
-    c = Case("one mismatch" if fire else "every answer equal")
-    lb = e.labels(c, J3, pair="offload_vs_gpu")
-    c.series = [("kvoffload_canary_output_mismatches_total", lb, f"0x{e.n(t) - 1} 1" if fire else _gauge(0, e.n(t)))]
-    c.expected = [(lb, 1)] if fire else []
-    return c, t
+def _one_event(metric: str, base: Sequence[str], fires: str, silent: str, **extra: str) -> Builder:
+    """A counter that grows by one inside the output-mismatch window fires at once; flat at 0 stays silent."""
+
+    def build(e: _Env, fire: bool) -> tuple[Case, int]:
+        t = e.at(e.s.output_mismatch_window)
+        c = Case(fires if fire else silent)
+        lb = e.labels(c, base, **extra)
+        c.series = [(metric, lb, f"0x{e.n(t) - 1} 1" if fire else _gauge(0, e.n(t)))]
+        c.expected = [(lb, 1)] if fire else []
+        return c, t
+
+    return build
 
 
-def _integrity_risk(e: _Env, fire: bool) -> tuple[Case, int]:
-    t = e.at(e.s.output_mismatch_window)
-    c = Case("one request with NaN logits" if fire else "no integrity event")
-    lb = e.labels(c, B5, kind="nan_logits")
-    c.series = [("kvoffload_integrity_events_total", lb, f"0x{e.n(t) - 1} 1" if fire else _gauge(0, e.n(t)))]
-    c.expected = [(lb, 1)] if fire else []
-    return c, t
+_output_mismatch = _one_event(
+    "kvoffload_canary_output_mismatches_total", J3, "one mismatch", "every answer equal", pair="offload_vs_gpu"
+)
+_integrity_risk = _one_event(
+    "kvoffload_integrity_events_total", B5, "one request with NaN logits", "no integrity event", kind="nan_logits"
+)
 
 
 BUILDERS: Mapping[str, Builder] = {
