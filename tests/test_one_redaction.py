@@ -308,3 +308,11 @@ async def test_a_secret_split_over_two_label_values_is_not_exported(cut: int) ->
     for out in (metrics, page):
         assert head not in out or len(head) < 8, "the first part is exported"
         assert CANARY_KEY not in out.replace('",zz_extra="', "")
+
+
+@pytest.mark.parametrize("spelling", ["upper case", "mixed-case hex"])
+async def test_a_version_that_is_the_token_in_another_case_reads_unknown(spelling: str) -> None:
+    version = web.json_response({"version": SPELLINGS[spelling](TOKEN)})
+    async with Echo("m", version=version) as url:
+        metrics, _ = await _outputs(TargetConfig(url=url, name="a", auth=BearerToken(TOKEN)))
+    assert SPELLINGS[spelling](TOKEN).lower() not in metrics.lower() and 'vllm_version="unknown"' in metrics
