@@ -316,3 +316,18 @@ async def test_a_version_that_is_the_token_in_another_case_reads_unknown(spellin
     async with Echo("m", version=version) as url:
         metrics, _ = await _outputs(TargetConfig(url=url, name="a", auth=BearerToken(TOKEN)))
     assert SPELLINGS[spelling](TOKEN).lower() not in metrics.lower() and 'vllm_version="unknown"' in metrics
+
+
+def test_reloads_that_change_nothing_log_within_the_budget(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from kvoffload_exporter.cli import build_parser
+    from kvoffload_exporter.commands.serve import ReloadStatus, config_from_args, reload
+    from kvoffload_exporter.server.app import EXPORTER
+
+    caplog.set_level(logging.INFO)
+    conf = tmp_path / "c.yaml"
+    conf.write_text("gpu: false\nhost: false\ntargets: ['http://127.0.0.1:9']\n")
+    args = build_parser().parse_args(["serve", "--config.file", str(conf)])
+    exporter = make_app(config_from_args(args, {}))[EXPORTER]
+    for _ in range(20):  # a script POSTing /-/reload in a loop
+        reload(args, exporter, ReloadStatus())
+    assert caplog.text.count("nothing changed") <= 1

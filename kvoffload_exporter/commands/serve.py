@@ -20,6 +20,7 @@ from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.config.schema import Where, apply
 from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, check, load_file, parse_targets
 from kvoffload_exporter.server import gctune, logs
+from kvoffload_exporter.server.logbudget import LogBudget, held_back
 
 if TYPE_CHECKING:
     from kvoffload_exporter.config.webconfig import WebConfig
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 
 ORDER = 10
 log = logging.getLogger("kvoffload")
+_UNCHANGED = LogBudget()
+"""Reloads that changed nothing: their line is within the log budget."""
 _DEMO_FIELDS = ("listen", "poll_interval", "window", "timeout", "host_enabled", "gpu_enabled")
 
 
@@ -194,7 +197,10 @@ def reload(
     changes = logs.reload_changes(old, new)
     exporter.reload(new)
     status.ok, status.last_success = True, exporter.clock()
-    log.info(logs.reload_message(changes, len(new.targets)), extra={**changes, "targets": len(new.targets)})
+    let, held = _UNCHANGED.allow("unchanged") if not any(changes.values()) else (True, 0)
+    if let:  # a script POSTing /-/reload in a loop: one "nothing changed" line an interval, not one a POST
+        msg = logs.reload_message(changes, len(new.targets)) + held_back(held)
+        log.info(msg, extra={**changes, "targets": len(new.targets)})
     exporter.render()
 
 
