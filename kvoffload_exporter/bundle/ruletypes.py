@@ -24,6 +24,9 @@ class AlertRule:
     summary: str
     description: str  # Prometheus template: $labels, $value
     group: str = "kvoffload.alerts"
+    grafana_presence: str = ""
+    """For an alert on something missing (`absent()`): a query that returns data while all is well. The
+    Grafana-managed copy queries it and alerts on *no data* instead (Grafana's own form of absence)."""
 
     @property
     def anchor(self) -> str:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from kvoffload_exporter.bundle import testvalues as tv
 from kvoffload_exporter.bundle.promql import Matcher
+from kvoffload_exporter.bundle.ruletests import fleet_cases
 from kvoffload_exporter.bundle.ruletests.base import (
     B5,
     DROPPED,
@@ -236,6 +237,7 @@ BUILDERS: Mapping[str, Builder] = {
     "KVOffloadCanaryFailing": _canary_failing,
     "KVOffloadCanaryNoOffloadHit": _no_offload_hit,
     "KVOffloadOutputMismatch": _output_mismatch,
+    **fleet_cases.BUILDERS,
 }
 """One case builder per alert; tests/test_alerts.py fails when an alert has none."""
 
@@ -257,5 +259,6 @@ STEPS: Mapping[str, Callable[[Settings], int]] = {
     "KVOffloadCanaryFailing": lambda s: _quarter(s.canary_for),
     "KVOffloadCanaryNoOffloadHit": lambda s: _quarter(s.canary_for),
     "KVOffloadOutputMismatch": lambda s: _dividing(s.output_mismatch_window),
+    **fleet_cases.STEPS,
 }
 """Each alert's evaluation step (its own file: promtool has one evaluation_interval per file)."""
