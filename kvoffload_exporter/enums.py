@@ -175,6 +175,8 @@ class StateReason(StrEnum):
     TIER_SMALLER_THAN_PREFIX = "tier_smaller_than_prefix"
     STORES_SKIPPED = "stores_skipped"
     STORES_DROPPED = "stores_dropped"
+    PROMOTION_FAILURES = "promotion_failures"
+    LOAD_ERRORS = "load_errors"
     TIER_SMALLER_THAN_GPU_POOL = "tier_smaller_than_gpu_pool"
     PREFIX_SHORTER_THAN_BLOCK = "prefix_shorter_than_block"
     LOADS_SKIPPED_BY_REQUEST = "loads_skipped_by_request"

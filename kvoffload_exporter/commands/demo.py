@@ -80,7 +80,7 @@ def status_lines(exporter: Exporter, sim: Simulator, elapsed: float) -> list[str
             found = view.engines.get((_model, engine))
             reason = f" ({found.reason})" if found is not None and found.reason else ""
             lines.append(
-                f"[{elapsed:4.0f}s] engine {engine}: state {d.state + reason:<18} "
+                f"[{elapsed:4.0f}s] engine {engine}: state {(d.state if d.state_known else 'unknown') + reason:<18} "
                 f"GPU cache hit {_pct(d.gpu_hit_ratio)} of prompt tokens  "
                 f"CPU tier hit {_pct(d.external_hit_ratio)} of the GPU misses  load/store {ratio}  "
                 f"TTFT p50 {ttft}  "

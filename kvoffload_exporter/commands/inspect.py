@@ -13,7 +13,7 @@ from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.config.settings import Config
 from kvoffload_exporter.derive.intervalreport import report
 from kvoffload_exporter.derive.reasons import HINTS
-from kvoffload_exporter.ingest.exposition import ParseError, join_bodies
+from kvoffload_exporter.ingest.exposition import ParseError, join_sources
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.snapshot import Snapshot
 from kvoffload_exporter.saferead import FileRefused, read_regular
@@ -89,11 +89,12 @@ def _load(path: str) -> Snapshot:
     if not parts or sum(map(len, parts)) + len(parts) - 1 > MAX_FILE_BYTES:
         raise _unusable(f"kvoffload-exporter inspect: {path} is larger than {MAX_FILE_BYTES} bytes")
     try:
-        text = join_bodies([p.decode("utf-8") for p in parts])
+        bodies = [p.decode("utf-8") for p in parts]
+        text, origins = join_sources(bodies[0], bodies[1:])
     except UnicodeDecodeError:
         raise _unusable(f"kvoffload-exporter inspect: {path} is not UTF-8 text") from None
     try:
-        snap = normalise(text, Limits())
+        snap = normalise(text, Limits(), origins=origins)
     except ParseError as e:
         raise _unusable(f"kvoffload-exporter inspect: {path}: {e} ({e.reason})") from None
     if not snap.families:

@@ -57,7 +57,7 @@ def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
             row[k] = _finite(d.deltas.get(k))
         row["prompt_tokens_by_source"] = {k: _finite(v) for k, v in d.by_source.items()}
         # One dump is one sample: no window, so no state (as `serve` before an engine's second poll).
-        row["state"] = d.state if before is not None else None
+        row["state"] = d.state if before is not None and d.state_known else None
         reason = explain(d, e, after.families, tier_bytes=tier_bytes(e, None)) if before is not None else None
         row["state_reason"] = reason  # None: nothing to explain, or no state
         row["load_store_ratio"] = _r(d.load_store_ratio)

@@ -29,10 +29,14 @@ FULL_INFLIGHT = 0.99
 SKIPPED_QUERY_SHARE = 0.5
 """Below this share of prompt tokens looked up in the prefix cache, requests skip reading the cache."""
 
-STORE_DROPS = frozenset(
-    {DropReason.CPU_FULL, DropReason.BACKPRESSURE, DropReason.ALLOCATION_FAILURE, DropReason.STORE_ERROR}
-)
-"""Backend drop reasons that mean the tier lost a store it was offered (not a request that went away)."""
+STORE_DROPS = frozenset({DropReason.CPU_FULL, DropReason.ALLOCATION_FAILURE, DropReason.STORE_ERROR})
+"""Backend drop reasons that mean the tier lost a store it was offered (not a request that went away).
+Tiering backpressure is not one: it drops cascades from the primary to a secondary tier (vLLM 0.34.0
+tiering/manager.py:1010-1015), never the GPU -> primary store, so the state follows the primary tier and
+the dashboard says the secondary tier falls behind."""
+
+PRIMARY_TIERS = frozenset({"", "0:primary"})
+"""Tier labels of the tier the GPU stores into (a tiering spec's secondary tiers are "1:fs", "2:p2p", ...)."""
 
 _LOAD_FAMILY, _STORE_FAMILY = Vllm.KV_OFFLOAD_LOAD_BYTES, Vllm.KV_OFFLOAD_STORE_BYTES
 _EXT_QUERIES, _EXT_HITS = Vllm.EXTERNAL_PREFIX_CACHE_QUERIES, Vllm.EXTERNAL_PREFIX_CACHE_HITS
@@ -156,6 +160,35 @@ def _lookup_misses(i: Inputs) -> bool:
     )
 
 
+def _moved(i: Inputs, signal: Evidence, secondary: bool = False) -> bool:
+    return any(
+        v > 0 for k, v in i.d.evidence.items() if k.signal == signal and (not secondary or k.tier not in PRIMARY_TIERS)
+    )
+
+
+def _promotion_failures(i: Inputs) -> bool:
+    """A secondary tier finds the chunks (its chunk hits grow) but their promotions into the primary tier
+    fail (failed promotion jobs, or the primary could not allocate), and nothing is loaded from it (vLLM 0.34.0
+    tiering/spec.py:184-217): the tier holds the prefix and cannot serve it."""
+    failed = _moved(i, Evidence.PROMOTION_FAILED) or any(
+        v > 0
+        for k, v in i.d.evidence.items()
+        if k.signal == Evidence.DROPPED and k.reason == DropReason.PROMOTION_ALLOCATION_FAILURE
+    )
+    return failed and _moved(i, Evidence.HITS, secondary=True)
+
+
+def _load_errors(i: Inputs) -> bool:
+    """Lookups find the keys (external queries and hits grow) but the gets fail (Mooncake store load_get
+    `error` or `partial_failure`) while stores succeed: the store holds the prefix and the loads break."""
+    return (
+        _moved(i, Evidence.LOAD_FAILED)
+        and i.delta(Signal.EXTERNAL_PREFIX_HITS) > 0
+        and i.delta(Signal.EXTERNAL_PREFIX_QUERIES) > 0
+        and _moved(i, Evidence.STORED)
+    )
+
+
 def _served_elsewhere(i: Inputs) -> bool:
     """External prefix hits grew while this tier loaded nothing: another connector served them (a
     MultiConnector's other child, such as a shared store without metrics), and this tier stores for nothing."""
@@ -174,6 +207,8 @@ RULES: Rules = (
     (StateReason.METRIC_MISSING, _metric_missing),
     (StateReason.WARMING_UP, _warming_up),
     (StateReason.STORES_DROPPED, _stores_dropped),
+    (StateReason.PROMOTION_FAILURES, _promotion_failures),
+    (StateReason.LOAD_ERRORS, _load_errors),
     (StateReason.TIER_SMALLER_THAN_GPU_POOL, _tier_smaller),
     (StateReason.PREFIX_SHORTER_THAN_BLOCK, _prefix_short),
     (StateReason.LOADS_SKIPPED_BY_REQUEST, _loads_skipped),
@@ -209,8 +244,8 @@ HINTS: dict[StateReason, str] = {
     StateReason.STORE_ERRORS: "every put of the window failed at the store, whole or in part (Mooncake store "
     "save_put error or partial_failure): "
     "nothing is stored; check the store's master, segments and transfer engine, not the tier size",
-    StateReason.STORES_DROPPED: "allocation failures, skipped or backpressure-dropped stores, or a tier pinned by "
-    "in-flight transfers: the tier loses blocks; enlarge it or lower the store rate",
+    StateReason.STORES_DROPPED: "allocation failures, skipped or dropped stores (a full tier, store errors), or a "
+    "tier pinned by in-flight transfers: the tier loses blocks; enlarge it or lower the store rate",
     StateReason.TIER_SMALLER_THAN_GPU_POOL: "the tier holds fewer tokens than the GPU pool, so a prefix "
     "evicted from the GPU is already gone from the tier; make it larger than the pool or disable it",
     StateReason.PREFIX_SHORTER_THAN_BLOCK: "the prefix reused per request is shorter than one offload chunk: "
@@ -224,6 +259,12 @@ HINTS: dict[StateReason, str] = {
     StateReason.SERVED_BY_ANOTHER_CONNECTOR: "external prefix hits grew while this tier loaded nothing: "
     "another connector served them (MultiConnector's other child); this tier stores for nothing: remove it or "
     "make it the one that serves",
+    StateReason.PROMOTION_FAILURES: "a secondary tier finds the chunks but promoting them into the primary tier "
+    "fails (kvoffload_tier_promotion_failures_total, promotion allocation failures): check that tier's I/O, "
+    "its peers or files, and the primary tier's free space; a larger secondary tier does not help",
+    StateReason.LOAD_ERRORS: "lookups find the keys but the store's gets fail (Mooncake store load_get error or "
+    "partial_failure) while puts succeed: the prefix is recomputed; check the store's segments and transfer "
+    "engine, not the tier size",
     StateReason.NO_REUSE_IN_WORKLOAD: "GPU prefix hit ratio below 5 %: the workload barely repeats prefixes; "
     "set store_threshold >= 2 or disable offload",
 }
@@ -240,6 +281,8 @@ def explain(
     """The reason for a `store_without_load` or `not_storing` state, or `stores_dropped` for a degraded
     `hit`; else None. `tier_bytes`: the tier's known size (exported, else configured)."""
     i = Inputs(d, e, families, canary, tier_bytes)
+    if not d.state_known:  # a source's series are missing: nothing is explained from half the evidence
+        return None
     if d.state == State.HIT:
         # The engine loads: the only thing to explain is a tier that is losing stores.
         return StateReason.STORES_DROPPED if _stores_dropped(i) else None

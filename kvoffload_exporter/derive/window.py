@@ -47,6 +47,11 @@ class Totals:
     evidence: Mapping[EvidenceKey, float] = field(default_factory=dict)
     raw_evidence: Mapping[EvidenceKey, float] = field(default_factory=dict)
     evidence_store_base: Mapping[EvidenceKey, float] = field(default_factory=dict)
+    # Series of a source (an extra endpoint, or vLLM's body) seen before and absent from this scrape: its
+    # fetch failed or its process restarted without them. While any is missing the state is unknown.
+    missing: frozenset[EvidenceKey] = frozenset()
+    forgiven: frozenset[EvidenceKey] = frozenset()  # absent since their source restarted: not expected back
+    origin: Mapping[EvidenceKey, int] = field(default_factory=dict)  # source of each series (0: vLLM's body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +97,7 @@ class EngineDerived:
     evidence_gauges: Mapping[EvidenceKey, float] = field(default_factory=dict)  # last values
     ratio_unit: NativeUnit | None = None  # the one unit load_store_ratio was computed in
     prefill_seconds_per_token: float | None = None
+    state_known: bool = True  # False while a source's series are missing: `state` is then not exported
 
 
 MIN_PREFILL_TOKENS = 1024.0
@@ -122,13 +128,71 @@ def _went_down(last: Mapping[K, float], cur: Mapping[K, float]) -> bool:
     return any(v < last[k] for k, v in cur.items() if k in last)
 
 
-def _reset(tot: Totals, prev: EngineSignals | None, cur: EngineSignals) -> bool:
-    """A counter below its last seen value (even one seen before a gap): the engine restarted."""
-    if _went_down(tot.raw, cur.counters) or _went_down(tot.raw_by_source, cur.prompt_tokens_by_source):
-        return True
-    if _went_down(tot.raw_evidence, cur.evidence):
-        return True
-    return bool(prev and prev.ttft and cur.ttft and cur.ttft.count < prev.ttft.count)
+VLLM_SOURCE = 0
+"""vLLM's own body; a target's extra endpoints are sources 1, 2, ... (ingest.exposition.join_sources)."""
+
+
+def _resets(tot: Totals, prev: EngineSignals | None, cur: EngineSignals) -> frozenset[int]:
+    """The sources that restarted: a counter of theirs below its last seen value (even one seen before a
+    gap). vLLM's counters, prompt-token sources and TTFT belong to vLLM's body; each evidence series to the
+    body that declared it. A restart of one source never resets another's counters (no double count)."""
+    out: set[int] = set()
+    if (
+        _went_down(tot.raw, cur.counters)
+        or _went_down(tot.raw_by_source, cur.prompt_tokens_by_source)
+        or (prev and prev.ttft and cur.ttft and cur.ttft.count < prev.ttft.count)
+    ):
+        out.add(VLLM_SOURCE)
+    last, origin = tot.raw_evidence, cur.evidence_origin
+    for k, v in cur.evidence.items():
+        if k in last and v < last[k]:
+            out.add(origin.get(k, VLLM_SOURCE))
+    return frozenset(out)
+
+
+def _accumulate_by(
+    prev_tot: Mapping[K, float],
+    prev_raw: Mapping[K, float],
+    raw: Mapping[K, float],
+    resets: frozenset[int],
+    origin: Mapping[K, int],
+) -> dict[K, float]:
+    """`_accumulate` where each series resets only with its own source."""
+    if not resets:
+        return _accumulate(prev_tot, prev_raw, raw, False)
+    if resets == {VLLM_SOURCE} and not origin:
+        return _accumulate(prev_tot, prev_raw, raw, True)
+    out: dict[K, float] = dict(prev_tot)
+    for k, v in raw.items():
+        if k in prev_tot and k in prev_raw:
+            total = prev_tot[k] + (v if origin.get(k, VLLM_SOURCE) in resets else v - prev_raw[k])
+            out[k] = total if total - total == 0.0 else v
+        else:
+            out[k] = v
+    return out
+
+
+def _store_base(tot: Totals, resets: frozenset[int], origin: Mapping[EvidenceKey, int]) -> Mapping[EvidenceKey, float]:
+    """Stores at each source's last restart: a restarted source's series start over from their totals."""
+    if not resets:
+        return tot.evidence_store_base
+    base = dict(tot.evidence_store_base)
+    for k, v in _stores(tot.evidence).items():
+        if origin.get(k, VLLM_SOURCE) in resets:
+            base[k] = v
+    return base
+
+
+def _missing(
+    tot: Totals, raw_evidence: Mapping[EvidenceKey, float], cur: EngineSignals, resets: frozenset[int]
+) -> tuple[frozenset[EvidenceKey], frozenset[EvidenceKey]]:
+    """(series seen before and absent now, series a restart of their source excused), cheap when none is."""
+    if len(raw_evidence) == len(cur.evidence) and not tot.forgiven:
+        return frozenset(), frozenset()
+    absent = {k for k in raw_evidence if k not in cur.evidence}
+    origin = tot.origin
+    forgiven = (tot.forgiven & absent) | {k for k in absent if origin.get(k, VLLM_SOURCE) in resets}
+    return frozenset(absent - forgiven), frozenset(forgiven)
 
 
 def _accumulate(
@@ -170,10 +234,15 @@ def advance(prev: Mark | None, snapshot: Snapshot, t: float) -> Point:
                 raw_by_source=dict(e.prompt_tokens_by_source),
                 evidence=dict(e.evidence),
                 raw_evidence=dict(e.evidence),
+                origin=e.evidence_origin,
             )
             continue
         p_sig = prev.snapshot.engine(e.key) if prev else None
-        reset = _reset(p_tot, p_sig, e)
+        resets = _resets(p_tot, p_sig, e)
+        reset = VLLM_SOURCE in resets
+        origin = {**p_tot.origin, **e.evidence_origin} if e.evidence_origin else p_tot.origin
+        raw_evidence = {**p_tot.raw_evidence, **e.evidence}
+        missing, forgiven = _missing(p_tot, raw_evidence, e, resets)
         counters = _accumulate(p_tot.counters, p_tot.raw, e.counters, reset)
         totals[e.key] = Totals(
             counters,
@@ -182,9 +251,12 @@ def advance(prev: Mark | None, snapshot: Snapshot, t: float) -> Point:
             raw={**p_tot.raw, **e.counters},
             raw_by_source={**p_tot.raw_by_source, **e.prompt_tokens_by_source},
             store_base=p_tot.counters.get(_STORE, 0.0) if reset else p_tot.store_base,
-            evidence=_accumulate(p_tot.evidence, p_tot.raw_evidence, e.evidence, reset),
-            raw_evidence={**p_tot.raw_evidence, **e.evidence},
-            evidence_store_base=_stores(p_tot.evidence) if reset else p_tot.evidence_store_base,
+            evidence=_accumulate_by(p_tot.evidence, p_tot.raw_evidence, e.evidence, resets, origin),
+            raw_evidence=raw_evidence,
+            evidence_store_base=_store_base(p_tot, resets, origin),
+            missing=missing,
+            forgiven=forgiven,
+            origin=origin,
         )
     return Point(t, snapshot, totals)
 
@@ -344,6 +416,7 @@ def compare(start: Mark | None, end: Mark, key: EngineKey, anchor: Mark | bool |
         evidence=ev,
         evidence_gauges=dict(cur.evidence_gauges) if cur else {},
         ratio_unit=ratio_unit if ratio is not None else None,
+        state_known=not tot.missing,
     )
 
 

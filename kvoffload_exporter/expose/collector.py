@@ -79,7 +79,7 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     if d is None:
         return
     _convoy(x, e, t.convoy.get(e.key), {**lb, "window": window})
-    x.add_states("kvoffload_state", lb, STATES, d.state)
+    x.add_states("kvoffload_state", lb, STATES, d.state if d.state_known else None)  # unknown: every state 0
     wl = {**lb, "window": window}
     x.add_states("kvoffload_state_reason", wl, STATE_REASONS, found.reason)
     windowed = (
@@ -111,6 +111,18 @@ def _convoy(x: Exposition, e: EngineSignals, c: ConvoyView | None, wl: Mapping[s
         x.add_summary("kvoffload_request_queue_time_seconds", wl, c.queue_time, queue.count, queue.sum)
 
 
+_TIER_ONLY = frozenset(
+    {
+        Evidence.PROMOTION_FAILED,
+        Evidence.CASCADE_FAILED,
+        Evidence.DEFERRED_RELEASE,
+        Evidence.DEFERRED_RELEASE_SECONDS,
+        Evidence.DEFERRED_RELEASES,
+    }
+)
+_TIER_DIRECTION = frozenset({Evidence.PRIMARY_USAGE, Evidence.TIER_TRANSFER_SECONDS})
+
+
 def _evidence_labels(lb: Mapping[str, str], k: EvidenceKey) -> dict[str, str]:
     """Each evidence row's catalogue labels: detail is the result, source or stage of its signal."""
     if k.signal in (Evidence.PROMOTION_SECONDS, Evidence.PROMOTIONS):
@@ -119,6 +131,16 @@ def _evidence_labels(lb: Mapping[str, str], k: EvidenceKey) -> dict[str, str]:
         return {**lb, "source": k.detail}
     if k.signal == Evidence.KV_FETCH:
         return {**lb, "stage": k.detail}
+    if k.signal in _TIER_ONLY:
+        return {**lb, "tier": k.tier}
+    if k.signal in _TIER_DIRECTION:
+        return {**lb, "tier": k.tier, "direction": k.detail}
+    if k.signal in (Evidence.OPERATION_SECONDS, Evidence.OPERATIONS):
+        return {**lb, "operation": k.detail}
+    if k.signal == Evidence.TRANSFER_FAILED:
+        return {**lb, "connector": k.connector, "kind": k.detail}
+    if k.signal == Evidence.INTEGRITY:
+        return {**lb, "kind": k.detail}
     out = {**lb, "tier": k.tier, "connector": k.connector}
     if k.signal == Evidence.DROPPED:
         out["reason"] = k.reason

@@ -60,30 +60,36 @@ _LINE_FACTOR = 32
 
 
 def normalise(
-    text: str, limits: Limits | None = None, cache: LineCache | None = None, scrub: Callable[[str], str] | None = None
+    text: str,
+    limits: Limits | None = None,
+    cache: LineCache | None = None,
+    scrub: Callable[[str], str] | None = None,
+    origins: backends.Origins | None = None,
 ) -> Snapshot:
     """Read one vLLM exposition within `limits` (defaults when None). Pure and CPU-bound: the
     poller runs it off the event loop. Raises exposition.ParseError (LimitError past a cap).
     `cache` is the target's own LineCache: the same result, with the series it sent before read faster.
-    `scrub` is applied to every label text before it is kept (the target's credentials, redact.Scrubber)."""
+    `scrub` is applied to every label text before it is kept (the target's credentials, redact.Scrubber).
+    `origins`: the families each extra endpoint's body declared (exposition.join_sources), so that the
+    evidence says which source each series came from."""
     lim = limits or Limits()
     max_len = lim.label_value_length_limit
     line_cap = _LINE_FACTOR * max_len + 1024
     reader, key = _labels_reader(max_len, scrub), (max_len, scrub) if scrub else max_len
     samples, typed = read_spelled(text, _SELECTORS, reader, lim.sample_limit, line_cap, cache, key)
     if cache is None:
-        return _snapshot(samples, typed, lim)[0]
+        return _snapshot(samples, typed, lim, origins=origins)[0]
     last, slot = cache.last, cache.plan
     values = slot.values if slot.hit else tuple(map(_VALUE_OF, samples))  # a planned read's, as read
     shape = fixed = None
     if slot.hit and isinstance(last, _Last) and last.plan is slot.plan:  # the same heads as last time
-        if last.values == values and last.typed == typed and last.limits == lim:
+        if last.values == values and last.typed == typed and last.limits == lim and last.origins == origins:
             return last.snapshot  # an idle target: the same samples make the same snapshot
         shape = last.shape or histplan.compile(samples, hist_name, idle)
         fixed = last.fixed if last.typed == typed else None
     prev = last.snapshot if isinstance(last, _Last) else None
-    snap, fixed = _snapshot(samples, typed, lim, prev, shape, values, fixed)
-    cache.last = _Last(values, typed, lim, snap, slot.plan, shape, fixed)
+    snap, fixed = _snapshot(samples, typed, lim, prev, shape, values, fixed, origins)
+    cache.last = _Last(values, typed, lim, snap, slot.plan, shape, fixed, origins)
     return snap
 
 
@@ -98,6 +104,7 @@ class _Last(NamedTuple):
     plan: object  # the line plan with these samples' heads (None: none)
     shape: histplan.Shape | None
     fixed: _Fixed
+    origins: backends.Origins | None = None
 
 
 class _Fixed(NamedTuple):
@@ -139,6 +146,7 @@ def _snapshot(
     shape: histplan.Shape | None = None,
     values: tuple[float, ...] = (),
     fixed: _Fixed | None = None,
+    origins: backends.Origins | None = None,
 ) -> tuple[Snapshot, _Fixed]:
     """The samples of one read, folded into signals and evidence per engine. Parts equal to the target's
     `prev` snapshot (family set, config labels) are that snapshot's objects: the history holds many
@@ -172,7 +180,7 @@ def _snapshot(
     for (model, engine), e in sorted(engines.items()):
         if not model and not engine:
             continue
-        ev = backends.resolve(rows, raw.get((model, engine), ())) if rows else ({}, {})
+        ev = backends.resolve(rows, raw.get((model, engine), ()), origins) if rows else ({}, {}, {})
         was = before.get((model, engine)) if before else None
         out.append(_freeze(model, engine, e, generation, families, engine_only.get(engine, {}), ev, was))
     snap = Snapshot(
@@ -234,7 +242,9 @@ def _freeze(
     generation: Generation,
     families: AbstractSet[str],
     engine_info: dict[str, str],
-    evidence: tuple[dict[backends.EvidenceKey, float], dict[backends.EvidenceKey, float]],
+    evidence: tuple[
+        dict[backends.EvidenceKey, float], dict[backends.EvidenceKey, float], dict[backends.EvidenceKey, int]
+    ],
     prev: EngineSignals | None = None,
 ) -> EngineSignals:
     """The engine's signals; config dicts equal to `prev`'s are `prev`'s objects (the same ~20 labels
@@ -278,6 +288,7 @@ def _freeze(
         kv_fetch_by_stage=dict(e.fetch_stage),
         evidence=evidence[0],
         evidence_gauges=evidence[1],
+        evidence_origin=evidence[2],
     )
 
 

@@ -79,6 +79,9 @@ class EngineSignals:
     # One evidence schema across backends (kvoffload_exporter.ingest.backends): cumulative series and last values.
     evidence: Mapping[EvidenceKey, float] = field(default_factory=dict)
     evidence_gauges: Mapping[EvidenceKey, float] = field(default_factory=dict)
+    # The source of each cumulative evidence series read from a target's extra endpoint (1, 2, ...); a
+    # series not in it is vLLM's own (0). A restart resets only its own source's series (derive.window).
+    evidence_origin: Mapping[EvidenceKey, int] = field(default_factory=dict)
 
     @property
     def key(self) -> EngineKey:

@@ -119,7 +119,8 @@ async def _index(request: web.Request) -> web.Response:
     rows = []
     for t in exp.targets:
         v = t.view
-        states = ", ".join(f"{m}/{e}: {d.state}" for (m, e), d in sorted(v.derived.items())) if v.up else ""
+        shown = sorted(v.derived.items()) if v.up else []
+        states = ", ".join(f"{m}/{e}: {d.state if d.state_known else 'unknown'}" for (m, e), d in shown)
         rows.append(
             "<tr>"
             + "".join(

@@ -21,7 +21,8 @@ from kvoffload_exporter.derive import window as derive
 from kvoffload_exporter.derive.reasons import CanaryFacts
 from kvoffload_exporter.expose.collector import TargetView, target_fragment
 from kvoffload_exporter.expose.render import Fragment, Heads
-from kvoffload_exporter.ingest.exposition import LineCache, ParseError, join_bodies
+from kvoffload_exporter.ingest.backends import Origins
+from kvoffload_exporter.ingest.exposition import LineCache, ParseError, join_sources
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.snapshot import EngineKey, Snapshot
 from kvoffload_exporter.redact import origin, redact_url
@@ -98,10 +99,10 @@ class TargetPoller:
         self._skew = 0.0  # added to clock() after it stepped back, so history time never does
         self._last_now: tuple[float, float] | None = None  # (history time, timer()) of the last poll
 
-    def _parse(self, text: str, now: float) -> Parsed:
+    def _parse(self, text: str, now: float, origins: Origins | None = None) -> Parsed:
         """CPU-bound part of a poll; a large body's runs in a worker thread (INLINE_PARSE_BYTES)."""
         try:  # capped by the limits: a hostile body costs bounded time and memory
-            snapshot = normalise(text, self.cfg.limits or self.config.limits, self._lines, self.scrub)
+            snapshot = normalise(text, self.cfg.limits or self.config.limits, self._lines, self.scrub, origins)
         except ParseError as e:
             raise ScrapeError(e.reason, str(e)) from e
         if not snapshot.families:
@@ -110,19 +111,21 @@ class TargetPoller:
         point = derive.advance(prev, snapshot, now)
         return snapshot, point, derive.derive([*self.history, point], now, self.config.window)
 
-    def _parse_all(self, text: str, extras: list[str], now: float) -> tuple[Parsed, ScrapeError | None]:
-        """vLLM's body joined with the extra ones (as `inspect a+b`); if only the join fails to parse,
-        vLLM's body alone, with the extra endpoints' error: their bad body never takes the target down."""
-        if extras:
+    def _parse_all(self, text: str, extras: list[str | None], now: float) -> tuple[Parsed, ScrapeError | None]:
+        """vLLM's body joined with the extra ones (as `inspect a+b`; None: that fetch failed, its series are
+        missing and the state unknown); if only the join fails to parse, vLLM's body alone, with the extra
+        endpoints' error: their bad body never takes the target down."""
+        if any(b is not None for b in extras):
+            joined, origins = join_sources(text, extras)
             try:
-                return self._parse(join_bodies([text, *extras]), now), None
+                return self._parse(joined, now, origins), None
             except ScrapeError as e:
                 return self._parse(text, now), e
         return self._parse(text, now), None
 
     async def _fetch(
         self, session: aiohttp.ClientSession, now: float, version: str | None, hold: Reservation
-    ) -> tuple[str, list[str], str | None]:
+    ) -> tuple[str, list[str | None], str | None]:
         if version is None or now - self._version_checked > 300:  # /version can change on upgrade
             version = await fetch_version(session, self.cfg.url, self.config.timeout, self.cfg.source_auth()) or version
             if version is not None and self.scrub is not None and self.scrub(version) != version:
@@ -141,7 +144,7 @@ class TargetPoller:
                 t.cancel()
             raise
         bodies = await asyncio.gather(*extras)  # never raise: a failure is counted and gives None
-        return text, [b for b in bodies if b is not None], version
+        return text, list(bodies), version
 
     def _extra_auth(self, i: int, url: str) -> Auth:
         """The URL's own userinfo, else the target's credentials only where the origin is the target's."""
@@ -207,7 +210,7 @@ class TargetPoller:
         try:
             try:
                 text, extras, version = await self._fetch(session, now, version, hold)
-                if len(text) + sum(map(len, extras)) <= INLINE_PARSE_BYTES:
+                if len(text) + sum(len(b) for b in extras if b is not None) <= INLINE_PARSE_BYTES:
                     parsed, join_error = self._parse_all(text, extras, now)
                 else:
                     parsed, join_error = await asyncio.to_thread(self._parse_all, text, extras, now)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from kvoffload_exporter.ingest.backends.resolve import (
     FAMILIES,
     HISTOGRAMS,
+    Origins,
     RawSample,
     SourceRef,
     detect,
@@ -26,6 +27,7 @@ __all__ = [
     "Evidence",
     "EvidenceKey",
     "NativeUnit",
+    "Origins",
     "RawSample",
     "Source",
     "SourceRef",

@@ -32,3 +32,22 @@ SHARED: tuple[Source, ...] = (
     Source(KV_FETCH, E.IN_FLIGHT, U.REQUESTS, kind=Kind.GAUGE, match=(("stage", "in_progress"),)),
 )
 """Rows added whenever any backend is present."""
+
+
+def _failure(name: str, kind: str, connector: str, signal: Evidence = E.TRANSFER_FAILED) -> Source:
+    return Source(name, signal, U.EVENTS, connector=connector, detail=kind)
+
+
+ALWAYS: tuple[Source, ...] = (
+    # NIXL (vllm 0.34.0 distributed/kv_transfer/kv_connector/v1/nixl/stats.py:243-283): failed_notification is
+    # also inside failed_transfer ("Retained for compatibility"): kinds are never added together.
+    _failure("vllm:nixl_num_failed_transfers_total", "failed_transfer", "nixl"),
+    _failure("vllm:nixl_num_failed_notifications_total", "failed_notification", "nixl"),
+    _failure("vllm:nixl_num_kv_expired_reqs_total", "kv_expired", "nixl"),
+    # Integrity: "the KV blocks may have been reused before the transfer finished" (nixl/stats.py:276-283),
+    # and requests with NaNs in their logits (v1/metrics/loggers.py:629-640, only with
+    # VLLM_COMPUTE_NANS_IN_LOGITS=1).
+    _failure("vllm:nixl_num_notifications_after_expiry_total", "notification_after_expiry", "", E.INTEGRITY),
+    _failure("vllm:corrupted_requests_total", "nan_logits", "", E.INTEGRITY),
+)
+"""Rows read whether or not an offload backend is present: a P/D deployment has KV transfers and no tier."""

@@ -15,6 +15,8 @@ from kvoffload_exporter.ingest.backends.schema import Backend, BackendTable, Dro
 E, U = Evidence, NativeUnit
 OPS = "vllm:mooncake_store_operation_total"
 BYTES = "vllm:mooncake_store_operation_bytes_total"
+FAILED_KEYS = "vllm:mooncake_store_operation_failed_keys_total"
+TIME = "vllm:mooncake_store_operation_time_seconds"
 
 ROWS: tuple[Source, ...] = (
     Source(BYTES, E.STORED, U.BYTES, match=(("operation", "save_put"), ("status", "ok"))),
@@ -25,6 +27,17 @@ ROWS: tuple[Source, ...] = (
         )
         for st in ("error", "partial_failure")
     ),
+    # Gets that failed, whole (`error`) or in part (`partial_failure`): the keys lost are recomputed
+    # (vllm 0.34.0 store/worker.py:1450-1480; failed keys store/metrics.py:153, 189).
+    Source(FAILED_KEYS, E.LOAD_FAILED, U.KEYS, match=(("operation", "load_get"),)),
+    *(
+        Source(OPS, E.LOAD_FAILED, U.OPERATIONS, match=(("operation", "load_get"), ("status", st)))
+        for st in ("error", "partial_failure")
+    ),
+    # Latency per operation (save_exists, save_put, load_get, lookup_exists; lookup_lease from 0.34's
+    # store/selective_lease.py:191-206), summed over statuses (store/metrics.py:116).
+    Source(TIME, E.OPERATION_SECONDS, U.SECONDS, suffix="sum", detail_label="operation"),
+    Source(TIME, E.OPERATIONS, U.OPERATIONS, suffix="count", detail_label="operation"),
     by_source("external_unspecified", group="hits_tokens"),
     ext_hits(),
     ext_queries(),
@@ -35,6 +48,6 @@ TABLE = BackendTable(
     detect=frozenset({Source(OPS, E.DROPPED, U.STORES).family, ROWS[0].family}),
     rows=ROWS,
     title="Mooncake store (`MooncakeStoreConnector`)",
-    versions="vLLM 0.32–0.33",
-    evidence="reconstructed (`mooncake-store-0.33`); simulated",
+    versions="vLLM 0.32–0.34",
+    evidence="reconstructed (`mooncake-store-0.33`, `mooncake-store-0.34`); simulated",
 )

@@ -53,7 +53,7 @@ TABLES: tuple[BackendTable, ...] = (
     mooncake_store.TABLE,
     umbp.TABLE,
 )
-_ALL_ROWS: tuple[Source, ...] = (*common.SHARED, *(r for t in TABLES for r in t.rows))
+_ALL_ROWS: tuple[Source, ...] = (*common.SHARED, *common.ALWAYS, *(r for t in TABLES for r in t.rows))
 FAMILIES: frozenset[str] = frozenset({r.family for r in _ALL_ROWS} | {f for t in TABLES for f in t.detect})
 """Every family the resolver reads (canonical names): normalise adds them to its selector."""
 SIGNAL_UNITS: dict[Evidence, tuple[NativeUnit, ...]] = {
@@ -74,13 +74,15 @@ def detect(families: frozenset[str]) -> tuple[Backend, ...]:
 
 @lru_cache(maxsize=64)
 def rows_for(backends: tuple[Backend, ...], families: frozenset[str]) -> tuple[Source, ...]:
-    """The rows to read: each backend's plus the shared ones, the first present row of each group only."""
+    """The rows to read: each backend's plus the shared ones, the first present row of each group only; the
+    transfer-failure and integrity rows (common.ALWAYS) whatever the backend, with none too."""
+    always = tuple(r for r in common.ALWAYS if r.family in families)
     if not backends:
-        return ()
+        return always
     by_backend = {t.backend: t for t in TABLES}
     chosen: list[Source] = []
     groups: set[str] = set()
-    for row in (*(r for b in backends for r in by_backend[b].rows), *common.SHARED):
+    for row in (*(r for b in backends for r in by_backend[b].rows), *common.SHARED, *always):
         if row.family not in families or row in chosen:
             continue
         if row.group:
@@ -115,10 +117,10 @@ def _index(rows: tuple[Source, ...]) -> dict[tuple[str, str], tuple[Source, ...]
     return {k: tuple(v) for k, v in out.items()}
 
 
-_Prepared = tuple[tuple[Source, ...], dict[tuple[str, str], tuple[Source, ...]], tuple[EvidenceKey, ...]]
+_Prepared = tuple[tuple[Source, ...], dict[tuple[str, str], tuple[Source, ...]], tuple[tuple[EvidenceKey, str], ...]]
 _PREPARED: dict[int, _Prepared] = {}
-"""id(rows) → (rows, their index by (family, suffix), the keys of their counters that read 0 when declared
-without a child). The same few row tuples serve every poll (rows_for is cached); holding `rows` keeps
+"""id(rows) → (rows, their index by (family, suffix), the (key, family) of their counters that read 0 when
+declared without a child). The same few row tuples serve every poll (rows_for is cached); holding `rows` keeps
 its id from being reused while it is cached. Bounded: a new tuple past the bound starts it over."""
 _KEYS: dict[tuple[int, Labels], tuple[Source, EvidenceKey | None]] = {}
 """(id(row), labels) → (row, the sample's evidence key, or None when the row's `match` refuses the labels).
@@ -131,7 +133,9 @@ _MAX_PREPARED, _MAX_KEYS, _MAX_TEXT = 64, 4096, 1024
 def _prepared(rows: tuple[Source, ...]) -> _Prepared:
     got = _PREPARED.get(id(rows))
     if got is None or got[0] is not rows:
-        zero = tuple(_key(r, {}) for r in rows if r.kind == Kind.COUNTER and not r.tier_label and not r.detail_label)
+        zero = tuple(
+            (_key(r, {}), r.family) for r in rows if r.kind == Kind.COUNTER and not r.tier_label and not r.detail_label
+        )
         if len(_PREPARED) >= _MAX_PREPARED:
             _PREPARED.clear()
         got = _PREPARED[id(rows)] = (rows, _index(rows), zero)
@@ -151,12 +155,20 @@ def _key_of(row: Source, rest: Labels) -> EvidenceKey | None:
     return got[1]
 
 
+Origins = Mapping[str, int]
+"""Canonical family -> the source whose body declared it (1, 2, ...: a target's extra endpoints in config
+order); a family absent from it came from vLLM's own body (source 0)."""
+
+
 def resolve(
-    rows: tuple[Source, ...], raw: Iterable[RawSample]
-) -> tuple[dict[EvidenceKey, float], dict[EvidenceKey, float]]:
-    """Samples of one engine -> (cumulative evidence, last-value evidence)."""
+    rows: tuple[Source, ...], raw: Iterable[RawSample], origins: Origins | None = None
+) -> tuple[dict[EvidenceKey, float], dict[EvidenceKey, float], dict[EvidenceKey, int]]:
+    """Samples of one engine -> (cumulative evidence, last-value evidence, the source of each cumulative
+    series that is not vLLM's own body). The source decides which counters a restart resets
+    (kvoffload_exporter.derive.window): an extra endpoint that restarts resets only its own series."""
     _, index, zero = _prepared(rows)
     counters: dict[EvidenceKey, float] = {}
+    origin: dict[EvidenceKey, int] = {}
     per_series: dict[tuple[EvidenceKey, Source, Labels], float] = {}
     for fam, sfx, rest, value in raw:
         for row in index.get((fam, sfx), ()):
@@ -168,6 +180,8 @@ def resolve(
                 if not 0.0 <= total < math.inf:  # would poison the reset-adjusted totals: the poll fails
                     raise ParseError(f"negative or non-finite cumulative value {value} in {row.name}")
                 counters[key] = total
+                if origins and (src := origins.get(fam)):
+                    origin[key] = src
                 continue
             v = info_number(dict(rest).get(row.label_value)) if row.kind == Kind.INFO else value
             if v is None:
@@ -175,12 +189,15 @@ def resolve(
             series = (key, row, () if row.kind == Kind.INFO else rest)
             prev = per_series.get(series)
             per_series[series] = v if prev is None else max(prev, v)  # stale pid copies: max, never a sum
-    for key in zero:  # a declared family without a child yet: nothing happened, which is 0
-        counters.setdefault(key, 0.0)
+    for key, fam in zero:  # a declared family without a child yet: nothing happened, which is 0
+        if key not in counters:
+            counters[key] = 0.0
+            if origins and (src := origins.get(fam)):
+                origin[key] = src
     gauges: dict[EvidenceKey, float] = {}
     for (key, _, _), v in per_series.items():
         gauges[key] = gauges.get(key, 0.0) + v
-    return counters, gauges
+    return counters, gauges, origin
 
 
 def is_cumulative(key: EvidenceKey) -> bool:

@@ -47,6 +47,19 @@ class Evidence(StrEnum):
     PROMOTIONS = "promotions"
     SERVED_BY = "served_by"  # prompt_tokens_cached_by_source, detail = source
     KV_FETCH = "kv_fetch"  # num_requests_kv_fetch_by_stage, detail = stage
+    # vLLM 0.34 (tiering, Mooncake store, NIXL, the engine): failures and what a tier holds back
+    PROMOTION_FAILED = "promotion_failed"  # failed promotion jobs secondary -> primary, per tier
+    CASCADE_FAILED = "cascade_failed"  # failed cascade jobs primary -> secondary, per tier
+    DEFERRED_RELEASE = "deferred_release"  # primary chunks of failed promotions held back (0.34), per tier
+    DEFERRED_RELEASE_SECONDS = "deferred_release_seconds"  # hold time (histogram sum), per tier
+    DEFERRED_RELEASES = "deferred_releases"  # completed deferred releases (histogram count), per tier
+    PRIMARY_USAGE = "primary_usage"  # primary-tier share used by promotions/cascades, detail = direction
+    TIER_TRANSFER_SECONDS = "tier_transfer_seconds"  # time reading/writing a secondary tier, detail = direction
+    LOAD_FAILED = "load_failed"  # gets (loads) a store answered with an error, whole or in part
+    OPERATION_SECONDS = "operation_seconds"  # a store's operation latency (histogram sum), detail = operation
+    OPERATIONS = "operations"  # a store's operations (histogram count), detail = operation
+    TRANSFER_FAILED = "transfer_failed"  # KV transfer failures (NIXL, Mooncake P2P), detail = kind
+    INTEGRITY = "integrity"  # events that may mean corrupted outputs, detail = kind
 
 
 class NativeUnit(StrEnum):
@@ -63,6 +76,8 @@ class NativeUnit(StrEnum):
     REQUESTS = "requests"
     RATIO = "ratio"
     SECONDS = "seconds"
+    OPERATIONS = "operations"  # a store's calls (Mooncake store get/put/lease operations)
+    EVENTS = "events"  # transfer failures and integrity events, one per occurrence as the source counts it
 
 
 class DropReason(StrEnum):
@@ -110,6 +125,16 @@ CUMULATIVE: frozenset[Evidence] = frozenset(
         Evidence.PROMOTION_SECONDS,
         Evidence.PROMOTIONS,
         Evidence.SERVED_BY,
+        Evidence.PROMOTION_FAILED,
+        Evidence.CASCADE_FAILED,
+        Evidence.DEFERRED_RELEASE_SECONDS,
+        Evidence.DEFERRED_RELEASES,
+        Evidence.TIER_TRANSFER_SECONDS,
+        Evidence.LOAD_FAILED,
+        Evidence.OPERATION_SECONDS,
+        Evidence.OPERATIONS,
+        Evidence.TRANSFER_FAILED,
+        Evidence.INTEGRITY,
     }
 )
 """Signals whose values are cumulative (deltas over a window); the others are last values."""

