@@ -162,3 +162,21 @@ def test_a_canary_revisit_that_never_loaded_is_lookup_always_misses_without_any_
     d = store_without_load(0.0, 0.0)
     assert explain(d, ENGINE, FAMILIES, CanaryFacts(no_load_cycles=1)) == StateReason.LOOKUP_ALWAYS_MISSES
     assert explain(d, ENGINE, FAMILIES, CanaryFacts(no_load_cycles=0)) is None
+
+
+# --- reasons: metric_missing, each half on its own ---
+
+
+@pytest.mark.parametrize(
+    ("absent", "want"),
+    [
+        (Vllm.KV_OFFLOAD_LOAD_BYTES, StateReason.METRIC_MISSING),  # stores exported, loads not
+        (Vllm.EXTERNAL_PREFIX_CACHE_HITS, StateReason.METRIC_MISSING),  # queries exported, hits not
+        (Vllm.EXTERNAL_PREFIX_CACHE_QUERIES, StateReason.LOOKUP_ALWAYS_MISSES),  # hits without queries: complete
+    ],
+)
+def test_a_missing_load_or_external_hit_family_is_metric_missing(absent: str, want: StateReason) -> None:
+    """Why: the external-queries half of `_metric_missing` could be removed with every test green (the
+    fixture chain only leaves out the load family). Queries that grow and a hits family that is not
+    exported say nothing about the lookup: the hits may happen unseen."""
+    assert explain(store_without_load(1e6, 0.0), ENGINE, FAMILIES - {absent}) == want

@@ -104,3 +104,23 @@ def test_store_without_load_only_once_the_stores_are_a_window_old() -> None:
     states = [s for _, s in replay(seq)]
     assert states[-1] == "store_without_load"
     assert set(states[1:6]) == {"storing"}  # not before the first stores are a window old
+
+
+def test_a_backend_counter_going_down_alone_is_a_restart() -> None:
+    """Why: the evidence half of the restart check could be removed with every test green. A backend
+    (SimpleCPU blocks) restarted while the vLLM counters kept rising: its new count is what it did since,
+    not a drop to read as zero."""
+    from kvoffload_exporter.enums import Generation, Signal
+    from kvoffload_exporter.ingest.backends.schema import Evidence, EvidenceKey, NativeUnit
+    from kvoffload_exporter.ingest.snapshot import EngineSignals, Snapshot
+
+    stored = EvidenceKey(Evidence.STORED, NativeUnit.BLOCKS)
+
+    def snap(prompts: float, blocks: float) -> Snapshot:
+        e = EngineSignals("m", "0", {Signal.PROMPT_TOKENS: prompts}, evidence={stored: blocks})
+        return Snapshot(Generation.NONE, (e,))
+
+    p0 = derive.advance(None, snap(1000.0, 500.0), 0.0)
+    p1 = derive.advance(p0, snap(2000.0, 40.0), POLL)  # 40 blocks stored since the backend restarted
+    assert p1.totals[KEY].evidence[stored] == 540.0
+    assert derive.compare(p0, p1, KEY).evidence[stored] == 40.0

@@ -7,11 +7,15 @@ each unit has its own family (one query each, listed from the catalogue), so not
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kvoffload_exporter.bundle.panels import Layout, timeseries
 from kvoffload_exporter.bundle.promql import Matcher, Query
 from kvoffload_exporter.catalogue import evidence_metric
 from kvoffload_exporter.ingest.backends.resolve import SIGNAL_UNITS
 from kvoffload_exporter.ingest.backends.schema import Evidence, NativeUnit
+
+RATE_RANGE = "[$__rate_interval]"
 
 
 def _tiered(expr: str) -> str:
@@ -19,9 +23,9 @@ def _tiered(expr: str) -> str:
     return f'label_replace({expr}, "tier", "single", "tier", "")'
 
 
-def backend_rows(L: Layout, q: Query, eng: str) -> None:
-    """Add the "Per-tier offload" row to the overview layout `L` (imported lazily by dashboards.overview)."""
-    r = "[$__rate_interval]"
+def _per_tier_row(L: Layout, q: Query, eng: str) -> None:
+    """Per tier, in each backend's native unit: stored and loaded, drops, promotions."""
+    r = RATE_RANGE
     by = "sum by (job, instance, target, model_name, engine, tier, connector)"
     traffic = [
         (
@@ -111,6 +115,11 @@ def backend_rows(L: Layout, q: Query, eng: str) -> None:
         w=8,
         h=8,
     )
+
+
+def _store_errors_row(L: Layout, q: Query, eng: str) -> None:
+    """Puts the Mooncake store answered with an error."""
+    r = RATE_RANGE
     errored_puts = evidence_metric(Evidence.DROPPED, NativeUnit.STORES)
     L.row("KV store errors (Mooncake store)")
     L.add(
@@ -131,6 +140,11 @@ def backend_rows(L: Layout, q: Query, eng: str) -> None:
         w=24,
         h=8,
     )
+
+
+def _transfers_row(L: Layout, q: Query, eng: str) -> None:
+    """KV transfers between instances and HiSparse: traffic that is not offload evidence."""
+    r = RATE_RANGE
     L.row("KV transfers and HiSparse (not offload evidence)")
     L.add(
         timeseries(
@@ -169,3 +183,17 @@ def backend_rows(L: Layout, q: Query, eng: str) -> None:
         w=6,
         h=8,
     )
+
+
+BACKEND_ROWS: tuple[Callable[[Layout, Query, str], None], ...] = (
+    _per_tier_row,
+    _store_errors_row,
+    _transfers_row,
+)
+"""The backend rows of the overview, top to bottom: one builder each."""
+
+
+def backend_rows(L: Layout, q: Query, eng: str) -> None:
+    """Add the backend rows to the overview layout `L` (imported lazily by dashboards.overview)."""
+    for row in BACKEND_ROWS:
+        row(L, q, eng)

@@ -8,7 +8,7 @@ two modules (and grafana_alerts) import grafanalib.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grafanalib.core as G
@@ -74,12 +74,9 @@ def state_values() -> dict[State, tuple[int, str, str]]:
 __all__ = ["DASHBOARDS", "HEALTH_UID", "OVERVIEW_UID", "UNITS", "render"]
 
 
-def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
-    c = Ctx.of(selectors)
+def _paying_off_row(L: Layout, c: Ctx, eng: str) -> None:
+    """Is offloading paying off? The evidence state, the load/store ratio, traffic and bandwidth."""
     q = c.q
-    eng = "{{target}} {{model_name}} e{{engine}}"
-    L = Layout()
-
     L.row("Is offloading paying off?")
     states = state_values()
     state_expr = (
@@ -142,6 +139,10 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         h=8,
     )
 
+
+def _prefix_ttft_row(L: Layout, c: Ctx, eng: str) -> None:
+    """Prefix cache hit ratios and the server's TTFT."""
+    q = c.q
     L.row("Prefix cache and TTFT")
     L.add(
         timeseries(
@@ -170,6 +171,10 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         h=8,
     )
 
+
+def _canary_row(L: Layout, c: Ctx, eng: str) -> None:
+    """The canary: TTFT per path, ΔTTFT against the control, its verdict and output mismatches."""
+    q = c.q
     L.row("Canary")
     L.add(
         timeseries(
@@ -245,6 +250,10 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         steps=[("green", None), ("red", 1.0)],
     )
 
+
+def _memory_row(L: Layout, c: Ctx, eng: str) -> None:
+    """Host RAM headroom against the tier, VRAM per GPU."""
+    q = c.q
     L.row("Memory")
     L.add(
         timeseries(
@@ -293,10 +302,18 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         h=8,
     )
 
+
+def _backend_row(L: Layout, c: Ctx, eng: str) -> None:
+    """The backends' own counters (bundle/backend_panels.py)."""
+    q = c.q
     from kvoffload_exporter.bundle.backend_panels import backend_rows  # one focused hook; the row lives there
 
     backend_rows(L, q, eng)
 
+
+def _tier_pressure_row(L: Layout, c: Ctx, eng: str) -> None:
+    """Allocation failures, in-flight pinning and the tier's payback."""
+    q = c.q
     L.row("Offload tier pressure")
     L.add(
         timeseries(
@@ -338,10 +355,33 @@ def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         h=8,
     )
 
+
+def _reason_row(L: Layout, c: Ctx, eng: str) -> None:
+    """Why an engine stores without loading (bundle/reason_panels.py)."""
+    q = c.q
     from kvoffload_exporter.bundle import reason_panels  # imports panels.py only; kept out of this module's length
 
     reason_panels.add(L, q, eng)
 
+
+OVERVIEW_ROWS: tuple[Callable[[Layout, Ctx, str], None], ...] = (
+    _paying_off_row,
+    _prefix_ttft_row,
+    _canary_row,
+    _memory_row,
+    _backend_row,
+    _tier_pressure_row,
+    _reason_row,
+)
+"""The overview's rows, top to bottom: one builder each."""
+
+
+def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
+    c = Ctx.of(selectors)
+    eng = "{{target}} {{model_name}} e{{engine}}"
+    L = Layout()
+    for row in OVERVIEW_ROWS:
+        row(L, c, eng)
     return dashboard(
         "KV offload overview",
         OVERVIEW_UID,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grafanalib.core as G
@@ -29,10 +29,9 @@ def _by(selector: str, label: str) -> str:
     return f"sum by (job, instance, target, {label}) (rate({selector}[$__rate_interval]))"
 
 
-def exporter_health(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
-    c = Ctx.of(selectors)
+def _targets_row(L: Layout, c: Ctx) -> None:
+    """Targets: up, the vLLM version and offload generation, time since the last poll, the exporter's build."""
     q = c.q
-    L = Layout()
     L.row("Targets")
     L.add(
         stat(
@@ -83,6 +82,10 @@ def exporter_health(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         steps=[("blue", None)],
     )
 
+
+def _polls_row(L: Layout, c: Ctx) -> None:
+    """Polls: errors by reason, duration and body size."""
+    q = c.q
     L.row("Polls")
     L.add(
         timeseries(
@@ -121,6 +124,10 @@ def exporter_health(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         h=8,
     )
 
+
+def _collectors_row(L: Layout, c: Ctx) -> None:
+    """Collectors: success and duration of each collector's last run."""
+    q = c.q
     L.row("Collectors")
     L.add(
         G.StateTimeline(
@@ -148,6 +155,10 @@ def exporter_health(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         h=8,
     )
 
+
+def _canary_budget_row(L: Layout, c: Ctx) -> None:
+    """The canary: its token budget left and spent, probes by result, cycles by reason."""
+    q = c.q
     L.row("Canary budget")
     L.add(
         timeseries(
@@ -202,6 +213,21 @@ def exporter_health(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
         h=8,
     )
 
+
+HEALTH_ROWS: tuple[Callable[[Layout, Ctx], None], ...] = (
+    _targets_row,
+    _polls_row,
+    _collectors_row,
+    _canary_budget_row,
+)
+"""The health dashboard's rows, top to bottom: one builder each."""
+
+
+def exporter_health(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
+    c = Ctx.of(selectors)
+    L = Layout()
+    for row in HEALTH_ROWS:
+        row(L, c)
     return dashboard(
         "KV offload exporter health",
         HEALTH_UID,

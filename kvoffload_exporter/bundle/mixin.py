@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence
 
 from kvoffload_exporter.bundle.deploy import DASHBOARD_FILE
 from kvoffload_exporter.bundle.promql import Matcher, parse_selectors
+from kvoffload_exporter.bundle.promql import num as _num
+from kvoffload_exporter.bundle.promql import pct as _pct
 from kvoffload_exporter.bundle.rulefile import prometheus_rules
-from kvoffload_exporter.bundle.rules import _num, _pct
 from kvoffload_exporter.bundle.settings import DEFAULT, Kind, Settings
 
 PATH = "mixin.libsonnet"

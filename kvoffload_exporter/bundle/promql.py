@@ -32,6 +32,20 @@ _QUOTED = re.compile(r'^(["\'])((?:(?!\1)[^\\]|\\.)*)\1$')
 _ANOTHER = re.compile(r"[,\s]\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=~|!~|!=|=)")
 
 
+def matcher(label: str, op: str, value: str) -> str:
+    """One label matcher as PromQL writes it: `state="hit"`."""
+    return str(Matcher(label, op, value))
+
+
+def num(v: float) -> str:
+    return f"{v:.15g}"  # 1e9 → 1000000000: PromQL accepts both, people read this one
+
+
+def pct(v: float | str) -> str:
+    """A ratio as a percentage: 0.9 → 90."""
+    return f"{float(v) * 100:g}"
+
+
 def parse_selector(raw: str) -> Matcher:
     """`job=vllm-sidecar`, `namespace=~"llm-.*"`, `env!=dev` → Matcher (surrounding quotes optional).
 

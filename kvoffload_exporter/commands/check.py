@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from kvoffload_exporter.config.settings import ConfigError
 
 if TYPE_CHECKING:
+    from kvoffload_exporter.canary.check.document import CheckDocument
     from kvoffload_exporter.canary.config import CanarySettings
 
 ORDER = 35
@@ -192,7 +193,7 @@ async def run_check(
     stdout: TextIO = sys.stdout,
     stderr: TextIO = sys.stderr,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, CheckDocument]:
     """The procedure; returns (exit code, JSON document). Usable from a running event loop (tests).
 
     Flags → CheckRequest here; the run, the document and the files are canary.checkrun,
@@ -242,7 +243,7 @@ async def run_check(
             result = await checkrun.run(req, client, keys, stderr=stderr, sleep=sleep)
         doc = checkreport.document(result)
         if result.interrupted:  # what was measured until Ctrl-C, marked: never read as a finished run
-            doc.update(interrupted=True, exit_code=130)
+            doc["interrupted"], doc["exit_code"] = True, 130
         text = scrub(report.text(doc))
     except Exception as e:  # a bug or an answer nothing foresaw: exit 3, with the report
         doc = {**checkreport.error_document(f"internal error ({type(e).__name__})"), "exit_code": 3}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from kvoffload_exporter.derive.capacity import GIB, gpu_pool_tokens, snapshot_tier_bytes
 from kvoffload_exporter.derive.window import EngineDerived, interval, prefill_cost
@@ -105,22 +105,38 @@ def engine_payback(d: EngineDerived, e: EngineSignals, tier_bytes: float | None)
     return Payback(pb, loaded * d.prefill_seconds_per_token - load_s, action, why)
 
 
-def _median(doc: Mapping[str, Any], path: str) -> float | None:
-    s = (doc.get("ttft_seconds") or {}).get(path)
-    return float(s["median"]) if s and s.get("median") is not None else None
+class CheckRecommendation(TypedDict):
+    """`check`'s `recommendation` (`check_recommendation`): a model, evidence for the one advice."""
+
+    payback_seconds_per_gib_hour: float | None
+    prefill_seconds_per_token: float
+    prefill_cost_from: str
+    saved_seconds: float
+    action: str
+    why: str
+    model_only: NotRequired[bool]
 
 
-def _offload_hit_tokens(phases: Sequence[Mapping[str, Any]]) -> float | None:
+def _median(ttft: Mapping[str, Mapping[str, float | None] | None], path: str) -> float | None:
+    s = ttft.get(path)
+    median = s.get("median") if s else None
+    return None if median is None else float(median)
+
+
+def _offload_hit_tokens(phases: Sequence[Mapping[str, object]]) -> float | None:
     for ph in phases:
-        if ph.get("phase") == "offload_revisit" and ph.get("external_hit_tokens"):
-            return float(ph["external_hit_tokens"])
+        tokens = ph.get("external_hit_tokens")
+        if ph.get("phase") == "offload_revisit" and tokens and isinstance(tokens, int | float):
+            return float(tokens)
     return None
 
 
-def _control_cost(doc: Mapping[str, Any]) -> float | None:
+def _control_cost(
+    ttft: Mapping[str, Mapping[str, float | None] | None], phases: Sequence[Mapping[str, object]]
+) -> float | None:
     """(recompute TTFT − GPU-hit TTFT) / prefix tokens: the marginal prefill cost the tier avoids."""
-    rec, gpu = _median(doc, "recompute"), _median(doc, "gpu_hit")
-    tokens = _offload_hit_tokens(doc.get("phase_summary") or [])
+    rec, gpu = _median(ttft, "recompute"), _median(ttft, "gpu_hit")
+    tokens = _offload_hit_tokens(phases)
     if rec is None or gpu is None or not tokens:
         return None
     return max(0.0, rec - gpu) / tokens
@@ -146,7 +162,8 @@ def _summed(derived: Mapping[EngineKey, EngineDerived]) -> tuple[dict[Signal, fl
     return deltas, by_source
 
 
-def check_recommendation(doc: Mapping[str, Any], before: str | None, after: str | None) -> dict[str, Any] | None:
+# `doc`: the check document (canary/check/document.py types it): derive sits below canary and cannot import it.
+def check_recommendation(doc: Mapping[str, Any], before: str | None, after: str | None) -> CheckRecommendation | None:
     """`check`'s `recommendation` key over the check's own run (its canary traffic, between the scrapes
     `before` and `after`): the prefill cost from the control path, else from the engine's counters.
     The action needs only the sign of the saving; grow and shrink by reuse need the workload, so only
@@ -157,7 +174,7 @@ def check_recommendation(doc: Mapping[str, Any], before: str | None, after: str 
         return None
     deltas, by_source = _summed(interval(*scrapes))
     loaded, load_s = deltas.get(Signal.EXTERNAL_PREFIX_HITS), deltas.get(Signal.OFFLOAD_LOAD_SECONDS)
-    cost, source = _control_cost(doc), "control"
+    cost, source = _control_cost(doc.get("ttft_seconds") or {}, doc.get("phase_summary") or []), "control"
     if cost is None:
         cost, source = prefill_cost(deltas, by_source), "engine_counters"
     if cost is None or loaded is None or load_s is None:
@@ -188,6 +205,7 @@ def check_recommendation(doc: Mapping[str, Any], before: str | None, after: str 
 __all__ = [
     "GIB",
     "SHRINK_REUSE_FRACTION",
+    "CheckRecommendation",
     "Payback",
     "TierUse",
     "check_recommendation",

@@ -24,7 +24,7 @@ class FamilyType(StrEnum):
 
 T = FamilyType
 
-VLLM_RELEASES: tuple[str, str] = ("0.10", "0.33")
+VLLM_RELEASES: tuple[str, str] = ("0.10", "0.34")
 """The oldest and newest vLLM release whose families this table and the backend tables are checked against
 (reconstructed expositions from 0.10, the newest wheel on the package index); the README's range."""
 

@@ -10,10 +10,13 @@ operator runs; the model assumes a per-token prefill cost and ignores queueing) 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from kvoffload_exporter.canary.check.sweepreport import SweepEntry
 
 FASTER, SLOWER = "offload_faster", "offload_slower"
 
@@ -45,13 +48,21 @@ pay (disable or skip loads), 3 the tier is misconfigured (or the run could not m
 exit code therefore reads the same decision as the report."""
 
 
+class AdviceDoc(TypedDict):
+    """`advice` of the check document."""
+
+    action: str
+    concurrency: int | None
+    why: str
+
+
 @dataclass(frozen=True)
 class Advice:
     action: Action
     concurrency: int | None
     why: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> AdviceDoc:
         return {"action": str(self.action), "concurrency": self.concurrency, "why": self.why}
 
     def line(self) -> str:
@@ -205,10 +216,10 @@ def exit_code(advice: Advice, error: bool = False) -> int:
     return 3 if error else EXIT_CODES[advice.action]
 
 
-def level_facts(entries: Sequence[Mapping[str, Any]], prefix_tokens: int | None) -> tuple[LevelFact, ...]:
+def level_facts(entries: Sequence[SweepEntry], prefix_tokens: int | None) -> tuple[LevelFact, ...]:
     """The sweep entries at the rounds' prefix length (`load_sweep` rows)."""
     rows = [e for e in entries if prefix_tokens is None or int(e["prefix_tokens"]) == prefix_tokens]
     return tuple(LevelFact(int(e["concurrency"]), str(e["verdict"]), e.get("delta_ttft_seconds")) for e in rows)
 
 
-__all__ = ["EXIT_CODES", "Action", "Advice", "Evidence", "LevelFact", "advise", "exit_code", "level_facts"]
+__all__ = ["EXIT_CODES", "Action", "Advice", "AdviceDoc", "Evidence", "LevelFact", "advise", "exit_code", "level_facts"]

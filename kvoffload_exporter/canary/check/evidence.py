@@ -19,6 +19,7 @@ from typing import Any, TextIO
 from kvoffload_exporter import safewrite
 from kvoffload_exporter.canary.check import png
 from kvoffload_exporter.canary.check.checkrun import CheckResult, redact
+from kvoffload_exporter.canary.check.document import CheckDocument
 from kvoffload_exporter.canary.wire.secrets import scrub
 
 log = logging.getLogger("kvoffload.canary")
@@ -27,7 +28,7 @@ log = logging.getLogger("kvoffload.canary")
 @dataclass(frozen=True)
 class Evidence:
     result: CheckResult
-    doc: dict[str, Any]
+    doc: CheckDocument
     text: str  # the verdict table as printed
     argv: dict[str, Any]  # the flags as parsed (no secrets: keys come from files)
 
@@ -148,7 +149,7 @@ def write_bundle(out: Path, ev: Evidence) -> list[Path]:
     )
 
 
-def _write_json(doc: dict[str, Any], json_path: str, stdout: TextIO | None) -> None:
+def _write_json(doc: CheckDocument, json_path: str, stdout: TextIO | None) -> None:
     if json_path in STDOUT:
         out = stdout or sys.stdout
         out.write(scrub(_json(doc)))
@@ -167,7 +168,7 @@ def write(ev: Evidence, json_path: str | None, out_dir: str | None, stdout: Text
 
 
 def write_error(
-    doc: dict[str, Any], text: str, json_path: str | None, out_dir: str | None, stdout: TextIO | None = None
+    doc: CheckDocument, text: str, json_path: str | None, out_dir: str | None, stdout: TextIO | None = None
 ) -> None:
     """When the run itself failed: `--json`, and report.json and report.txt of the bundle."""
     if json_path:

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from kvoffload_exporter.canary.check import sweepreport
+from kvoffload_exporter.canary.check.document import CheckDocument, CycleRow, DeltaEntry, PathSummary, PhaseSummary
 from kvoffload_exporter.canary.check.texttable import ms, table
 from kvoffload_exporter.canary.cycle.outputcheck import output_line
+from kvoffload_exporter.canary.cycle.plan import SizingDoc
+from kvoffload_exporter.canary.cycle.records import ConditionsDoc, CycleRecord, PhaseRecord, ServerDoc
 from kvoffload_exporter.canary.cycle.stats import Summary, Verdict, median, summarize
 from kvoffload_exporter.catalogue import CANARY_PATHS
+from kvoffload_exporter.derive.payback import CheckRecommendation
 from kvoffload_exporter.derive.reasons import HINTS
 from kvoffload_exporter.enums import StateReason
 
@@ -43,84 +48,105 @@ def _r(v: float | None, nd: int = 6) -> float | None:
     return None if v is None else round(v, nd)
 
 
-def _summary(s: Summary | None) -> dict[str, Any] | None:
+def _summary(s: Summary | None) -> PathSummary | None:
     if s is None:
         return None
     return {"n": s.n, "median": _r(s.median), "p25": _r(s.p25), "p75": _r(s.p75), "min": _r(s.min), "max": _r(s.max)}
 
 
-def phase_summary(phases: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+_MEDIANS = ("load_bytes", "store_bytes", "gpu_hit_tokens", "external_hit_tokens", "cached_tokens", "ttft_seconds")
+
+
+def _medians(rows: Sequence[PhaseRecord]) -> dict[str, float | None]:
+    """Per field of `_MEDIANS`: the median over the rows that have it."""
+    out: dict[str, float | None] = {}
+    for key in _MEDIANS:
+        xs = [float(v) for p in rows if (v := getattr(p, key)) is not None]
+        out[key] = median(xs) if xs else None
+    return out
+
+
+def phase_summary(phases: Sequence[PhaseRecord]) -> list[PhaseSummary]:
     """Per phase over all cycles: classifications counted, medians of the counter deltas."""
-    out = []
+    out: list[PhaseSummary] = []
     for name in PHASES:
-        rows = [p for p in phases if p["phase"] == name]
+        rows = [p for p in phases if p.phase == name]
         if not rows:
             continue
-        cls = Counter(str(p["classification"]) for p in rows if p["classification"] is not None)
-
-        def med(key: str, rows: list[Mapping[str, Any]] = rows) -> float | None:
-            xs = [float(p[key]) for p in rows if p.get(key) is not None]
-            return median(xs) if xs else None
-
+        cls = Counter(str(p.classification) for p in rows if p.classification is not None)
+        med = _medians(rows)
         out.append(
             {
                 "phase": name,
                 "n": len(rows),
                 "classifications": dict(sorted(cls.items())),
-                "load_bytes": med("load_bytes"),
-                "store_bytes": med("store_bytes"),
-                "gpu_hit_tokens": med("gpu_hit_tokens"),
-                "external_hit_tokens": med("external_hit_tokens"),
-                "cached_tokens": med("cached_tokens"),
-                "ttft_seconds": _r(med("ttft_seconds")),
+                "load_bytes": med["load_bytes"],
+                "store_bytes": med["store_bytes"],
+                "gpu_hit_tokens": med["gpu_hit_tokens"],
+                "external_hit_tokens": med["external_hit_tokens"],
+                "cached_tokens": med["cached_tokens"],
+                "ttft_seconds": _r(med["ttft_seconds"]),
             }
         )
     return out
+
+
+def _deltas(verdict: Verdict | None) -> dict[str, DeltaEntry]:
+    return {
+        k: {
+            "delta_seconds": round(e.delta, 6),
+            "ci_seconds": [round(e.lower, 6), round(e.upper, 6)],
+            "confidence": e.confidence,
+            "n_offload": e.n_offload,
+            "n_control": e.n_control,
+        }
+        for k, e in (verdict.estimates.items() if verdict else ())
+    }
+
+
+def _cycle_row(c: CycleRecord) -> CycleRow:
+    return {
+        "cycle": c.cycle,
+        "strategy": c.strategy,
+        "result": c.result,
+        "reason": c.reason,
+        "detail": c.detail,
+        "order": c.order,
+    }
+
+
+def _phase_row(p: PhaseRecord) -> dict[str, object]:
+    return {k: (_r(v) if isinstance(v, float) else v) for k, v in asdict(p).items()}
 
 
 def build(
     verdict: Verdict | None,
     samples: Mapping[str, Sequence[float]],
     first_event: Mapping[str, Sequence[float]],
-    phases: Sequence[Mapping[str, Any]],
-    cycles: Sequence[Mapping[str, Any]],
-    conditions: Mapping[str, Any] | None,
-    extra: Mapping[str, Any],
+    phases: Sequence[PhaseRecord],
+    cycles: Sequence[CycleRecord],
+    conditions: ConditionsDoc | None,
     error: str | None = None,
-) -> dict[str, Any]:
-    """The `--json` document; `phases` and `cycles` are the engine's records as dicts."""
+) -> CheckDocument:
+    """The `--json` document's measurement part; checkreport.document adds the run's facts and the advice."""
     v = "error" if error else (verdict.verdict if verdict else "inconclusive")
     est = verdict.primary if verdict and not error else None
-    doc: dict[str, Any] = {
+    return {
         "verdict": v,
         "exit_code": EXIT_CODES[v],
         "why": error or (verdict.why if verdict else "no cycles ran"),
         "control": verdict.control if verdict and not error else None,
         "delta_ttft_seconds": _r(est.delta) if est else None,
         "delta_ttft_ci_seconds": [_r(est.lower), _r(est.upper)] if est else None,
-        "deltas": {
-            k: {
-                "delta_seconds": _r(e.delta),
-                "ci_seconds": [_r(e.lower), _r(e.upper)],
-                "confidence": e.confidence,
-                "n_offload": e.n_offload,
-                "n_control": e.n_control,
-            }
-            for k, e in (verdict.estimates.items() if verdict else ())
-        },
+        "deltas": _deltas(verdict),
         "ttft_seconds": {p: _summary(summarize(list(samples.get(p, ())))) for p in CANARY_PATHS},
         "ttft_first_event_seconds": {p: _summary(summarize(list(first_event.get(p, ())))) for p in CANARY_PATHS},
-        "reasons": dict(Counter(str(c["reason"]) for c in cycles)),
-        "cycles": [
-            {**{k: c[k] for k in ("cycle", "strategy", "result", "reason", "detail")}, "order": c.get("order", [])}
-            for c in cycles
-        ],
+        "reasons": dict(Counter(str(c.reason) for c in cycles)),
+        "cycles": [_cycle_row(c) for c in cycles],
         "phase_summary": phase_summary(phases),
-        "phases": [{k: (_r(v2) if isinstance(v2, float) else v2) for k, v2 in p.items()} for p in phases],
+        "phases": [_phase_row(p) for p in phases],
         "conditions": conditions,
     }
-    doc.update(extra)
-    return doc
 
 
 def _mb(v: float | None) -> str:
@@ -131,11 +157,11 @@ def _tok(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f}"
 
 
-def _state_lines(interval: Mapping[str, Any]) -> list[str]:
+def _state_lines(interval: Mapping[str, Any] | None) -> list[str]:
     """The exporter's evidence state per engine over the run, and why (derive.reasons) when the state needs
     explaining, as `inspect BEFORE AFTER` prints it."""
     out = []
-    for e in interval.get("engines") or ():
+    for e in (interval or {}).get("engines") or ():
         line = f"engine {e.get('model_name')}/{e.get('engine')} over the run: {e.get('state')}"
         reason = e.get("state_reason")
         if reason:
@@ -144,7 +170,7 @@ def _state_lines(interval: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _payback_lines(rec: Mapping[str, Any] | None) -> list[str]:
+def _payback_lines(rec: CheckRecommendation | None) -> list[str]:
     """The payback model's figure as evidence: it names no action (the one advice line does)."""
     if not rec:
         return []
@@ -158,7 +184,7 @@ def _payback_lines(rec: Mapping[str, Any] | None) -> list[str]:
     ]
 
 
-def _closing_lines(doc: Mapping[str, Any]) -> list[str]:
+def _closing_lines(doc: CheckDocument) -> list[str]:
     """Stalled requests, hints and the one advice line."""
     out = [
         f"stalled: round {st['cycle']} {st['phase']} waited {st['queue_seconds'] * 1000:.0f} ms in the server's "
@@ -173,16 +199,15 @@ def _closing_lines(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def text(doc: Mapping[str, Any]) -> str:
-    """The human verdict table printed by `check`."""
-    out: list[str] = []
-    cond = doc.get("conditions") or {}
-    t = cond.get("target") or {}
-    sz = cond.get("sizing") or {}
-    out.append(
+def _condition_lines(doc: CheckDocument) -> list[str]:
+    """The target, the prompt's sizing, the control target and the recompute control."""
+    cond: ConditionsDoc = doc.get("conditions") or {}
+    t: ServerDoc = cond.get("target") or {}
+    sz: SizingDoc = cond.get("sizing") or {}
+    out = [
         f"kvoffload-exporter check: {t.get('url', '?')}  vLLM {t.get('version') or '?'}  "
         f"model {t.get('model', '?')}  offload metrics: {t.get('generation', '?')}"
-    )
+    ]
     if sz:
         cache = cond.get("gpu_cache_tokens")
         out.append(
@@ -208,7 +233,11 @@ def text(doc: Mapping[str, Any]) -> str:
             f"recompute control (max_load_tokens 0): {rc}"
             + ("  - the server loaded anyway, so this control is unavailable" if rc == "ignored" else "")
         )
-    out.append("")
+    return [*out, ""]
+
+
+def _ttft_lines(doc: CheckDocument) -> list[str]:
+    """TTFT per canary path: client-measured quantiles and the first event's median."""
     rows = []
     for p in CANARY_PATHS:
         s = (doc.get("ttft_seconds") or {}).get(p)
@@ -223,32 +252,34 @@ def text(doc: Mapping[str, Any]) -> str:
                 ms(f and f["median"]),
             ]
         )
-    out += table(
-        ["TTFT path", "n", "median ms", "p25 ms", "p75 ms", "1st event ms"], rows, [False, True, True, True, True, True]
-    )
-    out.append("")
+    heads = ["TTFT path", "n", "median ms", "p25 ms", "p75 ms", "1st event ms"]
+    return [*table(heads, rows, [False, True, True, True, True, True]), ""]
+
+
+def _delta_lines(doc: CheckDocument) -> list[str]:
+    """ΔTTFT against each control with its bootstrap interval; the verdict's control marked."""
     deltas = doc.get("deltas") or {}
-    if deltas:
-        rows = []
-        for k, d in deltas.items():
-            lo, hi = d["ci_seconds"]
-            mark = "  <- verdict" if k == doc.get("control") else ""
-            rows.append(
-                [
-                    k,
-                    f"{d['delta_seconds'] * 1000:+.1f}",
-                    f"[{lo * 1000:+.1f}, {hi * 1000:+.1f}]",
-                    f"{d['n_offload']}/{d['n_control']}" + mark,
-                ]
-            )
-        pct = round(next(iter(deltas.values()))["confidence"] * 100)
-        out += table(
-            ["dTTFT offload_hit - control", "median ms", f"{pct}% bootstrap CI ms", "n"],
-            rows,
-            [False, True, True, False],
+    if not deltas:
+        return []
+    rows = []
+    for k, d in deltas.items():
+        lo, hi = d["ci_seconds"]
+        mark = "  <- verdict" if k == doc.get("control") else ""
+        rows.append(
+            [
+                k,
+                f"{d['delta_seconds'] * 1000:+.1f}",
+                f"[{lo * 1000:+.1f}, {hi * 1000:+.1f}]",
+                f"{d['n_offload']}/{d['n_control']}" + mark,
+            ]
         )
-        out.append("")
-    out += _payback_lines(doc.get("recommendation"))
+    pct = round(next(iter(deltas.values()))["confidence"] * 100)
+    heads = ["dTTFT offload_hit - control", "median ms", f"{pct}% bootstrap CI ms", "n"]
+    return [*table(heads, rows, [False, True, True, False]), ""]
+
+
+def _phase_lines(doc: CheckDocument) -> list[str]:
+    """Per-phase medians of the counter deltas around each probe."""
     rows = []
     for ph in doc.get("phase_summary") or []:
         cls = ", ".join(f"{k} x{v}" for k, v in ph["classifications"].items()) or "-"
@@ -264,23 +295,41 @@ def text(doc: Mapping[str, Any]) -> str:
                 _tok(ph["cached_tokens"]),
             ]
         )
-    if rows:
-        out += table(
-            ["phase", "n", "classification", "load MB", "store MB", "ext hit tok", "GPU hit tok", "cached tok"],
-            rows,
-            [False, True, False, True, True, True, True, True],
-        )
-        out.append("(per-phase medians of the counter deltas around each probe, flush request included)")
-        out.append("")
+    if not rows:
+        return []
+    heads = ["phase", "n", "classification", "load MB", "store MB", "ext hit tok", "GPU hit tok", "cached tok"]
+    return [
+        *table(heads, rows, [False, True, False, True, True, True, True, True]),
+        "(per-phase medians of the counter deltas around each probe, flush request included)",
+        "",
+    ]
+
+
+def _run_lines(doc: CheckDocument) -> list[str]:
+    """What the rounds ended in, the tokens spent, the sweep, the exporter's state and the output check."""
+    out = []
     reasons = doc.get("reasons") or {}
     if reasons:
         out.append("cycles: " + ", ".join(f"{k} x{v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])))
     if doc.get("tokens_spent") is not None:
         out.append(f"canary tokens spent: {doc['tokens_spent']:,}")
-    out += sweepreport.text_lines(doc.get("load_sweep") or [], doc.get("load_sweep_summary") or {})
-    out += _state_lines(doc.get("interval") or {})
-    if doc.get("output_check"):
-        out.append(output_line(doc["output_check"]))
-    out += _closing_lines(doc)
-    out.append(f"verdict: {doc['verdict']} (exit {doc['exit_code']}) - {doc['why']}")
+    out += sweepreport.text_lines(doc.get("load_sweep") or [], doc.get("load_sweep_summary"))
+    out += _state_lines(doc.get("interval"))
+    if output := doc.get("output_check"):
+        out.append(output_line(output))
+    return out
+
+
+def text(doc: CheckDocument) -> str:
+    """The human verdict table printed by `check`: one renderer per section, in the order printed."""
+    out = [
+        *_condition_lines(doc),
+        *_ttft_lines(doc),
+        *_delta_lines(doc),
+        *_payback_lines(doc.get("recommendation")),
+        *_phase_lines(doc),
+        *_run_lines(doc),
+        *_closing_lines(doc),
+        f"verdict: {doc['verdict']} (exit {doc['exit_code']}) - {doc['why']}",
+    ]
     return "\n".join(out) + "\n"

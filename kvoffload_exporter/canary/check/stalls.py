@@ -10,7 +10,7 @@ stalled: its client TTFT measures the queue, not the tier, and the report names 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TypedDict
 
 from kvoffload_exporter.canary.cycle.records import RequestRecord
 from kvoffload_exporter.canary.cycle.stats import median
@@ -19,7 +19,18 @@ MIN_PEERS = 5
 FLOOR_SECONDS = 0.050
 
 
-def _queue_seconds(m: Mapping[str, Any] | None) -> float | None:
+class StalledRequest(TypedDict):
+    """One stalled probe request (`stalled_requests` of the check document)."""
+
+    cycle: int
+    phase: str
+    concurrency: int
+    queue_seconds: float
+    peers_median_queue_seconds: float
+    ttft_seconds: float | None
+
+
+def _queue_seconds(m: Mapping[str, object] | None) -> float | None:
     raw = (m or {}).get("queue_time_ms")
     if isinstance(raw, bool) or not isinstance(raw, (int, float)):
         return None
@@ -27,14 +38,14 @@ def _queue_seconds(m: Mapping[str, Any] | None) -> float | None:
     return v if v - v == 0.0 and v >= 0 else None
 
 
-def stalled(requests: Iterable[RequestRecord]) -> list[dict[str, Any]]:
+def stalled(requests: Iterable[RequestRecord]) -> list[StalledRequest]:
     """The stalled probe requests: cycle, phase, queue seconds and the peers' median."""
     by_phase: dict[tuple[str, int], list[tuple[RequestRecord, float]]] = {}
     for r in requests:
         q = _queue_seconds(r.server_metrics)
         if q is not None and r.kind in ("probe", "burst"):
             by_phase.setdefault((r.phase, r.concurrency or 1), []).append((r, q))
-    out = []
+    out: list[StalledRequest] = []
     for (phase, c), rows in by_phase.items():
         if len(rows) < MIN_PEERS:
             continue
@@ -57,4 +68,4 @@ def stalled(requests: Iterable[RequestRecord]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda x: (x["cycle"], x["phase"]))
 
 
-__all__ = ["stalled"]
+__all__ = ["StalledRequest", "stalled"]

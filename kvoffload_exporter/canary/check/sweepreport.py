@@ -8,9 +8,9 @@ crossover is stated only between decided levels, and what to do is left to the r
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from kvoffload_exporter.canary.check.texttable import ms, table
 from kvoffload_exporter.canary.cycle.sequential import Design
@@ -71,6 +71,79 @@ class Level:
         return [x for b in self.control_bursts for x in b]
 
 
+class SweepOutput(TypedDict):
+    """A level's offload-hit answers compared with the recomputed seed's."""
+
+    compared: int
+    mismatched: int
+    mismatch_rate: float | None
+
+
+class CountedCycles(TypedDict):
+    offload: list[int]
+    control: list[int]
+
+
+class SweepEntry(TypedDict):
+    """One `load_sweep` entry of the check document (`entry`)."""
+
+    concurrency: int
+    prefix_tokens: int
+    control: str
+    source: str
+    n: int
+    n_offload: int
+    n_control: int
+    bursts_offload: int
+    bursts_control: int
+    min_bursts: int
+    delta_ttft_seconds: float | None
+    ci_low_seconds: float | None
+    ci_high_seconds: float | None
+    delta_p90_seconds: float | None
+    ci_p90_low_seconds: float | None
+    ci_p90_high_seconds: float | None
+    confidence: float
+    p_value: float | None
+    interval_method: str
+    sequential: dict[str, object] | None  # the level's sequential design and the look it stopped at
+    offload_median_seconds: float | None
+    control_median_seconds: float | None
+    offload_p90_seconds: float | None
+    control_p90_seconds: float | None
+    verdict: str
+    rounds: int
+    bursts_left_out: int
+    counted_cycles: CountedCycles
+    errors: int
+    notes: list[str]
+    output: SweepOutput
+
+
+class Crossover(TypedDict, total=False):
+    """Where the payoff changes sign over concurrency, for one prefix length (`crossover`)."""
+
+    concurrency: int | None
+    indicative: bool
+    kind: str
+    text: str
+
+
+class LengthThreshold(TypedDict):
+    """The shortest prefix from which loads decidedly pay off, at the lowest concurrency."""
+
+    concurrency: int
+    min_prefix_tokens: int | None
+    text: str
+
+
+class SweepSummary(TypedDict):
+    """`load_sweep_summary` of the check document (`section`)."""
+
+    crossover: dict[str, Crossover]
+    length_threshold: LengthThreshold | None
+
+
 def _r(v: float | None) -> float | None:
     return None if v is None else round(v, 6)
 
@@ -86,7 +159,7 @@ def _verdict(lv: Level, est: ClusterDelta, min_bursts: int) -> str:
     return "offload_faster" if est.high < 0 else "inconclusive"
 
 
-def entry(lv: Level, min_bursts: int, seed: int = 0, n_boot: int = 2000, confidence: float = 0.95) -> dict[str, Any]:
+def entry(lv: Level, min_bursts: int, seed: int = 0, n_boot: int = 2000, confidence: float = 0.95) -> SweepEntry:
     """One `load_sweep` entry: ΔTTFT = median(offload) − median(control) over pooled requests, its cluster
     (burst-level) bootstrap interval and the same for Δp90; no interval under `min_bursts` bursts a path."""
     est, look = lv.estimate(confidence, n_boot, seed)
@@ -143,7 +216,7 @@ def _levels(cs: Sequence[int]) -> str:
     return ", ".join(str(c) for c in cs)
 
 
-def crossover(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def crossover(entries: Sequence[SweepEntry]) -> Crossover:
     """Where the payoff changes sign over concurrency (entries of one prefix length), from decided levels only.
 
     A level counts only when its interval excludes 0 (verdict offload_faster/offload_slower); point estimates
@@ -156,7 +229,7 @@ def crossover(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     dec = [e for e in rows if e["verdict"] in DECISIVE]
     open_ = [int(e["concurrency"]) for e in rows if e["verdict"] not in DECISIVE]
     undecided = f"; undecided at c = {_levels(open_)} (interval includes 0 or too few bursts)" if open_ else ""
-    out: dict[str, Any] = {"concurrency": None, "indicative": bool(open_)}
+    out: Crossover = {"concurrency": None, "indicative": bool(open_)}
     if not dec:
         text = f"no level decided (c = {_levels(cs)}): every interval includes 0 or has too few bursts"
         return {**out, "kind": "undecided" if rows else "unclear", "text": text if rows else "no level measured"}
@@ -179,7 +252,7 @@ def crossover(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {**out, "kind": "up_to", "concurrency": faster[-1], "text": text}
 
 
-def length_threshold(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def length_threshold(entries: Sequence[SweepEntry]) -> LengthThreshold | None:
     """Length sweep at the lowest concurrency: the shortest prefix from which loads decidedly pay off (a
     finding; what to do is the run's one `advice`)."""
     if len({e["prefix_tokens"] for e in entries}) < 2:
@@ -203,9 +276,9 @@ def length_threshold(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | N
     }
 
 
-def section(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def section(entries: Sequence[SweepEntry]) -> SweepSummary:
     """`load_sweep_summary`: the crossover per prefix length and the length threshold (findings, no advice)."""
-    by_len: dict[int, list[Mapping[str, Any]]] = {}
+    by_len: dict[int, list[SweepEntry]] = {}
     for e in entries:
         by_len.setdefault(int(e["prefix_tokens"]), []).append(e)
     return {
@@ -218,7 +291,7 @@ def _ci(lo: float | None, hi: float | None) -> str:
     return "-" if lo is None or hi is None else f"[{ms(lo, True)}, {ms(hi, True)}]"
 
 
-def text_lines(entries: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> list[str]:
+def text_lines(entries: Sequence[SweepEntry], summary: SweepSummary | None) -> list[str]:
     """The sweep's table and its findings, for the text report (the advice line is printed once, by report)."""
     if not entries:
         return []
@@ -247,7 +320,7 @@ def text_lines(entries: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         f"{entries[0]['control']}; interval: bursts resampled (min {entries[0].get('min_bursts', '?')} bursts a path)"
     ]
     out += table(heads, rows, [i not in (1, len(heads) - 1) for i in range(len(heads))])
-    compared = [e for e in entries if (e.get("output") or {}).get("compared")]
+    compared = [e for e in entries if e.get("output", {}).get("compared")]
     if compared:
         out.append(
             "load sweep answers (offload hits vs the recomputed seed): "
@@ -257,11 +330,24 @@ def text_lines(entries: Sequence[Mapping[str, Any]], summary: Mapping[str, Any])
         )
     if any(e.get("source") == "rounds" for e in entries):
         out.append("* the ordinary rounds (each a burst of one): the same samples as the headline verdict")
-    for length, cross in (summary.get("crossover") or {}).items():
-        out.append(f"crossover ({int(length):,}-token prefix): {cross['text']}")
-    if summary.get("length_threshold"):
-        out.append(f"prefix length: {summary['length_threshold']['text']}")
+    if summary:
+        for length, cross in summary["crossover"].items():
+            out.append(f"crossover ({int(length):,}-token prefix): {cross['text']}")
+        if threshold := summary.get("length_threshold"):
+            out.append(f"prefix length: {threshold['text']}")
     return [*out, ""]
 
 
-__all__ = ["DECISIVE", "Level", "crossover", "entry", "length_threshold", "section", "text_lines"]
+__all__ = [
+    "DECISIVE",
+    "Crossover",
+    "LengthThreshold",
+    "Level",
+    "SweepEntry",
+    "SweepSummary",
+    "crossover",
+    "entry",
+    "length_threshold",
+    "section",
+    "text_lines",
+]

@@ -24,9 +24,9 @@ prefix, and every comparison is `unverifiable` (reported, never counted equal, n
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from kvoffload_exporter.enums import OutputPair, OutputResult
 
@@ -53,6 +53,53 @@ def same(pair: OutputPair, offload: Sequence[int], reference: Sequence[int]) -> 
     return list(offload) == list(reference)
 
 
+class PairDoc(TypedDict):
+    """One comparison in `output_check.pairs`."""
+
+    cycle: int
+    pair: str
+    equal: bool
+    result: str
+    offload_token_ids: list[int]
+    reference_token_ids: list[int]
+
+
+class Sensitivity(TypedDict):
+    """The sensitivity probe: the reference answer and the answer with the first prefix token changed."""
+
+    cycle: int
+    changed_position: int
+    reference_token_ids: list[int]
+    probe_token_ids: list[int]
+
+
+class PairCount(TypedDict):
+    compared: int
+    mismatched: int
+
+
+class RecomputeReference(TypedDict):
+    checked: int
+    agreed: int
+    decides: bool
+
+
+class OutputCheckDoc(TypedDict):
+    """`output_check` of the check document (`OutputCheck.as_dict`)."""
+
+    result: str
+    compared: int
+    mismatched: int
+    unverifiable: int
+    by_pair: dict[str, PairCount]
+    method: str
+    tolerance: str
+    sensitive: bool
+    sensitivity: Sensitivity | None
+    recompute_reference: RecomputeReference
+    pairs: list[PairDoc]
+
+
 @dataclass(frozen=True)
 class PairRecord:
     """One comparison: token ids of both sides (never the prompt, which may be sensitive)."""
@@ -67,7 +114,7 @@ class PairRecord:
     def equal(self) -> bool:
         return self.offload_token_ids == self.reference_token_ids
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> PairDoc:
         return {
             "cycle": self.cycle,
             "pair": str(self.pair),
@@ -86,7 +133,7 @@ class OutputCheck:
         self.mismatched: Counter[OutputPair] = Counter()
         self.unverifiable = 0
         self.sensitive: bool | None = None
-        self.sensitivity: dict[str, Any] | None = None
+        self.sensitivity: Sensitivity | None = None
         self.pairs: deque[PairRecord] = deque(maxlen=MAX_PAIRS)
         self.reference_checked = 0  # cycles with both a GPU-cached and a recomputed answer of one prompt
         self.reference_agreed = 0
@@ -133,7 +180,7 @@ class OutputCheck:
             return OutputResult.EQUAL  # what could be compared agreed; the rest is counted as unverifiable
         return OutputResult.UNVERIFIABLE if self.unverifiable else OutputResult.NONE
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> OutputCheckDoc:
         """`check`'s `output_check` object."""
         return {
             "result": str(self.result),
@@ -154,7 +201,7 @@ class OutputCheck:
         }
 
 
-def output_line(d: Mapping[str, Any]) -> str:
+def output_line(d: OutputCheckDoc) -> str:
     """The report's `output:` line from an `output_check` object."""
     result = d.get("result")
     if result == OutputResult.NONE:
@@ -164,12 +211,12 @@ def output_line(d: Mapping[str, Any]) -> str:
             f"output: unverifiable - {d.get('unverifiable')} comparisons, but the answer did not change when the "
             "first prefix token did (sensitive: false): this model cannot show a corrupted prefix"
         )
-    ref = d.get("recompute_reference") or {}
+    ref = d.get("recompute_reference")
     line = (
         f"output: {result} - {d.get('mismatched')} of {d.get('compared')} comparisons differ "
         f"(offload hit vs GPU hit and vs recompute, {d.get('method')})"
     )
-    if ref.get("checked") and not ref.get("decides"):
+    if ref and ref.get("checked") and not ref.get("decides"):
         line += (
             f"; vs recompute unverifiable: this engine's GPU-cached answer differed from its recomputed one in "
             f"{ref['checked'] - ref.get('agreed', 0)} of {ref['checked']} cycles without the tier"
@@ -177,4 +224,16 @@ def output_line(d: Mapping[str, Any]) -> str:
     return line
 
 
-__all__ = ["MAX_PAIRS", "METHOD", "TOLERANCE", "OutputCheck", "PairRecord", "changed_prefix", "output_line", "same"]
+__all__ = [
+    "MAX_PAIRS",
+    "METHOD",
+    "TOLERANCE",
+    "OutputCheck",
+    "OutputCheckDoc",
+    "PairDoc",
+    "PairRecord",
+    "Sensitivity",
+    "changed_prefix",
+    "output_line",
+    "same",
+]

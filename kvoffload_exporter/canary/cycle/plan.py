@@ -17,6 +17,7 @@ import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypedDict
 
 from kvoffload_exporter.ingest.snapshot import EngineSignals
 
@@ -77,6 +78,20 @@ class PlanError(ValueError):
     """The server's shape does not allow a meaningful canary (e.g. max_model_len too short)."""
 
 
+class SizingDoc(TypedDict, total=False):
+    """`conditions.sizing` of the check document (`Sizing.as_dict`); total=False as records.ServerDoc."""
+
+    align: int
+    chunk_known: bool
+    block_size: int
+    prefix_tokens: int
+    tail_tokens: int
+    prompt_tokens: int
+    filler_tokens: int
+    filler_count: int
+    flush_tokens: int
+
+
 @dataclass(frozen=True)
 class Sizing:
     align: int  # prefix multiple: the offload chunk when known, else DEFAULT_ALIGN (and the GPU block)
@@ -101,7 +116,7 @@ class Sizing:
     def filler_total(self) -> int:
         return self.filler_tokens * self.filler_count
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> SizingDoc:
         return {
             "align": self.align,
             "chunk_known": self.chunk_known,

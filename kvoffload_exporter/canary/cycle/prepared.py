@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kvoffload_exporter.canary.cycle import plan as planning
-from kvoffload_exporter.canary.cycle.records import TARGET, Conditions, PhaseRecord, RequestRecord, ServerInfo
+from kvoffload_exporter.canary.cycle.records import (
+    TARGET,
+    Conditions,
+    ConditionsDoc,
+    PhaseRecord,
+    RequestRecord,
+    ServerInfo,
+)
 from kvoffload_exporter.canary.types import Strategy
 from kvoffload_exporter.canary.wire.classify import Classification, Deltas, classify
 from kvoffload_exporter.canary.wire.errors import BudgetExhausted, CycleFailed
@@ -74,7 +81,7 @@ class PreparedRun:
     def strategy(self) -> Strategy:
         return self.conditions.strategy
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> ConditionsDoc:
         return self.conditions.as_dict()
 
     def tail(self, prefix: list[int]) -> list[int]:

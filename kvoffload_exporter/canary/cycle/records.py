@@ -7,7 +7,7 @@ the strategies fill them in.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from kvoffload_exporter.canary.cycle import plan as planning
 from kvoffload_exporter.canary.types import CycleReason, LoadBand, ProbeResult, Strategy
@@ -52,6 +52,31 @@ class ServerInfo:
     offload_config: dict[str, str]
 
 
+class ServerDoc(TypedDict, total=False):
+    """A server of the check document's `conditions` (`ServerInfo`); total=False: the report also renders
+    documents of older versions, which lack later keys."""
+
+    url: str
+    version: str | None
+    model: str
+    max_model_len: int | None
+    generation: str
+    cache_config: dict[str, str]
+    offload_config: dict[str, str]
+
+
+class ConditionsDoc(TypedDict, total=False):
+    """`conditions` of the check document (`Conditions.as_dict`); total=False as `ServerDoc`."""
+
+    target: ServerDoc
+    control: ServerDoc | None
+    facts: dict[str, int | bool | None]  # planning.CacheFacts
+    sizing: planning.SizingDoc
+    strategy: str
+    salt_fingerprint: str
+    gpu_cache_tokens: int | None
+
+
 @dataclass
 class Conditions:
     target: ServerInfo
@@ -61,8 +86,8 @@ class Conditions:
     strategy: Strategy
     salt_fingerprint: str
 
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+    def as_dict(self) -> ConditionsDoc:
+        d = cast(ConditionsDoc, asdict(self))  # the fields above, as ConditionsDoc names them
         d["sizing"] = self.sizing.as_dict()
         d["gpu_cache_tokens"] = self.facts.gpu_cache_tokens
         return d
