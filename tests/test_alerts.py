@@ -452,3 +452,20 @@ def test_jsonnet_mixin_one_config_field_overridden_shows_in_the_rendered_alert(t
     assert {a: f for a, f in fors.items() if a != "KVOffloadNotStoring"} == {
         a: f for a, f in default.items() if a != "KVOffloadNotStoring"
     }
+
+
+def test_grafana_copy_of_an_absence_alert_alerts_on_no_data():
+    """`absent()` fires on nothing; Grafana's own form is a presence query whose *no data* alerts. Every other
+    rule keeps `noDataState: OK` (its query returns series only while the condition holds)."""
+    doc = yaml.safe_load(render_bundle()[GRAFANA_RULES])
+    prom = {a.alert: a for a in build()[1]}
+    rules = {r["title"]: r for r in doc["groups"][0]["rules"]}
+    absent = [name for name, a in prom.items() if a.grafana_presence]
+    assert absent == ["KVOffloadExporterAbsent"] and prom[absent[0]].expr.startswith("absent(")
+    for name, r in rules.items():
+        refs = {d["refId"]: d["model"] for d in r["data"]}
+        if name in absent:
+            assert r["noDataState"] == "Alerting" and refs["A"]["expr"] == prom[name].grafana_presence
+            assert refs["C"]["expression"] == "$B < 0"  # a value (count >= 1) never fires
+        else:
+            assert r["noDataState"] == "OK" and refs["C"]["expression"] == "is_number($B)"
