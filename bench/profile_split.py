@@ -21,7 +21,10 @@ _FRAME = re.compile(r"\(([^()]*?):\d+\)$")
 STAGES = (
     ("parse", ("kvoffload_exporter/ingest/",)),
     ("derive", ("kvoffload_exporter/derive/",)),
-    ("render", ("kvoffload_exporter/expose/", "kvoffload_exporter/server/expocache", "kvoffload_exporter/server/gzipparts")),
+    (
+        "render",
+        ("kvoffload_exporter/expose/", "kvoffload_exporter/server/expocache", "kvoffload_exporter/server/gzipparts"),
+    ),
 )
 HTTP = ("aiohttp/", "yarl/", "multidict/", "/http/")
 LOOP = ("asyncio/", "selectors.py", "uvloop")
