@@ -33,17 +33,19 @@ POLL = ("kvoffload_exporter/server/targetpoller", "kvoffload_exporter/sources/",
 
 def stage(frames: list[str]) -> str:
     paths = [m.group(1) if (m := _FRAME.search(f.strip())) else f for f in frames]
-    polling = any(any(p in path for p in POLL) for path in paths)
+    serving = any("aiohttp/web" in p for p in paths)  # the exporter's own /metrics (aiohttp.web)
+    client = any(any(k in p for k in HTTP) and "aiohttp/web" not in p for p in paths)
+    polling = client or any(any(p in path for p in POLL) for path in paths)
     for path in reversed(paths):  # innermost first
         for name, keys in STAGES:
             if any(k in path for k in keys):
                 return name
         if any(k in path for k in HTTP):
-            return "HTTP client" if polling else "/metrics server"
+            return "/metrics server" if "aiohttp/web" in path or not polling else "HTTP client"
         if "kvoffload_exporter/" in path:
             return "poll bookkeeping"
         if any(k in path for k in LOOP):
-            return "event loop"
+            return "/metrics server" if serving else "HTTP client" if client else "event loop"
     return "other"
 
 

@@ -186,6 +186,21 @@ class StateReason(StrEnum):
     SERVED_BY_ANOTHER_CONNECTOR = "served_by_another_connector"
 
 
+class ConfigWarning(StrEnum):
+    """A configuration fact that alone says a tier cannot pay off (kvoffload_config_warning{warning}), known
+    from the first poll, before any traffic (the state still waits for data)."""
+
+    TIER_SMALLER_THAN_GPU_POOL = "tier_smaller_than_gpu_pool"
+
+
+class CapacityBasis(StrEnum):
+    """Where a kvoffload_kv_capacity_tokens value comes from (label `basis`)."""
+
+    NUM_GPU_BLOCKS = "num_gpu_blocks"  # cache_config_info num_gpu_blocks x block_size
+    CPU_KV_CACHE_SIZE_TOKENS = "cpu_kv_cache_size_tokens"  # kv_offload_config_info (0.33+), at max_model_len
+    TIER_BYTES = "tier_bytes"  # the tier's bytes over the KV bytes per token
+
+
 # --- the canary's label values (kvoffload_exporter.canary.types re-exports them) ---
 
 

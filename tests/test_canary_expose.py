@@ -23,6 +23,7 @@ def _state() -> CanaryState:
     st.last_success = 1.7e9
     st.residency["gpu"] = 60.0
     st.output.sense(1, [5, 6], [7, 8])
+    st.output.reproduce([5, 6], [5, 6])  # the GPU hit answered alike twice: the GPU pair decides
     st.output.add(1, OutputPair.OFFLOAD_VS_GPU, [5, 6], [5, 6])
     st.recompute()
     return st
@@ -89,12 +90,25 @@ def test_a_mismatch_makes_the_verdict_output_mismatch_whatever_the_speed() -> No
     assert 'kvoffload_canary_verdict{target="gpu0",verdict="offload_slower"} 0.0' in text
 
 
-def test_an_insensitive_model_counts_nothing_and_says_so() -> None:
+def test_an_insensitive_model_counts_nothing_until_its_gpu_answer_is_reproduced() -> None:
     st = CanaryState("gpu0", CanarySettings(), max_samples=50)
     st.output.sense(1, [5, 6], [5, 6])
-    st.output.add(1, OutputPair.OFFLOAD_VS_GPU, [5, 9], [5, 6])  # differs, but the check cannot see the prefix
+    st.output.add(1, OutputPair.OFFLOAD_VS_GPU, [5, 9], [5, 6])  # differs, but no second GPU hit yet
     text = _text([st])
     assert 'kvoffload_canary_output_sensitive{target="gpu0"} 0.0' in text
     assert 'kvoffload_canary_output_mismatches_total{target="gpu0",pair="offload_vs_gpu"} 0.0' in text
     assert 'kvoffload_canary_output_compared_total{target="gpu0",pair="offload_vs_gpu"} 0.0' in text
     assert st.output.as_dict()["result"] == "unverifiable"
+    # A reproducible engine: an equal answer still proves nothing, a same-prompt difference is a mismatch.
+    st.output.reproduce([5, 6], [5, 6])
+    assert st.output.add(2, OutputPair.OFFLOAD_VS_GPU, [5, 6], [5, 6]).result == "unverifiable"
+    assert st.output.add(3, OutputPair.OFFLOAD_VS_GPU, [5, 9], [5, 6]).result == "mismatch"
+
+
+def test_a_gpu_reference_that_did_not_reproduce_never_blames_the_tier() -> None:
+    st = CanaryState("gpu0", CanarySettings(), max_samples=50)
+    st.output.sense(1, [5, 6], [7, 8])
+    st.output.reproduce([5, 6], [5, 6])
+    st.output.reproduce([5, 6], [9, 9])  # a second GPU hit answered otherwise: random ids, or drift
+    assert st.output.add(2, OutputPair.OFFLOAD_VS_GPU, [5, 9], [5, 6]).result == "unverifiable"
+    assert st.output.as_dict()["mismatched"] == 0

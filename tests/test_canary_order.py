@@ -80,6 +80,6 @@ async def test_check_records_the_order_the_requests_ran_in(tmp_path: Path) -> No
             for r in requests
             if r["cycle"] == c["cycle"]
             and r["kind"] == "probe"
-            and r["phase"] not in ("seed", "gpu_revisit", "seed_b", "sensitivity")
+            and r["phase"] not in ("seed", "gpu_revisit", "seed_b", "sensitivity", "gpu_repeat")
         ]
         assert sent == c["order"]

@@ -66,6 +66,37 @@ async def test_a_tier_that_corrupts_loads_is_output_mismatch_exit_5(tmp_path: Pa
     assert "verdict: output_mismatch (exit 5)" in text
 
 
+async def test_a_server_whose_ids_are_random_is_unverifiable_never_output_mismatch(tmp_path: Path) -> None:
+    """Not reproducible even without a tier: the tier is not blamed for the engine (no exit 5, no page)."""
+    code, doc, text = await _check(tmp_path, output_depends_on="random")
+    out = doc["output_check"]
+    assert out["gpu_reference"]["checked"] >= 1 and out["gpu_reference"]["agreed"] == 0, out["gpu_reference"]
+    assert out["mismatched"] == 0 and out["result"] == "unverifiable", out
+    assert doc["verdict"] != "output_mismatch" and code != 5
+    assert "two GPU hits of the same prompt answered differently" in text and "the tier is not blamed" in text
+
+
+async def test_a_server_whose_answers_drift_is_never_output_mismatch(tmp_path: Path) -> None:
+    """Answers that change every 25 requests: a later GPU hit of the same prompt (sent after the offload
+    revisit) shows the drift, so a difference between the GPU revisit and the offload revisit decides nothing."""
+    code, doc, _ = await _check(tmp_path, output_depends_on="drift")
+    out = doc["output_check"]
+    assert out["gpu_reference"]["checked"] >= 1 and not out["gpu_reference"]["decides"], out["gpu_reference"]
+    assert out["by_pair"]["offload_vs_gpu"]["mismatched"] == 0, out
+    assert doc["verdict"] != "output_mismatch" and code != 5
+
+
+async def test_a_prefix_blind_model_still_shows_a_corrupting_tier(tmp_path: Path) -> None:
+    """The sensitivity probe says whether `equal` means anything, not whether a same-prompt difference
+    counts: a load that changes the answer of a reproducible engine is a mismatch (exit 5)."""
+    code, doc, text = await _check(tmp_path, output_depends_on="last-token", faults=("corrupt-loads=1",))
+    out = doc["output_check"]
+    assert out["sensitive"] is False and out["mismatched"] >= 1 and out["gpu_reference"]["decides"], out
+    assert out["served_by_load"] >= 1 and 0 < out["detect_at_5pct"] < 1
+    assert doc["verdict"] == "output_mismatch" and code == 5
+    assert "served by a load from the tier" in text
+
+
 async def test_a_server_that_refuses_the_seed_is_asked_once_more_without_it(tmp_path: Path) -> None:
     """A 400 naming an optional field: the same request again without it, and never again with it."""
     seen: list[bool] = []

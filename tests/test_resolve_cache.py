@@ -32,7 +32,7 @@ def test_resolve_gives_the_same_evidence_cold_and_warm() -> None:
     resolve_module._KEYS.clear()
     resolve_module._PREPARED.clear()
     cold = resolve_module.resolve(rows, raw)
-    assert cold == resolve_module.resolve(rows, raw) == ({resolve_module._key(ROW, dict(LABELS)): 5.0}, {})
+    assert cold == resolve_module.resolve(rows, raw) == ({resolve_module._key(ROW, dict(LABELS)): 5.0}, {}, {})
 
 
 def test_long_label_sets_are_not_held_and_the_cache_is_bounded() -> None:

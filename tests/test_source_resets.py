@@ -15,7 +15,7 @@ from kvoffload_exporter.derive.reasons import explain
 from kvoffload_exporter.derive.window import EngineDerived, Point, advance, compare
 from kvoffload_exporter.enums import Signal, State
 from kvoffload_exporter.ingest.backends.schema import Evidence
-from kvoffload_exporter.ingest.exposition import body_families, join_sources
+from kvoffload_exporter.ingest.bodies import body_families, join_sources
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.snapshot import Snapshot
 

@@ -111,3 +111,27 @@ async def test_integrity_and_transfer_failures_are_exported_without_an_offload_t
     assert transfers == {"failed_transfer": 3.0, "failed_notification": 1.0, "kv_expired": 1.0}
     states = fams["kvoffload_state"]
     assert any(s.labels["state"] == "not_configured" and s.value == 1.0 for s in states.samples)
+
+
+async def test_capacity_and_the_config_warning_are_known_from_the_first_poll() -> None:
+    """One poll, no traffic: the GPU pool (4,096 blocks x 16 tokens), the CPU tier's own token count
+    (kv_offload_config_info, 0.33+), their sum, and the warning that a tier smaller than the pool cannot
+    pay off; no state yet (a state needs a window)."""
+    small = (REASONS / "tier_smaller_than_gpu_pool" / "before.prom").read_text()
+    fams = _families((await run_chain([small], "0.33.0")).body)
+    cap = {s.labels["tier"]: (s.labels["basis"], s.value) for s in fams["kvoffload_kv_capacity_tokens"].samples}
+    assert cap == {"gpu": ("num_gpu_blocks", 65536.0), "cpu": ("cpu_kv_cache_size_tokens", 32768.0)}
+    [eff] = fams["kvoffload_effective_kv_capacity_tokens"].samples
+    assert eff.value == 65536.0 + 32768.0
+    [warn] = fams["kvoffload_config_warning"].samples
+    assert warn.labels["warning"] == "tier_smaller_than_gpu_pool" and warn.value == 1.0
+    assert "kvoffload_state" not in fams
+
+
+async def test_a_tier_larger_than_the_pool_raises_no_warning() -> None:
+    body = (FIXTURES / "reconstructed" / "tiering-0.33" / "after-cold.prom").read_text()
+    fams = _families((await run_chain([body], "0.33.0")).body)
+    [warn] = fams["kvoffload_config_warning"].samples
+    assert warn.value == 0.0
+    cap = {s.labels["tier"]: s.value for s in fams["kvoffload_kv_capacity_tokens"].samples}
+    assert cap["cpu"] > cap["gpu"]

@@ -13,6 +13,7 @@ from kvoffload_exporter.catalogue.metric import ENGINE, PREFIX, WINDOWED, Metric
 from kvoffload_exporter.enums import (
     CanaryPath,
     CollectorName,
+    ConfigWarning,
     CycleReason,
     ErrorReason,
     Group,
@@ -38,6 +39,7 @@ STATES: tuple[State, ...] = tuple(State)
 """Evidence states, in the order they are documented (see derive.evidence_state)."""
 
 STATE_REASONS: tuple[StateReason, ...] = tuple(StateReason)
+CONFIG_WARNINGS: tuple[ConfigWarning, ...] = tuple(ConfigWarning)
 """Why an engine stores without loading (or a hit is degraded), in rule order (see derive/reasons.py)."""
 
 SCRAPE_ERROR_REASONS: tuple[ScrapeErrorReason, ...] = tuple(ScrapeErrorReason)
@@ -102,6 +104,7 @@ __all__ = [
     "CANARY_VERDICTS",
     "CATALOGUE",
     "COLLECTORS",
+    "CONFIG_WARNINGS",
     "ENGINE",
     "HTTP_REJECT_REASONS",
     "MEMORY_SOURCES",

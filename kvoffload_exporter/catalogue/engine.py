@@ -227,4 +227,35 @@ METRICS: tuple[Metric, ...] = (
         source="vllm:cache_config_info{block_size}",
         group=Group.ENGINE,
     ),
+    Metric(
+        name="kvoffload_kv_capacity_tokens",
+        type=MetricType.GAUGE,
+        help="KV tokens each cache of the engine holds, by tier (gpu: num_gpu_blocks x block_size; cpu: the "
+        "offload tier's cpu_kv_cache_size_tokens, or its bytes over the KV bytes per token) and basis; per "
+        "engine (data-parallel rank), from the first poll.",
+        labels=(*ENGINE, "tier", "basis"),
+        unit=Unit.TOKENS,
+        source="vllm:cache_config_info{num_gpu_blocks,block_size}, "
+        "vllm:kv_offload_config_info{cpu_kv_cache_size_tokens}",
+        group=Group.ENGINE,
+    ),
+    Metric(
+        name="kvoffload_effective_kv_capacity_tokens",
+        type=MetricType.GAUGE,
+        help="Sum of kvoffload_kv_capacity_tokens over the engine's tiers: what a router or autoscaler can count "
+        "on beside the GPU pool (an upper bound: with store-on-compute the tier also holds copies of GPU blocks).",
+        labels=ENGINE,
+        unit=Unit.TOKENS,
+        source="kvoffload_kv_capacity_tokens",
+        group=Group.ENGINE,
+    ),
+    Metric(
+        name="kvoffload_config_warning",
+        type=MetricType.GAUGE,
+        help="1 while a configuration fact alone says a tier cannot pay off, by closed warning "
+        "(tier_smaller_than_gpu_pool), from the first poll, before any traffic; absent without an offload tier.",
+        labels=(*ENGINE, "warning"),
+        source="vllm:cache_config_info, vllm:kv_offload_config_info",
+        group=Group.ENGINE,
+    ),
 )

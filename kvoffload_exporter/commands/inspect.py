@@ -13,7 +13,8 @@ from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.config.settings import Config
 from kvoffload_exporter.derive.intervalreport import report
 from kvoffload_exporter.derive.reasons import HINTS
-from kvoffload_exporter.ingest.exposition import ParseError, join_sources
+from kvoffload_exporter.ingest.bodies import join_sources
+from kvoffload_exporter.ingest.exposition import ParseError
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.snapshot import Snapshot
 from kvoffload_exporter.saferead import FileRefused, read_regular

@@ -142,8 +142,9 @@ def add_simulator_arguments(p: argparse.ArgumentParser) -> None:
         "--output-depends-on",
         choices=DEPENDS_ON,
         default="prompt",
-        help="greedy output tokens depend on the whole prompt (default) or only on its last token, like a "
-        "model with dummy weights (the canary's output check then reports itself unverifiable)",
+        help="greedy output tokens depend on the whole prompt (default), only on its last token like a model "
+        "with dummy weights (equal answers then prove nothing), on nothing (random: every id random, a server that "
+        "is not reproducible) or on the prompt and the time (drift: answers change every 25 requests)",
     )
     p.add_argument(
         "--corrupt-loads",

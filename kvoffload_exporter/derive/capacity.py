@@ -7,7 +7,7 @@ collector. Unknown is None, never a guess.
 
 from __future__ import annotations
 
-from kvoffload_exporter.enums import Signal
+from kvoffload_exporter.enums import CapacityBasis, ConfigWarning, Signal
 from kvoffload_exporter.ingest.backends.schema import Evidence
 from kvoffload_exporter.ingest.exposition import info_number
 from kvoffload_exporter.ingest.snapshot import EngineSignals, Snapshot
@@ -39,7 +39,7 @@ def kv_bytes_per_token(e: EngineSignals) -> float | None:
 def tier_tokens(e: EngineSignals) -> float | None:
     """Tokens the offload tier holds: kv_offload_config_info (0.33), else the tier bytes over the GPU
     cache's bytes per token (cache_config_info kv_cache_memory_bytes / kv_cache_size_tokens)."""
-    exact = info_number(e.offload_config.get("cpu_kv_cache_size_tokens"))
+    exact = _declared_tokens(e)
     if exact is not None:
         return exact
     tier = info_number(e.offload_config.get("cpu_kv_cache_size_bytes"))
@@ -51,6 +51,15 @@ def tier_tokens(e: EngineSignals) -> float | None:
     if tier is None or not mem or not toks:
         return None
     return tier / (mem / toks)
+
+
+def _declared_tokens(e: EngineSignals) -> float | None:
+    """The tier's own token count: per tier from the backend table (a tiering spec's `0:primary` declares
+    it, its secondary tiers declare empty labels), else the engine's kv_offload_config_info."""
+    per_tier = [v for k, v in e.evidence_gauges.items() if k.signal == Evidence.CAPACITY and k.unit == "tokens"]
+    if per_tier:
+        return sum(per_tier)
+    return info_number(e.offload_config.get("cpu_kv_cache_size_tokens"))
 
 
 def chunk_tokens(e: EngineSignals) -> float | None:
@@ -71,6 +80,39 @@ def tier_bytes(e: EngineSignals, configured: float | None) -> float | None:
     return gib * GIB if gib is not None else configured
 
 
+Capacity = tuple[tuple[str, CapacityBasis, float], ...]
+"""(tier, basis, tokens) per cache of one engine: `gpu`, then the offload tier `cpu` where its size is known."""
+
+
+def kv_capacity(e: EngineSignals, configured_tier: float | None, offload: bool) -> Capacity:
+    """What an engine's caches hold in tokens, for routers, autoscalers and sizing: the GPU pool, and the CPU
+    tier from its own token count (0.33+) or its bytes over the KV bytes per token (saying which)."""
+    out: list[tuple[str, CapacityBasis, float]] = []
+    gpu = gpu_pool_tokens(e)
+    if gpu is not None:
+        out.append(("gpu", CapacityBasis.NUM_GPU_BLOCKS, gpu))
+    if not offload:
+        return tuple(out)
+    exact = _declared_tokens(e)
+    if exact is not None:
+        out.append(("cpu", CapacityBasis.CPU_KV_CACHE_SIZE_TOKENS, exact))
+        return tuple(out)
+    size, per = tier_bytes(e, configured_tier), kv_bytes_per_token(e)
+    if size and per:
+        out.append(("cpu", CapacityBasis.TIER_BYTES, size / per))
+    return tuple(out)
+
+
+def config_warnings(capacity: Capacity) -> tuple[ConfigWarning, ...]:
+    """Warnings a configuration fact alone raises: a tier holding fewer tokens than the GPU pool loses a
+    prefix before the GPU does (store-on-compute), so it can never serve one (state reason
+    tier_smaller_than_gpu_pool says the same once traffic shows it)."""
+    tokens = {tier: v for tier, _, v in capacity}
+    if "cpu" in tokens and "gpu" in tokens and tokens["cpu"] < tokens["gpu"]:
+        return (ConfigWarning.TIER_SMALLER_THAN_GPU_POOL,)
+    return ()
+
+
 def snapshot_tier_bytes(snap: Snapshot | None, configured: float | None) -> float | None:
     """Σ tier bytes over a scrape's engines (each DP engine pins its own tier); None when unknown."""
     if snap is None or not snap.offload_configured:
@@ -80,9 +122,12 @@ def snapshot_tier_bytes(snap: Snapshot | None, configured: float | None) -> floa
 
 
 __all__ = [
+    "Capacity",
     "chunk_tokens",
+    "config_warnings",
     "gpu_pool_tokens",
     "kv_bytes_per_token",
+    "kv_capacity",
     "snapshot_tier_bytes",
     "tier_bytes",
     "tier_tokens",

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kvoffload_exporter.derive.capacity import snapshot_tier_bytes, tier_bytes
+from kvoffload_exporter.derive.capacity import Capacity, config_warnings, kv_capacity, snapshot_tier_bytes, tier_bytes
 from kvoffload_exporter.derive.convoy import ConvoyView
 from kvoffload_exporter.derive.payback import Payback, engine_payback
 from kvoffload_exporter.derive.reasons import CanaryFacts, explain
 from kvoffload_exporter.derive.window import EngineDerived
-from kvoffload_exporter.enums import StateReason
+from kvoffload_exporter.enums import ConfigWarning, StateReason
 from kvoffload_exporter.ingest.backends.resolve import unit_bytes
 from kvoffload_exporter.ingest.backends.schema import NativeUnit
 from kvoffload_exporter.ingest.exposition import info_number
@@ -33,6 +33,8 @@ class EngineFindings:
     gpu_blocks: float | None = None  # cache_config_info num_gpu_blocks
     block_size: float | None = None  # cache_config_info block_size (tokens)
     unit_bytes: Mapping[tuple[NativeUnit, str], float] = field(default_factory=dict)  # {(unit, basis): bytes}
+    capacity: Capacity = ()  # (tier, basis, tokens): the GPU pool and the CPU tier, from the first poll
+    warnings: tuple[ConfigWarning, ...] | None = None  # config facts alone; None: no offload configured
 
 
 def engine_findings(
@@ -46,6 +48,7 @@ def engine_findings(
     """The reason, tier bytes and payback of one engine (no window yet: none of the windowed ones), and
     the cache facts read from its info labels."""
     known = tier_bytes(e, configured_tier)
+    capacity = kv_capacity(e, configured_tier, snapshot.offload_configured)
     return EngineFindings(
         reason=explain(d, e, families, canary, known) if d is not None else None,
         tier_bytes=known if snapshot.offload_configured else None,
@@ -53,6 +56,8 @@ def engine_findings(
         gpu_blocks=info_number(e.cache_config.get("num_gpu_blocks")),
         block_size=info_number(e.cache_config.get("block_size")),
         unit_bytes=unit_bytes(e.evidence_gauges, e.cache_config),
+        capacity=capacity,
+        warnings=config_warnings(capacity) if snapshot.offload_configured else None,
     )
 
 

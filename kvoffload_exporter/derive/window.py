@@ -21,9 +21,10 @@ from operator import add, sub
 from typing import Protocol, TypeVar
 
 from kvoffload_exporter.derive.capacity import chunk_tokens
+from kvoffload_exporter.derive.resets import VLLM_SOURCE, accumulate, accumulate_by, missing, resets, store_base, stores
 from kvoffload_exporter.enums import State
 from kvoffload_exporter.ingest.backends.schema import Evidence, EvidenceKey, NativeUnit
-from kvoffload_exporter.ingest.snapshot import EngineKey, EngineSignals, Histogram, Signal, Snapshot
+from kvoffload_exporter.ingest.snapshot import EngineKey, Histogram, Signal, Snapshot
 
 K = TypeVar("K", bound=Hashable)
 
@@ -124,91 +125,6 @@ def computed_tokens(deltas: Mapping[Signal, float], by_source: Mapping[str, floa
     return max(0.0, deltas[Signal.PROMPT_TOKENS] - hits)
 
 
-def _went_down(last: Mapping[K, float], cur: Mapping[K, float]) -> bool:
-    return any(v < last[k] for k, v in cur.items() if k in last)
-
-
-VLLM_SOURCE = 0
-"""vLLM's own body; a target's extra endpoints are sources 1, 2, ... (ingest.exposition.join_sources)."""
-
-
-def _resets(tot: Totals, prev: EngineSignals | None, cur: EngineSignals) -> frozenset[int]:
-    """The sources that restarted: a counter of theirs below its last seen value (even one seen before a
-    gap). vLLM's counters, prompt-token sources and TTFT belong to vLLM's body; each evidence series to the
-    body that declared it. A restart of one source never resets another's counters (no double count)."""
-    out: set[int] = set()
-    if (
-        _went_down(tot.raw, cur.counters)
-        or _went_down(tot.raw_by_source, cur.prompt_tokens_by_source)
-        or (prev and prev.ttft and cur.ttft and cur.ttft.count < prev.ttft.count)
-    ):
-        out.add(VLLM_SOURCE)
-    last, origin = tot.raw_evidence, cur.evidence_origin
-    for k, v in cur.evidence.items():
-        if k in last and v < last[k]:
-            out.add(origin.get(k, VLLM_SOURCE))
-    return frozenset(out)
-
-
-def _accumulate_by(
-    prev_tot: Mapping[K, float],
-    prev_raw: Mapping[K, float],
-    raw: Mapping[K, float],
-    resets: frozenset[int],
-    origin: Mapping[K, int],
-) -> dict[K, float]:
-    """`_accumulate` where each series resets only with its own source."""
-    if not resets:
-        return _accumulate(prev_tot, prev_raw, raw, False)
-    if resets == {VLLM_SOURCE} and not origin:
-        return _accumulate(prev_tot, prev_raw, raw, True)
-    out: dict[K, float] = dict(prev_tot)
-    for k, v in raw.items():
-        if k in prev_tot and k in prev_raw:
-            total = prev_tot[k] + (v if origin.get(k, VLLM_SOURCE) in resets else v - prev_raw[k])
-            out[k] = total if total - total == 0.0 else v
-        else:
-            out[k] = v
-    return out
-
-
-def _store_base(tot: Totals, resets: frozenset[int], origin: Mapping[EvidenceKey, int]) -> Mapping[EvidenceKey, float]:
-    """Stores at each source's last restart: a restarted source's series start over from their totals."""
-    if not resets:
-        return tot.evidence_store_base
-    base = dict(tot.evidence_store_base)
-    for k, v in _stores(tot.evidence).items():
-        if origin.get(k, VLLM_SOURCE) in resets:
-            base[k] = v
-    return base
-
-
-def _missing(
-    tot: Totals, raw_evidence: Mapping[EvidenceKey, float], cur: EngineSignals, resets: frozenset[int]
-) -> tuple[frozenset[EvidenceKey], frozenset[EvidenceKey]]:
-    """(series seen before and absent now, series a restart of their source excused), cheap when none is."""
-    if len(raw_evidence) == len(cur.evidence) and not tot.forgiven:
-        return frozenset(), frozenset()
-    absent = {k for k in raw_evidence if k not in cur.evidence}
-    origin = tot.origin
-    forgiven = (tot.forgiven & absent) | {k for k in absent if origin.get(k, VLLM_SOURCE) in resets}
-    return frozenset(absent - forgiven), frozenset(forgiven)
-
-
-def _accumulate(
-    prev_tot: Mapping[K, float], prev_raw: Mapping[K, float], raw: Mapping[K, float], reset: bool
-) -> dict[K, float]:
-    """New totals; a counter absent from this scrape keeps its total (a gap, not a zero)."""
-    out: dict[K, float] = dict(prev_tot)
-    for k, v in raw.items():
-        if k in prev_tot and k in prev_raw:
-            total = prev_tot[k] + (v if reset else v - prev_raw[k])
-            out[k] = total if total - total == 0.0 else v  # an overflowed total restarts from the raw value
-        else:
-            out[k] = v
-    return out
-
-
 def _ttft_totals(
     prev: Totals | None, p: Histogram | None, c: Histogram | None, reset: bool
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -238,23 +154,23 @@ def advance(prev: Mark | None, snapshot: Snapshot, t: float) -> Point:
             )
             continue
         p_sig = prev.snapshot.engine(e.key) if prev else None
-        resets = _resets(p_tot, p_sig, e)
-        reset = VLLM_SOURCE in resets
+        found = resets(p_tot, p_sig, e)
+        reset = VLLM_SOURCE in found
         origin = {**p_tot.origin, **e.evidence_origin} if e.evidence_origin else p_tot.origin
         raw_evidence = {**p_tot.raw_evidence, **e.evidence}
-        missing, forgiven = _missing(p_tot, raw_evidence, e, resets)
-        counters = _accumulate(p_tot.counters, p_tot.raw, e.counters, reset)
+        absent, forgiven = missing(p_tot, raw_evidence, e, found)
+        counters = accumulate(p_tot.counters, p_tot.raw, e.counters, reset)
         totals[e.key] = Totals(
             counters,
-            _accumulate(p_tot.by_source, p_tot.raw_by_source, e.prompt_tokens_by_source, reset),
+            accumulate(p_tot.by_source, p_tot.raw_by_source, e.prompt_tokens_by_source, reset),
             *_ttft_totals(p_tot, p_sig.ttft if p_sig else None, e.ttft, reset),
             raw={**p_tot.raw, **e.counters},
             raw_by_source={**p_tot.raw_by_source, **e.prompt_tokens_by_source},
             store_base=p_tot.counters.get(_STORE, 0.0) if reset else p_tot.store_base,
-            evidence=_accumulate_by(p_tot.evidence, p_tot.raw_evidence, e.evidence, resets, origin),
+            evidence=accumulate_by(p_tot.evidence, p_tot.raw_evidence, e.evidence, found, origin),
             raw_evidence=raw_evidence,
-            evidence_store_base=_store_base(p_tot, resets, origin),
-            missing=missing,
+            evidence_store_base=store_base(p_tot, found, origin),
+            missing=absent,
             forgiven=forgiven,
             origin=origin,
         )
@@ -290,10 +206,6 @@ def histogram_quantile(q: float, bounds: Sequence[float], counts: Sequence[float
 def _moved(evidence: Mapping[EvidenceKey, float], signal: Evidence) -> bool:
     """Any positive delta of `signal` in any unit: a state asks only "did it happen", never adds units."""
     return any(v > 0 for k, v in evidence.items() if k.signal == signal)
-
-
-def _stores(evidence: Mapping[EvidenceKey, float]) -> dict[EvidenceKey, float]:
-    return {k: v for k, v in evidence.items() if k.signal == Evidence.STORED}
 
 
 def evidence_state(
@@ -358,7 +270,7 @@ def stored_before(anchor: Mark | None, end: Mark, key: EngineKey) -> bool:
     if a is None:
         return False
     base = end.totals[key].evidence_store_base
-    if any(v > base.get(k, 0.0) for k, v in _stores(a.evidence).items()):
+    if any(v > base.get(k, 0.0) for k, v in stores(a.evidence).items()):
         return True  # a backend counting blocks, chunks or tokens (kvoffload_exporter.ingest.backends)
     return a.counters.get(_STORE, 0.0) > end.totals[key].store_base
 

@@ -13,6 +13,7 @@ from typing import Protocol
 from kvoffload_exporter import __version__
 from kvoffload_exporter.catalogue import (
     COLLECTORS,
+    CONFIG_WARNINGS,
     RECOMMENDATIONS,
     SCRAPE_ERROR_REASONS,
     SIGNAL_METRICS,
@@ -76,6 +77,7 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
         lambda: [_spec("kvoffload_prompt_tokens_by_source_total", {**lb, "source": s}) for s, _ in by_source],
     )
     _evidence(x, lb, e, found)
+    _capacity(x, lb, found)
     if d is None:
         return
     _convoy(x, e, t.convoy.get(e.key), {**lb, "window": window})
@@ -98,6 +100,17 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
         x.add_states("kvoffload_recommendation", wl, RECOMMENDATIONS, pb.action)
     if d.ttft_quantiles and e.ttft is not None:  # quantiles over the window; _count/_sum: vLLM's, cumulative
         x.add_summary("kvoffload_ttft_seconds", wl, d.ttft_quantiles, e.ttft.count, e.ttft.sum)
+
+
+def _capacity(x: Exposition, lb: Mapping[str, str], found: EngineFindings) -> None:
+    """Capacity and configuration warnings: facts of the configuration, exported from the first poll."""
+    for tier, basis, tokens in found.capacity:
+        x.add("kvoffload_kv_capacity_tokens", tokens, {**lb, "tier": tier, "basis": basis})
+    if found.capacity:
+        x.add("kvoffload_effective_kv_capacity_tokens", sum(v for _, _, v in found.capacity), lb)
+    if found.warnings is not None:
+        for w in CONFIG_WARNINGS:
+            x.add("kvoffload_config_warning", 1.0 if w in found.warnings else 0.0, {**lb, "warning": w})
 
 
 def _convoy(x: Exposition, e: EngineSignals, c: ConvoyView | None, wl: Mapping[str, str]) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from kvoffload_exporter.sim.cache import CpuTier, GpuPrefixCache, Lease, block_hashes, chunk_hashes
 from kvoffload_exporter.sim.engineconfig import EngineConfig
 from kvoffload_exporter.sim.inflight import InFlight
-from kvoffload_exporter.sim.output import corrupt, output_ids
+from kvoffload_exporter.sim.output import DRIFT_REQUESTS, corrupt, output_ids
 from kvoffload_exporter.sim.stats import EngineStats
 from kvoffload_exporter.sim.timing import RequestTiming, TimeModel
 from kvoffload_exporter.sim.versions import Behaviour
@@ -110,6 +110,7 @@ class Engine:
         self.rng = rng or random.Random(index)
         self.connector = cfg.connector
         self.output_depends_on = "prompt"  # sim/output.py DEPENDS_ON
+        self._answered = 0  # requests answered: the `drift` epoch
         self.corrupt_loads = 0.0  # fraction of tier-served requests that answer other tokens
         self.gpu = GpuPrefixCache(cfg.num_gpu_blocks)
         self.tier = CpuTier(cfg.num_cpu_chunks)
@@ -201,7 +202,12 @@ class Engine:
         return plan
 
     def _output(self, req: SimRequest, ext: int) -> tuple[int, ...]:
-        ids = output_ids(req.prompt, req.max_tokens, self.output_depends_on)
+        self._answered += 1
+        how = self.output_depends_on
+        nonce = (
+            self.rng.getrandbits(63) if how == "random" else self._answered // DRIFT_REQUESTS if how == "drift" else 0
+        )
+        ids = output_ids(req.prompt, req.max_tokens, how, nonce)
         if ext and self.corrupt_loads and self.rng.random() < self.corrupt_loads:
             return corrupt(ids)
         return ids

@@ -13,8 +13,12 @@ import hashlib
 from array import array
 from collections.abc import Sequence
 
-DEPENDS_ON = ("prompt", "last-token")
-"""What the output depends on: the whole prompt (default) or only its last token."""
+DEPENDS_ON = ("prompt", "last-token", "random", "drift")
+"""What the output depends on: the whole prompt (default), only its last token, nothing reproducible (every id
+random: a server whose greedy answers differ even without a tier), or the prompt and the time (`drift`: the
+answers to one prompt change every DRIFT_REQUESTS requests the engine serves)."""
+DRIFT_REQUESTS = 25
+"""Requests per answer epoch of `drift`: slower than a GPU revisit and its repeat, faster than a run."""
 LOW, HIGH = 1000, 30000
 """Output token ids lie in [LOW, HIGH), like the canary's prompt ids."""
 
@@ -23,11 +27,14 @@ def _digest(tokens: Sequence[int]) -> bytes:
     return hashlib.blake2b(array("q", tokens).tobytes(), digest_size=16).digest()
 
 
-def output_ids(prompt: Sequence[int], max_tokens: int, depends_on: str = "prompt") -> tuple[int, ...]:
-    """Greedy tokens: position i's id from a hash of the prompt (or its last token) and i."""
+def output_ids(prompt: Sequence[int], max_tokens: int, depends_on: str = "prompt", nonce: int = 0) -> tuple[int, ...]:
+    """Greedy tokens: position i's id from a hash of the prompt (or its last token), `nonce` (the drift epoch, or
+    a random number for `random`) and i."""
     if depends_on not in DEPENDS_ON:
         raise ValueError(f"output depends on one of {', '.join(DEPENDS_ON)}, not {depends_on!r}")
-    seed = _digest(prompt if depends_on == "prompt" else prompt[-1:])
+    seed = _digest(prompt if depends_on != "last-token" else prompt[-1:])
+    if depends_on in ("random", "drift"):
+        seed += nonce.to_bytes(8, "little", signed=False)
     out = []
     for i in range(max_tokens):
         h = hashlib.blake2b(seed + i.to_bytes(4, "little"), digest_size=8).digest()

@@ -33,9 +33,12 @@ from kvoffload_exporter.enums import OutputPair, OutputResult
 METHOD = "greedy_token_ids"
 """How answers are compared: the generated token ids of greedy requests (`return_token_ids`)."""
 TOLERANCE = (
-    "offload_vs_gpu: every token id identical; offload_vs_recompute: every token id identical, and only while "
+    "offload_vs_gpu: every token id identical, and only while the engine answers the same prompt alike from two "
+    "GPU hits that no tier touched (gpu_reference); offload_vs_recompute: every token id identical, and only while "
     "the engine's GPU-cached answer equals its recomputed one (recompute_reference), else unverifiable"
 )
+CORRUPT_SHARE = 0.05
+"""The corruption rate the report states its power for: P(a run sees one) = 1 - (1 - 5 %)^(answers served by a load)."""
 MAX_PAIRS = 1000
 """Comparisons kept for the report and the evidence (the counters keep counting past it)."""
 
@@ -84,6 +87,14 @@ class RecomputeReference(TypedDict):
     decides: bool
 
 
+class GpuReference(TypedDict):
+    """`output_check.gpu_reference`: the engine's GPU hit against a second GPU hit of the same prompt."""
+
+    checked: int
+    agreed: int
+    decides: bool
+
+
 class OutputCheckDoc(TypedDict):
     """`output_check` of the check document (`OutputCheck.as_dict`)."""
 
@@ -97,6 +108,9 @@ class OutputCheckDoc(TypedDict):
     sensitive: bool
     sensitivity: Sensitivity | None
     recompute_reference: RecomputeReference
+    gpu_reference: GpuReference
+    served_by_load: int
+    detect_at_5pct: float
     pairs: list[PairDoc]
 
 
@@ -137,6 +151,10 @@ class OutputCheck:
         self.pairs: deque[PairRecord] = deque(maxlen=MAX_PAIRS)
         self.reference_checked = 0  # cycles with both a GPU-cached and a recomputed answer of one prompt
         self.reference_agreed = 0
+        self.gpu_checked = 0  # cycles with a GPU hit and a second, later GPU hit of the same prompt
+        self.gpu_agreed = 0
+        self.served_by_load = 0  # distinct offload answers compared (decided) that a load from the tier served
+        self._loaded_cycles: set[int] = set()
 
     def calibrate(self, gpu: Sequence[int], recompute: Sequence[int]) -> bool:
         """The engine's own cached answer against its recomputed one (no tier involved); returns agreement."""
@@ -144,6 +162,24 @@ class OutputCheck:
         self.reference_checked += 1
         self.reference_agreed += agreed
         return agreed
+
+    def reproduce(self, first: Sequence[int], second: Sequence[int]) -> bool:
+        """The engine's GPU hit against a second GPU hit of the same prompt from KV no tier touched, sent after
+        the offload revisit of a cycle whose offload answer differed from the GPU's: a server whose ids are
+        random, or whose answers drift, fails it. Returns agreement."""
+        agreed = bool(first) and list(first) == list(second)
+        self.gpu_checked += 1
+        self.gpu_agreed += agreed
+        return agreed
+
+    @property
+    def gpu_decides(self) -> bool:
+        """A GPU pair's difference decides only while every GPU-vs-GPU check of the run agreed."""
+        return self.gpu_checked > 0 and self.gpu_agreed == self.gpu_checked
+
+    def decides(self, pair: OutputPair) -> bool:
+        """Whether the engine answered this pair's reference reproducibly without the tier, so far."""
+        return self.gpu_decides if pair == OutputPair.OFFLOAD_VS_GPU else self.recompute_decides
 
     @property
     def recompute_decides(self) -> bool:
@@ -160,14 +196,29 @@ class OutputCheck:
             "probe_token_ids": list(probe),
         }
 
-    def add(self, cycle: int, pair: OutputPair, offload: Sequence[int], reference: Sequence[int]) -> PairRecord:
-        if not self.sensitive or (pair == OutputPair.OFFLOAD_VS_RECOMPUTE and not self.recompute_decides):
+    def add(
+        self, cycle: int, pair: OutputPair, offload: Sequence[int], reference: Sequence[int], loaded: bool = False
+    ) -> PairRecord:
+        """One comparison. A difference decides only while the pair's reference is reproducible without the
+        tier (`decides`): else unverifiable, never a mismatch. A difference it decides is a mismatch whether or not
+        the model is sensitive to its prefix (the sensitivity probe says whether `equal` means anything, not
+        whether a same-prompt difference counts); an equal answer of an insensitive model proves nothing.
+        `loaded`: the offload side was served by a load from the tier (`served_by_load` counts each such answer
+        once: a cycle's one offload answer is compared with two references)."""
+        equal = same(pair, offload, reference)
+        # The GPU pair's reference is checked only where it differs (outputs.py: the second GPU hit costs a
+        # request); the recompute pair's before every comparison (its calibration comes with the cycle).
+        gated = pair == OutputPair.OFFLOAD_VS_RECOMPUTE or not equal
+        if (gated and not self.decides(pair)) or (equal and not self.sensitive):
             result = OutputResult.UNVERIFIABLE
             self.unverifiable += 1
         else:
-            result = OutputResult.EQUAL if same(pair, offload, reference) else OutputResult.MISMATCH
+            result = OutputResult.EQUAL if equal else OutputResult.MISMATCH
             self.compared[pair] += 1
             self.mismatched[pair] += result == OutputResult.MISMATCH
+            if loaded and cycle not in self._loaded_cycles:  # one answer, compared with each reference
+                self._loaded_cycles.add(cycle)
+                self.served_by_load += 1
         rec = PairRecord(cycle, pair, result, tuple(offload), tuple(reference))
         self.pairs.append(rec)
         return rec
@@ -197,8 +248,36 @@ class OutputCheck:
                 "agreed": self.reference_agreed,
                 "decides": self.recompute_decides,
             },
+            "gpu_reference": {"checked": self.gpu_checked, "agreed": self.gpu_agreed, "decides": self.gpu_decides},
+            "served_by_load": self.served_by_load,
+            "detect_at_5pct": round(1.0 - (1.0 - CORRUPT_SHARE) ** self.served_by_load, 4),
             "pairs": [p.as_dict() for p in self.pairs],
         }
+
+
+def _unreproducible(d: OutputCheckDoc) -> str:
+    """Which references the engine did not reproduce without the tier ("" when both did)."""
+    out = []
+    gpu, ref = d.get("gpu_reference"), d.get("recompute_reference")
+    if gpu and gpu.get("checked") and not gpu.get("decides"):
+        out.append(
+            f"vs GPU unverifiable: two GPU hits of the same prompt answered differently in "
+            f"{gpu['checked'] - gpu.get('agreed', 0)} of {gpu['checked']} cycles without the tier"
+        )
+    if ref and ref.get("checked") and not ref.get("decides"):
+        out.append(
+            f"vs recompute unverifiable: this engine's GPU-cached answer differed from its recomputed one in "
+            f"{ref['checked'] - ref.get('agreed', 0)} of {ref['checked']} cycles without the tier"
+        )
+    return "; ".join(out)
+
+
+def _power(d: OutputCheckDoc) -> str:
+    n = d.get("served_by_load", 0)
+    return (
+        f"{n} offload answers compared were served by a load from the tier: a tier corrupting "
+        f"{CORRUPT_SHARE:.0%} of loads shows in a run like this with probability {d.get('detect_at_5pct', 0.0):.0%}"
+    )
 
 
 def output_line(d: OutputCheckDoc) -> str:
@@ -206,25 +285,23 @@ def output_line(d: OutputCheckDoc) -> str:
     result = d.get("result")
     if result == OutputResult.NONE:
         return "output: nothing compared (no offload hit with token ids)"
+    why = _unreproducible(d)
     if result == OutputResult.UNVERIFIABLE:
+        if why:
+            return f"output: unverifiable - {d.get('unverifiable')} comparisons: {why}; the tier is not blamed"
         return (
-            f"output: unverifiable - {d.get('unverifiable')} comparisons, but the answer did not change when the "
-            "first prefix token did (sensitive: false): this model cannot show a corrupted prefix"
+            f"output: unverifiable - {d.get('unverifiable')} comparisons, all equal, but the answer did not change "
+            "when the first prefix token did (sensitive: false): equal answers cannot show a corrupted prefix"
         )
-    ref = d.get("recompute_reference")
     line = (
         f"output: {result} - {d.get('mismatched')} of {d.get('compared')} comparisons differ "
-        f"(offload hit vs GPU hit and vs recompute, {d.get('method')})"
+        f"(offload hit vs GPU hit and vs recompute, {d.get('method')}); {_power(d)}"
     )
-    if ref and ref.get("checked") and not ref.get("decides"):
-        line += (
-            f"; vs recompute unverifiable: this engine's GPU-cached answer differed from its recomputed one in "
-            f"{ref['checked'] - ref.get('agreed', 0)} of {ref['checked']} cycles without the tier"
-        )
-    return line
+    return f"{line}; {why}" if why else line
 
 
 __all__ = [
+    "CORRUPT_SHARE",
     "MAX_PAIRS",
     "METHOD",
     "TOLERANCE",

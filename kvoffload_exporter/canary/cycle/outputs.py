@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kvoffload_exporter.canary.cycle.outputcheck import changed_prefix
 from kvoffload_exporter.canary.cycle.prepared import PreparedRun, Probe
-from kvoffload_exporter.canary.cycle.records import CycleRecord, PhaseRecord
+from kvoffload_exporter.canary.cycle.records import TARGET, CycleRecord, PhaseRecord
 from kvoffload_exporter.canary.cycle.steps import Seeded
 from kvoffload_exporter.canary.types import CanaryPath, ProbeResult
 from kvoffload_exporter.enums import OutputPair
@@ -32,6 +32,22 @@ async def _sensitivity(run: PreparedRun, c: int, rec: CycleRecord, seeded: Seede
     run.ctx.state.output.sense(c, reference, ph.output_token_ids or [])
 
 
+async def _gpu_repeat(run: PreparedRun, c: int, seeded: Seeded) -> list[int] | None:
+    """A second GPU hit of the cycle's prompt from KV no tier touched, sent after the offload revisit (so a
+    drift between the GPU revisit and the offload revisit shows), only in a cycle whose offload answer differed
+    from the GPU revisit's (a healthy run sends none): the prompt under the cold control's own salt,
+    whose KV the cold control just computed. None without a cold control, or when most of the prefix was
+    recomputed rather than read from the GPU cache (nothing to compare)."""
+    salt, run.cold_salt = run.cold_salt, None
+    if salt is None:
+        return None
+    comp = await run.send(c, "gpu_repeat", "probe", TARGET, seeded.a + seeded.t, salt)
+    cached = comp.cached_tokens
+    if not comp.token_ids or (cached is not None and cached < len(seeded.a) // 2):  # recomputed, not a hit
+        return None
+    return comp.token_ids
+
+
 async def compare(run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded) -> None:
     """An offload hit with token ids against every reference the cycle has; nothing without an offload hit."""
     rev = _last(rec, ("offload_revisit", "wait_revisit"))
@@ -49,10 +65,14 @@ async def compare(run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded) ->
     gpu, recompute = by_pair.get(OutputPair.OFFLOAD_VS_GPU), by_pair.get(OutputPair.OFFLOAD_VS_RECOMPUTE)
     if gpu is not None and recompute is not None:
         out.calibrate(gpu, recompute)  # before the pairs: this cycle's recompute pair needs it
+    if gpu is not None and list(gpu) != list(rev.output_token_ids):  # only a difference needs the check
+        again = await _gpu_repeat(run, c, seeded)
+        if again is not None:
+            out.reproduce(gpu, again)  # before the pairs: this cycle's GPU pair needs it
     if out.sensitive is None:
         await _sensitivity(run, c, rec, seeded, refs[-1][1])  # the recompute's answer where there is one
     for pair, ids in refs:
-        out.add(c, pair, rev.output_token_ids, ids)
+        out.add(c, pair, rev.output_token_ids, ids, loaded=True)  # an offload hit: served by a load
 
 
 __all__ = ["REFERENCES", "compare"]

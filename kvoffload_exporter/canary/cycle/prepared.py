@@ -51,6 +51,10 @@ class Probe:
     idle: float | None = None
 
 
+COLD_PHASE = "cold"
+"""The cold control's phase (steps.py): a fresh salt of its own, which the output check asks again (outputs.py)."""
+
+
 class BurstTransport(Protocol):
     async def burst(self, base_url: str, bodies: list[dict[str, Any]]) -> list[Completion]: ...
 
@@ -63,6 +67,7 @@ class PreparedRun:
         self.conditions = conditions
         self.sent: Counter[str] = Counter()  # prompt tokens sent per role (the seeding span's own share)
         self.refused: set[str] = set()  # OPTIONAL_FIELDS a server answered 400 to
+        self.cold_salt: str | None = None  # the last cold control's own salt: the output check asks it again
 
     # The conditions' parts, for callers that print or check them.
     @property
@@ -163,12 +168,13 @@ class PreparedRun:
         body = self.body(prompt, used, kv, role, out)
         comp = await e.client.complete(e.url_of(role), body)
         refused = self._refusable(body, comp)
+        fresh = used != e.prompts.salt  # a salt of its own (None asks for one): never hits the family's cache
         if refused is not None:  # once: the same request without the field, remembered for the run
-            self._account(cycle, phase, kind, role, prompt, salt is None, kv, comp)
+            self._account(cycle, phase, kind, role, prompt, fresh, kv, comp)
             self.refused.add(refused)
             body = self.body(prompt, used, kv, role, out)
             comp = await e.client.complete(e.url_of(role), body)
-        self._account(cycle, phase, kind, role, prompt, salt is None, kv, comp)
+        self._account(cycle, phase, kind, role, prompt, fresh, kv, comp)
         if comp.error is not None:
             detail = f"{phase} {kind} on {role}: {comp.error} {comp.detail}".strip()
             raise CycleFailed(detail, comp.retry_after, reason=comp.error, status=comp.status, said=comp.detail)
@@ -220,6 +226,8 @@ class PreparedRun:
         e, sz = self.ctx, self.sizing
         before = await e.scrapes.before(p.role)
         salt = None if p.fresh_salt else e.prompts.salt
+        if p.phase == COLD_PHASE:  # the cold control: its KV, on the GPU and never from a tier, is asked again
+            salt = self.cold_salt = e.prompts.fresh_salt("probe")
         comp = await self.send(cycle, p.phase, "probe", p.role, p.prompt, salt, p.kv)
         own = len(p.prompt) + await self.flush(cycle, p.phase, p.role)
         after = await e.scrapes.scrape(p.role)

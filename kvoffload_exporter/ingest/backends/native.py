@@ -91,6 +91,10 @@ def capacity(*, tier: str = "") -> tuple[Source, ...]:
             CONFIG, E.CAPACITY, U.BYTES, kind=Kind.INFO, label_value="cpu_kv_cache_size_bytes", match=match, tier=tier
         ),
         Source(CONFIG, E.CAPACITY, U.CHUNKS, kind=Kind.INFO, label_value="cpu_num_chunks", match=match, tier=tier),
+        # tokens at max_model_len (0.33+, vllm 0.34.0 v1/kv_offload/cpu/common.py:34-70)
+        Source(
+            CONFIG, E.CAPACITY, U.TOKENS, kind=Kind.INFO, label_value="cpu_kv_cache_size_tokens", match=match, tier=tier
+        ),
     )
 
 
