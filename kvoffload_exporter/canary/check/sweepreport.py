@@ -295,7 +295,8 @@ def text_lines(entries: Sequence[SweepEntry], summary: SweepSummary | None) -> l
     """The sweep's table and its findings, for the text report (the advice line is printed once, by report)."""
     if not entries:
         return []
-    pct = round(float(entries[0]["confidence"]) * 100)
+    confs = sorted({round(float(e["confidence"]) * 100, 1) for e in entries})  # sequential: each level's look
+    pct = f"{round(confs[0])}" if len(confs) == 1 else f"{confs[0]:g}-{confs[-1]:g}"
     heads = ["c", "prefix", "bursts", "n", "offload ms", "control ms", "dTTFT ms", f"{pct}% CI ms", "dp90 ms"]
     heads += [f"{pct}% CI ms", "verdict"]
     rows = []
