@@ -128,7 +128,7 @@ def main() -> int:
                         "simulate",
                         "--listen",
                         f"127.0.0.1:{p}",
-                        "--traffic",
+                        "--traffic-rate",
                         str(args.rate),
                         "--traffic-duration",
                         duration,

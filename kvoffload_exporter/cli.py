@@ -38,10 +38,13 @@ class Parser(argparse.ArgumentParser):
         return parsed, rest
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}{self._suggest(message)} (see {self.prog} --help)\n")
+        # An unknown flag of a sub-command is reported by the top parser: point at that command's --help.
+        command = getattr(self, "_command", None) if message.startswith("unrecognized arguments: ") else None
+        prog = f"{self.prog} {command}" if command else self.prog
+        self.exit(2, f"{prog}: error: {message}{self._suggest(message)} (see {prog} --help)\n")
 
     def _suggest(self, message: str) -> str:
-        """ "did you mean …?" for a mistyped flag (argparse of Python < 3.14 has none)."""
+        """ "did you mean …?" for each mistyped flag (argparse of Python < 3.14 has none)."""
         if not message.startswith("unrecognized arguments: "):
             return ""
         words = message.split(": ", 1)[1].split()
@@ -52,11 +55,16 @@ class Parser(argparse.ArgumentParser):
                 known.update((o, o) for o in a.option_strings)
             elif isinstance(a, Flag):
                 known.update(a.use)
-        for w in (w.split("=", 1)[0] for w in words if w.startswith("--")):
-            hint = difflib.get_close_matches(w, sorted(known), n=1, cutoff=0.75)
-            if hint:
-                return f" (did you mean {known[hint[0]]}?)"
-        return ""
+        flags = list(dict.fromkeys(w.split("=", 1)[0] for w in words if w.startswith("--")))
+        hints = {}
+        for w in flags:
+            close = difflib.get_close_matches(w, sorted(known), n=1, cutoff=0.75)
+            if close:
+                hints[w] = known[close[0]]
+        if len(flags) == 1 and hints:
+            return f" (did you mean {hints[flags[0]]}?)"
+        said = [f"{w}: did you mean {hints[w]}?" if w in hints else f"{w}: no such flag" for w in flags]
+        return f" ({'; '.join(said)})" if hints else ""
 
 
 def _parsers(p: argparse.ArgumentParser, command: str | None = None) -> list[argparse.ArgumentParser]:

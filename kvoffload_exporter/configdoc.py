@@ -13,6 +13,7 @@ from kvoffload_exporter.config.flags import renamed, switch_values
 from kvoffload_exporter.config.schema import Duration, Spec, described, env_name, seconds_text, specs, yaml_key
 from kvoffload_exporter.server.logs import LogSettings
 from kvoffload_exporter.variables import SECTIONS
+from kvoffload_exporter.variables import renamed as renamed_variables_table
 
 
 def _default(f: Field[Any], spec: Spec) -> str:
@@ -51,7 +52,8 @@ def render() -> str:
         "",
         "Precedence: flags, then environment variables, then the YAML file (`serve --config.file`), then",
         "the defaults. `serve --config.check` validates all of it and lists every error at once (exit 2);",
-        "SIGHUP re-reads the file. Durations take `500ms`, `30s`, `5m`, `1h`, `1d` or plain seconds.",
+        "SIGHUP re-reads the file. Durations take one grammar in every command, file and variable: a Prometheus",
+        "duration (`500ms`, `30s`, `5m`, `1h30m`, `1d`; units from the largest down) or plain seconds (`5`, `2.5`).",
         "A `serve` switch is a pair, on and off (`--collector.gpu`, `--no-collector.gpu`); a `check` flag",
         "`--no-…` turns its setting off; their variable takes `true`/`false`. Environment",
         "variables apply to `serve` and `demo`; `check` reads only its flags and has its own defaults",
@@ -70,6 +72,7 @@ def render() -> str:
         lines += [_row(f, s, section, s.yaml and cls is not LogSettings) for f, s in specs(cls)]
     lines += _command_flags()
     lines += _renamed_flags()
+    lines += _renamed_variables()
     return "\n".join(lines) + "\n"
 
 
@@ -84,14 +87,19 @@ def setting_flags() -> frozenset[str]:
     )
 
 
-def serve_parser() -> argparse.ArgumentParser:
-    """`serve`'s own parser, as the CLI builds it."""
+def command_parser(name: str) -> argparse.ArgumentParser:
+    """A sub-command's own parser, as the CLI builds it."""
     from kvoffload_exporter.cli import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    serve: argparse.ArgumentParser = sub.choices["serve"]
-    return serve
+    command: argparse.ArgumentParser = sub.choices[name]
+    return command
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    """`serve`'s own parser, as the CLI builds it."""
+    return command_parser("serve")
 
 
 def _command_flags() -> list[str]:
@@ -108,15 +116,33 @@ def _command_flags() -> list[str]:
 def _renamed_flags() -> list[str]:
     """`serve`'s former spellings, read from its parser (the hidden aliases themselves)."""
     rows = [f"| `{old}` | `{new}` |" for old, new in renamed(serve_parser())]
+    rows += [f"| `check {old}` | `check {new}` |" for old, new in renamed(command_parser("check"))]
     return [
         "",
-        "## Renamed `serve` flags",
+        "## Renamed flags",
         "",
-        "`serve`'s flags follow the Prometheus exporter-toolkit style. The earlier spellings still work,",
-        "hidden from the help: each logs `flag OLD is deprecated; use NEW` once, and an old and a new",
-        "spelling of one setting that disagree are refused (exit 2).",
+        "`serve`'s flags follow the Prometheus exporter-toolkit style (`demo` spells its settings the same);",
+        "`check`'s are the setting's YAML key. The earlier spellings still work, hidden from the help: each",
+        "logs `flag OLD is deprecated; use NEW` once, and an old and a new spelling of one setting that",
+        "disagree are refused (exit 2).",
         "",
         "| earlier flag | flag |",
+        "|---|---|",
+        *rows,
+    ]
+
+
+def _renamed_variables() -> list[str]:
+    """Variables renamed to follow their flag (variables.renamed)."""
+    rows = [f"| `{old}` | `{new}` |" for old, new in renamed_variables_table().items()]
+    return [
+        "",
+        "## Renamed variables",
+        "",
+        "A setting's variable follows its `serve` flag. The earlier names, which followed the YAML key, are",
+        "still read: each logs `variable OLD is deprecated; use NEW`, and the new name wins when both are set.",
+        "",
+        "| earlier variable | variable |",
         "|---|---|",
         *rows,
     ]

@@ -212,4 +212,47 @@ class SafeRegex:
         return any(self._prog[pc][0] == "match" for pc in states)
 
 
-__all__ = ["MAX_TEXT", "SafeRegex", "UnsafeRegex"]
+def shortest_example(pattern: str) -> str | None:
+    """Roughly the shortest string `pattern` accepts (repeats at their minimum, first branches), from the
+    same parse tree; None when Python's parser refuses the pattern. For the bundle's generated tests."""
+    try:
+        return _example(sre.parse(pattern))
+    except (re.error, RecursionError):
+        return None
+
+
+def _example(tree: Any) -> str:  # noqa: C901 - one branch per regex node kind
+    out = []
+    for op, arg in tree:
+        if op is c.LITERAL:
+            out.append(chr(arg))
+        elif op is c.NOT_LITERAL:
+            out.append("x" if chr(arg) != "x" else "y")
+        elif op is c.ANY:
+            out.append("x")
+        elif op is c.IN:
+            for kind, val in arg:
+                if kind is c.LITERAL:
+                    out.append(chr(val))
+                    break
+                if kind is c.RANGE:
+                    out.append(chr(val[0]))
+                    break
+                if kind is c.CATEGORY:
+                    out.append({c.CATEGORY_DIGIT: "0", c.CATEGORY_SPACE: " "}.get(val, "a"))
+                    break
+            else:
+                out.append("x")
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
+            lo, _hi, sub = arg
+            out.append(_example(sub) * lo)
+        elif op is c.SUBPATTERN:
+            out.append(_example(arg[-1]))
+        elif op is c.BRANCH:
+            out.append(_example(arg[1][0]))
+        elif op is c.CATEGORY:
+            out.append({c.CATEGORY_DIGIT: "0", c.CATEGORY_SPACE: " "}.get(arg, "a"))
+    return "".join(out)
+
+
+__all__ = ["MAX_TEXT", "SafeRegex", "UnsafeRegex", "shortest_example"]

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from kvoffload_exporter.canary.config import CanarySettings
 from kvoffload_exporter.config.limits import Limits
-from kvoffload_exporter.config.schema import ENV_PREFIX, env_name, specs
+from kvoffload_exporter.config.schema import ENV_PREFIX, env_name, old_env_names, specs
 from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.server.logs import LogSettings
 
@@ -32,21 +32,38 @@ OTHER_VARIABLES = ("KVOFFLOAD_API_KEY", "KVOFFLOAD_HEALTHCHECK_URL", "KVOFFLOAD_
 check, the compose file's image tag."""
 
 
+def renamed() -> dict[str, str]:
+    """{former name: variable} of the settings whose variable now follows the flag (KVOFFLOAD_WINDOW →
+    KVOFFLOAD_STATE_WINDOW): the former names are still read."""
+    return {
+        old: env_name(section, f, spec)
+        for _, cls, section, _ in SECTIONS
+        for f, spec in specs(cls)
+        if spec.env
+        for old in old_env_names(section, f, spec)
+    }
+
+
 def variables() -> frozenset[str]:
-    """Every `KVOFFLOAD_*` variable the exporter reads: the settings' and OTHER_VARIABLES."""
+    """Every `KVOFFLOAD_*` variable the exporter reads: the settings' (former names too) and OTHER_VARIABLES."""
     names = {env_name(section, f, spec) for _, cls, section, _ in SECTIONS for f, spec in specs(cls) if spec.env}
-    return frozenset(names | set(OTHER_VARIABLES))
+    return frozenset(names | set(renamed()) | set(OTHER_VARIABLES))
+
+
+def renamed_variables(environ: Mapping[str, str]) -> list[str]:
+    """One line per set variable under its former name, as a former flag spelling says it."""
+    return [f"variable {old} is deprecated; use {new}" for old, new in renamed().items() if old in environ]
 
 
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     """One line per set `KVOFFLOAD_*` variable that nothing reads, with a did-you-mean where one is close
     (`KVOFFLOAD_WINDOWS=10m` was silently ignored)."""
-    known = variables()
+    known, former = variables(), set(renamed())
     lines = []
     for name in sorted(n for n in environ if n.startswith(ENV_PREFIX) and n not in known):
-        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+        close = difflib.get_close_matches(name, sorted(known - former), n=1, cutoff=0.8)  # never a former name
         lines.append(f"{name} is not a kvoffload-exporter variable" + (f" (did you mean {close[0]}?)" if close else ""))
     return lines
 
 
-__all__ = ["OTHER_VARIABLES", "SECTIONS", "unknown_variables", "variables"]
+__all__ = ["OTHER_VARIABLES", "SECTIONS", "renamed", "renamed_variables", "unknown_variables", "variables"]

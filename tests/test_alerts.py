@@ -128,7 +128,7 @@ def test_promtool_tests_name_a_positive_and_a_negative_case_per_alert():
     silent: set[str] = set()
     for t in tests:
         assert t["name"].strip()
-        for case in t["alert_rule_test"]:
+        for case in t.get("alert_rule_test", []):  # a recording rule's case has promql_expr_test only
             (fires if case["exp_alerts"] else silent).add(case["alertname"])
     assert alerts <= fires, alerts - fires
     assert alerts <= silent, alerts - silent
@@ -137,13 +137,16 @@ def test_promtool_tests_name_a_positive_and_a_negative_case_per_alert():
         assert replay in names, replay
 
 
-def _run_tests_against(tmp_path: Path, rules_text: str, only: str = "") -> subprocess.CompletedProcess[str]:
-    """Run the committed promtool cases (those whose name contains `only`) against other rules."""
+def _run_tests_against(
+    tmp_path: Path, rules_text: str, only: str = "", recorded: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run the committed promtool cases (those whose name contains `only`; without `recorded`, only the alert
+    cases: the Grafana copy has no recording rules) against other rules."""
     (tmp_path / "kvoffload.rules.yaml").write_text(rules_text)
     tests = tmp_path / "tests"
     tests.mkdir(exist_ok=True)
     doc = yaml.safe_load(PROMTOOL_TESTS.read_text())
-    doc["tests"] = [t for t in doc["tests"] if only in t["name"]]
+    doc["tests"] = [t for t in doc["tests"] if only in t["name"] and (recorded or "alert_rule_test" in t)]
     assert doc["tests"]
     (tests / "kvoffload.test.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return _promtool("test", "rules", "tests/kvoffload.test.yaml", cwd=tmp_path)
@@ -167,7 +170,7 @@ def test_grafana_inlined_expressions_behave_like_the_prometheus_rules(tmp_path):
     """The Grafana copy inlines the recording rules: run the same promtool cases against it."""
     _, alerts = build(inline=True)
     doc = {"groups": [{"name": "inlined", "rules": [a.prometheus_rule(DEFAULT.runbook_url) for a in alerts]}]}
-    res = _run_tests_against(tmp_path, dump_yaml(doc))
+    res = _run_tests_against(tmp_path, dump_yaml(doc), recorded=False)
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -310,7 +313,7 @@ def test_set_accepts_every_setting_and_the_rendered_rules_use_it(tmp_path, key):
 @pytest.mark.parametrize(
     "bad",
     [
-        "reuse_window=5",
+        "reuse_window=5parsecs",
         "reuse_window=",
         "nope=1m",
         "store_without_load_min_bytes=lots",
@@ -469,3 +472,15 @@ def test_grafana_copy_of_an_absence_alert_alerts_on_no_data():
             assert refs["C"]["expression"] == "$B < 0"  # a value (count >= 1) never fires
         else:
             assert r["noDataState"] == "OK" and refs["C"]["expression"] == "is_number($B)"
+
+
+def test_every_alert_name_is_defined_once_and_has_a_rule_and_a_case() -> None:
+    """Alert names are AlertName members: the rules, their promtool cases and steps name the member, so a
+    misspelt name is an attribute error, and an alert without a rule (or a rule without a name) fails here."""
+    from kvoffload_exporter.bundle.ruletests.cases import BUILDERS, STEPS
+    from kvoffload_exporter.bundle.ruletypes import AlertName
+
+    _, alerts = build()
+    assert [a.alert for a in alerts] == list(AlertName)
+    assert all(type(a.alert) is str for a in alerts)  # the rule files carry plain strings
+    assert set(BUILDERS) == set(STEPS) == set(AlertName)

@@ -59,8 +59,15 @@ def test_a_tier_smaller_than_one_prefix_is_grown() -> None:
     assert a.action == Action.GROW_TIER
 
 
-def test_a_failed_run_advises_nothing_but_measuring() -> None:
-    assert advise(Evidence("error", "x", error="preflight failed")).action == Action.MEASURE_LONGER
+def test_a_run_that_could_not_measure_names_the_fix_never_measure_longer() -> None:
+    from kvoffload_exporter.canary.check.advice import CANNOT_MEASURE, EXIT_CODES, FIXES, exit_code
+
+    assert advise(Evidence("error", "x", error="preflight failed")).action == Action.FIX_TARGET
+    for action in CANNOT_MEASURE:
+        a = advise(Evidence("error", "x", error="HTTP 400", error_action=action))
+        assert a.action == action and a.why.endswith(FIXES[action]) and "HTTP 400" in a.why
+        assert exit_code(a) == EXIT_CODES[action] == 3
+    assert Action.MEASURE_LONGER not in CANNOT_MEASURE and set(FIXES) == set(CANNOT_MEASURE)
 
 
 def test_the_dict_has_exactly_the_documented_keys() -> None:
@@ -72,7 +79,9 @@ def test_every_check_document_has_one_advice_even_when_nothing_could_start() -> 
     from kvoffload_exporter.canary.check.checkreport import error_document
 
     doc = error_document("--target: not a URL")
-    assert doc["advice"]["action"] == "measure_longer" and "--target" in doc["advice"]["why"]
+    assert doc["advice"]["action"] == "fix_target" and "--target" in doc["advice"]["why"]
+    bug = error_document("internal error (KeyError)", Action.REPORT_BUG)
+    assert (bug["advice"]["action"], bug["exit_code"]) == ("report_bug", 3)
 
 
 def test_every_action_has_an_exit_code_and_the_exit_code_follows_the_advice() -> None:
@@ -84,7 +93,7 @@ def test_every_action_has_an_exit_code_and_the_exit_code_follows_the_advice() ->
     assert (a.action, exit_code(a)) == (Action.MEASURE_LONGER, 4)
     assert exit_code(advise(Evidence(FAST, "x"))) == 0
     assert exit_code(advise(Evidence(SLOW, "x"))) == 1
-    assert exit_code(advise(Evidence("error", "x", error="unreachable")), error=True) == 3
+    assert exit_code(advise(Evidence("error", "x", error="unreachable"))) == 3
 
 
 def test_a_sweep_splits_the_confidence_over_its_levels() -> None:
@@ -93,3 +102,19 @@ def test_a_sweep_splits_the_confidence_over_its_levels() -> None:
     assert SweepRequest((1, 4), ()).family == 2 and SweepRequest((4, 16), ()).family == 3  # the rounds are c = 1
     assert SweepRequest((1, 4, 16), (1024, 4096)).family == 6
     assert abs(SweepRequest((1, 4, 16, 32), ()).per_level_confidence - 0.9875) < 1e-12
+
+
+def test_the_readme_and_docs_name_every_action_and_its_exit_code() -> None:
+    """A new action is documented where operators look: the README's `check` section and docs/canary.md's exit
+    code table, each action in the row of its own exit code."""
+    import re
+    from pathlib import Path
+
+    from kvoffload_exporter.canary.check.advice import EXIT_CODES
+
+    root = Path(__file__).resolve().parents[1]
+    readme, canary = (root / "README.md").read_text(), (root / "docs/canary.md").read_text()
+    rows = {int(m[1]): m[2] for m in re.finditer(r"^\| (\d+) \| (.*)$", canary, re.M)}
+    for action, code in EXIT_CODES.items():
+        assert f"`{action}`" in readme, action
+        assert f"`{action}`" in rows.get(code, ""), (action, code)

@@ -95,8 +95,8 @@ def test_api_key_from_file_or_env_never_printed(tmp_path, monkeypatch) -> None:
     key = load_api_key(str(f))
     assert key is not None and key.header() == {"Authorization": "Bearer sk-secret-1"}
     assert "sk-secret" not in repr(key) + str(key) + f"{key}"
-    monkeypatch.setenv("KVOFFLOAD_API_KEY", "sk-env")
-    assert load_api_key(None).header()["Authorization"] == "Bearer sk-env"  # type: ignore[union-attr]
+    monkeypatch.setenv("KVOFFLOAD_API_KEY", "sk-env-key-1")
+    assert load_api_key(None).header()["Authorization"] == "Bearer sk-env-key-1"  # type: ignore[union-attr]
     monkeypatch.delenv("KVOFFLOAD_API_KEY")
     assert load_api_key(None) is None
     (tmp_path / "empty").write_text("\n")

@@ -47,9 +47,9 @@ async def test_unreachable_target_is_an_error(tmp_path: Path) -> None:
 
 async def test_bad_flags_are_errors_named_by_flag(tmp_path: Path) -> None:
     # --wait-initial 0 used to pass (check built its settings by hand) and then spun forever doubling 0.
-    code, doc, _, err = await _run(tmp_path, "--rounds", "1", "--wait-initial", "0", "--timeout", "-1")
+    code, doc, _, err = await _run(tmp_path, "--rounds", "1", "--wait-initial", "0", "--request-timeout", "-1")
     assert code == 2 and doc["verdict"] == "error"  # a bad flag value is a usage error
-    assert "--wait-initial: must be > 0" in err and "--timeout: not a duration" in err
+    assert "--wait-initial: must be > 0" in err and "--request-timeout: not a duration" in err
 
 
 async def test_json_schema_and_evidence_bundle(tmp_path: Path) -> None:
@@ -107,7 +107,9 @@ async def test_store_without_load_is_ineffective(tmp_path: Path) -> None:
 
 
 async def test_budget_exhaustion_stops_early(tmp_path: Path) -> None:
-    code, doc, _, err = await _run(tmp_path, "--rounds", "5", "--allow-pressure", "--budget-tokens", "60000", sim={})
+    code, doc, _, err = await _run(
+        tmp_path, "--rounds", "5", "--allow-pressure", "--budget-tokens-per-hour", "60000", sim={}
+    )
     assert "token budget exhausted after 1 rounds" in err
     assert doc["rounds_completed"] == 1 and code == 4
     assert doc["tokens_spent"] <= 60000

@@ -49,8 +49,31 @@ async def test_a_control_serving_another_model_is_refused(tmp_path: Path) -> Non
         sims=({}, {"calibration": "h200-qwen3-32b", "connector": False}),
     )
     assert code == 3 and doc["verdict"] == "error" and "(model_mismatch)" in doc["why"]
+    assert (doc["advice"]["action"], doc["exit_code"]) == ("fix_control", 3)  # names the fix, exits by it
+    assert "--control-target" in doc["advice"]["why"]
     assert "'Qwen/Qwen3-32B'" in doc["why"] and "'Qwen/Qwen3-0.6B'" in doc["why"]
     assert sims[0].engines[0].requests == 0  # refused in preflight, no canary request spent
+
+
+async def test_a_control_that_refuses_the_canary_advises_fixing_the_control(tmp_path: Path) -> None:
+    code, doc, _, _err, _sims = await _run(
+        tmp_path,
+        "--control-target",
+        "{control}",
+        "--allow-pressure",
+        sims=({}, {"connector": False, "faults": ("completions-status=400",)}),
+    )
+    assert code == 3 and doc["verdict"] == "error"
+    assert doc["why"].startswith("the control target refused the canary's completions with HTTP 400")
+    assert (doc["advice"]["action"], doc["exit_code"]) == ("fix_control", 3)  # the control's fault, not the target's
+
+
+async def test_a_target_without_an_offload_connector_advises_configuring_one(tmp_path: Path) -> None:
+    code, doc, _, _err, sims = await _run(tmp_path, "--allow-pressure", sims=({"connector": False},))
+    assert code == 3 and doc["verdict"] == "error" and "no offload connector" in doc["why"]
+    assert (doc["advice"]["action"], doc["exit_code"]) == ("configure_offload", 3)
+    assert "--allow-no-offload" in doc["advice"]["why"]
+    assert sims[0].engines[0].requests == 0
 
 
 async def test_output_paths_are_checked_before_the_first_request(tmp_path: Path) -> None:
@@ -83,7 +106,10 @@ async def test_unreachable_and_invalid_targets_are_one_clean_line(tmp_path: Path
 def test_redact_drops_userinfo_from_any_url() -> None:
     from kvoffload_exporter.canary.check.checkrun import redact
 
-    assert redact("GET http://alice:pw@h:8000/x and https://tok@h2/") == "GET http://***@h:8000/x and https://***@h2/"
+    assert (
+        redact("GET http://alice:pw@h:8000/x and https://tok@h2/")
+        == "GET http://<redacted>@h:8000/x and https://<redacted>@h2/"
+    )
 
 
 def test_no_interval_until_the_confidence_is_reachable() -> None:
@@ -96,9 +122,11 @@ def test_no_interval_until_the_confidence_is_reachable() -> None:
 
 
 async def test_short_samples_say_why_and_what_to_change(tmp_path: Path) -> None:
-    # A budget that allows 2 rounds: the run stops short of the first look (5 samples a path) and says why and
-    # what to change.
-    code, doc, text, err, _ = await _run(tmp_path, "--rounds", "2", "--allow-pressure", "--budget-tokens", "150000")
+    # A budget that allows 2 rounds: the run stops short of the first look (5 samples a path) and says why
+    # and what to change.
+    code, doc, text, err, _ = await _run(
+        tmp_path, "--rounds", "2", "--allow-pressure", "--budget-tokens-per-hour", "150000"
+    )
     assert code == 4 and re.match(r"[1-9] offload-hit samples < 5", doc["why"]), doc["why"]
     assert doc["hints"][0].startswith("--rounds ") and "hint: --rounds " in text
     assert "(1 done, counted 1/10, ETA ~" in err and "rounds left at" in err  # the ETA says its basis
@@ -113,11 +141,13 @@ def test_help_documents_the_exit_codes(capsys: Any) -> None:
         "0 offload pays off",
         "1 it does not",
         "2 usage error",
-        "3 could not run",
+        "3 fix something first, the advice names what",
         "4 inconclusive",
         "5 output mismatch",
     ):
         assert code in out
+    for action in ("fix_target", "fix_control", "configure_offload", "fix_secret_file", "report_bug"):
+        assert action in out
 
 
 def test_short_samples_count_the_ambiguous_revisits() -> None:

@@ -7,6 +7,8 @@ import io
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kvoffload_exporter.canary.check.advice import EXIT_CODES, Action
 from kvoffload_exporter.canary.check.diagnose import REVISITS, Facts, _action, config_failure
 from kvoffload_exporter.canary.cycle.records import CycleRecord
@@ -57,6 +59,26 @@ async def test_stores_that_are_never_loaded_say_check_the_connector(tmp_path: Pa
     assert (f["seen"], f["state_reason"]) == ("no_load", "lookup_always_misses") and f["store_bytes"] > 0
     assert doc["advice"]["action"] == "check_connector" and "lookup_always_misses" in doc["advice"]["why"]
     assert "tier size not exported (vLLM < 0.33)" in doc["advice"]["why"]
+    assert "advice: check_connector" in text
+    # vLLM 0.26 exports no KV size, so the canary's own bytes per token size the prefix: learned from the seed
+    # alone, never from the GPU revisit that stores again on a tier whose lookups miss (880.8 MB, 1.5x).
+    assert doc["bytes_per_token"] == 114_688 and f["prefix_bytes"] == 5120 * 114_688
+    assert "5,120-token prefix of 587.2 MB" in doc["advice"]["why"]
+
+
+@pytest.mark.parametrize(
+    ("backend", "fault", "reason"),
+    [("tiering", "promotion-failures", "promotion_failures"), ("mooncake-store", "load-errors", "load_errors")],
+)
+async def test_a_0_34_tier_that_finds_but_cannot_serve_says_check_the_connector(
+    tmp_path: Path, backend: str, fault: str, reason: str
+) -> None:
+    """vLLM 0.34's failures are configuration failures: stopped early with the exporter's reason (exit 3)."""
+    code, doc, text, _ = await _check(tmp_path, version="0.34.0", backend=backend, faults=(fault,))
+    assert code == 3 and doc["rounds_completed"] == REVISITS
+    f = doc["configuration_failure"]
+    assert f["state_reason"] == reason, f
+    assert doc["advice"]["action"] == "check_connector" and reason in doc["advice"]["why"]
     assert "advice: check_connector" in text
 
 

@@ -44,6 +44,7 @@ def _completions(tmp_path: Path) -> list[dict[str, Any]]:
 async def test_a_4xx_on_every_completion_ends_the_run_at_once(tmp_path: Path) -> None:
     code, doc, err, waits = await _check(tmp_path, "completions-status=400")
     assert code == 3 and doc["verdict"] == "error"
+    assert (doc["advice"]["action"], doc["exit_code"]) == ("fix_target", 3)  # the fix named, the exit code its own
     assert doc["why"].startswith("the target refused the canary's completions with HTTP 400 (2 attempts in a row)")
     assert '"simulated fault: every completion is answered 400"' in doc["why"]  # the server's words, unwrapped
     assert "rejects the canary's request as sent" in doc["why"]  # what to look at
@@ -57,6 +58,7 @@ async def test_a_4xx_on_every_completion_ends_the_run_at_once(tmp_path: Path) ->
 async def test_a_5xx_or_429_on_every_completion_is_retried_until_the_deadline(tmp_path: Path, status: int) -> None:
     code, doc, err, waits = await _check(tmp_path, f"completions-status={status}")
     assert code == 3 and doc["verdict"] == "error"
+    assert (doc["advice"]["action"], doc["exit_code"]) == ("fix_target", 3)
     assert doc["why"].startswith("the target failed ") and "(retry deadline 45 s, --retry-deadline)" in doc["why"]
     assert f"last: HTTP {status}: simulated fault: every completion is answered {status}" in doc["why"]
     backoff = [w for w in waits if w != 0.01]  # the settle delays are 0.01 s

@@ -33,3 +33,31 @@ def test_a_store_without_load_engine_gets_its_reason_and_hint() -> None:
     out = report.text(doc)
     line = next(x for x in out.splitlines() if x.startswith("engine Qwen/Qwen3-0.6B/0"))
     assert "store_without_load, why: lookup_always_misses - the tier is asked and never hits" in line
+
+
+def test_the_report_names_the_rank_sum_method_not_the_bootstrap() -> None:
+    """The verdict table and the sweep say what decides: the Hodges-Lehmann shift and its exact rank-sum
+    interval, at the confidence actually used (98.75 % over four levels is not printed as 99 %)."""
+    doc = _doc()
+    out = report.text(doc)
+    assert "bootstrap CI" not in out and "interval: bursts resampled" not in out
+    assert "HL shift ms" in out and "% rank-sum CI ms" in out
+    assert "Hodges-Lehmann shift of the burst medians, exact rank-sum interval" in out
+    assert "95% CI ms" in out
+    for entry in doc["load_sweep"]:  # type: ignore[union-attr]
+        entry["confidence"] = 0.9875  # four levels, Bonferroni
+    assert "98.75% CI ms" in report.text(doc) and "99% CI ms" not in report.text(doc)
+
+
+def test_the_verdict_section_of_the_docs_describes_the_rank_sum_method() -> None:
+    """docs/canary.md's verdict section: the Hodges-Lehmann shift and the exact rank-sum interval, 4 a side at
+    95 %; no percentile or cluster bootstrap, no pooled-median delta, no 3-sample floor."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs/canary.md").read_text(encoding="utf-8")
+    start = text.index("## Results, reasons and the verdict")
+    section = text[start : text.index("\n## ", start + 1)]
+    verdict = section[section.index("The **verdict**") : section.index("Medians, p25 and p75")]
+    assert "Hodges–Lehmann shift" in verdict and "exact rank-sum" in verdict and "4 samples (bursts) a side" in verdict
+    for old in ("bootstrap", "percentile", "median(offload_hit) − median(control)", "fewer than 3 samples"):
+        assert old not in verdict, old

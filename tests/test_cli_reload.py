@@ -103,7 +103,7 @@ async def test_sighup_reload_keeps_history_adds_removes_and_survives_a_bad_file(
         assert [t.cfg.url for t in exp.targets] == [a, b], "an invalid file keeps the running config"
         assert [r.getMessage() for r in caplog.records if "reload failed" in r.getMessage()] == [
             "configuration reload failed, keeping the running one: window: not a duration: 'forever' "
-            "(use e.g. 5, 500ms, 30s, 5m, 1h)"
+            "(use e.g. 5 (seconds), 500ms, 30s, 5m, 1h30m)"
         ]
         body = await _metrics_when(client, "kvoffload_exporter_config_last_reload_successful 0.0")
         assert "# TYPE kvoffload_exporter_config_last_reload_success_timestamp_seconds gauge" in body
@@ -292,7 +292,7 @@ def test_post_reload_is_the_sighup_reload_with_the_lifecycle_flag(tmp_path: Path
             assert code == 403 and "--web.enable-lifecycle" in text
             assert 'target="127.0.0.1:10"' not in body
             return
-        assert (code, text) == (200, "reloaded\n")
+        assert (code, text) == (200, "targets: reloaded\n")
         assert 'target="127.0.0.1:10"' in body and "kvoffload_exporter_config_last_reload_successful 1.0" in body
         conf.write_text("targets: [\n")  # a broken file: refused, the running configuration kept
         assert _post(f"http://127.0.0.1:{port}/-/reload")[0] == 500

@@ -69,10 +69,18 @@ def test_serve_flags_are_built_from_the_declaration() -> None:
 def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
     f = tmp_path / "c.yaml"
     f.write_text("targets: [http://a:1]\nwindow: 10m\npoll_interval: 2s\ncanary: {interval: 20m}\n")
-    env = {"KVOFFLOAD_WINDOW": "15m", "KVOFFLOAD_POLL_INTERVAL": "3", "KVOFFLOAD_CANARY_INTERVAL": "30m"}
+    env = {"KVOFFLOAD_STATE_WINDOW": "15m", "KVOFFLOAD_POLL_INTERVAL": "3", "KVOFFLOAD_CANARY_INTERVAL": "30m"}
     cfg = config_from_args(_serve("--config.file", str(f), "--state.window", "20m"), env)
     assert cfg.window == 1200 and cfg.poll_interval == 3 and cfg.canary.interval == 1800
     assert config_from_args(_serve("--config.file", str(f)), {}).window == 600
+
+
+def test_a_multi_error_message_has_no_trailing_space() -> None:
+    """The first line of a multi-error message ends in the colon, no line ends in a space."""
+    message = str(ConfigError(["listen: bad", "poll_interval: must be > 0"]))
+    assert message.splitlines()[0] == "invalid configuration:"
+    assert not [line for line in message.splitlines() if line != line.rstrip()]
+    assert str(ConfigError(["listen: bad"])) == "invalid configuration: listen: bad"
 
 
 def test_errors_name_the_key_the_flag_or_the_variable(tmp_path: Path) -> None:
@@ -82,10 +90,24 @@ def test_errors_name_the_key_the_flag_or_the_variable(tmp_path: Path) -> None:
         config_from_args(_serve("--config.file", str(f)), {})
     with pytest.raises(ConfigError, match=r"--state\.window: not a duration"):
         config_from_args(_serve("--target", "http://a:1", "--state.window", "forever"), {})
-    with pytest.raises(ConfigError, match="KVOFFLOAD_WINDOW: not a duration"):
-        config_from_args(_serve("--target", "http://a:1"), {"KVOFFLOAD_WINDOW": "forever"})
-    with pytest.raises(ConfigError, match="KVOFFLOAD_HOST_ENABLED: must be true or false"):
-        config_from_args(_serve("--target", "http://a:1"), {"KVOFFLOAD_HOST_ENABLED": "maybe"})
+    with pytest.raises(ConfigError, match="KVOFFLOAD_STATE_WINDOW: not a duration"):
+        config_from_args(_serve("--target", "http://a:1"), {"KVOFFLOAD_STATE_WINDOW": "forever"})
+    with pytest.raises(ConfigError, match="KVOFFLOAD_COLLECTOR_HOST: must be true or false"):
+        config_from_args(_serve("--target", "http://a:1"), {"KVOFFLOAD_COLLECTOR_HOST": "maybe"})
+
+
+def test_variables_follow_the_flags_and_the_former_names_still_work() -> None:
+    from kvoffload_exporter.variables import renamed, renamed_variables
+
+    assert renamed()["KVOFFLOAD_WINDOW"] == "KVOFFLOAD_STATE_WINDOW"
+    assert renamed()["KVOFFLOAD_GPU_ENABLED"] == "KVOFFLOAD_COLLECTOR_GPU"
+    serve = _serve("--target", "http://a:1")
+    assert config_from_args(serve, {"KVOFFLOAD_WINDOW": "7m", "KVOFFLOAD_GPU_ENABLED": "false"}).window == 420
+    assert not config_from_args(serve, {"KVOFFLOAD_GPU_ENABLED": "false"}).gpu_enabled
+    assert config_from_args(serve, {"KVOFFLOAD_WINDOW": "7m", "KVOFFLOAD_STATE_WINDOW": "8m"}).window == 480
+    assert renamed_variables({"KVOFFLOAD_WINDOW": "7m", "KVOFFLOAD_STATE_WINDOW": "8m"}) == [
+        "variable KVOFFLOAD_WINDOW is deprecated; use KVOFFLOAD_STATE_WINDOW"
+    ]
 
 
 def test_every_error_is_listed_at_once_with_suggestions() -> None:
@@ -153,8 +175,8 @@ def test_userinfo_becomes_basic_auth_and_leaves_the_url_and_label(caplog: pytest
 
 
 def test_password_and_bearer_token_files(tmp_path: Path) -> None:
-    (tmp_path / "pw").write_text("pa55\n")
-    (tmp_path / "tok").write_text("t0ken\n")
+    (tmp_path / "pw").write_text("pa55-w0rd\n")
+    (tmp_path / "tok").write_text("t0ken-0f-b\n")
     cfg = from_mapping(
         {
             "targets": [
@@ -164,8 +186,8 @@ def test_password_and_bearer_token_files(tmp_path: Path) -> None:
         }
     )
     a, b = cfg.targets
-    assert a.auth == BasicAuth("bob", "pa55") and b.auth == BearerToken("t0ken")
-    assert b.headers() == {"Authorization": "Bearer t0ken"}
+    assert a.auth == BasicAuth("bob", "pa55-w0rd") and b.auth == BearerToken("t0ken-0f-b")
+    assert b.headers() == {"Authorization": "Bearer t0ken-0f-b"}
     assert "pa55" not in repr(cfg) and "t0ken" not in repr(cfg)
     (tmp_path / "empty").write_text("\n")
     with pytest.raises(ConfigError, match="is empty"):
@@ -214,27 +236,53 @@ def test_demo_help_shows_the_demo_defaults(capsys: pytest.CaptureFixture[str]) -
         build_parser().parse_args(["demo", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "(default 2)" in text and "(default 1m)" in text and "(default 1);" in text
-    assert "(default 5)" not in text.split("--poll-interval")[1][:120]
+    assert "(default 5)" not in text.split("--poll.interval")[1][:120]
 
 
 def test_check_flags_are_built_from_the_canary_declaration() -> None:
-    from kvoffload_exporter.commands.check import settings_from_args
+    from kvoffload_exporter.commands.check import inputs_from_args, settings_from_args
 
     args = build_parser().parse_args(
-        ["check", "--target", "http://a:1/metrics", "--wait-initial", "1m", "--no-flush", "--budget-tokens", "9"]
+        [
+            "check",
+            "--target",
+            "http://a:1/metrics",
+            "--wait-initial",
+            "1m",
+            "--no-flush",
+            "--budget-tokens-per-hour",
+            "9",
+        ]
     )
-    s = settings_from_args(args)
-    assert s.wait_initial == 60 and not s.flush and s.budget_tokens_per_hour == 9 and args.target == "http://a:1"
+    given = dict(vars(args))
+    inputs = inputs_from_args(args)
+    s = inputs.settings
+    assert s.wait_initial == 60 and not s.flush and s.budget_tokens_per_hour == 9 and inputs.target == "http://a:1"
+    assert vars(args) == given  # read, never written
     default = settings_from_args(build_parser().parse_args(["check", "--target", "http://a:1"]))
     assert default.budget_tokens_per_hour is None and default.settle == 0.5 and default.request_timeout == 120
+
+
+def test_check_reads_each_prefix_length_once_with_the_settings_bounds() -> None:
+    from kvoffload_exporter.commands.check import inputs_from_args
+    from kvoffload_exporter.config.settings import ConfigError
+
+    args = build_parser().parse_args(["check", "--target", "http://a:1", "--prefix-tokens", "1024,6144"])
+    inputs = inputs_from_args(args)
+    assert inputs.settings.prefix_tokens == 1024 and inputs.sweep_lengths == (1024, 6144)
+    assert args.prefix_tokens == "1024,6144" and not hasattr(args, "sweep_prefix_tokens")
+    one = inputs_from_args(build_parser().parse_args(["check", "--target", "http://a:1", "--prefix-tokens", "512"]))
+    assert one.settings.prefix_tokens == 512 and one.sweep_lengths == ()
+    with pytest.raises(ConfigError, match="--prefix-tokens: must be an integer >= 1, got 0"):
+        inputs_from_args(build_parser().parse_args(["check", "--target", "http://a:1", "--prefix-tokens", "1024,0"]))
 
 
 def test_file_and_flag_errors_are_listed_together(tmp_path: Path) -> None:
     f = tmp_path / "c.yaml"
     f.write_text("targets: [http://a:1]\nwindow: forever\n")
     with pytest.raises(ConfigError) as e:
-        config_from_args(_serve("--config.file", str(f), "--poll.interval", "soon"), {"KVOFFLOAD_TIMEOUT": "x"})
-    assert [m.split(":")[0] for m in e.value.errors] == ["window", "--poll.interval", "KVOFFLOAD_TIMEOUT"]
+        config_from_args(_serve("--config.file", str(f), "--poll.interval", "soon"), {"KVOFFLOAD_POLL_TIMEOUT": "x"})
+    assert [m.split(":")[0] for m in e.value.errors] == ["window", "--poll.interval", "KVOFFLOAD_POLL_TIMEOUT"]
 
 
 def test_cross_field_checks_run_after_the_flags(tmp_path: Path) -> None:

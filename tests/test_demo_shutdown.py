@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Busier than the default (4 req/s, 16 tokens): streams are always in flight when the signal lands, so the
 # race that showed up in 3 of 8 default runs shows up in every run.
-BUSY = ("--rate", "20", "--traffic-max-tokens", "256")
+BUSY = ("--traffic-rate", "20", "--traffic-max-tokens", "256")
 
 
 def _start(*extra: str) -> subprocess.Popen[str]:
@@ -29,7 +29,7 @@ def _start(*extra: str) -> subprocess.Popen[str]:
             "-m",
             "kvoffload_exporter",
             "demo",
-            "--listen",
+            "--web.listen-address",
             "127.0.0.1:0",
             "--status-interval",
             "0.5",
@@ -87,13 +87,22 @@ def test_demo_busy_port_names_the_listen_flag() -> None:
         port = s.getsockname()[1]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         res = subprocess.run(
-            [sys.executable, "-m", "kvoffload_exporter", "demo", "--listen", f"127.0.0.1:{port}", "--duration", "5"],
+            [
+                sys.executable,
+                "-m",
+                "kvoffload_exporter",
+                "demo",
+                "--web.listen-address",
+                f"127.0.0.1:{port}",
+                "--duration",
+                "5",
+            ],
             capture_output=True,
             text=True,
             env=env,
             timeout=60,
         )
     assert res.returncode == 1
-    assert res.stderr.strip().endswith("choose another with --listen HOST:PORT"), res.stderr
+    assert res.stderr.strip().endswith("choose another with --web.listen-address HOST:PORT"), res.stderr
     assert f"cannot listen on 127.0.0.1:{port}: address already in use" in res.stderr
     assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr

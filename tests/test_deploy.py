@@ -80,6 +80,34 @@ def test_bundle_renders_the_deploy_files():
     assert 'job=\\"vllm-kvoffload\\"' in selected[deploy.DASHBOARDS_CONFIGMAPS_PATH]
 
 
+def test_a_rendered_bundle_builds_with_kubectl_kustomize(tmp_path):
+    """`bundle --out DIR` writes the whole sidecar Component, not only generated/, so
+    `kubectl kustomize DIR/deploy/kubernetes/sidecar` builds; its objects are the committed component's
+    (the selector reaches the PrometheusRule)."""
+    pytest.importorskip("grafanalib")
+    from kvoffload_exporter.cli import main
+
+    if KUBECTL is None:
+        pytest.fail("kubectl not installed: the Kubernetes checks need `kubectl kustomize` (see .ci/run)")
+    out = tmp_path / "rendered"
+    assert main(["bundle", "--out", str(out), "--selector", "job=my-vllm"]) == 0
+    for f in (K8S / "sidecar").rglob("*.yaml"):  # every file of the committed component is written
+        assert (out / f.relative_to(ROOT)).is_file(), f.relative_to(ROOT)
+
+    def build(root: Path) -> list[dict[str, Any]]:
+        r = subprocess.run(
+            [KUBECTL, "kustomize", str(root / "deploy/kubernetes/sidecar")], check=False, capture_output=True, text=True
+        )
+        assert r.returncode == 0, r.stderr
+        return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+    rendered, committed = build(out), build(ROOT)
+    assert sorted(o["kind"] for o in rendered) == sorted(o["kind"] for o in committed)
+    assert {"Service", "ServiceMonitor", "PrometheusRule", "ConfigMap"} <= {o["kind"] for o in rendered}
+    (rule,) = by_kind(rendered, "PrometheusRule")
+    assert 'job="my-vllm"' in yaml.safe_dump(rule, width=1 << 20)
+
+
 def test_prometheus_rule_and_configmaps_carry_the_sources_unchanged():
     src = sources_from_dir(ROOT)
     rules = [p for p in src if deploy.RULE_FILE.match(p)]

@@ -81,7 +81,7 @@ async def test_without_the_extra_endpoint_the_backend_is_not_seen() -> None:
 async def test_extra_endpoint_down_keeps_the_target_up_counts_and_logs_once_redacted(
     free_port: Callable[[], int], caplog: pytest.LogCaptureFixture
 ) -> None:
-    dead = f"http://scraper:s3cret@127.0.0.1:{free_port()}/metrics"
+    dead = f"http://scraper:s3cret-pw@127.0.0.1:{free_port()}/metrics"
     target = from_mapping({"targets": [{"url": "http://127.0.0.1:1", "name": "t", "extra_metrics_urls": [dead]}]})
     async with ChainServer(_texts("kvbm-1.6.1", ""), "0.33.0") as vllm:
         with caplog.at_level(logging.WARNING, logger="kvoffload.poller"):
@@ -128,17 +128,23 @@ async def test_target_credentials_stay_with_its_origin_and_extra_userinfo_goes_t
             {
                 "targets": [
                     {
-                        "url": f"http://u:p@{v}",
+                        "url": f"http://u:p-0f-target@{v}",
                         "name": "t",
-                        "extra_metrics_urls": [f"http://{plain}/metrics", f"http://k:v@{own}/metrics"],
+                        "extra_metrics_urls": [f"http://{plain}/metrics", f"http://k:v-0f-extra@{own}/metrics"],
                     }
                 ]
             }
         ).targets[0]
-        assert "p@" not in repr(cfg) and "k:v" not in repr(cfg) and cfg.extra_metrics_urls[1].startswith("http://127")
+        assert (
+            "p@" not in repr(cfg) and "k:v-0f" not in repr(cfg) and cfg.extra_metrics_urls[1].startswith("http://127")
+        )
         await _poll(cfg, polls=1)
     seen = {k: r.seen for k, r in recorders.items()}
-    assert seen == {"target": ["Basic dTpw"], "other origin": [None], "own userinfo": ["Basic azp2"]}
+    assert seen == {
+        "target": ["Basic dTpwLTBmLXRhcmdldA=="],
+        "other origin": [None],
+        "own userinfo": ["Basic azp2LTBmLWV4dHJh"],
+    }
 
 
 @pytest.mark.parametrize(
@@ -185,3 +191,30 @@ async def test_an_extra_body_that_breaks_the_join_costs_only_its_own_data() -> N
     assert 'kvoffload_up{target="t"} 1.0' in body
     assert 'kvoffload_extra_endpoint_errors_total{target="t",reason="parse"} 2.0' in body
     assert 'kvoffload_scrape_errors_total{target="t",reason="parse"} 0.0' in body
+
+
+async def test_an_extra_endpoint_that_stops_answering_leaves_the_state_unknown_never_not_storing() -> None:
+    """The LMCache MP server answers the first poll and is gone for the second: its series are missing, so
+    the engine's state is unknown for that interval (every kvoffload_state 0, no reason), while vLLM's
+    own body keeps the target up."""
+    vllm_texts = _texts("lmcache-mp-0.33", "")
+    clock = ManualClock()
+    async with ChainServer(vllm_texts, "0.33.0") as vllm:
+        extra_server = ChainServer(_texts("lmcache-mp-0.33", "lmcache-server-")[:1], "")
+        extra = await extra_server.__aenter__()
+        target = TargetConfig(url=vllm, name="t", extra_metrics_urls=(extra + "/metrics",))
+        config = Config(targets=(target,), host_enabled=False, gpu_enabled=False, window=300.0)
+        exp = Exporter(config, clock=clock, timer=clock, runtime_metrics=False)
+        async with aiohttp.ClientSession() as session:
+            await exp.scheduler.poll(exp.targets[0], session)
+            clock.t += STEP
+            await extra_server.__aexit__(None, None, None)  # the extra endpoint goes away
+            await exp.scheduler.poll(exp.targets[0], session)
+    body = exp.body.decode()
+    lb = 'target="t",model_name="Qwen/Qwen3-0.6B",engine="0"'
+    assert 'kvoffload_up{target="t"} 1.0' in body
+    assert f'kvoffload_state{{{lb},state="not_storing"}} 0.0' in body
+    assert not any(
+        f'kvoffload_state{{{lb},state="{s}"}} 1.0' in body for s in ("not_storing", "storing", "hit", "idle")
+    )
+    assert 'kvoffload_extra_endpoint_errors_total{target="t",reason="connect"} 1.0' in body

@@ -50,3 +50,13 @@ def test_described_adds_values_only_for_closed_sets():
     assert described(specs_by_name["format"]).endswith("(text, logfmt, json)")
     timeout = next(s for f, s in specs(Config) if f.name == "timeout")
     assert described(timeout) == timeout.help
+
+
+def test_bundle_help_names_the_absolute_runbook_url_default():
+    """The rules link an absolute URL by default (docs/alerts.md), and --help says which."""
+    from kvoffload_exporter.bundle.settings import DEFAULT, RUNBOOK_URL
+
+    action = next(a for a in PARSERS["bundle"]._actions if "--runbook-url" in a.option_strings)
+    assert DEFAULT.runbook_url == RUNBOOK_URL and RUNBOOK_URL.startswith("https://")
+    assert RUNBOOK_URL in (action.help or "")
+    assert "relative path" not in (action.help or "") and "not a link" not in (action.help or "")

@@ -277,6 +277,11 @@ def test_no_private_module_of_a_dependency_is_imported() -> None:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
+                "import_module",
+                "__import__",
+            ):  # importlib.import_module("re._parser") is an import too
+                names = [a.value for a in node.args[:1] if isinstance(a, ast.Constant) and isinstance(a.value, str)]
             found |= {
                 (module, n)
                 for n in names

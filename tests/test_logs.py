@@ -97,7 +97,7 @@ def _metrics(port: int) -> str:
 def test_real_serve_logs_json_errors_reload_and_shutdown(tmp_path, sig):
     port, dead = _free_port(), _free_port()
     conf = tmp_path / "c.yaml"
-    _write(conf, [f"http://user:pw@127.0.0.1:{dead}"], port, "0.05")
+    _write(conf, [f"http://user:pw-0f-logs@127.0.0.1:{dead}"], port, "0.05")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
     cmd = [sys.executable, "-m", "kvoffload_exporter", "serve", "--config.file", str(conf), "--log.format", "json"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
@@ -109,7 +109,7 @@ def test_real_serve_logs_json_errors_reload_and_shutdown(tmp_path, sig):
                 body = _metrics(port)
             except OSError:
                 time.sleep(0.1)
-        _write(conf, [f"http://user:pw@127.0.0.1:{dead}", "http://127.0.0.1:10"], port, "0.1")
+        _write(conf, [f"http://user:pw-0f-logs@127.0.0.1:{dead}", "http://127.0.0.1:10"], port, "0.1")
         proc.send_signal(signal.SIGHUP)
         while 'target="127.0.0.1:10"' not in body:
             assert proc.poll() is None and time.monotonic() < deadline, "the reload never showed"
@@ -127,7 +127,7 @@ def test_real_serve_logs_json_errors_reload_and_shutdown(tmp_path, sig):
     (down,) = [x for x in lines if x.get("target") == f"127.0.0.1:{dead}"]
     assert down["reason"] == "connect" and down["url"] == f"http://127.0.0.1:{dead}/metrics"
     assert down["error"] == f"cannot connect to 127.0.0.1:{dead}: connection refused"
-    assert "ssl:" not in err and "Errno" not in err and "pw" not in err.replace("pwd", "")
+    assert "ssl:" not in err and "Errno" not in err and "pw-0f-logs" not in err
     (reloaded,) = [x for x in lines if x["msg"].startswith("configuration reloaded")]
     assert reloaded["added"] == ["127.0.0.1:10"] and reloaded["removed"] == []
     assert reloaded["changed"] == ["poll_interval"] and reloaded["targets"] == 2

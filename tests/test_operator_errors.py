@@ -57,3 +57,49 @@ def test_bundle_set_and_preset_suggest_the_close_key(tmp_path, capsys, args, nee
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds", "prometheus"),
+    [
+        ("20", 20.0, "20s"),
+        ("20.5", 20.5, "20s500ms"),
+        ("90m", 5400.0, "90m"),
+        ("1h30m", 5400.0, "1h30m"),
+        ("1.5h", 5400.0, "1h30m"),
+        ("1d2h", 93600.0, "1d2h"),
+        ("2d", 172800.0, "2d"),
+    ],
+)
+def test_one_duration_grammar_everywhere(text: str, seconds: float, prometheus: str) -> None:
+    """serve, check, the YAML file and `bundle --set` read durations alike: Prometheus durations (`1h30m`)
+    and plain seconds; the rules get Prometheus's form."""
+    from kvoffload_exporter.bundle.settings import DEFAULT
+    from kvoffload_exporter.cli import build_parser
+    from kvoffload_exporter.commands.serve import config_from_args
+    from kvoffload_exporter.config.schema import parse_duration, prometheus_duration
+
+    assert parse_duration(text) == seconds and prometheus_duration(text) == prometheus
+    args = build_parser().parse_args(["serve", "--target", "http://a:1", "--state.window", text])
+    assert config_from_args(args, {}).window == seconds
+    assert DEFAULT.with_sets([f"reuse_window={text}"]).reuse_window == prometheus
+
+
+@pytest.mark.parametrize("text", ["30m1h", "1h 30m", "-1", "5parsecs", "", "0.0001"])
+def test_a_bad_duration_is_one_line_everywhere(text: str) -> None:
+    from kvoffload_exporter.bundle.settings import DEFAULT
+    from kvoffload_exporter.config.schema import prometheus_duration
+
+    with pytest.raises(ValueError, match="wants a duration such as 2 \\(seconds\\), 30s, 5m or 1h30m"):
+        DEFAULT.with_sets([f"reuse_window={text}"])
+    with pytest.raises(ValueError):
+        prometheus_duration(text)
+
+
+def test_simulate_and_demo_durations_take_the_same_grammar() -> None:
+    from kvoffload_exporter.commands.simulate import positive_seconds
+
+    assert positive_seconds("90") == 90.0 and positive_seconds("1h30m") == 5400.0 and positive_seconds("1.5s") == 1.5
+    for bad in ("0", "nan", "1h30x", "-5"):
+        with pytest.raises(Exception, match=r"duration|> 0"):
+            positive_seconds(bad)

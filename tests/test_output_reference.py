@@ -33,8 +33,19 @@ def test_an_engine_whose_cache_changes_its_answer_makes_the_recompute_pair_unver
 def test_the_offload_vs_gpu_pair_still_catches_a_corrupting_tier_on_such_an_engine() -> None:
     out = _sensitive()
     out.calibrate(GPU, RECOMPUTED)
+    out.reproduce(GPU, GPU)  # a second GPU hit of the same prompt answered alike: the GPU answer is reproducible
     assert out.add(1, OutputPair.OFFLOAD_VS_GPU, OTHER, GPU).result == OutputResult.MISMATCH
     assert out.as_dict()["result"] == "mismatch"
+
+
+def test_a_difference_without_a_reproduced_gpu_answer_is_unverifiable_never_a_mismatch() -> None:
+    out = _sensitive()
+    assert out.add(1, OutputPair.OFFLOAD_VS_GPU, OTHER, GPU).result == OutputResult.UNVERIFIABLE
+    out.reproduce(GPU, OTHER)  # the engine's own GPU hits disagree: random ids, or drift
+    assert out.add(2, OutputPair.OFFLOAD_VS_GPU, OTHER, GPU).result == OutputResult.UNVERIFIABLE
+    d = out.as_dict()
+    assert d["mismatched"] == 0 and d["gpu_reference"] == {"checked": 1, "agreed": 0, "decides": False}
+    assert "two GPU hits of the same prompt answered differently" in output_line(d)
 
 
 def test_an_engine_that_answers_alike_lets_the_recompute_pair_decide() -> None:

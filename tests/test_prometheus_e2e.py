@@ -5,7 +5,9 @@ Two exporters, two jobs. `kvoffload-healthy` polls a Qwen3-32B-shaped simulator 
 (canary on): no alert may fire for it, ever. `kvoffload-faults` polls one simulator per failure:
 store-without-load, slow loads on the 0.6B shape (slower than recompute), a no-offload control of the
 same model, an "upgrade" that drops the offload families mid-run (plus a tiny tier: allocation
-failures), a tier smaller than one chunk (it never stores) and a dead port. The rules are the committed ones rendered with the documented rehearsal
+failures), a tier smaller than one chunk (it never stores), vLLM 0.34's failures (a tiering fs tier whose
+promotions fail, a Mooncake store whose gets fail, a secondary tier shedding cascades, NaN logits) and a
+dead port. The rules are the committed ones rendered with the documented rehearsal
 preset (`bundle --preset rehearsal`: minute-scale windows, 30 s `for`). Prometheus attaches `namespace`
 and `pod` as the Prometheus Operator would, so every dashboard variable (job → namespace → pod →
 instance → target → model → engine) is evaluated against real series, and must list both exporters.
@@ -85,6 +87,12 @@ ALERT_SCENARIOS = {
     "KVOffloadTierDroppingWrites": (FAULTS, "tiering"),  # the simulated fs tier sheds cascade writes
     "KVOffloadStoreErrors": (FAULTS, "mooncake-errors"),  # the simulated Mooncake store fails every put
     "KVOffloadOutputMismatch": (FAULTS, "corrupt"),  # every tier-served request answers other tokens
+    "KVOffloadIntegrityRisk": (FAULTS, "corrupt"),  # the same server counts half its requests with NaN logits
+}
+# State reason → target whose scenario must show it (vLLM 0.34 faults of the simulator).
+REASON_SCENARIOS = {
+    "promotion_failures": "promotion-failures",  # tiering: the fs tier finds every chunk, every promotion fails
+    "load_errors": "load-errors",  # Mooncake store: the keys are found, every get fails
 }
 # Alerts no simulated scenario can trigger, with the reason (their expressions are still checked as PromQL).
 ALERTS_NOT_SIMULATED = {
@@ -174,7 +182,7 @@ class Stack:
                 "--time-scale",
                 "0.1",
                 "--no-noise",
-                "--traffic",
+                "--traffic-rate",
                 "8",
                 "--traffic-duration",
                 "300",
@@ -342,12 +350,39 @@ def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
         slow = s.simulator("slow", "--fault", "slow-load=40", "--seed", "3")
         control = s.simulator("control", "--no-connector", "--seed", "4")
         upgrade = s.simulator("upgrade", "--cpu-bytes", "7340032", "--seed", "5")
-        tiering = s.simulator("tiering", "--backend", "tiering", "--vllm-version", "0.33", "--seed", "6")
+        # vLLM 0.34 tiering whose fs tier falls behind: it sheds 90 % of its cascades (the engine still hits).
+        tiering = s.simulator(
+            "tiering", "--backend", "tiering", "--vllm-version", "0.34", "--fault", "backpressure=0.9", "--seed", "6"
+        )
         not_storing = s.simulator("not-storing", "--cpu-bytes", "1000000", "--seed", "7")
         mooncake = s.simulator(
             "mooncake-errors", "--backend", "mooncake-store", "--fault", "store-errors", "--seed", "8"
         )
-        corrupt = s.simulator("corrupt", "--corrupt-loads", "1", "--seed", "9")
+        corrupt = s.simulator(
+            "corrupt", "--corrupt-loads", "1", "--vllm-version", "0.34", "--fault", "nan-logits=0.5", "--seed", "9"
+        )
+        promotion = s.simulator(
+            "promotion-failures",
+            "--backend",
+            "tiering",
+            "--vllm-version",
+            "0.34",
+            "--fault",
+            "promotion-failures",
+            "--seed",
+            "11",
+        )
+        load_errors = s.simulator(
+            "load-errors",
+            "--backend",
+            "mooncake-store",
+            "--vllm-version",
+            "0.34",
+            "--fault",
+            "load-errors",
+            "--seed",
+            "12",
+        )
         # UMBP counts failed stores in keys: the drops panel's per-unit query needs a key-counting backend.
         umbp = s.simulator("umbp-errors", "--backend", "umbp", "--fault", "store-errors", "--seed", "10")
         e_ok = s.exporter("healthy", [{"url": healthy, "name": "healthy"}])
@@ -363,6 +398,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
                 {"url": mooncake, "name": "mooncake-errors"},
                 {"url": corrupt, "name": "corrupt"},
                 {"url": umbp, "name": "umbp-errors"},
+                {"url": promotion, "name": "promotion-failures"},
+                {"url": load_errors, "name": "load-errors"},
                 {"url": f"http://127.0.0.1:{free_port()}", "name": "down"},
             ],
         )
@@ -434,6 +471,8 @@ def observed(stack: Stack) -> dict[str, Any]:
             continue
         job, target = ALERT_SCENARIOS[a.alert]
         pending[f"alert {a.alert}"] = (a.expr, {"job": job, **({"target": target} if target else {})})
+    for reason, target in REASON_SCENARIOS.items():
+        pending[f"reason {reason}"] = (f'kvoffload_state_reason{{reason="{reason}"}} == 1', {"target": target})
     pending["StoreWithoutLoad firing"] = (
         'ALERTS{alertname="KVOffloadStoreWithoutLoad",alertstate="firing"}',
         {"job": FAULTS, "target": "store-without-load"},

@@ -165,3 +165,18 @@ def test_rendered_tests_catch_rules_rendered_with_other_settings(tmp_path):
     res = subprocess.run([PROMTOOL, "test", "rules", str(f)], capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode != 0
     assert "KVOffloadStoreWithoutLoad fires" in res.stdout + res.stderr
+
+
+def test_each_header_names_only_files_the_bundle_writes(tmp_path):
+    """The header of a rendered test says how to run it with files `bundle --out DIR` wrote:
+    every path or glob it names matches files under DIR, and no hand-written file of the checkout is named."""
+    out = _render(tmp_path, [])
+    rendered = sorted((out / "alerts/tests").glob("*.yaml"))
+    assert rendered
+    for f in rendered:
+        header = [line for line in f.read_text().splitlines() if line.startswith("#")]
+        named = re.findall(r"alerts/tests/[\w.*-]+", "\n".join(header))
+        assert named, f"{f.name}: the header says nothing about how to run it"
+        for pattern in named:
+            assert glob.glob(str(out / pattern)), f"{f.name} names {pattern}, which bundle --out did not write"
+        assert "kvoffload.test.yaml" not in "\n".join(header)

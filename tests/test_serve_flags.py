@@ -192,14 +192,38 @@ def test_abbreviations_are_refused(argv: tuple[str, ...], hint: str, capsys: pyt
     assert e.value.code == 2 and "unrecognized arguments" in err and f"(did you mean {hint}?)" in err, err
 
 
-def test_demo_and_check_keep_their_names_without_notices() -> None:
+def test_demo_spells_the_exporter_settings_as_serve_and_check_keeps_its_names() -> None:
     demo = build_parser().parse_args(
-        ["demo", "--poll-interval", "1", "--window", "1m", "--no-host", "--log-level", "DEBUG"]
+        [
+            *("demo", "--web.listen-address", "x:1", "--poll.interval", "1", "--state.window", "1m"),
+            *("--no-collector.host", "--log.level", "DEBUG"),
+        ]
     )
-    assert (demo.poll_interval, demo.window, demo.host_enabled, demo.log_level) == ("1", "1m", False, "DEBUG")
-    check = build_parser().parse_args(["check", *T, "--api-key-file", "/k", "--timeout", "5s", "--no-flush"])
+    got = (demo.listen, demo.poll_interval, demo.window, demo.host_enabled, demo.log_level)
+    assert got == ("x:1", "1", "1m", False, "DEBUG")
+    check = build_parser().parse_args(["check", *T, "--api-key-file", "/k", "--request-timeout", "5s", "--no-flush"])
     assert (check.api_key_file, check.request_timeout, check.flush) == ("/k", "5s", False)
     assert deprecations() == []
-    for argv in (["demo", "--web.listen-address", "x:1"], ["check", *T, "--canary.api-key-file", "/k"]):
-        with pytest.raises(SystemExit):
-            build_parser().parse_args(argv)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["check", *T, "--canary.api-key-file", "/k"])
+
+
+def test_demo_keeps_the_former_spellings_hidden_with_one_notice_each() -> None:
+    flags.WARNED.difference_update({"--listen", "--no-host", "--rate"})
+    demo = build_parser().parse_args(["demo", "--listen", "x:1", "--no-host", "--rate", "2"])
+    assert (demo.listen, demo.host_enabled, demo.traffic) == ("x:1", False, 2.0)
+    assert deprecations() == [
+        "flag --listen is deprecated; use --web.listen-address",
+        "flag --no-host is deprecated; use --no-collector.host",
+        "flag --rate is deprecated; use --traffic-rate",
+    ]
+
+
+def test_check_keeps_its_former_spellings_hidden_with_one_notice_each() -> None:
+    flags.WARNED.difference_update({"--budget-tokens", "--timeout"})
+    check = build_parser().parse_args(["check", *T, "--budget-tokens", "9", "--timeout", "5s"])
+    assert (check.budget_tokens_per_hour, check.request_timeout) == ("9", "5s")
+    assert deprecations() == [
+        "flag --budget-tokens is deprecated; use --budget-tokens-per-hour",
+        "flag --timeout is deprecated; use --request-timeout",
+    ]

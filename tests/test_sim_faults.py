@@ -81,6 +81,10 @@ def test_fault_names_and_arguments() -> None:
         "completions-status",
         "store-errors",
         "corrupt-loads",
+        "promotion-failures",
+        "load-errors",
+        "backpressure",
+        "nan-logits",
     }
 
 

@@ -147,8 +147,9 @@ def test_one_data_parallel_rank_restarting_resets_only_that_rank() -> None:
 
 def test_a_family_both_bodies_declare_stays_vllms() -> None:
     _, origins = join_sources(_vllm("after-cold"), [_server("after-cold")])
-    assert "vllm:prompt_tokens" in body_families(_vllm("after-cold"))
-    assert "vllm:prompt_tokens" not in origins
+    assert "vllm:external_prefix_cache_hits" in body_families(_vllm("after-cold"))
+    assert "vllm:external_prefix_cache_hits" not in origins
+    assert body_families("invented_family_1 1\ninvented_family_2 2\n") == frozenset()  # only what is read
     assert origins.get("lmcache_mp_l1_write_chunks") == 1
     _, dup = join_sources(_vllm("after-cold"), [_vllm("after-cold")])
     assert dup == {}

@@ -14,7 +14,7 @@ from kvoffload_exporter.bundle.promql import Query
 from kvoffload_exporter.bundle.promql import matcher as _m
 from kvoffload_exporter.bundle.promql import num as _num
 from kvoffload_exporter.bundle.promql import pct as _pct
-from kvoffload_exporter.bundle.ruletypes import AlertRule
+from kvoffload_exporter.bundle.ruletypes import AlertName, AlertRule
 from kvoffload_exporter.bundle.settings import Settings
 from kvoffload_exporter.ingest.backends.schema import Evidence
 
@@ -75,7 +75,7 @@ def state_alerts(t: Terms) -> list[AlertRule]:
     )
     return [
         AlertRule(
-            "KVOffloadStoreWithoutLoad",
+            AlertName.STORE_WITHOUT_LOAD,
             _with_reason(
                 f"({store} > {_num(s.store_without_load_min_bytes)} or {stored_units} > 0)\n"
                 f"unless ignoring (unit) ({load} > 0 or {loaded_units} > 0)\n"
@@ -92,7 +92,7 @@ def state_alerts(t: Terms) -> list[AlertRule]:
             "consider store_threshold) or the load path is broken (vllm-project/vllm#47890)." + _REASON_NOTE,
         ),
         AlertRule(
-            "KVOffloadNotStoring",
+            AlertName.NOT_STORING,
             _with_reason(
                 f"max without (state) ({q('kvoffload_state', _m('state', '=', 'not_storing'))} == 1)",
                 q("kvoffload_state_reason"),
@@ -105,7 +105,7 @@ def state_alerts(t: Terms) -> list[AlertRule]:
             "(a tier smaller than one prompt, stores skipped or dropped, or no store metric)." + _REASON_NOTE,
         ),
         AlertRule(
-            "KVOffloadEngineImbalance",
+            AlertName.ENGINE_IMBALANCE,
             f"{store} > {_num(s.store_without_load_min_bytes)}\nunless {load} > 0\n"
             f"and on (job, instance, target, model_name)\n"
             f"(max by (job, instance, target, model_name) ({load}) > 0)",
@@ -135,7 +135,7 @@ def latency_alerts(t: Terms) -> list[AlertRule]:
     )
     return [
         AlertRule(
-            "KVOffloadSlowerThanRecompute",
+            AlertName.SLOWER_THAN_RECOMPUTE,
             f"{q('kvoffload_canary_delta_ttft_seconds', _m('control', '=~', s.slower_controls))}"
             f" > {_num(s.slower_min_delta_seconds)}\n"
             f"and ignoring (control, verdict) "
@@ -149,7 +149,7 @@ def latency_alerts(t: Terms) -> list[AlertRule]:
             "(small model or short prefix). Consider disabling offload for this model.",
         ),
         AlertRule(
-            "KVOffloadSlowerUnderLoad",
+            AlertName.SLOWER_UNDER_LOAD,
             f"{q('kvoffload_canary_band_delta_ttft_seconds', _m('control', '=~', s.slower_controls), busy)}"
             f" > {_num(s.slower_min_delta_seconds)}\n"
             f"and ignoring (bound) "
@@ -165,7 +165,7 @@ def latency_alerts(t: Terms) -> list[AlertRule]:
             "selective loading under load (max_load_tokens) rather than disabling offload everywhere.",
         ),
         AlertRule(
-            "KVOffloadTTFTRegression",
+            AlertName.TTFT_REGRESSION,
             f"(\n  {ttft} > {_num(s.ttft_regression_ratio)} * {ttft_base}\n"
             f"  and {ttft} - {ttft_base} > {_num(s.ttft_regression_min_seconds)}\n"
             f"  and {ign} {configured}\n)\nor\n(\n"
@@ -194,7 +194,7 @@ def exporter_alerts(t: Terms) -> list[AlertRule]:
     s, q = t.s, t.q
     return [
         AlertRule(
-            "KVOffloadMetricsAbsent",
+            AlertName.METRICS_ABSENT,
             f"{q('kvoffload_target_info', _m('generation', '=', 'none'))}\n"
             f"and ignoring (generation, vllm_version)\n"
             f"max_over_time({q('kvoffload_target_info', _m('generation', '!=', 'none'))}[{s.absent_memory}])",
@@ -207,7 +207,7 @@ def exporter_alerts(t: Terms) -> list[AlertRule]:
             "Offload is now unmonitored.",
         ),
         AlertRule(
-            "KVOffloadExporterTargetDown",
+            AlertName.EXPORTER_TARGET_DOWN,
             f"{q('kvoffload_up')} == 0",
             s.target_down_for,
             "warning",
@@ -224,7 +224,7 @@ def memory_alerts(t: Terms) -> list[AlertRule]:
     s, q = t.s, t.q
     return [
         AlertRule(
-            "KVOffloadHostMemoryHeadroomLow",
+            AlertName.HOST_MEMORY_HEADROOM_LOW,
             f"{q('kvoffload_host_memory_headroom_bytes')}\n"
             f"< {_num(s.headroom_min_tier_ratio)} * sum without (target, model_name, engine) "
             f"({q('kvoffload_tier_bytes')})",
@@ -238,7 +238,7 @@ def memory_alerts(t: Terms) -> list[AlertRule]:
             "the tier may be OOM-killed.",
         ),
         AlertRule(
-            "KVOffloadTierOvercommitted",
+            AlertName.TIER_OVERCOMMITTED,
             f"{q('kvoffload_tier_footprint_ratio')} > {_num(s.tier_footprint_max_ratio)}",
             s.tier_footprint_for,
             "warning",
@@ -249,7 +249,7 @@ def memory_alerts(t: Terms) -> list[AlertRule]:
             "(vllm-project/vllm#53042: --kv-offloading-size allocates 1.92x).",
         ),
         AlertRule(
-            "KVOffloadOOMRisk",
+            AlertName.OOM_RISK,
             f"{q('kvoffload_engine_process_tree_cgroup_headroom_bytes')}\n"
             f"< {q('kvoffload_engine_process_tree_growth_step_bytes')}",
             s.oom_risk_for,
@@ -269,7 +269,7 @@ def pressure_alerts(t: Terms) -> list[AlertRule]:
     drop_window, engine = t.drop_window, t.engine
     return [
         AlertRule(
-            "KVOffloadAllocationFailures",
+            AlertName.ALLOCATION_FAILURES,
             f"increase({q('kvoffload_allocation_failures_total')}[{s.allocation_window}]) > 0",
             s.allocation_for,
             "warning",
@@ -279,7 +279,7 @@ def pressure_alerts(t: Terms) -> list[AlertRule]:
             "instead of offloaded. Enlarge the tier or lower the store rate.",
         ),
         AlertRule(
-            "KVOffloadTierDroppingWrites",
+            AlertName.TIER_DROPPING_WRITES,
             f"({t.per_unit(Evidence.DROPPED, drop_window, _m('reason', '=~', 'backpressure|cpu_full'))}) > 0",
             s.allocation_for,
             "warning",
@@ -290,7 +290,7 @@ def pressure_alerts(t: Terms) -> list[AlertRule]:
             "(SimpleCPU), so prefixes never reach it and later revisits recompute.",
         ),
         AlertRule(
-            "KVOffloadStoreErrors",
+            AlertName.STORE_ERRORS,
             f"({t.per_unit(Evidence.DROPPED, drop_window, _m('reason', '=', 'store_error'))}) > 0",
             s.allocation_for,
             "warning",
@@ -309,7 +309,7 @@ def canary_alerts(t: Terms) -> list[AlertRule]:
     control, canary_ok, canary_err = t.control, t.canary_ok, t.canary_err
     return [
         AlertRule(
-            "KVOffloadCanaryFailing",
+            AlertName.CANARY_FAILING,
             f"(time() - {q('kvoffload_canary_last_success_timestamp_seconds')} "
             f"> {_num(s.canary_stale_seconds)})\n"
             # A canary that has a budget but never succeeded (wrong model, auth, target down).
@@ -325,7 +325,7 @@ def canary_alerts(t: Terms) -> list[AlertRule]:
             "kvoffload_canary_cycles_total{reason} and the canary token budget.",
         ),
         AlertRule(
-            "KVOffloadCanaryNoOffloadHit",
+            AlertName.CANARY_NO_OFFLOAD_HIT,
             f"{q('kvoffload_canary_verdict', _m('verdict', '=', 'no_offload_hit'))} == 1\n"
             # A no-offload control target has no tier to hit (KVOffloadMetricsAbsent covers a lost one).
             f"unless on (job, instance, target) {control}",
@@ -337,7 +337,7 @@ def canary_alerts(t: Terms) -> list[AlertRule]:
             "hits. Check that the tier is large enough to keep the prefix and that loads work.",
         ),
         AlertRule(
-            "KVOffloadOutputMismatch",
+            AlertName.OUTPUT_MISMATCH,
             f"increase({q('kvoffload_canary_output_mismatches_total')}[{s.output_mismatch_window}]) > 0",
             "0m",
             "critical",
@@ -346,6 +346,18 @@ def canary_alerts(t: Terms) -> list[AlertRule]:
             "prefix came from the offload tier ({{ $labels.pair }}: {{ $value | humanize }} in the last "
             f"{s.output_mismatch_window}). Users' answers may be corrupted: disable offloading (or loads) "
             "on this server and keep the evidence (`kvoffload-exporter check --out DIR`).",
+        ),
+        AlertRule(
+            AlertName.INTEGRITY_RISK,
+            f"increase({q('kvoffload_integrity_events_total')}[{s.output_mismatch_window}]) > 0",
+            "0m",
+            "warning",
+            "The engine reports events that may corrupt its outputs.",
+            f"{t.engine} reported {{{{ $value | humanize }}}} {{{{ $labels.kind }}}} events in the last "
+            f"{s.output_mismatch_window}: nan_logits (requests with NaNs in their logits, "
+            "VLLM_COMPUTE_NANS_IN_LOGITS=1) or notification_after_expiry (NIXL: the KV blocks may have been "
+            "reused before the transfer finished). Compare with KVOffloadOutputMismatch and run "
+            "`kvoffload-exporter check` on a staging copy.",
         ),
     ]
 

@@ -47,6 +47,8 @@ def render(s: Settings = DEFAULT) -> str:
         "- `--set KEY=VALUE` overrides one setting (table below; repeatable); `--preset NAME` applies a named",
         "  list of `--set`s first, so `--set` after it wins. Annotation texts and the runbook follow the",
         "  chosen windows. An unknown key or a bad value fails with one line and exit 2, nothing written.",
+        "  A duration takes the grammar of every command: a Prometheus duration (`30s`, `5m`, `1h30m`) or plain",
+        "  seconds (`reuse_window=2` is `2s`); the rules get it in Prometheus's form.",
         "- Beside the rules, `alerts/tests/rendered-<alert>.test.yaml` holds a firing and a silent promtool",
         "  case per alert for the rules as rendered (same settings and selectors):",
         "  `promtool test rules DIR/alerts/tests/*.yaml`. A case the rendered rules cannot make fire (a",

@@ -89,9 +89,11 @@ def _per_tier_row(L: Layout, q: Query, eng: str) -> None:
     L.add(
         timeseries(
             "Drops by tier and reason",
-            "Offload writes dropped per second, by closed reason: backpressure = a slow secondary tier shedding "
-            "cascade writes (tiering 0.31+), cpu_full / request_gone / null_block / not_hashed = SimpleCPU save "
-            "outcomes, allocation_failure = tier full of in-flight chunks. Alert: KVOffloadTierDroppingWrites.",
+            "Offload writes dropped per second, by closed reason: backpressure = the secondary tier named by `tier` "
+            "is falling behind and sheds cascade writes from the primary (tiering 0.31+; the GPU stores into the "
+            "primary go on and the engine's state follows the primary tier), cpu_full / request_gone / null_block "
+            "/ not_hashed = SimpleCPU save outcomes, allocation_failure = tier full of in-flight chunks. Alert: "
+            "KVOffloadTierDroppingWrites.",
             drops,
             "cps",
         ),

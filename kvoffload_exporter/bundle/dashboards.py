@@ -9,9 +9,6 @@ two modules (and grafana_alerts) import grafanalib.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import grafanalib.core as G
 
 from kvoffload_exporter.bundle.grafana_json import dumps
 from kvoffload_exporter.bundle.health_dashboard import HEALTH_UID, exporter_health
@@ -29,6 +26,7 @@ from kvoffload_exporter.bundle.panels import (
     variables,
 )
 from kvoffload_exporter.bundle.promql import Matcher
+from kvoffload_exporter.bundle.resource_panels import capacity_row, memory_row
 from kvoffload_exporter.catalogue import STATES
 from kvoffload_exporter.enums import State
 
@@ -69,9 +67,6 @@ def state_values() -> dict[State, tuple[int, str, str]]:
     if len(set(values)) != len(values):
         raise ValueError(f"state timeline values are not unique: {values}")
     return out
-
-
-__all__ = ["DASHBOARDS", "HEALTH_UID", "OVERVIEW_UID", "UNITS", "render"]
 
 
 def _paying_off_row(L: Layout, c: Ctx, eng: str) -> None:
@@ -249,57 +244,27 @@ def _canary_row(L: Layout, c: Ctx, eng: str) -> None:
         h=8,
         steps=[("green", None), ("red", 1.0)],
     )
-
-
-def _memory_row(L: Layout, c: Ctx, eng: str) -> None:
-    """Host RAM headroom against the tier, VRAM per GPU."""
-    q = c.q
-    L.row("Memory")
     L.add(
-        timeseries(
-            "Host RAM headroom vs configured tier",
-            "Memory that can still be allocated (min of host available "
-            "and cgroup limit − usage) next to the pinned offload tier configured on that host. Headroom far "
-            "below the tier means a restart that re-pins it, or any spike, risks an OOM kill.",
+        stat(
+            "Integrity events",
+            "Events the engines counted that may mean corrupted outputs, over the dashboard's range: nan_logits "
+            "(requests with NaNs in their logits; only with VLLM_COMPUTE_NANS_IN_LOGITS=1) and "
+            "notification_after_expiry (NIXL: KV blocks may have been reused before the transfer finished). "
+            "Alert KVOffloadIntegrityRisk (warning); KVOffloadOutputMismatch is the canary's proof.",
             [
-                (c.per_exporter(q("kvoffload_host_memory_headroom_bytes")), "headroom {{instance}}"),
-                (c.per_exporter(q("kvoffload_host_memory_available_bytes")), "available {{instance}}"),
-                (f"sum by (job, instance) ({q('kvoffload_tier_bytes')})", "configured tier {{instance}}"),
+                (
+                    "sum by (job, instance, target, kind) "
+                    f"(increase({q('kvoffload_integrity_events_total')}[$__range]))",
+                    "{{instance}} {{target}} {{kind}}",
+                )
             ],
-            "bytes",
+            "none",
+            color_mode="background",
+            mappings=[],
         ),
-        w=12,
+        w=4,
         h=8,
-    )
-    vram = f"{q('kvoffload_gpu_memory_used_bytes')} / {q('kvoffload_gpu_memory_total_bytes')}"
-    L.add(
-        G.GaugePanel(
-            title="VRAM used per GPU",
-            description="Framebuffer used ÷ total per GPU (NVML) on the exporters of the selected targets.",
-            targets=targets([(c.per_exporter(vram), "GPU {{gpu}} {{name}}")], instant=True),
-            format="percentunit",
-            min=0,
-            max=1,
-            calc="lastNotNull",
-            thresholdMarkers=True,
-        ),
-        w=6,
-        h=8,
-        steps=[("green", None), ("orange", 0.9), ("red", 0.97)],
-    )
-    L.add(
-        timeseries(
-            "VRAM per GPU",
-            "Framebuffer used and total per GPU (NVML).",
-            [
-                (c.per_exporter(q("kvoffload_gpu_memory_used_bytes")), "used GPU {{gpu}}"),
-                (c.per_exporter(q("kvoffload_gpu_memory_total_bytes")), "total GPU {{gpu}}"),
-            ],
-            "bytes",
-            fill=0,
-        ),
-        w=6,
-        h=8,
+        steps=[("green", None), ("orange", 1)],
     )
 
 
@@ -368,7 +333,8 @@ OVERVIEW_ROWS: tuple[Callable[[Layout, Ctx, str], None], ...] = (
     _paying_off_row,
     _prefix_ttft_row,
     _canary_row,
-    _memory_row,
+    memory_row,
+    capacity_row,
     _backend_row,
     _tier_pressure_row,
     _reason_row,
@@ -376,7 +342,7 @@ OVERVIEW_ROWS: tuple[Callable[[Layout, Ctx, str], None], ...] = (
 """The overview's rows, top to bottom: one builder each."""
 
 
-def overview(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
+def overview(selectors: Sequence[Matcher] = ()) -> dict[str, object]:
     c = Ctx.of(selectors)
     eng = "{{target}} {{model_name}} e{{engine}}"
     L = Layout()
@@ -397,3 +363,6 @@ DASHBOARDS = {"kvoffload-overview.json": overview, "kvoffload-exporter-health.js
 
 def render(selectors: Sequence[Matcher] = ()) -> dict[str, str]:
     return {f"dashboards/{name}": dumps(fn(selectors)) for name, fn in DASHBOARDS.items()}
+
+
+__all__ = ["DASHBOARDS", "HEALTH_UID", "OVERVIEW_UID", "UNITS", "render"]

@@ -7,6 +7,10 @@ more {path: text}:
   those of every `alerts/*.rules.yaml` (the same file Prometheus loads in the compose stack);
 - `deploy/kubernetes/sidecar/generated/grafana-dashboards.yaml`: one ConfigMap per
   `dashboards/*.json`, labelled for the Grafana sidecar (`grafana_dashboard: "1"`), JSON unchanged;
+- `deploy/kubernetes/sidecar/*.yaml`: the kustomize Component itself (kustomization, Service,
+  ServiceMonitor, the exporter's container patch and configuration), shipped with the package in
+  `kvoffload_exporter/bundle/k8s-sidecar/` and written unchanged, so `kubectl kustomize
+  DIR/deploy/kubernetes/sidecar` builds a rendered bundle as it is;
 - `deploy/compose/grafana/provisioning/{datasources,dashboards}/kvoffload.yaml`: the compose stack's
   Grafana datasource (uid from the settings, the uid the Grafana-managed alert rules query) and the
   dashboard provider (folder from the settings, reading the mounted `dashboards/`).
@@ -25,7 +29,8 @@ from typing import Any
 
 from kvoffload_exporter.bundle.settings import DEFAULT, Settings
 
-K8S_GENERATED = "deploy/kubernetes/sidecar/generated"
+K8S_SIDECAR = "deploy/kubernetes/sidecar"
+K8S_GENERATED = f"{K8S_SIDECAR}/generated"
 PROMETHEUS_RULE_PATH = f"{K8S_GENERATED}/prometheusrule.yaml"
 DASHBOARDS_CONFIGMAPS_PATH = f"{K8S_GENERATED}/grafana-dashboards.yaml"
 COMPOSE_DATASOURCES_PATH = "deploy/compose/grafana/provisioning/datasources/kvoffload.yaml"
@@ -63,11 +68,27 @@ def render_deploy(files: Mapping[str, str], settings: Settings = DEFAULT) -> dic
     if not rules:
         raise ValueError("no alerts/*.rules.yaml among the bundle's files")
     return {
+        **sidecar_component(),
         PROMETHEUS_RULE_PATH: prometheus_rule(rules),
         DASHBOARDS_CONFIGMAPS_PATH: dashboard_configmaps(dashboards, settings),
         COMPOSE_DATASOURCES_PATH: compose_datasources(settings),
         COMPOSE_DASHBOARD_PROVIDER_PATH: compose_dashboard_provider(settings),
     }
+
+
+def sidecar_component() -> dict[str, str]:
+    """The sidecar Component's own files (package data, edited there), by their path in the bundle."""
+    from importlib.resources import files
+
+    src = files("kvoffload_exporter.bundle").joinpath("k8s-sidecar")
+    out = {
+        f"{K8S_SIDECAR}/{f.name}": f.read_text(encoding="utf-8")
+        for f in sorted(src.iterdir(), key=lambda f: f.name)
+        if f.name.endswith(".yaml")
+    }
+    if f"{K8S_SIDECAR}/kustomization.yaml" not in out:  # an install without its package data
+        raise ValueError("the package's k8s-sidecar files are missing: reinstall kvoffload-exporter")
+    return out
 
 
 def prometheus_rule(rule_files: Mapping[str, str]) -> str:
@@ -100,25 +121,26 @@ def _configmap_name(path: str) -> str:
 
 
 def dashboard_configmaps(dashboards: Mapping[str, str], settings: Settings) -> str:
-    objs: list[dict[str, Any]] = []
+    objs: list[dict[str, object]] = []
+    names: list[str] = []
     for path, text in dashboards.items():
         json.loads(text)  # a broken dashboard fails here, not in Grafana
         key = posixpath.basename(path)
         if len(text.encode()) > CONFIGMAP_MAX_BYTES:
             raise ValueError(f"{path}: {len(text.encode())} bytes does not fit in one ConfigMap (1 MiB)")
+        names.append(_configmap_name(path))
         objs.append(
             {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
                 "metadata": {
-                    "name": _configmap_name(path),
+                    "name": names[-1],
                     "labels": {**COMMON_LABELS, **GRAFANA_DASHBOARD_LABEL},
                     "annotations": {GRAFANA_FOLDER_ANNOTATION: settings.grafana_folder},
                 },
                 "data": {key: text},
             }
         )
-    names = [o["metadata"]["name"] for o in objs]
     if len(set(names)) != len(names):
         raise ValueError(f"dashboard ConfigMap names collide: {names}")
     return _HEADER.format(src=", ".join(dashboards) or "dashboards/*.json") + _dump(objs)
@@ -200,6 +222,8 @@ __all__ = [
     "COMPOSE_DASHBOARD_PROVIDER_PATH",
     "COMPOSE_DATASOURCES_PATH",
     "DASHBOARDS_CONFIGMAPS_PATH",
+    "K8S_SIDECAR",
     "PROMETHEUS_RULE_PATH",
     "render_deploy",
+    "sidecar_component",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from kvoffload_exporter.bundle.promql import Matcher
-from kvoffload_exporter.bundle.ruletypes import AlertRule
+from kvoffload_exporter.bundle.ruletypes import AlertName, AlertRule
 from kvoffload_exporter.bundle.settings import Settings
 
 
@@ -31,7 +31,7 @@ def up(s: Settings, selectors: Sequence[Matcher]) -> str:
 
 def exporter_down(s: Settings, selectors: Sequence[Matcher]) -> AlertRule:
     return AlertRule(
-        "KVOffloadExporterDown",
+        AlertName.EXPORTER_DOWN,
         f"{up(s, selectors)} == 0",
         s.exporter_down_for,
         "warning",
@@ -46,7 +46,7 @@ def exporter_down(s: Settings, selectors: Sequence[Matcher]) -> AlertRule:
 def exporter_job_vanished(s: Settings, selectors: Sequence[Matcher]) -> AlertRule:
     u = up(s, selectors)
     return AlertRule(
-        "KVOffloadExporterJobVanished",
+        AlertName.EXPORTER_JOB_VANISHED,
         f"group by (job) (max_over_time({u}[{s.absent_memory}]))\nunless on (job)\ngroup by (job) ({u})",
         s.exporter_down_for,
         "warning",
@@ -60,7 +60,7 @@ def exporter_job_vanished(s: Settings, selectors: Sequence[Matcher]) -> AlertRul
 def exporter_absent(s: Settings, selectors: Sequence[Matcher]) -> AlertRule:
     u = up(s, selectors)
     return AlertRule(
-        "KVOffloadExporterAbsent",
+        AlertName.EXPORTER_ABSENT,
         f"absent({u})",
         s.exporter_down_for,
         "warning",

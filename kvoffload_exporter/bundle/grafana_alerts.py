@@ -73,6 +73,7 @@ def _rule(a: AlertRule, s: Settings) -> G.AlertRulev9:
     )
 
 
+# Any: grafanalib's expression model JSON, filtered by key
 def _expression_model(m: dict[str, Any]) -> dict[str, Any]:
     """Keep only what the expression type reads (grafanalib writes every option for every type)."""
     keep = {"refId", "type", "expression", "hide", "intervalMs", "maxDataPoints"}
@@ -83,6 +84,7 @@ def _expression_model(m: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Any: grafanalib's ruler JSON, read nested and rewritten
 def _provisioning_rule(ruler: dict[str, Any]) -> dict[str, Any]:
     ga = ruler["grafana_alert"]
     data = []
@@ -131,6 +133,7 @@ def _provisioning_rule(ruler: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Any: Grafana's provisioning document, nested JSON written as YAML
 def provisioning(s: Settings = DEFAULT, selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
     _, alerts = build(s, selectors, inline=True)  # Grafana has no recording rules: inline them
     group = G.AlertGroup(

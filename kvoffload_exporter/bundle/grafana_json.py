@@ -44,6 +44,7 @@ def _strip_none(obj: Any) -> Any:
     return obj
 
 
+# Any: a Grafana JSON fragment that modernise merges into panels
 def threshold_steps(steps: list[tuple[str, float | None]]) -> dict[str, Any]:
     """Absolute threshold steps in the shape Grafana ≥ 8 reads: the base step has value null."""
     return {
@@ -52,6 +53,7 @@ def threshold_steps(steps: list[tuple[str, float | None]]) -> dict[str, Any]:
     }
 
 
+# Any: grafanalib's target JSON, read and rewritten key by key
 def _fix_target(t: dict[str, Any]) -> dict[str, Any]:
     out = {k: t[k] for k in _TARGET_KEEP if k in t and t[k] not in ("", None)}
     out["datasource"] = dict(DATASOURCE)
@@ -62,6 +64,7 @@ def _fix_target(t: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Any: grafanalib's panel JSON, read and rewritten nested
 def _fix_panel(p: dict[str, Any], steps: dict[int, list[tuple[str, float | None]]]) -> dict[str, Any]:
     for k in _PANEL_DROP:
         p.pop(k, None)
@@ -129,6 +132,7 @@ def _fix_panel(p: dict[str, Any], steps: dict[int, list[tuple[str, float | None]
     return p
 
 
+# Any: grafanalib's template variable JSON, read and rewritten
 def _fix_variable(v: dict[str, Any]) -> dict[str, Any]:
     for k in _VARIABLE_DROP:
         v.pop(k, None)
@@ -149,10 +153,12 @@ def _fix_variable(v: dict[str, Any]) -> dict[str, Any]:
     return v
 
 
+# Any: grafanalib's dashboard JSON in, current Grafana's out
 def modernise(dashboard: dict[str, Any], steps: dict[int, list[tuple[str, float | None]]]) -> dict[str, Any]:
     """grafanalib dashboard JSON (already plain dicts) → current-Grafana dashboard JSON.
 
     `steps` maps panel id → threshold steps [(color, value)], first value ignored (base step)."""
+    # Any: the dashboard JSON as json.loads gives it
     d: dict[str, Any] = _strip_none(json.loads(json.dumps(dashboard)))
     for k in _DASHBOARD_DROP:
         d.pop(k, None)

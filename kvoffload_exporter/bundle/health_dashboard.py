@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import grafanalib.core as G
 
@@ -223,7 +222,7 @@ HEALTH_ROWS: tuple[Callable[[Layout, Ctx], None], ...] = (
 """The health dashboard's rows, top to bottom: one builder each."""
 
 
-def exporter_health(selectors: Sequence[Matcher] = ()) -> dict[str, Any]:
+def exporter_health(selectors: Sequence[Matcher] = ()) -> dict[str, object]:
     c = Ctx.of(selectors)
     L = Layout()
     for row in HEALTH_ROWS:

@@ -133,7 +133,7 @@ def timeseries(
     *,
     stack: bool = False,
     fill: int = 10,
-    overrides: Sequence[dict[str, Any]] = (),
+    overrides: Sequence[dict[str, object]] = (),
     thresholds_line: bool = False,
     decimals: int | None = None,
 ) -> G.TimeSeries:
@@ -164,7 +164,7 @@ def stat(
     unit: str,
     *,
     text_mode: str = "auto",
-    mappings: Sequence[dict[str, Any]] = (),
+    mappings: Sequence[dict[str, object]] = (),
     color_mode: str = "value",
     graph: bool = False,
 ) -> G.Stat:
@@ -200,7 +200,7 @@ def state_timeline(
     )
 
 
-def value_mappings(values: dict[int, tuple[str, str]]) -> list[dict[str, Any]]:
+def value_mappings(values: dict[int, tuple[str, str]]) -> list[dict[str, object]]:
     """Grafana ≥ 8 value mappings: {value: (text, color)} → one `value` mapping."""
     return [
         {
@@ -259,7 +259,7 @@ def variables(c: Ctx, engine_vars: bool) -> G.Templating:
     return G.Templating(list=out)
 
 
-def dashboard(title: str, uid: str, description: str, layout: Layout, templating: G.Templating) -> dict[str, Any]:
+def dashboard(title: str, uid: str, description: str, layout: Layout, templating: G.Templating) -> dict[str, object]:
     dash = G.Dashboard(
         title=title,
         uid=uid,
@@ -287,7 +287,7 @@ def plotted(expr: str) -> set[str]:
     return names_in(expr.split(PER_EXPORTER)[0])
 
 
-def finish(p: dict[str, Any]) -> None:
+def finish(p: dict[str, Any]) -> None:  # Any: grafanalib's panel JSON, read and written nested
     """Description naming the metrics (and `serve --canary.enabled` where needed), `noValue`, `min: 0` on ratios."""
     names = sorted(set().union(*(plotted(t["expr"]) for t in p["targets"])))
     canary = any(CATALOGUE[n].group is Group.CANARY for n in names)

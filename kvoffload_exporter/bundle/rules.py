@@ -52,6 +52,11 @@ class _Rules:
             f"engine:kvoffload_backend_loaded_units:increase{w}": lambda off: (
                 f"max without (unit, tier, connector) ({self.per_unit(Evidence.LOADED, f'[{w}]{off}')})"
             ),
+            # For routers and autoscalers: what each server's caches hold (GPU pool + offload tier) summed over
+            # its engines (data-parallel ranks), from the first poll (vllm#51615, llm-d-router#1650).
+            "target:kvoffload_effective_kv_capacity_tokens:sum": lambda off: (
+                f"sum without (engine) ({self.q('kvoffload_effective_kv_capacity_tokens')}{off})"
+            ),
             f"engine:kvoffload_ttft_seconds:avg{s.ttft_smoothing}": lambda off: (
                 f"avg_over_time({self.q('kvoffload_ttft_seconds', _m('quantile', '=', s.ttft_quantile))}"
                 f"[{s.ttft_smoothing}]{off})"

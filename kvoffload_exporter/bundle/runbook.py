@@ -303,6 +303,27 @@ lists the token ids of both sides of every comparison (never the prompt), and ex
 loads with `kv_transfer_params.max_load_tokens: 0` where the version honours it) until the connector is
 fixed; keep the `check` evidence bundle for the bug report (vLLM version, connector configuration,
 concurrency at the time).
+
+## KVOffloadIntegrityRisk
+
+**Meaning.** The engine itself counted events that may mean corrupted outputs
+(`kvoffload_integrity_events_total{{kind}}`): `nan_logits`, requests whose logits held NaNs
+(`vllm:corrupted_requests`, exported only when the server runs with `VLLM_COMPUTE_NANS_IN_LOGITS=1`), or
+`notification_after_expiry`, NIXL completion notifications for requests whose KV lease had already
+expired ("the KV blocks may have been reused before the transfer finished", one per remote rank). Neither
+proves a wrong answer; both are the engine saying one is possible. It is a warning beside the critical
+KVOffloadOutputMismatch, which needs the canary to have seen an answer change.
+
+**Check.** Which `kind` counts and on which engines. For `notification_after_expiry`: the decode side's
+`kvoffload_kv_transfer_events_total{{kind="kv_expired"}}` and the prefill side's KV lease
+(`kv_transfer_config.kv_connector_extra_config.kv_lease_duration`, 30 s by default in vLLM 0.34,
+`nixl/base_scheduler.py:82-86`): transfers slower than the lease. For `nan_logits`: the model, its
+dtype and quantization, and whether the NaNs follow offload loads (`kvoffload_load_bytes_total` in the
+same window). Run `kvoffload-exporter check --target URL --allow-pressure --out DIR` on a staging copy: its
+output check compares answers with and without the tier.
+
+**Act.** For expired transfers, raise `kv_lease_duration` or relieve the transfer path; for NaN logits, take
+the engine out of rotation while the output check runs, and keep the evidence for a bug report.
 """
 
 

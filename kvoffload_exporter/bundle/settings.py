@@ -15,11 +15,10 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TypeVar
 
-from kvoffload_exporter.config.schema import did_you_mean
+from kvoffload_exporter import PROJECT_URL  # defined at the root: the CLI's help names it without importing bundle
+from kvoffload_exporter.config.schema import did_you_mean, prometheus_duration
 from kvoffload_exporter.derive.window import QUANTILES
 
-PROJECT_URL = "https://github.com/kvoffload-exporter/kvoffload-exporter"
-"""The project's home, where the committed runbook is published."""
 RUNBOOK_URL = f"{PROJECT_URL}/blob/main/alerts/runbook.md"
 """Where `runbook_url` points (anchor = lower-case alert name): an absolute URL, so the link in a notification
 opens from Alertmanager or Grafana. The default is the published runbook of the release; render with
@@ -196,7 +195,6 @@ class Settings:
 FIELDS: Mapping[str, dataclasses.Field[object]] = {f.name: f for f in dataclasses.fields(Settings)}
 """Every setting, in definition order: the keys `bundle --set` accepts (listed in docs/alerts.md)."""
 
-_DURATION = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
 _RE2_UNSUPPORTED = re.compile(r"\(\?[=!<]|\\[1-9]")  # look-around and back-references: Go's RE2 has none
 
 
@@ -224,8 +222,11 @@ def parse_value(key: str, value: str) -> str | float:
         if not number >= 0 or number == float("inf"):
             raise ValueError(f"{key} wants a finite number >= 0, got {value}")
         return number
-    if kind is Kind.DURATION and not _DURATION.match(value):
-        raise ValueError(f"{key} wants a Prometheus duration such as 30s, 5m or 1h30m, got {value!r}")
+    if kind is Kind.DURATION:  # the one grammar of every command: plain seconds become `2s`, `1.5h` `1h30m`
+        try:
+            return prometheus_duration(value)
+        except ValueError:
+            raise ValueError(f"{key} wants a duration such as 2 (seconds), 30s, 5m or 1h30m, got {value!r}") from None
     if kind is Kind.QUANTILE and value not in {str(q) for q in QUANTILES}:
         raise ValueError(f"{key} wants one of the exported quantiles {', '.join(map(str, QUANTILES))}, got {value!r}")
     if kind is Kind.REGEX:

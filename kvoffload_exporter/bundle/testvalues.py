@@ -8,14 +8,12 @@ The annotation renderer understands exactly the template forms the rules use (`{
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from kvoffload_exporter.bundle.promql import Matcher
+from kvoffload_exporter.saferegex import shortest_example
 
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000, "y": 31_536_000_000}
 _PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
@@ -50,45 +48,8 @@ def matches(m: Matcher, value: str) -> bool:
 def _examples(pattern: str) -> list[str]:
     """Strings that may match a regex: its literal alternatives, then one built from its parse tree."""
     out = [alt for alt in pattern.split("|") if re.fullmatch(r"[\w\-.:/ ]*", alt)]
-    with contextlib.suppress(Exception):  # an unusual pattern falls back to the fixed candidates
-        out.append(_build(importlib.import_module("re._parser").parse(pattern)))
-    return out
-
-
-def _build(tree: Any) -> str:  # noqa: C901 - one branch per regex node kind
-    """The shortest string the parsed pattern accepts, roughly: repeats at their minimum, first branches."""
-    c = importlib.import_module("re._constants")
-    out = []
-    for op, arg in tree:
-        if op is c.LITERAL:
-            out.append(chr(arg))
-        elif op is c.NOT_LITERAL:
-            out.append("x" if chr(arg) != "x" else "y")
-        elif op is c.ANY:
-            out.append("x")
-        elif op is c.IN:
-            for kind, val in arg:
-                if kind is c.LITERAL:
-                    out.append(chr(val))
-                    break
-                if kind is c.RANGE:
-                    out.append(chr(val[0]))
-                    break
-                if kind is c.CATEGORY:
-                    out.append({c.CATEGORY_DIGIT: "0", c.CATEGORY_SPACE: " "}.get(val, "a"))
-                    break
-            else:
-                out.append("x")
-        elif op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
-            lo, _hi, sub = arg
-            out.append(_build(sub) * lo)
-        elif op is c.SUBPATTERN:
-            out.append(_build(arg[-1]))
-        elif op is c.BRANCH:
-            out.append(_build(arg[1][0]))
-        elif op is c.CATEGORY:
-            out.append({c.CATEGORY_DIGIT: "0", c.CATEGORY_SPACE: " "}.get(arg, "a"))
-    return "".join(out)
+    example = shortest_example(pattern)  # None for a pattern Python's parser refuses: the fixed candidates
+    return out if example is None else [*out, example]
 
 
 def label_value(label: str, default: str, selectors: Sequence[Matcher]) -> str | None:

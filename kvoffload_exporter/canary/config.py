@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
 from urllib.parse import urlsplit
 
 from kvoffload_exporter.config.schema import (
@@ -88,7 +87,8 @@ class CanarySettings:
         "hard cap on canary prompt + output tokens per hour and target (null or unlimited: no cap)",
         flag="--canary.budget-tokens-per-hour",
         old="--canary-budget-tokens-per-hour",
-        check_flag="--budget-tokens",
+        check_flag="--budget-tokens-per-hour",
+        check_old="--budget-tokens",
         metavar=_N,
     )
     interval: float = setting(
@@ -173,7 +173,12 @@ class CanarySettings:
         1800.0, duration(), "wait strategy: longest idle time", check_flag="--wait-max", metavar="DURATION"
     )
     request_timeout: float = setting(
-        120.0, duration(), "per-request timeout", check_flag="--timeout", metavar="SECONDS"
+        120.0,
+        duration(),
+        "per-request timeout",
+        check_flag="--request-timeout",
+        check_old="--timeout",
+        metavar="SECONDS",
     )
     id_range: tuple[int, int] = setting((1000, 30000), _id_range, "token ids used for canary prompts", env=False)
     secret_file: str | None = setting(
@@ -218,13 +223,13 @@ class CanarySettings:
     def effective_strategy(self) -> str:
         return "pressure" if self.strategy == "pressure" and self.allow_pressure else "wait"
 
-    def public(self) -> dict[str, Any]:
+    def public(self) -> dict[str, object]:
         """Settings for evidence files (paths only, never the key or the secret)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def from_mapping(
-    raw: Mapping[str, Any] | None, base: CanarySettings | None = None, validate: bool = True
+    raw: Mapping[str, object] | None, base: CanarySettings | None = None, validate: bool = True
 ) -> CanarySettings:
     """Validate a `canary:` mapping on top of `base`. Raises ConfigError listing every problem."""
     if raw is not None and not isinstance(raw, Mapping):

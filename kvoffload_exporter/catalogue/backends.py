@@ -9,7 +9,7 @@ from __future__ import annotations
 from kvoffload_exporter.catalogue.metric import ENGINE, Metric
 from kvoffload_exporter.enums import Group, MetricType, Unit
 from kvoffload_exporter.ingest.backends.resolve import SIGNAL_UNITS
-from kvoffload_exporter.ingest.backends.schema import CUMULATIVE, Evidence, NativeUnit
+from kvoffload_exporter.ingest.backends.schema import CUMULATIVE, Backend, DropReason, Evidence, NativeUnit
 
 EV = (*ENGINE, "tier", "connector")
 _SRC = "kvoffload_exporter.ingest.backends tables (see kvoffload_source_metric_info)"
@@ -19,8 +19,9 @@ _HELP: dict[Evidence, str] = {
     Evidence.LOADED: "KV loaded from an offload tier into the GPU, in {unit}.",
     Evidence.LOOKUPS: "Offload-tier lookups, in {unit}.",
     Evidence.HITS: "Offload-tier lookup hits, in {unit}.",
-    Evidence.DROPPED: "Offload writes or promotions dropped, in {unit}, by closed reason (cpu_full, request_gone, "
-    "null_block, not_hashed, backpressure, allocation_failure, promotion_allocation_failure, store_error).",
+    Evidence.DROPPED: "Offload writes or promotions dropped, in {unit}, by closed reason ("
+    + ", ".join(DropReason)
+    + ").",
     Evidence.CASCADED: "KV written from an upper tier down into this tier (tiering cascade, KVBM host to disk), in "
     "{unit}: a breakdown, not a GPU store.",
     Evidence.PROMOTED: "KV read from this tier up into the primary tier (tiering promotion), in {unit}: a breakdown, "
@@ -111,6 +112,14 @@ def _tier_rows() -> tuple[Metric, ...]:
             "direction",
         ),
         _tier_row(
+            "kvoffload_tier_active_jobs",
+            g,
+            "Active jobs of this secondary tier by kind: promotion (into the primary) or cascade (out of it).",
+            "active_{promotion,cascade}_jobs",
+            Unit.NONE,
+            "kind",
+        ),
+        _tier_row(
             "kvoffload_tier_transfer_seconds_total",
             c,
             "Time spent reading from (promotions) or writing to (cascades) this secondary tier, by direction; "
@@ -153,8 +162,7 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_backend_info",
         type=MetricType.INFO,
-        help="Offload backends whose families the target exposes (native, tiering, simplecpu, multiconnector, "
-        "lmcache, lmcache_mp, kvbm, mooncake_store, umbp).",
+        help=f"Offload backends whose families the target exposes ({', '.join(Backend)}).",
         labels=("target", "backend"),
         source="kvoffload_exporter.ingest.backends",
         group=Group.ENGINE,
@@ -242,6 +250,26 @@ METRICS: tuple[Metric, ...] = (
         group=Group.ENGINE,
     ),
     Metric(
+        name="kvoffload_gpu_block_residency_seconds_total",
+        type=MetricType.COUNTER,
+        help="MEASURED GPU KV block residency (vLLM --kv-cache-metrics, sampled; GPU blocks only), summed seconds "
+        "by kind: lifetime (allocation to eviction), idle_before_evict, reuse_gap; with "
+        "kvoffload_gpu_block_residency_samples_total the mean. kvoffload_tier_retention_seconds is the MODELLED "
+        "side: the canary's wait ladder, for the offload tier.",
+        labels=(*ENGINE, "kind"),
+        unit=Unit.SECONDS,
+        source="vllm:kv_block_{lifetime,idle_before_evict,reuse_gap}_seconds_sum",
+        group=Group.ENGINE,
+    ),
+    Metric(
+        name="kvoffload_gpu_block_residency_samples_total",
+        type=MetricType.COUNTER,
+        help="GPU KV blocks the residency histograms sampled, by kind (histogram count).",
+        labels=(*ENGINE, "kind"),
+        source="vllm:kv_block_{lifetime,idle_before_evict,reuse_gap}_seconds_count",
+        group=Group.ENGINE,
+    ),
+    Metric(
         name="kvoffload_requests_kv_fetch",
         type=MetricType.GAUGE,
         help="Waiting requests by async KV-load stage (waiting_to_start, in_progress, completed_waiting; 0.32+).",
@@ -258,11 +286,14 @@ OTHER_EVIDENCE: dict[Evidence, str] = {
     Evidence.DEFERRED_RELEASE_SECONDS: "kvoffload_tier_deferred_release_hold_seconds_total",
     Evidence.DEFERRED_RELEASES: "kvoffload_tier_deferred_releases_total",
     Evidence.PRIMARY_USAGE: "kvoffload_tier_primary_usage_ratio",
+    Evidence.ACTIVE_JOBS: "kvoffload_tier_active_jobs",
     Evidence.TIER_TRANSFER_SECONDS: "kvoffload_tier_transfer_seconds_total",
     Evidence.OPERATION_SECONDS: "kvoffload_backend_operation_seconds_total",
     Evidence.OPERATIONS: "kvoffload_backend_operations_total",
     Evidence.TRANSFER_FAILED: "kvoffload_kv_transfer_events_total",
     Evidence.INTEGRITY: "kvoffload_integrity_events_total",
+    Evidence.RESIDENCY_SECONDS: "kvoffload_gpu_block_residency_seconds_total",
+    Evidence.RESIDENCY_SAMPLES: "kvoffload_gpu_block_residency_samples_total",
     Evidence.PROMOTION_SECONDS: "kvoffload_tier_promotion_seconds_total",
     Evidence.PROMOTIONS: "kvoffload_tier_promotions_total",
     Evidence.SERVED_BY: "kvoffload_prompt_tokens_cached_by_source_total",

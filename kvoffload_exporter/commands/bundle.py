@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from kvoffload_exporter import PROJECT_URL
 from kvoffload_exporter.saferead import FileRefused, read_regular
 from kvoffload_exporter.safewrite import refusal, write_file
 
@@ -36,8 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument(
         "--runbook-url",
         metavar="URL",
-        help="where you host alerts/runbook.md (written with the rules), so each alert's runbook_url is a "
-        "clickable link URL#<alert> (default: the relative path alerts/runbook.md, not a link)",
+        help="where you host alerts/runbook.md (written with the rules): each alert's runbook_url becomes the "
+        f"clickable link URL#<alert in lower case> (default: the runbook the project publishes, an absolute URL: "
+        f"{PROJECT_URL}/blob/main/alerts/runbook.md)",
     )
     p.add_argument(
         "--preset",

@@ -2,11 +2,12 @@
 
 Exit codes follow the run's one advice (canary.advice.EXIT_CODES): 0 offload pays off (keep), 1 it does
 not (disable or skip loads), 2 usage error (argparse, and output paths or target URLs refused before the
-first request), 3 could not run (preflight, a control serving another model, a refused completion, rounds
-failing past --retry-deadline) or the tier is misconfigured (grow_tier, check_connector), 4 inconclusive
-(measure_longer), 5 output mismatch (disable_offload: an offload hit answered other tokens). `--json FILE`
-holds the machine-readable verdict, `--out DIR` the evidence bundle (both /metrics snapshots, every
-request, the conditions, the report and a TTFT plot); `--concurrency` adds the load sweep.
+first request), 3 fix something first: the run could not measure (fix_target: preflight, a refused completion,
+rounds failing past --retry-deadline; fix_control: a control serving another model; configure_offload: no
+offload connector; fix_secret_file; report_bug) or the tier is misconfigured (grow_tier, check_connector),
+4 inconclusive (measure_longer), 5 output mismatch (disable_offload: an offload hit answered other
+tokens). `--json FILE` holds the machine-readable verdict, `--out DIR` the evidence bundle (both /metrics
+snapshots, every request, the conditions, the report and a TTFT plot); `--concurrency` adds the load sweep.
 
 This module is the flags; the procedure is canary.checkrun, the document canary.checkreport and the
 files canary.evidence.
@@ -20,9 +21,9 @@ import os
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from kvoffload_exporter.config.settings import ConfigError
 
@@ -40,9 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="Preflight (/health, /v1/models, /version, /metrics), N canary rounds, a second /metrics "
         "snapshot, then a verdict table and a TTFT plot. Exit codes follow the advice: 0 offload pays off; 1 it "
         "does not (slower than the control: disable or skip loads); 2 usage error (bad flags, output paths, target "
-        "URL); 3 could not run (unreachable target, preflight, a control serving another model, completions "
-        "refused or failing past --retry-deadline) or the tier is misconfigured (it never stores or never loads: "
-        "grow_tier, check_connector); 4 inconclusive (too few samples, interval includes 0, nothing displaced the "
+        "URL); 3 fix something first, the advice names what: the run could not measure (fix_target: unreachable "
+        "target, preflight, completions refused or failing past --retry-deadline; fix_control: a control serving "
+        "another model; configure_offload: no offload connector; fix_secret_file; report_bug) or the tier is "
+        "misconfigured (it never stores or never loads: grow_tier, check_connector); 4 inconclusive (too few "
+        "samples, interval includes 0, nothing displaced the "
         "prefix); 5 output mismatch (an offload hit answered other tokens than the same prompt from the GPU or "
         "recomputed: disable_offload, before every speed verdict).",
     )
@@ -140,18 +143,34 @@ def _levels(raw: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _prefix_lengths(args: argparse.Namespace, errors: list[str]) -> tuple[int, ...]:
-    """`--prefix-tokens N,M,...`: the sweep's lengths; the rounds (and the settings) get the first."""
-    raw = getattr(args, "prefix_tokens", None)
-    if not isinstance(raw, str) or "," not in raw:
+def _prefix_lengths(raw: object, errors: list[str]) -> tuple[int, ...]:
+    """`--prefix-tokens N` or `N,M,...` (a length sweep), each length read once by the setting's own parser;
+    the rounds (and the settings) get the first."""
+    from kvoffload_exporter.canary.config import CanarySettings
+    from kvoffload_exporter.config.schema import specs
+
+    if not isinstance(raw, str):
         return ()
-    try:
-        lengths = tuple(int(x) for x in raw.split(",") if x.strip())
-    except ValueError:
-        errors.append(f"--prefix-tokens: not an integer or a comma-separated list of integers: {raw!r}")
-        return ()
-    args.prefix_tokens = str(lengths[0])
-    return lengths
+    parse = next(spec.parse for f, spec in specs(CanarySettings) if f.name == "prefix_tokens")
+    lengths: list[int] = []
+    for part in (x.strip() for x in raw.split(",")):
+        try:
+            n = parse(part, True) if part else None
+        except ValueError as e:
+            errors.append(f"--prefix-tokens: {e}")
+            return ()
+        if isinstance(n, int):
+            lengths.append(n)
+    return tuple(lengths)
+
+
+@dataclass(frozen=True)
+class CheckInputs:
+    """check's flags, each read once; the namespace argparse gave is never written."""
+
+    settings: CanarySettings
+    target: str  # as the canary addresses it: a trailing /metrics stripped
+    sweep_lengths: tuple[int, ...]  # `--prefix-tokens N,M,...`: the length sweep's lengths (else empty)
 
 
 def _base() -> CanarySettings:
@@ -163,19 +182,28 @@ def _base() -> CanarySettings:
 
 def settings_from_args(args: argparse.Namespace) -> CanarySettings:
     """check's flags on its defaults, validated by the same declaration as serve's; errors name the flag."""
+    return inputs_from_args(args).settings
+
+
+def inputs_from_args(args: argparse.Namespace) -> CheckInputs:
+    """The settings, the target and the sweep's lengths from check's flags; every error at once, by flag."""
     from kvoffload_exporter.canary.config import CanarySettings, check
     from kvoffload_exporter.config.flags import overrides
     from kvoffload_exporter.config.schema import Where, apply
     from kvoffload_exporter.config.settings import parse_targets
 
     errors = [] if args.rounds >= 1 else ["--rounds: must be an integer >= 1"]
-    args.sweep_prefix_tokens = _prefix_lengths(args, errors)
+    raw_lengths = getattr(args, "prefix_tokens", None)
+    lengths = _prefix_lengths(raw_lengths, errors)
+    target = args.target
     targets = parse_targets([args.target], errors, Where("--target", dotted=False))
     if targets and targets[0].auth is not None:  # refused: check's outputs would carry the URL
         errors.append("--target: user:password@ is not supported by check (the canary uses --api-key-file)")
     elif targets:
-        args.target = targets[0].url  # a trailing /metrics stripped, like serve
-    values = overrides(CanarySettings, args, "check", errors)
+        target = targets[0].url  # a trailing /metrics stripped, like serve
+    values = overrides(CanarySettings, argparse.Namespace(**{**vars(args), "prefix_tokens": None}), "check", errors)
+    if lengths:
+        values["prefix_tokens"] = lengths[0]
     if errors:
         raise ConfigError(errors)
     settings = replace(
@@ -185,7 +213,8 @@ def settings_from_args(args: argparse.Namespace) -> CanarySettings:
     )
     settings = replace(settings, max_samples=max(settings.min_samples, 1_000_000))
     check(settings)
-    return settings
+    sweep_lengths = lengths if isinstance(raw_lengths, str) and "," in raw_lengths else ()
+    return CheckInputs(settings, target, sweep_lengths)
 
 
 async def run_check(
@@ -200,21 +229,29 @@ async def run_check(
     canary.checkreport and canary.evidence.
     """
     from kvoffload_exporter.canary.check import checkreport, checkrun, evidence, report
+    from kvoffload_exporter.canary.check.advice import Action
     from kvoffload_exporter.canary.check.retries import DEFAULT_DEADLINE
     from kvoffload_exporter.canary.check.sweep import SweepRequest
     from kvoffload_exporter.canary.wire.client import open_client
     from kvoffload_exporter.canary.wire.secrets import SecretError, SecretPathError, scrub
+    from kvoffload_exporter.config.flags import deprecations
+    from kvoffload_exporter.redact import redact_url
 
+    for line in deprecations():  # a former flag spelling: which flag replaces it
+        print(f"kvoffload-exporter check: {line}", file=stderr)
+    given = dict(vars(args))  # the flags as given: `args` itself is never written
     for dest, flag in (("target", "--target"), ("control_target", "--control-target")):
-        url = getattr(args, dest, None)
+        url = given.get(dest)
         if isinstance(url, str) and (base := _without_v1(url)) != url:  # the OpenAI base URL, as clients know it
             print(
-                f"kvoffload-exporter check: {flag} {checkrun.redact(url)} ends in /v1: using {checkrun.redact(base)}",
+                f"kvoffload-exporter check: {flag} {checkrun.redact(redact_url(url))} ends in /v1: "
+                f"using {checkrun.redact(redact_url(base))}",
                 file=stderr,
             )
-            setattr(args, dest, base)
+            given[dest] = base
     try:
-        settings = settings_from_args(args)  # URLs included (config.parse_targets)
+        inputs = inputs_from_args(argparse.Namespace(**given))  # URLs included (config.parse_targets)
+        settings = inputs.settings
         usage = _usage_errors(args)
         if usage:  # before the first request: nothing is spent on a run whose results cannot be written
             raise ConfigError(usage)
@@ -222,15 +259,15 @@ async def run_check(
     except (ConfigError, SecretError) as e:
         print(f"kvoffload-exporter check: {checkrun.redact(str(e))}", file=stderr)
         code = 2 if isinstance(e, ConfigError | SecretPathError) else 3  # a bad flag value or path: usage
-        return code, {**checkreport.error_document(str(e)), "exit_code": code}
+        action = Action.FIX_SECRET_FILE if isinstance(e, SecretError) else Action.FIX_TARGET  # 2: never written
+        return code, {**checkreport.error_document(str(e), action), "exit_code": code}
     sweep = None
     if args.concurrency:
-        lengths = tuple(getattr(args, "sweep_prefix_tokens", ()) or ())
-        sweep = SweepRequest(args.concurrency, lengths, args.min_bursts, settings.confidence)
+        sweep = SweepRequest(args.concurrency, inputs.sweep_lengths, args.min_bursts, settings.confidence)
         # One decision per run: every level's interval (c = 1 included) is simultaneous over the run's levels.
         settings = replace(settings, confidence=sweep.per_level_confidence)
     req = checkrun.CheckRequest(
-        args.target,
+        inputs.target,
         args.rounds,
         settings,
         quiet=args.quiet,
@@ -246,7 +283,7 @@ async def run_check(
             doc["interrupted"], doc["exit_code"] = True, 130
         text = scrub(report.text(doc))
     except Exception as e:  # a bug or an answer nothing foresaw: exit 3, with the report
-        doc = {**checkreport.error_document(f"internal error ({type(e).__name__})"), "exit_code": 3}
+        doc = checkreport.error_document(f"internal error ({type(e).__name__})", Action.REPORT_BUG)
         print(f"kvoffload-exporter check: {scrub(str(doc['why']))}", file=stderr)
         evidence.write_error(doc, scrub(report.text(doc)), args.json, args.out, stdout)
         return 3, doc
@@ -313,7 +350,7 @@ def _usage_errors(args: argparse.Namespace) -> list[str]:
     return errors
 
 
-def _public_argv(args: argparse.Namespace) -> dict[str, Any]:
+def _public_argv(args: argparse.Namespace) -> dict[str, object]:
     return {k: v for k, v in vars(args).items() if k != "func"}
 
 
@@ -326,4 +363,4 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-__all__ = ["register", "run", "run_check", "settings_from_args"]
+__all__ = ["CheckInputs", "inputs_from_args", "register", "run", "run_check", "settings_from_args"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -19,10 +20,12 @@ from kvoffload_exporter.commands.simulate import (
     positive_seconds,
     traffic_from_args,
 )
+from kvoffload_exporter.config.flags import deprecations
 from kvoffload_exporter.config.settings import ConfigError, TargetConfig, split_listen
 from kvoffload_exporter.server import logs
 from kvoffload_exporter.server.exporter import Exporter
 from kvoffload_exporter.sim.simulator import Simulator
+from kvoffload_exporter.variables import renamed_variables
 
 ORDER = 5  # the README's first command
 
@@ -38,7 +41,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "Prints the URLs and one status line per engine; stop with Ctrl-C.",
     )
     p.add_argument("--duration", type=positive_seconds, metavar="SECONDS", help="stop after SECONDS (default: Ctrl-C)")
-    p.add_argument("--listen", metavar="HOST:PORT", help="exporter listen address (default 127.0.0.1:9466)")
     p.add_argument(
         "--sim-listen",
         default="127.0.0.1:0",
@@ -53,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="seconds between status lines (default 5)",
     )
     add_simulator_arguments(p)
-    add_traffic_arguments(p, rate_flag="--rate", rate=4.0)
+    add_traffic_arguments(p, old_rate_flag="--rate", rate=4.0)
     add_exporter_arguments(p, defaults=DEMO_DEFAULTS)
     p.set_defaults(func=run)
 
@@ -153,7 +155,7 @@ async def _demo(args: argparse.Namespace, sim: Simulator, sim_host: str, sim_por
     except OSError as e:
         await exp_runner.cleanup()
         await sim_runner.cleanup()
-        raise ListenError("--listen", f"{host}:{port}", e) from e
+        raise ListenError("--web.listen-address", f"{host}:{port}", e) from e
     exp_url = f"http://{host}:{exp_runner.addresses[0][1]}"
     spec = traffic_from_args(args, sim.config.max_model_len, duration=args.duration)
     print(
@@ -198,6 +200,8 @@ def run(args: argparse.Namespace) -> int:
             setattr(args, key, value)
     try:
         logs.setup(logs.from_args(args, "demo"))
+        for line in deprecations() + renamed_variables(os.environ):  # a former flag or variable name
+            logging.getLogger("kvoffload").warning("%s", line)
         sim_host, sim_port = split_listen(args.sim_listen)
         opts = options_from_args(args)
         errors = opts.check() + traffic_from_args(args, 8192, duration=args.duration).check()

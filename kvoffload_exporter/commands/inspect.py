@@ -164,7 +164,7 @@ def _load_pair(first: str, second: str) -> tuple[Snapshot, Snapshot]:
     return before, after
 
 
-def _ttft_line(e: dict[str, Any]) -> str:
+def _ttft_line(e: dict[str, Any]) -> str:  # Any: an engine row of derive/intervalreport's document
     """`TTFT m/0: p50 41.0 ms, p90 55.0 ms (n=37)`: a quantile means little without its sample count."""
     qs = ", ".join(f"p{float(q) * 100:g} {v * 1000:.1f} ms" for q, v in e["ttft_seconds"].items() if v is not None)
     n = e.get("ttft_count")

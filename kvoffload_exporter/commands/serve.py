@@ -12,7 +12,7 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from kvoffload_exporter.config.flags import add_flag, add_flags, deprecations, overrides
@@ -20,6 +20,7 @@ from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.config.schema import Where, apply
 from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, check, load_file, parse_targets
 from kvoffload_exporter.server import gctune, logs
+from kvoffload_exporter.server.logbudget import LogBudget, held_back
 
 if TYPE_CHECKING:
     from kvoffload_exporter.config.webconfig import WebConfig
@@ -30,7 +31,9 @@ if TYPE_CHECKING:
 
 ORDER = 10
 log = logging.getLogger("kvoffload")
-_DEMO_FIELDS = ("poll_interval", "window", "timeout", "host_enabled", "gpu_enabled")
+_UNCHANGED = LogBudget()
+"""Reloads that changed nothing: their line is within the log budget."""
+_DEMO_FIELDS = ("listen", "poll_interval", "window", "timeout", "host_enabled", "gpu_enabled")
 
 
 def add_exporter_arguments(p: argparse.ArgumentParser, defaults: Mapping[str, object] | None = None) -> None:
@@ -147,6 +150,14 @@ class ReloadStatus:
 
     ok: bool = True
     last_success: float = 0.0
+    parts: dict[str, bool] = field(default_factory=dict)  # the last reload's: "targets", "web config" -> applied
+
+    def answer(self) -> str:
+        """What `POST /-/reload` answers: one line per part, whether it applied or the running one is kept."""
+        return "".join(
+            f"{part}: {'reloaded' if ok else 'reload failed, the running one is kept (see the log)'}\n"
+            for part, ok in self.parts.items()
+        ) or ("reloaded\n" if self.ok else "reload failed: the running configuration is kept (see the log)\n")
 
     def collect(self, x: SampleSink) -> None:
         x.add("kvoffload_exporter_config_last_reload_successful", 1.0 if self.ok else 0.0, {})
@@ -186,7 +197,10 @@ def reload(
     changes = logs.reload_changes(old, new)
     exporter.reload(new)
     status.ok, status.last_success = True, exporter.clock()
-    log.info(logs.reload_message(changes, len(new.targets)), extra={**changes, "targets": len(new.targets)})
+    let, held = _UNCHANGED.allow("unchanged") if not any(changes.values()) else (True, 0)
+    if let:  # a script POSTing /-/reload in a loop: one "nothing changed" line an interval, not one a POST
+        msg = logs.reload_message(changes, len(new.targets)) + held_back(held)
+        log.info(msg, extra={**changes, "targets": len(new.targets)})
     exporter.render()
 
 
@@ -230,15 +244,14 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
     )
     if getattr(args, "web_enable_lifecycle", False):
 
-        async def http_reload() -> bool:
+        async def http_reload() -> tuple[bool, str]:
             reloader.trigger()
             await reloader.wait()
-            return status.ok
+            return status.ok, status.answer()
 
         app[LIFECYCLE].reload = http_reload
     host, port = sock.getsockname()[:2]
     scheme = "https" if ssl_context else "http"
-    log.info("listening on %s://%s:%d%s, %d target(s)", scheme, host, port, cfg.telemetry_path, len(cfg.targets))
     stop = asyncio.Event()
     received: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
@@ -250,6 +263,8 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
     loop.add_signal_handler(signal.SIGHUP, reloader.trigger)
+    # Said once the signals are handled: from this line on, Ctrl-C is a clean stop (exit 0), never 130.
+    log.info("listening on %s://%s:%d%s, %d target(s)", scheme, host, port, cfg.telemetry_path, len(cfg.targets))
     try:
         await stop.wait()
     finally:
@@ -289,12 +304,22 @@ def _config_or_error(args: argparse.Namespace) -> Config | Exception:
 def _apply_reload(
     args: argparse.Namespace, exporter: Exporter, status: ReloadStatus, web_reload: WebReload, parsed: object
 ) -> None:
-    """On the loop: the target config (as `reload`), then the web config (users, TLS certificate)."""
+    """On the loop: the target config (as `reload`), then the web config (users, TLS certificate). The reload
+    succeeded only if every part did: a refused web config (a bad hash, a deleted file, a TLS key that does
+    not match) keeps the old users and certificate, so it must not read as success (HTTP answer, metric)."""
+    before = status.last_success
     if isinstance(parsed, tuple):
         reload(args, exporter, status, parsed[0])
-        web_reload.apply(parsed[1])
+        status.parts = {"targets": status.ok}
+        web = web_reload.apply(parsed[1])
+        if web is not None:
+            status.parts["web config"] = web
+        if web is False:
+            status.ok, status.last_success = False, before
+            exporter.render()
     else:  # the thread itself failed
         reload(args, exporter, status, parsed if isinstance(parsed, Exception) else RuntimeError("reload"))
+        status.parts = {"targets": status.ok}
 
 
 def _prepare(args: argparse.Namespace) -> _Prepared:
@@ -319,13 +344,13 @@ def _prepare(args: argparse.Namespace) -> _Prepared:
 def run(args: argparse.Namespace) -> int:
     from kvoffload_exporter.canary.wire.secrets import SecretError
     from kvoffload_exporter.config.webconfig import WebConfigError
-    from kvoffload_exporter.variables import unknown_variables
+    from kvoffload_exporter.variables import renamed_variables, unknown_variables
 
     try:
         logs.setup(logs.from_args(args))
         for line in deprecations():  # a former flag spelling: which flag replaces it, in the log's format
             log.warning("%s", line)
-        for line in unknown_variables(os.environ):  # a typo in a variable is ignored by the settings: say so
+        for line in renamed_variables(os.environ) + unknown_variables(os.environ):  # a former name; a typo
             log.warning("%s", line)
         prep = _prepare(args)
     except (ConfigError, SecretError, WebConfigError) as e:

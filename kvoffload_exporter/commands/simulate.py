@@ -9,8 +9,10 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from typing import Any
 
-from kvoffload_exporter.config.schema import MAX_SECONDS
+from kvoffload_exporter.config.flags import Flag, deprecations
+from kvoffload_exporter.config.schema import MAX_SECONDS, parse_duration
 from kvoffload_exporter.config.settings import split_listen
 from kvoffload_exporter.sim.backends import BACKENDS
 from kvoffload_exporter.sim.calibration import CALIBRATIONS, DEFAULT_CALIBRATION
@@ -56,13 +58,13 @@ _TIMING_FLAGS: tuple[tuple[str, str], ...] = (
 
 
 def positive_seconds(v: str) -> float:
-    """argparse type: a finite number of seconds > 0 (NaN or inf would hang or crash the timers)."""
-
+    """argparse type: a duration > 0 in the grammar of every command (plain seconds, or a Prometheus duration
+    such as 90s or 1h30m; never NaN or inf, which would hang or crash the timers)."""
     try:
-        x = float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {v!r}") from None
-    if not 0 < x <= MAX_SECONDS:  # also refuses NaN
+        x = parse_duration(v)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not 0 < x <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"must be > 0 seconds and at most a year, got {v!r}")
     return x
 
@@ -167,18 +169,23 @@ def add_simulator_arguments(p: argparse.ArgumentParser) -> None:
         tim.add_argument(_flag(name), type=float, metavar="X", help=text)
 
 
-def add_traffic_arguments(p: argparse.ArgumentParser, rate_flag: str = "--traffic", rate: float | None = None) -> None:
+def add_traffic_arguments(
+    p: argparse.ArgumentParser, old_rate_flag: str = "--traffic", rate: float | None = None
+) -> None:
+    """The traffic generator's flags, spelt alike in `simulate` and `demo`; `old_rate_flag` is the command's
+    former spelling of --traffic-rate (hidden, with one deprecation line)."""
     g = p.add_argument_group("traffic generator (loopback only)")
+    # Any: keyword arguments of argparse's add_argument
+    kw: dict[str, Any] = {"dest": "traffic", "action": Flag, "type": float}
+    help_text = "requests per second, Poisson arrivals" + (f" (default {rate:g})" if rate else "")
+    g.add_argument("--traffic-rate", default=rate, metavar="RATE", help=help_text, **kw)
     g.add_argument(
-        rate_flag,
-        type=float,
-        metavar="RATE",
-        dest="traffic",
-        default=rate,
-        help="requests per second, Poisson arrivals" + (f" (default {rate:g})" if rate else ""),
+        old_rate_flag, use={old_rate_flag: "--traffic-rate"}, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kw
     )
     g.add_argument("--traffic-count", type=int, metavar="N", help="stop after N requests")
-    g.add_argument("--traffic-duration", type=float, metavar="SECONDS", help="stop after SECONDS (default 3600)")
+    g.add_argument(
+        "--traffic-duration", type=positive_seconds, metavar="SECONDS", help="stop after SECONDS (default 3600)"
+    )
     g.add_argument("--traffic-groups", type=int, default=12, metavar="N", help="shared-prefix groups (default 12)")
     g.add_argument("--traffic-zipf", type=float, default=1.1, metavar="S", help="group popularity exponent")
     g.add_argument("--traffic-prefix-tokens", type=int, default=2048, metavar="N", help="median prefix length")
@@ -274,15 +281,16 @@ async def _serve(args: argparse.Namespace, sim: Simulator, host: str, port: int)
 
     runner, url = await start(sim, host, port)
     cfg = sim.config
-    print(
-        f"simulated vLLM {sim.behaviour.text} ({sim.calibration.name}, {len(sim.engines)} engine(s), "
-        f"{'CPU tier ' + format(cfg.cpu_bytes / 1e9, 'g') + ' GB' if cfg.connector else 'no connector'}) "
-        f"serving {sim.model} on {url}  (metrics {url}/metrics, faults {url}/_sim/faults)",
-        flush=True,
-    )
     report = TrafficReport()
 
     async def main(stop: asyncio.Event) -> None:
+        # Said once Ctrl-C and SIGTERM are handled (run_until_stopped): from this line on they stop it, exit 0.
+        print(
+            f"simulated vLLM {sim.behaviour.text} ({sim.calibration.name}, {len(sim.engines)} engine(s), "
+            f"{'CPU tier ' + format(cfg.cpu_bytes / 1e9, 'g') + ' GB' if cfg.connector else 'no connector'}) "
+            f"serving {sim.model} on {url}  (metrics {url}/metrics, faults {url}/_sim/faults)",
+            flush=True,
+        )
         traffic = None
         if args.traffic:
             spec = traffic_from_args(args, cfg.max_model_len)
@@ -302,6 +310,8 @@ async def _serve(args: argparse.Namespace, sim: Simulator, host: str, port: int)
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for line in deprecations():  # a former flag spelling: which flag replaces it
+        logging.getLogger("kvoffload").warning("%s", line)
     try:
         host, port = split_listen(args.listen)
         opts = options_from_args(args)

@@ -9,6 +9,7 @@ import base64
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
+from kvoffload_exporter import redact
 from kvoffload_exporter.saferead import FileRefused, read_regular
 
 
@@ -74,14 +75,30 @@ def target_auth(
         return None
     if bearer_token_file:
         token = _read_secret(bearer_token_file, "bearer_token_file", where, errors)
-        return BearerToken(token) if token else None
+        return BearerToken(token) if token and _long_enough(token, "bearer token", where, errors) else None
     if password_file:
         if not username:
             errors.append(f"{where} password_file needs username")
             return None
         password = _read_secret(password_file, "password_file", where, errors)
-        return BasicAuth(username, password) if password is not None else None
+        if password is None or not _long_enough(password, "password", where, errors):
+            return None
+        return BasicAuth(username, password)
     if userinfo:
         user, _, password = userinfo.partition(":")
+        if not _long_enough(unquote(password), "password in the url", where, errors):
+            return None
         return BasicAuth(unquote(username or user), unquote(password))
     return None
+
+
+def _long_enough(secret: str, what: str, where: str, errors: list[str]) -> bool:
+    """A credential shorter than redact.MIN_SECRET cannot be removed from what the target answers without
+    rewriting ordinary data (a 5-character password inside every model name): refused at load."""
+    if not secret or not redact.too_short(secret):  # an empty password is no secret to remove
+        return True
+    errors.append(
+        f"{where} {what} has {len(secret)} characters, fewer than {redact.MIN_SECRET}: "
+        "too short to be removed safely from what the target answers"
+    )
+    return False

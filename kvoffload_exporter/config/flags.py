@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass
 from typing import Any
 
-from kvoffload_exporter.config.schema import Duration, Parser, described, env_name, seconds_text, specs
+from kvoffload_exporter.config.schema import Duration, Parser, described, env_name, old_env_names, seconds_text, specs
 
 NOTES = "_kvoffload_flag_spellings"  # namespace attribute the flags note their spellings in, removed by settle()
 WARNED: set[str] = set()  # former spellings already noticed in this process: one notice each
@@ -94,6 +94,7 @@ def add_flag(
     switch spelling keeps what it set: `--no-gpu` is `--no-collector.gpu`, `--canary` is `--canary.enabled`."""
     values = {k: v for n in names for k, v in switch_values(n).items()} if switch else None
     shown = list(values or names)
+    # Any: keyword arguments of argparse's add_argument
     kw: dict[str, Any] = {"dest": dest, "action": Flag, "parse": parse}
     p.add_argument(*shown, switch=values, default=default, help=help, metavar=None if switch else metavar, **kw)
     for alias in old:
@@ -191,7 +192,7 @@ def add_flags(
         env_text = f"; env {env_name(section, f, spec)}{value}" if spec.env and env else ""
         lead = "without " if value == "=false" else ""
         text = lead + described(spec) + _default_text(f, spec.parse, defaults or {}, pair) + env_text
-        old = spec.old if command == "serve" else ()
+        old = spec.old if names == spec.flags.get("serve") else spec.check_old if command == "check" else ()
         add_flag(
             p, names, flag_dest(section, f), old=old, switch=switch, parse=spec.parse, help=text, metavar=spec.metavar
         )
@@ -214,8 +215,10 @@ def overrides(
         if raw is not None and spec.action == "switch":
             out[f.name] = bool(raw)
             continue
-        if raw is None and spec.env and environ is not None:
-            label = env_name(section, f, spec)
+        if raw is None and spec.env and environ is not None:  # the variable, else its former name
+            label = next(
+                (n for n in (env_name(section, f, spec), *old_env_names(section, f, spec)) if n in environ), ""
+            )
             raw = environ.get(label)
         if raw is None:
             continue

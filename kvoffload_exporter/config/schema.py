@@ -27,8 +27,9 @@ class ConfigError(ValueError):
 
     def __init__(self, errors: list[str]):
         # One problem: one line (scripts and log collectors read it whole); several: one per line.
-        text = errors[0] if len(errors) == 1 else "\n  - " + "\n  - ".join(errors)
-        super().__init__(f"invalid configuration: {text}")
+        # No space before the line break: the first line is exactly "invalid configuration:".
+        text = f" {errors[0]}" if len(errors) == 1 else "\n  - " + "\n  - ".join(errors)
+        super().__init__(f"invalid configuration:{text}")
         self.errors = errors
 
 
@@ -39,6 +40,7 @@ class Spec:
     key: str = ""  # YAML key in its section, dotted for a sub-section ("host.enabled"); "" = field name
     flags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # command → (flag, *aliases)
     old: tuple[str, ...] = ()  # `serve`'s former spellings: hidden aliases that say what replaces them
+    check_old: tuple[str, ...] = ()  # `check`'s former spellings, the same way
     env: bool = True  # read KVOFFLOAD_<SECTION>_<KEY> too
     metavar: str | None = None
     action: Action = "value"
@@ -53,20 +55,22 @@ def setting(
     key: str = "",
     flag: str | tuple[str, ...] | None = None,
     check_flag: str | tuple[str, ...] | None = None,
-    demo_flag: str | tuple[str, ...] | None = None,
+    demo_flag: bool = False,
     old: str | tuple[str, ...] = (),
+    check_old: str | tuple[str, ...] = (),
     env: bool = True,
     metavar: str | None = None,
     action: Action = "value",
     yaml: bool = True,
 ) -> T:
     """A dataclass field carrying its Spec; `flag` is the `serve` flag (`old` its former spellings),
-    `check_flag` the `check` one, `demo_flag` the `demo` one."""
+    `check_flag` the `check` one; `demo_flag`: `demo` offers the setting too, spelt as `serve` spells it."""
     flags: dict[str, tuple[str, ...]] = {}
-    for cmd, f in (("serve", flag), ("check", check_flag), ("demo", demo_flag)):
+    for cmd, f in (("serve", flag), ("check", check_flag), ("demo", flag if demo_flag else None)):
         if f:
             flags[cmd] = (f,) if isinstance(f, str) else f
-    spec = Spec(parse, help, key, flags, (old,) if isinstance(old, str) else old, env, metavar, action, yaml)
+    olds = tuple((o,) if isinstance(o, str) else o for o in (old, check_old))
+    spec = Spec(parse, help, key, flags, olds[0], olds[1], env, metavar, action, yaml)
     result: T = field(default=default, metadata={"spec": spec})
     return result
 
@@ -87,9 +91,26 @@ def yaml_key(f: Field[Any], spec: Spec) -> str:
     return spec.key or f.name
 
 
-def env_name(section: str, f: Field[Any], spec: Spec) -> str:
+def _key_env_name(section: str, f: Field[Any], spec: Spec) -> str:
     path = ([section] if section else []) + yaml_key(f, spec).split(".")
     return ENV_PREFIX + "_".join(path).upper()
+
+
+def env_name(section: str, f: Field[Any], spec: Spec) -> str:
+    """A setting's variable follows its `serve` flag (`--state.window` is KVOFFLOAD_STATE_WINDOW,
+    `--[no-]collector.gpu` KVOFFLOAD_COLLECTOR_GPU); a setting without a flag, its YAML key."""
+    flag = next(iter(spec.flags.get("serve", ())), "")
+    name = flag.removeprefix("--[no-]").removeprefix("--")
+    if not name or flag.startswith("--no-"):
+        return _key_env_name(section, f, spec)
+    return ENV_PREFIX + name.replace(".", "_").replace("-", "_").upper()
+
+
+def old_env_names(section: str, f: Field[Any], spec: Spec) -> tuple[str, ...]:
+    """The variable's former name where it followed the YAML key (KVOFFLOAD_WINDOW): still read, hidden,
+    with one deprecation line (variables.renamed_variables)."""
+    old = _key_env_name(section, f, spec)
+    return (old,) if old != env_name(section, f, spec) else ()
 
 
 # --- parsers: each returns the typed value or raises ValueError("must ...") -----------------------
@@ -197,26 +218,54 @@ def choice(*values: str) -> Parser:
     return parse
 
 
-_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_DUR = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w|y)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0, None: 1.0}
+PROMETHEUS_DURATION = re.compile(r"^(?=\d)(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$")
+"""Prometheus's duration grammar: whole numbers with units from the largest down, each unit at most once."""
+_ORDER = ("y", "w", "d", "h", "m", "s", "ms")  # PROMETHEUS_DURATION's groups
+DURATION_EXAMPLES = "use e.g. 5 (seconds), 500ms, 30s, 5m, 1h30m"
 
 
 def parse_duration(v: object) -> float:
-    """5, 2.5, "500ms", "30s", "5m", "1h" → seconds; never NaN, infinite or longer than a year."""
+    """The one duration grammar of every command and file: a number of seconds (5, 2.5, "5") or a Prometheus
+    duration ("500ms", "30s", "1h30m", "1d"; one unit may take a fraction: "1.5h") → seconds; never NaN,
+    infinite or longer than a year."""
     if isinstance(v, bool):
         raise ValueError(f"not a duration: {v!r}")
     if isinstance(v, (int, float)):
         seconds = float(v)
         if not math.isfinite(seconds):
-            raise ValueError(f"not a duration: {v!r} (use e.g. 5, 500ms, 30s, 5m, 1h)")
+            raise ValueError(f"not a duration: {v!r} ({DURATION_EXAMPLES})")
     else:
-        m = _DUR.match(str(v))
-        if not m:
-            raise ValueError(f"not a duration: {v!r} (use e.g. 5, 500ms, 30s, 5m, 1h)")
-        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+        text = str(v).strip()
+        m, parts = _DUR.match(text), PROMETHEUS_DURATION.match(text)
+        if m:
+            seconds = float(m.group(1)) * _UNITS[m.group(2)]
+        elif parts:
+            seconds = sum(float(p[: -len(u)]) * _UNITS[u] for p, u in zip(parts.groups(), _ORDER) if p)
+        else:
+            raise ValueError(f"not a duration: {v!r} ({DURATION_EXAMPLES})")
     if seconds > MAX_SECONDS:
         raise ValueError(f"not a sensible duration: {v!r} (at most 366d)")
     return seconds
+
+
+def prometheus_duration(v: object) -> str:
+    """A duration as Prometheus writes it (rules, `for:`, range selectors): text already in its grammar is kept
+    as written, any other duration (`2`, `90.5`, `1.5h`) is converted (`2s`, `1m30s500ms`, `1h30m`).
+    ValueError when not a duration or finer than a millisecond."""
+    text = str(v).strip()
+    if PROMETHEUS_DURATION.match(text):
+        return text
+    ms = parse_duration(text) * 1000.0
+    if ms < 0 or abs(ms - round(ms)) > 1e-6:
+        raise ValueError(f"not a duration Prometheus can write: {v!r} (whole milliseconds)")
+    left, out = round(ms), ""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
+        if left >= size:
+            out += f"{left // size}{unit}"
+            left %= size
+    return out or "0s"
 
 
 class Duration:

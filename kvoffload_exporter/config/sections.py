@@ -52,7 +52,7 @@ def section_value(sections: Sections, name: str) -> object:
     raise AttributeError(name)
 
 
-def parse_sections(raw: Mapping[str, Any], base: Any, errors: list[str]) -> Sections:
+def parse_sections(raw: Mapping[str, object], base: Any, errors: list[str]) -> Sections:
     """`base.sections` (a Config's) with each registered section of `raw` parsed on top (`key: true` is
     `{enabled: true}`); every problem is added to `errors`."""
     out = dict(base.sections)

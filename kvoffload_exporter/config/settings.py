@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
+from kvoffload_exporter import redact
 from kvoffload_exporter.config.credentials import Auth, BasicAuth, BearerToken, target_auth
 from kvoffload_exporter.config.limits import Limits, limits_from_mapping
 from kvoffload_exporter.config.schema import (
@@ -42,6 +43,9 @@ from kvoffload_exporter.redact import Scrubber, redact_url
 
 log = logging.getLogger("kvoffload.config")
 DEFAULT_LISTEN = "127.0.0.1:9466"
+MIN_CONNECTIONS = 8
+"""Fewer connection slots serve nothing: the reserve for addresses answered before takes two (or an
+eighth), and the shared rest must hold a scrape and a `/probe` or two."""
 MAX_POLLS_PER_WINDOW = 100_000  # points of history per target: bounds memory
 
 
@@ -118,7 +122,7 @@ class Config:
         "listen address",
         flag="--web.listen-address",
         old="--listen",
-        demo_flag="--listen",  # demo's own flag (its help), named here for its errors
+        demo_flag=True,  # demo offers it as serve spells it
         metavar="HOST:PORT",
     )
     telemetry_path: str = setting(
@@ -130,7 +134,7 @@ class Config:
         "seconds between polls of each target",
         flag="--poll.interval",
         old="--poll-interval",
-        demo_flag="--poll-interval",
+        demo_flag=True,
         metavar="SECONDS",
     )
     window: float = setting(
@@ -139,7 +143,7 @@ class Config:
         "sliding window for ratios and state",
         flag="--state.window",
         old="--window",
-        demo_flag="--window",
+        demo_flag=True,
         metavar="DURATION",
     )
     timeout: float = setting(
@@ -148,7 +152,7 @@ class Config:
         "per-poll timeout",
         flag="--poll.timeout",
         old="--timeout",
-        demo_flag="--timeout",
+        demo_flag=True,
         metavar="SECONDS",
     )
     max_body_bytes: int = setting(16 * 1024 * 1024, integer(1024, 1 << 31), "cap on one /metrics body")
@@ -159,7 +163,7 @@ class Config:
         key="host.enabled",
         flag="--[no-]collector.host",
         old="--no-host",
-        demo_flag="--no-host",
+        demo_flag=True,
         action="switch",
     )
     proc_root: str = setting("/proc", file_path, "procfs root", key="host.proc_root")
@@ -172,7 +176,7 @@ class Config:
         key="gpu.enabled",
         flag="--[no-]collector.gpu",
         old="--no-gpu",
-        demo_flag="--no-gpu",
+        demo_flag=True,
         action="switch",
     )
     sections: tuple[tuple[str, object], ...] = field(default_factory=default_sections)  # plugins' settings
@@ -200,7 +204,7 @@ class Config:
     )
     web_max_connections: int = setting(
         256,
-        integer(1, 100_000),
+        integer(MIN_CONNECTIONS, 100_000),
         "client connections open at once; more are closed at once (counted)",
         key="web.max_connections",
     )
@@ -257,10 +261,19 @@ def _finish_target(t: TargetConfig, where: str, errors: list[str]) -> TargetConf
     path = parts.path.rstrip("/")
     url = urlunsplit((parts.scheme, hostport, path, "", ""))
     if path.endswith("/metrics"):
-        url = url[: -len("/metrics")]
+        url, path = url[: -len("/metrics")], path[: -len("/metrics")]
         log.warning("target %s: the URL ends in /metrics; using %s as the base URL", redact_url(t.url), url)
+    if path.endswith("/v1"):  # the OpenAI base URL, as clients know it: vLLM serves /metrics at its root
+        url = url[: -len("/v1")]
+        log.warning("target %s: the URL ends in /v1; using %s as the base URL", redact_url(t.url), url)
     auth = target_auth(userinfo, t.username, t.password_file, t.bearer_token_file, where, errors)
     extras = [urlsplit(u) for u in t.extra_metrics_urls]  # userinfo leaves each URL, as for the target's
+    for e in extras:
+        if e.password and redact.too_short(unquote(e.password)):
+            errors.append(
+                f"{where} password in an extra_metrics_urls url has {len(unquote(e.password))} characters, "
+                f"fewer than {redact.MIN_SECRET}: too short to be removed safely from what the target answers"
+            )
     return replace(
         t,
         url=url,
@@ -342,7 +355,7 @@ def check(cfg: Config) -> None:
         errors.append(f"window: {seconds_text(cfg.window)} must cover at least two poll intervals ({poll})")
     if cfg.window > cfg.poll_interval * MAX_POLLS_PER_WINDOW:  # history is kept per target
         errors.append(f"window: must not cover more than {MAX_POLLS_PER_WINDOW} poll intervals")
-    if cfg.telemetry_path in ("/", "/healthz", "/probe", "/-/healthy", "/-/ready"):
+    if cfg.telemetry_path in ("/", "/healthz", "/probe", "/-/healthy", "/-/ready", "/-/reload"):
         errors.append(f"telemetry_path: {cfg.telemetry_path} is taken by the exporter itself")
     check_sections(cfg, errors)
     if errors:

@@ -91,9 +91,15 @@ def load(path: str) -> WebConfig:
     try:
         node = compose(read_capped(path, MAX_WEB_CONFIG_BYTES, "web config"), name)
         raw = construct(node, name)
+        lines = key_lines(node)
     except YamlError as e:
         raise WebConfigError(str(e)) from None
-    cfg = from_mapping(raw, os.path.dirname(os.path.abspath(path)), name, key_lines(node))
+    except RecursionError:  # key_lines walks the tree: a 999-deep file
+        raise WebConfigError(f"{name}: nested too deeply") from None
+    try:
+        cfg = from_mapping(raw, os.path.dirname(os.path.abspath(path)), name, lines)
+    except RecursionError:
+        raise WebConfigError(f"{name}: nested too deeply") from None
     if cfg.users and cfg.ssl_context is None:
         log.warning("%s: basic auth without tls_server_config: passwords cross the network in clear text", name)
     return cfg

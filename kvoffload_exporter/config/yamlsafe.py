@@ -86,7 +86,7 @@ def _refuse_duplicate_keys(node: Node | None, where: str) -> None:
         n = stack.pop()
         if isinstance(n, MappingNode):
             seen: dict[str, int] = {}
-            for k, v in n.value:
+            for k, v in _with_merged(n.value):
                 if isinstance(k, ScalarNode):
                     line = k.start_mark.line + 1
                     if k.value in seen:
@@ -98,10 +98,44 @@ def _refuse_duplicate_keys(node: Node | None, where: str) -> None:
             stack += n.value
 
 
+def _with_merged(pairs: list[tuple[Node, Node]]) -> list[tuple[Node, Node]]:
+    """A mapping's pairs with those of a YAML merge key (`<<: {targets: ...}`) among them: a key merged in
+    and written again is as much a duplicate as one written twice (the merged one would be dropped)."""
+    out: list[tuple[Node, Node]] = []
+    for k, v in pairs:
+        if isinstance(k, ScalarNode) and k.tag == "tag:yaml.org,2002:merge":
+            merged = v.value if isinstance(v, SequenceNode) else [v]
+            out += [p for m in merged if isinstance(m, MappingNode) for p in m.value]
+        else:
+            out.append((k, v))
+    return out
+
+
+_MAX_DIGITS = 4000
+"""Python refuses to read an integer of more than 4,300 digits (sys.get_int_max_str_digits)."""
+
+
+def _long_number(node: Node | None) -> int | None:
+    """The line of an integer scalar too long to read, else None (walked without recursion)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ScalarNode) and len(n.value) > _MAX_DIGITS and n.tag == "tag:yaml.org,2002:int":
+            return int(n.start_mark.line) + 1
+        if isinstance(n, MappingNode):
+            stack += [x for pair in n.value for x in pair]
+        elif isinstance(n, SequenceNode):
+            stack += n.value
+    return None
+
+
 def construct(node: Node | None, where: str) -> object:
     """The Python value of a composed node (safe types only)."""
     if node is None:
         return None
+    line = _long_number(node)
+    if line is not None:
+        raise YamlError(f"{where} line {line}: a number of more than {_MAX_DIGITS} digits")
     loader = _Loader("")
     try:
         return loader.construct_document(node)

@@ -45,6 +45,7 @@ def _r(v: float | None) -> float | None:
     return None if v is None or v - v != 0.0 else round(v, 6)
 
 
+# Any: a JSON document whose engine rows carry one key per Signal (`_FIELDS`), read back by inspect and check.
 def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
     """The `--json` document (also used by tests and `check`); `before` None: one dump, whose cumulative
     counters are reported without a state (a state is a claim about a window, and one dump has none)."""
@@ -52,6 +53,7 @@ def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
     derived = interval(before, after)
     for e in after.engines:
         d: EngineDerived = derived[e.key]
+        # Any: an engine row: a key per Signal of `_FIELDS`, and nested facts
         row: dict[str, Any] = {"model_name": e.model_name, "engine": e.engine}
         for k, _ in _FIELDS:
             row[k] = _finite(d.deltas.get(k))
@@ -82,6 +84,7 @@ def report(before: Snapshot | None, after: Snapshot) -> dict[str, Any]:
     }
 
 
+# Any: the engine rows of `report`
 def second_endpoint_missing(after: Snapshot, engines: list[dict[str, Any]]) -> str | None:
     """Why a file shows prefix hits from outside but no offload counters: the backend keeps them on a second
     endpoint (Dynamo KVBM, the LMCache MP server) whose dump was not joined with `+`. None otherwise."""
@@ -102,7 +105,7 @@ def second_endpoint_missing(after: Snapshot, engines: list[dict[str, Any]]) -> s
     return None
 
 
-def _evidence(d: EngineDerived) -> list[dict[str, Any]]:
+def _evidence(d: EngineDerived) -> list[dict[str, object]]:
     """Evidence series in the one schema: deltas for cumulative signals, last values for the others."""
     rows = [(k, v, True) for k, v in d.evidence.items()] + [(k, v, False) for k, v in d.evidence_gauges.items()]
     return [

@@ -162,7 +162,7 @@ def _summed(derived: Mapping[EngineKey, EngineDerived]) -> tuple[dict[Signal, fl
     return deltas, by_source
 
 
-# `doc`: the check document (canary/check/document.py types it): derive sits below canary and cannot import it.
+# Any: the check document (canary/check/document.py types it): derive sits below canary and cannot import it.
 def check_recommendation(doc: Mapping[str, Any], before: str | None, after: str | None) -> CheckRecommendation | None:
     """`check`'s `recommendation` key over the check's own run (its canary traffic, between the scrapes
     `before` and `after`): the prefill cost from the control path, else from the engine's counters.

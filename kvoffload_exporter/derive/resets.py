@@ -11,15 +11,37 @@ each evidence series to the body that declared it (ingest.exposition.join_source
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from kvoffload_exporter.ingest.backends.schema import Evidence, EvidenceKey
-from kvoffload_exporter.ingest.snapshot import EngineSignals
-
-if TYPE_CHECKING:
-    from kvoffload_exporter.derive.window import Totals
+from kvoffload_exporter.ingest.snapshot import EngineSignals, Signal
 
 K = TypeVar("K", bound=Hashable)
+
+
+class Totals(Protocol):
+    """What these functions read of an engine's running totals (derive.window.Totals)."""
+
+    @property
+    def raw(self) -> Mapping[Signal, float]: ...
+
+    @property
+    def raw_by_source(self) -> Mapping[str, float]: ...
+
+    @property
+    def evidence(self) -> Mapping[EvidenceKey, float]: ...
+
+    @property
+    def raw_evidence(self) -> Mapping[EvidenceKey, float]: ...
+
+    @property
+    def evidence_store_base(self) -> Mapping[EvidenceKey, float]: ...
+
+    @property
+    def forgiven(self) -> frozenset[EvidenceKey]: ...
+
+    @property
+    def origin(self) -> Mapping[EvidenceKey, int]: ...
 
 
 def stores(evidence: Mapping[EvidenceKey, float]) -> dict[EvidenceKey, float]:

@@ -148,11 +148,13 @@ def _evidence_labels(lb: Mapping[str, str], k: EvidenceKey) -> dict[str, str]:
         return {**lb, "tier": k.tier}
     if k.signal in _TIER_DIRECTION:
         return {**lb, "tier": k.tier, "direction": k.detail}
+    if k.signal == Evidence.ACTIVE_JOBS:
+        return {**lb, "tier": k.tier, "kind": k.detail}
     if k.signal in (Evidence.OPERATION_SECONDS, Evidence.OPERATIONS):
         return {**lb, "operation": k.detail}
     if k.signal == Evidence.TRANSFER_FAILED:
         return {**lb, "connector": k.connector, "kind": k.detail}
-    if k.signal == Evidence.INTEGRITY:
+    if k.signal in (Evidence.INTEGRITY, Evidence.RESIDENCY_SECONDS, Evidence.RESIDENCY_SAMPLES):
         return {**lb, "kind": k.detail}
     out = {**lb, "tier": k.tier, "connector": k.connector}
     if k.signal == Evidence.DROPPED:

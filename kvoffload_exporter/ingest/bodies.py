@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from kvoffload_exporter.ingest.backends.resolve import FAMILIES as READ
 from kvoffload_exporter.ingest.families import canonical
 
 
@@ -24,15 +25,18 @@ _HEAD = re.compile(r"^(?:# TYPE )?([A-Za-z_:][A-Za-z0-9_:]*)", re.M)
 _PARTS = ("_bucket", "_sum", "_count", "_created", "_gsum", "_gcount")
 
 
-def body_families(body: str) -> frozenset[str]:
+def body_families(body: str, wanted: frozenset[str] = READ) -> frozenset[str]:
     """The canonical family names one body declares (TYPE lines and sample names, histogram parts
-    folded onto their family): which families an extra endpoint contributed to a joined read."""
+    folded onto their family) among `wanted` (the families the backend tables read: a hostile body
+    inventing names holds no memory here): which families an extra endpoint contributed to a joined read."""
     out: set[str] = set()
     for name in _HEAD.findall(body):
-        out.add(canonical(name))
+        fam = canonical(name)
+        if fam in wanted:
+            out.add(fam)
         for part in _PARTS:
-            if name.endswith(part):
-                out.add(canonical(name[: -len(part)]))
+            if name.endswith(part) and (fam := canonical(name[: -len(part)])) in wanted:
+                out.add(fam)
     return frozenset(out)
 
 

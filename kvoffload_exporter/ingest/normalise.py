@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.ingest import backends, histplan
-from kvoffload_exporter.ingest.exposition import LimitError, LineCache, Sample
+from kvoffload_exporter.ingest.exposition import LimitError, LineCache, ParseError, Sample
 from kvoffload_exporter.ingest.families import ALIASES
 from kvoffload_exporter.ingest.families import HISTOGRAMS as _TYPED_HISTOGRAMS
 from kvoffload_exporter.ingest.families import OFFLOAD_PREFIX as _OFFLOAD_FAMILY_PREFIX
@@ -77,6 +77,8 @@ def normalise(
     line_cap = _LINE_FACTOR * max_len + 1024
     reader, key = _labels_reader(max_len, scrub), (max_len, scrub) if scrub else max_len
     samples, typed = read_spelled(text, _SELECTORS, reader, lim.sample_limit, line_cap, cache, key)
+    if cache is None or not cache.plan.hit:  # a replayed plan has the series of a body that passed this
+        _refuse_reordered(samples, cache)
     if cache is None:
         return _snapshot(samples, typed, lim, origins=origins)[0]
     last, slot = cache.last, cache.plan
@@ -192,6 +194,23 @@ def _snapshot(
         sources=fixed.sources,
     )
     return snap, fixed
+
+
+def _refuse_reordered(samples: Sequence[Sample], cache: LineCache | None) -> None:
+    """A series repeated with its labels in another order is the same series (Prometheus refuses the
+    scrape); summed, it would double the engine's counters. Series with `pid` (multiprocess mode, summed on
+    purpose) and Ray Serve's (`ReplicaId`: its `WorkerId` is dropped) are left out. Only a read that did
+    not replay a line plan pays for this (one sorted tuple per sample); the plan of a refused body is dropped."""
+    seen: set[object] = set()
+    for fam, sfx, (key, rest, pid, _), _ in samples:
+        if pid or "/" in key[1]:
+            continue
+        ident = (fam, sfx, key, tuple(sorted(rest)) if len(rest) > 1 else rest)
+        if ident in seen:
+            if cache is not None:
+                cache.plan.plan = None
+            raise ParseError(f"duplicate series (the same labels in another order): {fam}{sfx} of {key[0]!r}")
+        seen.add(ident)
 
 
 def _fold(

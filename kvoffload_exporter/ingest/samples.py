@@ -14,6 +14,7 @@ from typing import Any
 from kvoffload_exporter.ingest.exposition import Labels, LimitError, ParseError, parse_float, parse_labels
 from kvoffload_exporter.ingest.interning import held
 from kvoffload_exporter.ingest.snapshot import Histogram
+from kvoffload_exporter.redact import REDACTED
 
 SplitLabels = tuple[tuple[str, str], Labels, bool, float | None]
 
@@ -135,6 +136,33 @@ _CACHED_TEXT = 1024
 """Label texts up to this length are cached by `_split`; longer ones are split each time."""
 
 
+def _across_values(text: str, scrub: Callable[[str], str]) -> str:
+    """`text` with every value that holds part of a secret split over adjacent label values
+    (`model_name="sk-abc",engine="def123"`) replaced by `<redacted>`: the values are joined and searched
+    once; only when that finds something are the shortest runs of values that hold it looked for."""
+    pairs = parse_labels(text)
+    if len(pairs) < 2:
+        return text
+    values = [v for _, v in pairs]
+    joined = "".join(values)
+    if scrub(joined) == joined:
+        return text
+    hidden: set[int] = set()
+    for i in range(len(values) - 1):
+        for j in range(i + 2, len(values) + 1):  # runs of two values or more: one alone was searched already
+            run = "".join(values[i:j])
+            if scrub(run) != run:
+                rest = "".join(values[i + 1 : j])
+                if scrub(rest) == rest:  # the run needs values[i]: the secret starts in it
+                    hidden.update(range(i, j))
+                break
+    return ",".join(f'{k}="{REDACTED if n in hidden else _escape(v)}"' for n, (k, v) in enumerate(pairs))
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def labels_reader(max_len: int, scrub: Callable[[str], str] | None = None) -> Callable[[str], SplitLabels]:
     """`_split`, refusing any label value longer than `max_len` (a 3.5 MB `model_name` would be
     copied into every derived series). Only label texts longer than the cap need the check.
@@ -147,7 +175,7 @@ def labels_reader(max_len: int, scrub: Callable[[str], str] | None = None) -> Ca
                 if len(v) > max_len:
                     raise LimitError("label_limit", f"label {k} is {len(v)} characters long (limit {max_len})")
         if scrub is not None:
-            text = scrub(text)
+            text = _across_values(scrub(text), scrub)
         # Long label texts are not cached: 4096 of them could otherwise pin ~130 MiB.
         return _split(text) if len(text) <= _CACHED_TEXT else _split.__wrapped__(text)
 

@@ -34,7 +34,7 @@ class Lifecycle:
     """`POST /-/reload` (exporter-toolkit's lifecycle API): None until `serve --web.enable-lifecycle` hands
     in the same reload SIGHUP runs; it answers whether the reload was applied."""
 
-    reload: Callable[[], Awaitable[bool]] | None = None
+    reload: Callable[[], Awaitable[tuple[bool, str]]] | None = None  # (all parts applied, the answer)
 
 
 EXPORTER = web.AppKey("exporter", Exporter)
@@ -97,15 +97,27 @@ async def _healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
 
+def _cross_site(request: web.Request) -> bool:
+    """A browser's request from another page (CSRF): an `Origin` other than this host, or `Sec-Fetch-Site`
+    other than same-origin/none (browsers send both on a cross-origin form post). Without a web config
+    nothing else stops a page the operator visits from reloading the exporter; curl's and scripts'
+    `POST /-/reload` carry neither."""
+    origin = request.headers.get("Origin")
+    if origin is not None and origin.partition("://")[2] != request.host:
+        return True
+    return request.headers.get("Sec-Fetch-Site", "none") not in ("same-origin", "none")
+
+
 async def _reload(request: web.Request) -> web.Response:
-    """The SIGHUP reload over HTTP, only with --web.enable-lifecycle; 200 when applied, 500 when the files were
-    refused (the running configuration is kept, as on SIGHUP)."""
+    """The SIGHUP reload over HTTP, only with --web.enable-lifecycle: 200 when every part applied, 500 when a
+    file was refused (its running part is kept, as on SIGHUP); one answer line per part (targets, web config)."""
     reload = request.app[LIFECYCLE].reload
     if reload is None:
         return web.Response(status=403, text="lifecycle APIs are not enabled (serve --web.enable-lifecycle)\n")
-    if await reload():
-        return web.Response(text="reloaded\n")
-    return web.Response(status=500, text="reload failed: the running configuration is kept (see the log)\n")
+    if _cross_site(request):
+        return web.Response(status=403, text="cross-origin reload refused (send it without a browser)\n")
+    ok, text = await reload()
+    return web.Response(status=200 if ok else 500, text=text)
 
 
 async def _ready(request: web.Request) -> web.Response:

@@ -8,6 +8,11 @@ them all from Prometheus and the kubelet.
 - A reserve of the slots (`reserve`, an eighth) is kept for trusted addresses: those that were answered
   with a success before (authenticated, when basic auth is on), remembered in `GuardStats.trusted`.
   Everything else shares the rest, so fifty addresses filling it leave room for the scrapers seen before.
+- Fair per address in the reserve: once the open connections reach the reserve, a trusted address is
+  admitted only while it holds fewer connections than the mean of the addresses that hold any (one that
+  holds none always qualifies). A few addresses answered once (any address is, without basic auth) that
+  open a quarter of the slots each therefore fill the shared room but not the reserve: Prometheus and the
+  kubelet, holding none, still get in.
 - When even that is full, an address that holds no slot may still ask `/healthz`: a small lane
   (`HEALTHZ_LANE` connections, one per address, `HEALTHZ_TIMEOUT` to send its request line) answers it
   without aiohttp, or 503 for anything else. Only without basic auth and TLS (else `/healthz` needs them).
@@ -50,6 +55,8 @@ class Slots:
         room, pending = (self.max, self.per_client) if trusted else (self.max - self.reserve, MAX_PENDING_PER_CLIENT)
         if self.pending.get(peer, 0) >= pending or self.per_peer.get(peer, 0) >= self.per_client:
             return Admit.REFUSE
+        if trusted and self.open >= self.max - self.reserve and not self._below_mean(peer):
+            room = 0  # the reserve is for the addresses that hold the least, not for the biggest holders
         if self.open < room:
             self.open += 1
             self.per_peer[peer] = self.per_peer.get(peer, 0) + 1
@@ -59,6 +66,10 @@ class Slots:
             self.lane[peer] = 1
             return Admit.HEALTHZ
         return Admit.REFUSE
+
+    def _below_mean(self, peer: str) -> bool:
+        held = self.per_peer.get(peer, 0)
+        return held == 0 or held * len(self.per_peer) < self.open
 
     def headers_done(self, peer: str) -> None:
         _drop(self.pending, peer)

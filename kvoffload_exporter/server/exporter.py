@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 
 import aiohttp
@@ -54,6 +53,22 @@ class Exporter:
     def render(self) -> None:
         """Something changed: a later scrape merges again (the name is kept for callers that used it)."""
         self.cache.changed()
+
+    def report_collector(self, name: str, ok: bool, seconds: float) -> None:
+        """A collector's last run: whether it succeeded and how long it took (kvoffload_exporter_collector_*)."""
+        self.collectors[name] = (ok, seconds)
+        self.render()
+
+    def host_read(self, host: HostMemory | None, ok: bool, seconds: float) -> None:
+        self.host = host
+        self.report_collector("host", ok, seconds)
+
+    def gpu_read(self, gpu: tuple[GpuMemory, ...] | None, ok: bool, seconds: float) -> None:
+        self.gpu = gpu
+        self.report_collector("gpu", ok, seconds)
+
+    def all_polled(self) -> None:
+        self.ready = True
 
     def add_collector(self, collector: Collector) -> None:
         """Render `collector`'s samples on every exposition from now on, after the built-in ones."""
@@ -113,7 +128,7 @@ class Exporter:
             old.pop(tc) if tc in kept else TargetPoller(tc, config, self.clock, self.timer) for tc in config.targets
         ]
         for t in [*(t for t in self.targets if t.cfg in kept), *self.probed.values()]:
-            t.config, t.history = config, deque(t.history, maxlen=config.history_len)
+            t.reconfigure(config)
         self.scheduler.reschedule(kept, restart, old)  # what is left in `old` was removed
         for hook in self.reload_hooks:
             hook()

@@ -59,9 +59,14 @@ class ListenLimits:
         )
         return replace(self, max_connections=max(8, soft // 2))
 
+    # Any: keyword arguments of aiohttp's AppRunner, each its own type
     def runner_kwargs(self, guards: GuardStats) -> dict[str, Any]:
-        """aiohttp's own caps and a logger that turns parse errors into one counted DEBUG line."""
+        """aiohttp's own caps and a logger that turns parse errors into one counted DEBUG line. A request
+        whose client went away is cancelled (`handler_cancellation`): an abandoned `/probe` stops waiting for
+        a probe slot, and its poll stops, instead of holding the slot for the probes that still wait."""
         return {
+            "handler_cancellation": True,
+            "shutdown_timeout": SHUTDOWN_TIMEOUT,
             "max_line_size": 8190,
             "max_field_size": 8190,
             "max_headers": 64,
@@ -288,6 +293,11 @@ class _Guard(asyncio.Protocol):
             self.site.slots.release(self.peer, self._pending)
             self.site.guards.connections = self.site.slots.open
             self.site.open.discard(self)
+
+
+SHUTDOWN_TIMEOUT = 4.0
+"""Seconds a SIGTERM waits for requests in flight (a `/probe` polling a slow target, a `POST /-/reload`)
+before they are cancelled; aiohttp's default is 60, past Kubernetes' 30 s grace (then SIGKILL)."""
 
 
 class GuardedSite(web.SockSite):

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from kvoffload_exporter.config.flags import add_flags, overrides
 from kvoffload_exporter.config.schema import ConfigError, apply, choice, setting
-from kvoffload_exporter.redact import redact_url
+from kvoffload_exporter.redact import redact_url, scrub
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -36,7 +36,7 @@ class LogSettings:
         "log level",
         flag="--log.level",
         old="--log-level",
-        demo_flag=("--log-level", "--log.level"),
+        demo_flag=True,
         metavar="LEVEL",
     )
     format: str = setting(
@@ -44,7 +44,7 @@ class LogSettings:
         choice("text", "logfmt", "json"),
         "log line format",
         flag="--log.format",
-        demo_flag="--log.format",
+        demo_flag=True,
         metavar="FORMAT",
     )
 
@@ -74,8 +74,20 @@ def fields(record: logging.LogRecord) -> dict[str, object]:
     for k in FIELDS:
         v = getattr(record, k, None)
         if v is not None:
-            out[k] = redact_url(v) if k == "url" and isinstance(v, str) else v
+            v = redact_url(v) if k == "url" and isinstance(v, str) else v
+            out[k] = scrub(v) if isinstance(v, str) else v
     return out
+
+
+def message(record: logging.LogRecord) -> str:
+    """The record's message without any secret the process knows, in any spelling (redact.scrub): the
+    last guard at the log's exit, whatever a line quotes (an HTTP error, a redirect, a label)."""
+    return scrub(record.getMessage())
+
+
+class _Formatter(logging.Formatter):
+    def formatException(self, ei: object) -> str:
+        return scrub(super().formatException(ei))  # type: ignore[arg-type]
 
 
 def _base(record: logging.LogRecord) -> dict[str, object]:
@@ -83,22 +95,22 @@ def _base(record: logging.LogRecord) -> dict[str, object]:
         "ts": timestamp(record),
         "level": record.levelname.lower(),
         "logger": record.name,
-        "msg": record.getMessage(),
+        "msg": message(record),
         **fields(record),
     }
 
 
-class TextFormatter(logging.Formatter):
+class TextFormatter(_Formatter):
     """`<ts> LEVEL logger: message`, control characters escaped (a traceback keeps its lines)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{timestamp(record)} {record.levelname} {record.name}: {escape(record.getMessage())}"
+        line = f"{timestamp(record)} {record.levelname} {record.name}: {escape(message(record))}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
 
 
-class LogfmtFormatter(logging.Formatter):
+class LogfmtFormatter(_Formatter):
     def format(self, record: logging.LogRecord) -> str:
         doc = _base(record)
         if record.exc_info:
@@ -115,7 +127,7 @@ def _logfmt_value(v: object) -> str:
     return '"' + escape(s.replace("\\", "\\\\").replace('"', '\\"')) + '"'
 
 
-class JsonFormatter(logging.Formatter):
+class JsonFormatter(_Formatter):
     """One JSON object per line (json escapes control characters itself)."""
 
     def format(self, record: logging.LogRecord) -> str:

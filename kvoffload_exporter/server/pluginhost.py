@@ -27,8 +27,7 @@ class ExporterHost:
         self._exp.add_collector(collector)
 
     def report_collector(self, name: CollectorName, ok: bool, duration: float) -> None:
-        self._exp.collectors[name] = (ok, duration)
-        self._exp.render()
+        self._exp.report_collector(name, ok, duration)
 
     def spawn(self, task: Awaitable[None]) -> None:
         self._exp.scheduler.add_task(task)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import suppress
 from typing import TYPE_CHECKING, Protocol
 
@@ -30,20 +30,32 @@ log = logging.getLogger("kvoffload.poller")
 
 
 class Fleet(Protocol):
-    """What the scheduler drives (the Exporter): its targets, and where the host and GPU readings go."""
+    """What the scheduler drives (the Exporter): it reads the configuration, the pollers and the self-stats,
+    and hands every reading over through a call, never by writing the fleet's fields."""
 
-    config: Config
-    targets: list[TargetPoller]
-    probed: dict[str, TargetPoller]
-    stats: SelfStats
-    host: HostMemory | None
-    gpu: tuple[GpuMemory, ...] | None
-    collectors: dict[str, tuple[bool, float]]
-    ready: bool
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def targets(self) -> list[TargetPoller]: ...
+
+    @property
+    def probed(self) -> Mapping[str, TargetPoller]: ...
+
+    @property
+    def stats(self) -> SelfStats: ...
 
     def render(self) -> None:
         """Something changed."""
-        ...
+
+    def host_read(self, host: HostMemory | None, ok: bool, seconds: float) -> None:
+        """The host collector's reading (None when it failed) and how long it took."""
+
+    def gpu_read(self, gpu: tuple[GpuMemory, ...] | None, ok: bool, seconds: float) -> None:
+        """The GPU collector's reading (None when it failed or is unavailable) and how long it took."""
+
+    def all_polled(self) -> None:
+        """Every configured target was polled once: the fleet is ready."""
 
 
 class Scheduler:
@@ -89,8 +101,8 @@ class Scheduler:
             await asyncio.sleep(due - now)
 
     def _check_ready(self) -> None:
-        if not self.fleet.ready and all(t.polls for t in self.fleet.targets):
-            self.fleet.ready = True
+        if all(t.polls for t in self.fleet.targets):
+            self.fleet.all_polled()
 
     def mark_stale(self) -> None:
         """Every target (configured or probed) whose last poll is too old is served as down, now."""
@@ -120,14 +132,13 @@ class Scheduler:
         fleet = self.fleet
         while True:
             started = self.timer()
+            host: HostMemory | None
             try:
-                fleet.host = await asyncio.to_thread(self._read_host)
-                ok = True
+                host, ok = await asyncio.to_thread(self._read_host), True
             except Exception as e:  # a broken /proc or psutil must not stop the vLLM collector
                 log.warning("host collector failed: %s", e)
-                fleet.host, ok = None, False
-            fleet.collectors["host"] = (ok, self.timer() - started)
-            fleet.render()
+                host, ok = None, False
+            fleet.host_read(host, ok, self.timer() - started)
             await asyncio.sleep(fleet.config.poll_interval)
 
     async def _gpu_loop(self) -> None:
@@ -139,20 +150,18 @@ class Scheduler:
             await asyncio.to_thread(nvml.start)
         except GpuUnavailable as e:
             log.warning("GPU collector disabled: %s", e)  # reported once; the rest keeps working
-            fleet.collectors["gpu"] = (False, 0.0)
-            fleet.render()
+            fleet.gpu_read(None, False, 0.0)
             return
         self._nvml = nvml
         while True:
             started = self.timer()
+            gpu: tuple[GpuMemory, ...] | None
             try:
-                fleet.gpu = await asyncio.to_thread(nvml.read)
-                ok = True
+                gpu, ok = await asyncio.to_thread(nvml.read), True
             except GpuUnavailable as e:
                 log.warning("GPU read failed: %s", e)
-                fleet.gpu, ok = None, False
-            fleet.collectors["gpu"] = (ok, self.timer() - started)
-            fleet.render()
+                gpu, ok = None, False
+            fleet.gpu_read(gpu, ok, self.timer() - started)
             await asyncio.sleep(fleet.config.poll_interval)
 
     def start(self, session: aiohttp.ClientSession) -> None:

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import aiohttp
 
+from kvoffload_exporter import redact
 from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.derive import convoy, history
 from kvoffload_exporter.derive import window as derive
@@ -26,7 +27,7 @@ from kvoffload_exporter.ingest.bodies import join_sources
 from kvoffload_exporter.ingest.exposition import LineCache, ParseError
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.snapshot import EngineKey, Snapshot
-from kvoffload_exporter.redact import origin, redact_url
+from kvoffload_exporter.redact import Scrubber, origin, redact_url
 from kvoffload_exporter.server.logbudget import BOUNDS, LogBudget, clip, held_back
 from kvoffload_exporter.sources.vllm_http import (
     BODY_BUDGET,
@@ -55,6 +56,11 @@ CHURN_SLACK = 2
 engine) keys, and never more than CHURN_FACTOR × `engine_limit`: room for every engine to be replaced
 once within the window (a model renamed, engines scaled), not for a new key on every poll (each one a
 packed layout of its own, its label values with it; a point without today's keys is no window start)."""
+
+
+CLOCK_STEP = 1.0
+"""Seconds the wall clock may run ahead of the monotonic clock between two polls before it counts as a step
+(an operator's `date -s` a day forward): a window must not cover a day of time that was never polled."""
 
 
 STALE_POLLS = 3.0
@@ -90,15 +96,33 @@ class TargetPoller:
         self._version_checked = 0.0
         self.logs = logs or LogBudget(timer=timer)  # one WARNING per failure kind per interval
         self._keys: frozenset[EngineKey] | None = None  # the engines of the last good poll
-        self._held: Counter[EngineKey] = Counter()  # engine key -> points of `_held_of` holding it
-        self._held_of = self.history
+        self._held: Counter[EngineKey] = Counter()  # engine key -> points of `history` holding it
         self.extra_errors: dict[str, int] | None = {} if cfg.extra_metrics_urls else None
         self.canary: CanaryFacts | None = None  # from a plugin (ExporterHost.report_facts): refines the reasons
         self._lines = LineCache()  # the series this target sent before, read with one lookup each
-        self.scrub = cfg.scrubber() or None  # its own credentials, removed from whatever it answers
+        self._scrub: tuple[int, Scrubber | None] = (-1, None)
+        self.scrub  # noqa: B018  # built now: its credentials are known to every exit before the first poll
         self.polled = asyncio.Event()  # set once the first poll finished (a /probe of a new target waits)
         self._skew = 0.0  # added to clock() after it stepped back, so history time never does
         self._last_now: tuple[float, float] | None = None  # (history time, timer()) of the last poll
+
+    @property
+    def scrub(self) -> Scrubber | None:
+        """Its own credentials and the process's shared secrets (the canary's API key), removed from
+        whatever it answers; rebuilt when a shared secret became known after this poller was made."""
+        if self._scrub[0] != redact.generation():
+            self._scrub = (redact.generation(), self.cfg.scrubber() or None)
+        return self._scrub[1]
+
+    def _version_warning(self, reason: str, detail: str) -> None:
+        """A `/version` redirect to another origin: one line per interval (the log budget), scrubbed."""
+        detail = clip(self.scrub(detail) if self.scrub is not None else detail)
+        let, before = self.logs.allow(("version", reason))
+        if let:
+            url = redact_url(self.cfg.url) + "/version"
+            fields = {"target": self.cfg.label, "reason": reason, "url": url, "error": detail}
+            msg = "target %s (%s): %s: %s%s"
+            log.warning(msg, self.cfg.label, url, reason, detail, held_back(before), extra=fields)
 
     def _parse(self, text: str, now: float, origins: Origins | None = None) -> Parsed:
         """CPU-bound part of a poll; a large body's runs in a worker thread (INLINE_PARSE_BYTES)."""
@@ -128,9 +152,10 @@ class TargetPoller:
         self, session: aiohttp.ClientSession, now: float, version: str | None, hold: Reservation
     ) -> tuple[str, list[str | None], str | None]:
         if version is None or now - self._version_checked > 300:  # /version can change on upgrade
-            version = await fetch_version(session, self.cfg.url, self.config.timeout, self.cfg.source_auth()) or version
-            if version is not None and self.scrub is not None and self.scrub(version) != version:
-                version = None  # its own token echoed as a version: `unknown`, never exported
+            auth, warn = self.cfg.source_auth(), self._version_warning
+            version = await fetch_version(session, self.cfg.url, self.config.timeout, auth, warn) or version
+            if version is not None and redact.known()(version) != version:
+                version = None  # a secret echoed as a version: `unknown`, never exported
             self._version_checked = now
         auth = self.cfg.source_auth()
         main = fetch_metrics(session, self.cfg.url, self.config.timeout, self.config.max_body_bytes, auth, hold)
@@ -190,16 +215,25 @@ class TargetPoller:
             log.warning(msg, self.cfg.label, where, e.reason, detail, held_back(before), extra=fields)
 
     def _history_time(self, wall: float, mono: float) -> float:
-        """The time a poll's point is stamped with: the wall clock, except that a step back (NTP, an
-        operator's `date -s`) is replaced by the monotonic time elapsed since the last poll. Windows are
-        differences of these times: a wall clock set back an hour must not make them negative."""
+        """The time a poll's point is stamped with: the wall clock, except that a step (NTP, an operator's
+        `date -s`) back, or forward by more than CLOCK_STEP, is replaced by the monotonic time elapsed since the
+        last poll. Windows are differences of these times: a wall clock set back an hour must not make them
+        negative, nor one set forward a day make a window of a day."""
         if self._last_now is not None:
             last, last_mono = self._last_now
-            if wall + self._skew < last:
-                self._skew = last + max(0.0, mono - last_mono) - wall
+            expected = last + max(0.0, mono - last_mono)
+            if wall + self._skew < last or wall + self._skew > expected + CLOCK_STEP:
+                self._skew = expected - wall  # a step either way: the monotonic time elapsed instead
         now = wall + self._skew
         self._last_now = (now, mono)
         return now
+
+    def reconfigure(self, config: Config) -> None:
+        """A reload's configuration, from the next poll on: the history resized for its window and interval,
+        and the engines it holds counted again for the churn budget."""
+        self.config = config
+        self.history = deque(self.history, maxlen=config.history_len)
+        self._held = Counter(k for m in self.history for k in m.totals)
 
     async def poll_once(self, session: aiohttp.ClientSession) -> float:
         """Poll and rebuild this target's fragment; returns the poll's duration in seconds."""
@@ -276,13 +310,17 @@ class TargetPoller:
         for e in snapshot.engines:
             old = last.get(e.key)
             if old and any(v < old[k] for k, v in e.counters.items() if k in old):
+                let, held = self.logs.allow("engine_restarted")  # a target may restart every poll
+                if not let:
+                    continue
                 model, engine = e.key
                 fields = {"target": self.cfg.label, "model_name": model, "engine": engine}
                 log.info(
-                    "target %s: engine %s/%s restarted (its counters went back)",
+                    "target %s: engine %s/%s restarted (its counters went back)%s",
                     self.cfg.label,
-                    model,
-                    engine,
+                    clip(model),
+                    clip(engine),
+                    held_back(held),
                     extra=fields,
                 )
 
@@ -294,9 +332,6 @@ class TargetPoller:
         if keys != self._keys:  # an engine came or went: the formatted series of the others are garbage
             self._heads.clear()
             self._keys = keys
-        if self._held_of is not self.history:  # a reload gave it a new (resized) history
-            self._held = Counter(k for m in self.history for k in m.totals)
-            self._held_of = self.history
         limits = self.cfg.limits or self.config.limits
         budget = min(CHURN_FACTOR * limits.engine_limit, CHURN_FACTOR * len(keys) + CHURN_SLACK)
         dropped = history.push(self.history, point, self._held, budget)

@@ -6,7 +6,10 @@
 - **A bounded pool.** bcrypt runs in one dedicated thread (never the loop, never the shared pool that
   parses targets); at most `max_pending` checks wait for it, and at most one per client address. Past
   that the answer is 429 at once (`auth_busy`), so a wrong-password flood costs one core at most and a
-  client on another address gets the next check, not the end of a queue.
+  client on another address gets the next check, not the end of a queue. A quarter of the places
+  (`max_pending // 4`, at least one) are kept for addresses that passed a check before (the last 1,024,
+  remembered across reloads): a wrong-password flood from many addresses right after a reload (both
+  caches empty) leaves Prometheus a place to prove its password again.
 - **Caches.** A verified (user, password) pair is remembered by its SHA-256 (LRU, 256 pairs), so a
   scraper pays bcrypt once, not every scrape; a failed pair is remembered too (LRU, 1,024), so one wrong
   password repeated costs one check.
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from kvoffload_exporter import redact
 from kvoffload_exporter.enums import HttpRejectReason
 from kvoffload_exporter.server.guards import GuardStats
 
@@ -39,6 +43,7 @@ log = logging.getLogger("kvoffload")
 
 _OK_CACHE = 256
 _FAILED_CACHE = 1024
+_PASSED = 1024
 _UNAUTHORIZED = {"WWW-Authenticate": 'Basic realm="kvoffload-exporter"'}
 
 
@@ -73,6 +78,8 @@ class AuthGate:
         self.max_pending = max_pending
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcrypt")
         self._pending: dict[str, int] = {}  # peer -> checks waiting or running (0 or 1)
+        self._passed: OrderedDict[str, None] = OrderedDict()  # addresses that passed a check (LRU), kept on reload
+        self.reserve = min(max_pending - 1, max(1, max_pending // 4))
         self.replace(users)
 
     def replace(self, users: Mapping[str, bytes], dummy: bytes | None = None) -> None:
@@ -99,7 +106,8 @@ class AuthGate:
             return True
         if key in self._failed:
             return False
-        if self._pending.get(peer) or sum(self._pending.values()) >= self.max_pending:
+        room = self.max_pending if peer in self._passed else self.max_pending - self.reserve
+        if self._pending.get(peer) or sum(self._pending.values()) >= room:
             return None
         self._pending[peer] = 1
         users, dummy = self.users, self._dummy
@@ -109,6 +117,12 @@ class AuthGate:
             del self._pending[peer]
         if users is not self.users:  # replaced while checking: the answer is for the old users
             return False
+        if ok:
+            redact.register(password)  # a web-config password, known now: every log line and report drops it
+            self._passed[peer] = None
+            self._passed.move_to_end(peer)
+            if len(self._passed) > _PASSED:
+                self._passed.popitem(last=False)
         cache = self._ok if ok else self._failed
         cache[key] = None
         if len(cache) > (_OK_CACHE if ok else _FAILED_CACHE):
@@ -157,12 +171,14 @@ class WebReload:
         except (WebConfigError, OSError, ValueError) as e:
             return e
 
-    def apply(self, parsed: tuple[WebConfig, bytes] | Exception | None) -> None:
+    def apply(self, parsed: tuple[WebConfig, bytes] | Exception | None) -> bool | None:
+        """True when the new file applies, False when it was refused (the running one is kept: the reload
+        reports failure in its HTTP answer and metric), None without a web config."""
         if parsed is None:
-            return
+            return None
         if isinstance(parsed, Exception):
             log.error("web config reload failed, keeping the running one: %s", parsed)
-            return
+            return False
         new, dummy = parsed
         if self.gate is not None:
             self.gate.replace(new.users, dummy)
@@ -175,6 +191,7 @@ class WebReload:
             tls = "; TLS settings reloaded for new connections"
         self.current = new
         log.info("web config reloaded: %d basic-auth user(s)%s", len(new.users), tls)
+        return True
 
 
 __all__ = ["AuthGate", "WebReload", "dummy_hash"]

@@ -14,15 +14,28 @@ tests/fixtures/reconstructed/*. Pure.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from kvoffload_exporter.sim.family import EngineView
 
 BACKENDS = ("native", "simplecpu", "tiering", "lmcache", "mooncake-store", "umbp", "hisparse")
+
+
+@dataclass(frozen=True)
+class Shaping:
+    """The faults a backend's rewrite shows (sim/faults.py) and the vLLM version it writes for."""
+
+    errors: bool = False  # store-errors: every put answered with an error
+    promotion_failures: bool = False  # tiering: the fs tier finds the chunks, every promotion fails
+    load_errors: bool = False  # Mooncake store: the keys are found, every get fails
+    shed: float = 0.5  # tiering: share of cascade writes the slow fs tier drops (backpressure)
+    version: tuple[int, int] = (0, 26)
+
+
 NO_CONNECTOR = frozenset({"hisparse"})
 """Backends that are no offload tier: the simulated engine runs without the OffloadingConnector."""
 _OFFLOAD = ("vllm:kv_offload_", "vllm_kv_offload_")
 FS = "1:fs"
-SHED = 0.5  # share of the fs tier's cascade writes the slow tier drops (backpressure)
 
 
 def _drop_offload(text: str) -> list[str]:
@@ -72,13 +85,13 @@ def _simplecpu(out: list[str], engines: Sequence[EngineView]) -> None:
     _family(out, "vllm:simple_kv_offload_info", "gauge", "SimpleCPUOffloadConnector configuration.", cap)
 
 
-def _tiering(text: str, engines: Sequence[EngineView]) -> list[str]:
+def _tiering(text: str, engines: Sequence[EngineView], how: Shaping) -> list[str]:
     out = text.splitlines()
     chunk = {e.index: e.cfg.chunk_bytes for e in engines}
     written = [(e, e.stats.counter("kv_offload_store_bytes")) for e in engines]
-    cascaded = [(_lb(e, f'tier="{FS}"'), float(int(v * (1 - SHED)))) for e, v in written if v]
+    cascaded = [(_lb(e, f'tier="{FS}"'), float(int(v * (1 - how.shed)))) for e, v in written if v]
     _family(out, "vllm:kv_offload_tiering_write_bytes_total", "counter", "Bytes written to a tier.", cascaded)
-    shed = [(e, v * SHED) for e, v in written if v]
+    shed = [(e, v * how.shed) for e, v in written if v]
     blk = [(_lb(e, f'tier="{FS}"'), float(int(v // (e.cfg.kv_bytes_per_token * e.cfg.block_size)))) for e, v in shed]
     _family(
         out,
@@ -102,7 +115,37 @@ def _tiering(text: str, engines: Sequence[EngineView]) -> list[str]:
         "Active cascade jobs.",
         [(_lb(e, f'tier="{FS}"'), 0.0) for e in engines],
     )
+    _promotions(out, engines, how)
     return out
+
+
+def _promotions(out: list[str], engines: Sequence[EngineView], how: Shaping) -> None:
+    """The fs tier's lookups, hits and failed promotions (vLLM 0.34.0 tiering/spec.py:184-209) and, from 0.34,
+    the deferred release gauge (spec.py:250-259). With `promotion_failures` the engine's tier forgets what it
+    stored (no load), while the fs tier reports finding every chunk asked for and failing to promote it."""
+    chunks = {
+        e.index: float(int(e.stats.counter("external_prefix_cache_queries") // max(1, e.cfg.offload_block_size)))
+        for e in engines
+    }
+    hits = [(_lb(e, f'tier="{FS}"'), chunks[e.index] if how.promotion_failures else 0.0) for e in engines]
+    _family(
+        out,
+        "vllm:kv_offload_tiering_chunk_queries_total",
+        "counter",
+        "Chunk lookup queries to a tier.",
+        [(_lb(e, f'tier="{FS}"'), chunks[e.index]) for e in engines],
+    )
+    _family(out, "vllm:kv_offload_tiering_chunk_hits_total", "counter", "Chunk lookup hits in a tier.", hits)
+    failed = [(lb, float(int(v // 16) + (1 if v else 0))) for lb, v in hits]  # jobs of up to 16 chunks
+    _family(out, "vllm:kv_offload_tiering_promotion_job_failures_total", "counter", "Failed promotion jobs.", failed)
+    if how.version >= (0, 34):
+        _family(
+            out,
+            "vllm:kv_offload_tiering_deferred_release_chunks",
+            "gauge",
+            "Primary-tier chunks of failed promotions whose release is deferred.",
+            [(_lb(e, f'tier="{FS}"'), 0.0) for e in engines],
+        )
 
 
 def _lmcache(out: list[str], engines: Sequence[EngineView]) -> None:
@@ -147,9 +190,10 @@ def _host_as_external(out: list[str]) -> list[str]:
     return moved
 
 
-def _mooncake_store(out: list[str], engines: Sequence[EngineView], errors: bool) -> None:
+def _mooncake_store(out: list[str], engines: Sequence[EngineView], errors: bool, load_errors: bool = False) -> None:
     """One put per stored chunk, one get per loaded chunk, keys = blocks; an existence check before each
-    put. Children appear with their first operation, as vLLM creates them."""
+    put. Children appear with their first operation, as vLLM creates them. With `load_errors` every get
+    fails (status="error", its keys failed: vLLM 0.34.0 store/worker.py:1450-1480), nothing is loaded."""
     calls: list[tuple[str, float]] = []
     keys: list[tuple[str, float]] = []
     size: list[tuple[str, float]] = []
@@ -159,13 +203,14 @@ def _mooncake_store(out: list[str], engines: Sequence[EngineView], errors: bool)
         chunk = max(1, e.cfg.chunk_bytes)
         put, get = e.stats.counter("kv_offload_store_bytes"), e.stats.counter("kv_offload_load_bytes")
         status = "error" if errors else "ok"
-        for op, st, nbytes in (("save_exists", "ok", put), ("save_put", status, put), ("load_get", "ok", get)):
+        got = "error" if load_errors else "ok"
+        for op, st, nbytes in (("save_exists", "ok", put), ("save_put", status, put), ("load_get", got, get)):
             if not nbytes or (errors and op == "load_get"):
                 continue
             lb = _lb(e, f'operation="{op}",status="{st}"')
             calls.append((lb, float(-(-nbytes // chunk))))
             keys.append((lb, float(int(nbytes // block))))
-            if op != "save_exists":
+            if op != "save_exists" and not (op == "load_get" and st == "error"):  # a failed get moved nothing
                 size.append((lb, float(nbytes)))
             if st == "error":
                 failed.append((lb, float(int(nbytes // block))))
@@ -213,9 +258,24 @@ def _hisparse(out: list[str], engines: Sequence[EngineView]) -> None:
     _family(out, "vllm:hisparse_host_cache_usage_perc", "gauge", "HiSparse host KV-cache usage.", usage)
 
 
-def reshape(text: str, backend: str, engines: Sequence[EngineView], errors: bool = False) -> str:
-    """The native body as `backend` would expose the same engine activity (`errors`: the Mooncake store
-    or UMBP answers every store with an error)."""
+def corrupted_requests(engines: Sequence[EngineView], fraction: float) -> str:
+    """`vllm:corrupted_requests` as vLLM registers it with VLLM_COMPUTE_NANS_IN_LOGITS=1 (v1/metrics/loggers.py:
+    629-640): this fraction of each engine's finished requests had NaNs in their logits."""
+    out: list[str] = []
+    rows = [(_lb(e), float(int(e.stats.counter("request_success", ("length",)) * fraction))) for e in engines]
+    _family(
+        out,
+        "vllm:corrupted_requests_total",
+        "counter",
+        "Corrupted requests, in terms of total number of requests with NaNs in logits.",
+        rows,
+    )
+    return "\n".join(out) + "\n"
+
+
+def reshape(text: str, backend: str, engines: Sequence[EngineView], how: Shaping | None = None) -> str:
+    """The native body as `backend` would expose the same engine activity, with the faults `how` shows."""
+    how = how or Shaping()
     if backend == "hisparse":
         out = text.splitlines()
         _hisparse(out, engines)
@@ -224,7 +284,7 @@ def reshape(text: str, backend: str, engines: Sequence[EngineView], errors: bool
     if backend == "native" or not live:
         return text
     if backend == "tiering":
-        return "\n".join(_tiering(text, live)) + "\n"
+        return "\n".join(_tiering(text, live, how)) + "\n"
     out = _drop_offload(text)
     if backend == "simplecpu":
         _simplecpu(out, live)
@@ -232,10 +292,10 @@ def reshape(text: str, backend: str, engines: Sequence[EngineView], errors: bool
         _lmcache(out, live)
     elif backend == "mooncake-store":
         out = _host_as_external(out)
-        _mooncake_store(out, live, errors)
+        _mooncake_store(out, live, how.errors, how.load_errors)
     elif backend == "umbp":
         out = _host_as_external(out)
-        _umbp(out, live, errors)
+        _umbp(out, live, how.errors)
     else:
         raise ValueError(f"unknown simulated backend {backend!r}; known: {', '.join(BACKENDS)}")
     return "\n".join(out) + "\n"

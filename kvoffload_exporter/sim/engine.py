@@ -14,7 +14,6 @@ import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from kvoffload_exporter.sim.cache import CpuTier, GpuPrefixCache, Lease, block_hashes, chunk_hashes
 from kvoffload_exporter.sim.engineconfig import EngineConfig
@@ -33,7 +32,7 @@ class SimRequest:
     prompt: tuple[int, ...]
     max_tokens: int = 16
     cache_salt: str | None = None
-    kv_transfer_params: Mapping[str, Any] | None = None
+    kv_transfer_params: Mapping[str, object] | None = None
     skip_prefix_cache: bool = False  # prompt_logprobs / echo+logprobs: vLLM reads no cache
 
 
@@ -84,7 +83,7 @@ class _PendingStore:
     issued_at: float
 
 
-def _cap(params: Mapping[str, Any] | None, key: str) -> int | None:
+def _cap(params: Mapping[str, object] | None, key: str) -> int | None:
     """A kv_transfer_params cap: exactly an int ≥ 0, anything else is ignored (vLLM warns)."""
     v = (params or {}).get(key)
     return v if type(v) is int and v >= 0 else None

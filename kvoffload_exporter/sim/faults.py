@@ -27,6 +27,14 @@ FAULTS: dict[str, str] = {
     "0 < FRACTION <= 1, default 1)",
     "completions-status": "POST /v1/completions answers this HTTP status with vLLM's error body "
     "(completions-status=CODE, 400-599, default 503)",
+    "promotion-failures": "with --backend tiering: the fs tier finds every chunk asked for and every promotion "
+    "into the CPU primary fails (failed promotion jobs, deferred release on 0.34), so nothing is loaded",
+    "load-errors": "with --backend mooncake-store: the store finds the keys (external hits) and every get fails "
+    "(load_get status=error, failed keys), so nothing is loaded while puts succeed",
+    "backpressure": "with --backend tiering: the slow fs tier sheds this share of its cascade writes "
+    "(backpressure=FRACTION, 0 < FRACTION <= 1, default 0.9; without the fault it sheds half)",
+    "nan-logits": "this fraction of requests have NaNs in their logits, counted in vllm:corrupted_requests as "
+    "with VLLM_COMPUTE_NANS_IN_LOGITS=1 (nan-logits=FRACTION, 0 < FRACTION <= 1, default 0.1)",
 }
 DEFAULT_ARGS = {
     "slow-load": "10",
@@ -35,6 +43,8 @@ DEFAULT_ARGS = {
     "metrics-huge": str(20 << 20),
     "completions-status": "503",
     "corrupt-loads": "1",
+    "backpressure": "0.9",
+    "nan-logits": "0.1",
 }
 # Faults that act once when added instead of staying in effect (unless given a period).
 ONE_SHOT = frozenset({"restart"})
@@ -75,8 +85,8 @@ def parse_fault(text: str) -> Fault:
         raise FaultError(f"fault rename: choose one of {', '.join(VARIANTS)}")
     if name in ("slow-load", "metrics-slow", "metrics-huge") or (name == "restart" and fault.arg is not None):
         fault.number()
-    if name == "corrupt-loads" and fault.number() > 1:
-        raise FaultError(f"fault corrupt-loads: {fault.value!r} is a fraction, at most 1")
+    if name in ("corrupt-loads", "backpressure", "nan-logits") and fault.number() > 1:
+        raise FaultError(f"fault {name}: {fault.value!r} is a fraction, at most 1")
     if name == "completions-status" and fault.value not in {str(c) for c in range(400, 600)}:
         raise FaultError(f"fault completions-status: {fault.value!r} is not an HTTP status 400-599")
     return fault

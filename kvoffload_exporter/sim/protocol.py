@@ -10,7 +10,7 @@ import uuid
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 from kvoffload_exporter.sim.versions import Behaviour
 
@@ -32,11 +32,11 @@ class ApiError(Exception):
         self.message = message
         self.param = param
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         return error_body(self.status, self.message, self.param)
 
 
-def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+def error_body(status: int, message: str, param: str | None = None) -> dict[str, object]:
     return {
         "error": {
             "message": message,
@@ -77,7 +77,7 @@ class Completion:
     continuous_usage: bool
     return_token_ids: bool
     cache_salt: str | None
-    kv_transfer_params: Mapping[str, Any] | None
+    kv_transfer_params: Mapping[str, object] | None
     skip_prefix_cache: bool
     created: int
 
@@ -122,7 +122,7 @@ def _salt(raw: object, b: Behaviour) -> str | None:
     return raw
 
 
-def _bool(body: Mapping[str, Any], key: str, default: bool = False) -> bool:
+def _bool(body: Mapping[str, object], key: str, default: bool = False) -> bool:
     v = body.get(key, default)
     if v is None:
         return default
@@ -131,7 +131,7 @@ def _bool(body: Mapping[str, Any], key: str, default: bool = False) -> bool:
     return v
 
 
-def _max_tokens(body: Mapping[str, Any], prompt_len: int, max_model_len: int) -> int:
+def _max_tokens(body: Mapping[str, object], prompt_len: int, max_model_len: int) -> int:
     """max_tokens as vLLM checks it: at least 1, and prompt plus completion within the context."""
     max_tokens = body.get("max_tokens")
     if max_tokens is None:
@@ -155,7 +155,7 @@ def _max_tokens(body: Mapping[str, Any], prompt_len: int, max_model_len: int) ->
     return max_tokens
 
 
-def _stream_options(body: Mapping[str, Any], stream: bool) -> Mapping[str, Any]:
+def _stream_options(body: Mapping[str, object], stream: bool) -> Mapping[str, object]:
     """stream_options: only with stream=True, and an object; {} when absent."""
     options = body.get("stream_options")
     if options is not None and not stream:
@@ -206,8 +206,8 @@ def parse_completion(body: object, b: Behaviour, served_model: str, max_model_le
     )
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached: int, details: bool, b: Behaviour) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def usage(prompt_tokens: int, completion_tokens: int, cached: int, details: bool, b: Behaviour) -> dict[str, object]:
+    out: dict[str, object] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
@@ -217,13 +217,13 @@ def usage(prompt_tokens: int, completion_tokens: int, cached: int, details: bool
     return out
 
 
-def _head(c: Completion, model: str) -> dict[str, Any]:
+def _head(c: Completion, model: str) -> dict[str, object]:
     return {"id": c.request_id, "object": "text_completion", "created": c.created, "model": model}
 
 
-def token_chunk(c: Completion, model: str, ids: list[int], finish: str | None, first: bool) -> dict[str, Any]:
+def token_chunk(c: Completion, model: str, ids: list[int], finish: str | None, first: bool) -> dict[str, object]:
     """One SSE event carrying output tokens (exclude_unset: only the fields vLLM sets)."""
-    choice: dict[str, Any] = {
+    choice: dict[str, object] = {
         "index": 0,
         "text": detokenize(ids),
         "logprobs": None,
@@ -237,7 +237,9 @@ def token_chunk(c: Completion, model: str, ids: list[int], finish: str | None, f
     return {**_head(c, model), "choices": [choice], "kv_transfer_params": None}
 
 
-def usage_chunk(c: Completion, model: str, use: dict[str, Any], metrics: dict[str, float] | None) -> dict[str, Any]:
+def usage_chunk(
+    c: Completion, model: str, use: dict[str, object], metrics: dict[str, float] | None
+) -> dict[str, object]:
     out = {**_head(c, model), "choices": [], "usage": use}
     if metrics is not None:
         out["metrics"] = metrics
@@ -245,9 +247,9 @@ def usage_chunk(c: Completion, model: str, use: dict[str, Any], metrics: dict[st
 
 
 def completion_body(
-    c: Completion, model: str, ids: list[int], use: dict[str, Any], metrics: dict[str, float] | None
-) -> dict[str, Any]:
-    choice: dict[str, Any] = {
+    c: Completion, model: str, ids: list[int], use: dict[str, object], metrics: dict[str, float] | None
+) -> dict[str, object]:
+    choice: dict[str, object] = {
         "index": 0,
         "text": detokenize(ids),
         "logprobs": None,
@@ -271,7 +273,7 @@ def completion_body(
     return out
 
 
-def models_body(model: str, root: str, max_model_len: int, created: int) -> dict[str, Any]:
+def models_body(model: str, root: str, max_model_len: int, created: int) -> dict[str, object]:
     return {
         "object": "list",
         "data": [

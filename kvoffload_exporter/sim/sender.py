@@ -10,7 +10,6 @@ import asyncio
 import ipaddress
 import time
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -62,7 +61,7 @@ def _count_usage(report: TrafficReport, usage: object) -> None:
 async def _one(
     session: aiohttp.ClientSession, url: str, a: Arrival, headers: dict[str, str], report: TrafficReport
 ) -> None:
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         "prompt": list(a.prompt),
         "max_tokens": a.max_tokens,
         "stream": True,

@@ -12,7 +12,6 @@ import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiohttp import web
 
@@ -170,7 +169,7 @@ async def _sleep_until(sim: Simulator, t: float) -> None:
         await asyncio.sleep(delay)
 
 
-async def _send(resp: web.StreamResponse, event: dict[str, Any]) -> None:
+async def _send(resp: web.StreamResponse, event: dict[str, object]) -> None:
     await resp.write(b"data: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n")
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from kvoffload_exporter.sim.backends import BACKENDS, NO_CONNECTOR, reshape
+from kvoffload_exporter.sim.backends import BACKENDS, NO_CONNECTOR, Shaping, corrupted_requests, reshape
 from kvoffload_exporter.sim.calibration import CALIBRATIONS, DEFAULT_CALIBRATION, Calibration
 from kvoffload_exporter.sim.engine import Engine, EngineConfig
 from kvoffload_exporter.sim.faults import ONE_SHOT, Fault, FaultError, FaultSet, parse_fault
@@ -52,6 +52,7 @@ class SimOptions:
     show_hidden_metrics: bool = False  # --show-hidden-metrics-for-version=<previous minor>
     output_depends_on: str = "prompt"  # sim/output.py DEPENDS_ON: the whole prompt, or its last token
     backend: str = "native"  # how offload is reported: sim.backends.BACKENDS
+    # Any: EngineConfig's fields, each its own type, applied with replace(**)
     engine: Mapping[str, Any] = field(default_factory=dict)  # EngineConfig overrides (ENGINE_FIELDS)
     timing: Mapping[str, float] = field(default_factory=dict)  # Calibration overrides (TIMING_FIELDS)
 
@@ -90,6 +91,7 @@ class Simulator:
             raise ValueError("; ".join(errors))
         self.opts = opts
         self.behaviour = behaviour(opts.version)
+        # Any: applied to Calibration's typed fields with replace(**)
         timing: dict[str, Any] = dict(opts.timing)
         self.calibration = replace(CALIBRATIONS[opts.calibration], **timing)
         self.clock = clock or (lambda: time.monotonic() / opts.time_scale)
@@ -141,7 +143,8 @@ class Simulator:
         for e in self.engines:
             e.output_depends_on = self.opts.output_depends_on
             e.corrupt_loads = corrupt.number() if corrupt else 0.0
-            e.tier.forgetful = "store-without-load" in self.faults
+            # promotion-failures: the fs tier finds the chunks but none reaches the GPU (tiering reports why)
+            e.tier.forgetful = "store-without-load" in self.faults or "promotion-failures" in self.faults
             e.timing.slow_load = slow.number() if slow else 1.0
             e.connector = self._has_connector() and "no-connector" not in self.faults
 
@@ -194,8 +197,21 @@ class Simulator:
             variant=rename.value if rename else None,
             show_hidden=self.opts.show_hidden_metrics,
         )
-        return reshape(text, self.opts.backend, self.engines, "store-errors" in self.faults)
+        text = reshape(text, self.opts.backend, self.engines, self._shaping())
+        nan = self.faults.get("nan-logits")
+        return text + corrupted_requests(self.engines, nan.number()) if nan else text
 
+    def _shaping(self) -> Shaping:
+        bp = self.faults.get("backpressure")
+        return Shaping(
+            errors="store-errors" in self.faults,
+            promotion_failures="promotion-failures" in self.faults,
+            load_errors="load-errors" in self.faults,
+            shed=bp.number() if bp else Shaping.shed,
+            version=self.behaviour.v,
+        )
+
+    # Any: GET /_sim/state's JSON, read back by demo and the tests
     def state(self) -> dict[str, Any]:
         """The simulator's own view (GET /_sim/state): what vLLM itself does not export."""
         self.advance()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 Version = tuple[int, int]
 OLDEST: Version = (0, 10)
-NEWEST: Version = (0, 33)
+NEWEST: Version = (0, 34)
 PROFILE_VERSIONS = (
     "0.10.2",
     "0.11.0",
@@ -26,6 +26,7 @@ PROFILE_VERSIONS = (
     "0.26.0",
     "0.32.0",
     "0.33.0",
+    "0.34.0",
 )
 DEFAULT_VERSION = "0.26.0"
 
@@ -33,13 +34,13 @@ _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+-].*)?$")
 
 
 def parse_version(text: str) -> Version:
-    """'0.26.0', '0.26', 'v0.32.0+cpu' → (0, 26); raises ValueError outside 0.10–0.33."""
+    """'0.26.0', '0.26', 'v0.32.0+cpu' → (0, 26); raises ValueError outside 0.10–0.34."""
     m = _VERSION.match(text.strip())
     if not m:
         raise ValueError(f"not a vLLM version: {text!r} (e.g. 0.26.0)")
     v = (int(m.group(1)), int(m.group(2)))
     if not OLDEST <= v <= NEWEST:
-        raise ValueError(f"vLLM {text} is outside the simulated range 0.10–0.33")
+        raise ValueError(f"vLLM {text} is outside the simulated range 0.10–0.34")
     return v
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import base64
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from urllib.parse import unquote, urljoin, urlsplit
 
 import aiohttp
 
-from kvoffload_exporter.redact import origin, redact_url
+from kvoffload_exporter.redact import origin, redact_url, scrub
 
 log = logging.getLogger("kvoffload.source")
 
@@ -259,9 +259,18 @@ def _openmetrics_end(text: str) -> None:
         raise ScrapeError("parse", "# EOF before the end of an OpenMetrics body")
 
 
-async def fetch_version(session: aiohttp.ClientSession, base_url: str, timeout: float, auth: Auth = None) -> str | None:
+async def fetch_version(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    timeout: float,
+    auth: Auth = None,
+    warn: Callable[[str, str], None] | None = None,
+) -> str | None:
     """`GET /version` → "0.26.0"; None when the server does not say (best effort, never raises: a failure
-    is counted in sources.version.VERSION_ERRORS and leaves the target up with version `unknown`)."""
+    is counted in sources.version.VERSION_ERRORS and leaves the target up with version `unknown`).
+    A redirect to another origin is worth a WARNING: `warn(reason, detail)` writes it (the poller's, within
+    its log budget and through its scrubber); without one it is logged here. The detail has been through
+    redact.scrub either way: a Location may quote the token it was sent."""
     from kvoffload_exporter.sources.version import MAX_VERSION_BODY, VersionError, count, parse_version
 
     try:
@@ -283,7 +292,11 @@ async def fetch_version(session: aiohttp.ClientSession, base_url: str, timeout: 
     except Exception as e:  # never the target's failure
         reason, detail = "internal", type(e).__name__
     count(reason)
+    detail = scrub(detail)
     log.debug("%s/version: %s", redact_url(base_url), detail)
     if reason == "redirect":
-        log.warning("%s/version: %s", redact_url(base_url), detail)
+        if warn is not None:
+            warn(reason, detail)
+        else:
+            log.warning("%s/version: %s", redact_url(base_url), detail)
     return None

@@ -67,7 +67,9 @@ def test_the_real_connector_answers_like_the_gpu_and_a_recompute(
     done, doc, _ = run_check(weighted["HostCPUOffloadingSpec"].url, tmp_path, *ARGS)
     out = doc["output_check"]
     why = f"exit {done.returncode}\n{json.dumps(out)[:3000]}\n{done.stderr[-2000:]}"
-    print(json.dumps({k: out[k] for k in ("result", "compared", "mismatched", "sensitive", "by_pair")}))
+    print(
+        json.dumps({k: out[k] for k in ("result", "compared", "mismatched", "sensitive", "by_pair", "gpu_reference")})
+    )
     assert out["sensitive"] is True, why  # the weights make the answer depend on the whole prompt
     assert out["compared"] >= 10 and out["mismatched"] == 0, why
     assert doc["verdict"] != "output_mismatch" and done.returncode != 5, why
@@ -77,7 +79,12 @@ def test_a_connector_that_corrupts_loads_is_output_mismatch(weighted: dict[str, 
     done, doc, _ = run_check(weighted["FlippingCPUOffloadingSpec"].url, tmp_path, *ARGS)
     out = doc["output_check"]
     why = f"exit {done.returncode}\n{json.dumps(out)[:3000]}\n{done.stderr[-2000:]}"
-    print(json.dumps({k: out[k] for k in ("result", "compared", "mismatched", "sensitive", "by_pair")}))
+    print(
+        json.dumps({k: out[k] for k in ("result", "compared", "mismatched", "sensitive", "by_pair", "gpu_reference")})
+    )
     assert out["sensitive"] is True and out["mismatched"] >= 1, why
+    # The real engine answers a second GPU hit of the same prompt (no tier) like the first: the GPU pair decides.
+    assert out["gpu_reference"]["checked"] >= 1 and out["gpu_reference"]["decides"] is True, why
+    assert out["by_pair"]["offload_vs_gpu"]["mismatched"] >= 1, why
     assert doc["verdict"] == "output_mismatch" and done.returncode == 5 == doc["exit_code"], why
     assert doc["advice"]["action"] == "disable_offload", why

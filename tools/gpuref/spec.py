@@ -153,7 +153,14 @@ def check_argv(
     a, b = servers
     argv = [python, "-m", "kvoffload_exporter", "check", "--target", a.url, "--control-target", b.url]
     argv += ["--rounds", str(sweep.rounds), "--min-samples", str(sweep.min_samples), "--allow-pressure"]
-    argv += ["--concurrency", sweep.levels, "--min-bursts", str(sweep.min_bursts), "--budget-tokens", "unlimited"]
+    argv += [
+        "--concurrency",
+        sweep.levels,
+        "--min-bursts",
+        str(sweep.min_bursts),
+        "--budget-tokens-per-hour",
+        "unlimited",
+    ]
     argv += ["--seed", str(seed), "--json", json_path, "--out", evidence, "--secret-file", secret]
     return argv + (["--settle", str(sweep.settle_s)] if sweep.settle_s is not None else [])
 

@@ -24,6 +24,7 @@ from kvoffload_exporter.bundle.ruletests.base import (
     _quarter,
     _v,
 )
+from kvoffload_exporter.bundle.ruletypes import AlertName
 from kvoffload_exporter.bundle.settings import Settings
 
 
@@ -210,55 +211,72 @@ def _not_storing(e: _Env, fire: bool) -> tuple[Case, int]:
     return c, t
 
 
-def _output_mismatch(e: _Env, fire: bool) -> tuple[Case, int]:
-    t = e.at(e.s.output_mismatch_window)
-    c = Case("one mismatch" if fire else "every answer equal")
-    lb = e.labels(c, J3, pair="offload_vs_gpu")
-    c.series = [("kvoffload_canary_output_mismatches_total", lb, f"0x{e.n(t) - 1} 1" if fire else _gauge(0, e.n(t)))]
-    c.expected = [(lb, 1)] if fire else []
-    return c, t
+def _one_event(metric: str, base: Sequence[str], fires: str, silent: str, **extra: str) -> Builder:
+    """A counter that grows by one inside the output-mismatch window fires at once; flat at 0 stays silent."""
+
+    def build(e: _Env, fire: bool) -> tuple[Case, int]:
+        t = e.at(e.s.output_mismatch_window)
+        c = Case(fires if fire else silent)
+        lb = e.labels(c, base, **extra)
+        c.series = [(metric, lb, f"0x{e.n(t) - 1} 1" if fire else _gauge(0, e.n(t)))]
+        c.expected = [(lb, 1)] if fire else []
+        return c, t
+
+    return build
+
+
+_output_mismatch = _one_event(
+    "kvoffload_canary_output_mismatches_total", J3, "one mismatch", "every answer equal", pair="offload_vs_gpu"
+)
+_integrity_risk = _one_event(
+    "kvoffload_integrity_events_total", B5, "one request with NaN logits", "no integrity event", kind="nan_logits"
+)
 
 
 BUILDERS: Mapping[str, Builder] = {
-    "KVOffloadStoreWithoutLoad": _store_without_load,
-    "KVOffloadNotStoring": _not_storing,
-    "KVOffloadEngineImbalance": _engine_imbalance,
-    "KVOffloadSlowerThanRecompute": _slower,
-    "KVOffloadSlowerUnderLoad": _slower_under_load,
-    "KVOffloadTTFTRegression": _ttft_regression,
-    "KVOffloadMetricsAbsent": _metrics_absent,
-    "KVOffloadExporterTargetDown": _gauge_case("kvoffload_up", J3, 0, 1, "target_down_for", "up"),
-    "KVOffloadHostMemoryHeadroomLow": _headroom,
-    "KVOffloadTierOvercommitted": _overcommitted,
-    "KVOffloadOOMRisk": _oom,
-    "KVOffloadAllocationFailures": _failing_counter("kvoffload_allocation_failures_total", {}),
-    "KVOffloadTierDroppingWrites": _failing_counter(DROPPED % "blocks", dict(tier=FS, reason="backpressure"), "blocks"),
-    "KVOffloadStoreErrors": _failing_counter(DROPPED % "stores", {"reason": "store_error"}, "stores"),
-    "KVOffloadCanaryFailing": _canary_failing,
-    "KVOffloadCanaryNoOffloadHit": _no_offload_hit,
-    "KVOffloadOutputMismatch": _output_mismatch,
+    AlertName.STORE_WITHOUT_LOAD: _store_without_load,
+    AlertName.NOT_STORING: _not_storing,
+    AlertName.ENGINE_IMBALANCE: _engine_imbalance,
+    AlertName.SLOWER_THAN_RECOMPUTE: _slower,
+    AlertName.SLOWER_UNDER_LOAD: _slower_under_load,
+    AlertName.TTFT_REGRESSION: _ttft_regression,
+    AlertName.METRICS_ABSENT: _metrics_absent,
+    AlertName.EXPORTER_TARGET_DOWN: _gauge_case("kvoffload_up", J3, 0, 1, "target_down_for", "up"),
+    AlertName.HOST_MEMORY_HEADROOM_LOW: _headroom,
+    AlertName.TIER_OVERCOMMITTED: _overcommitted,
+    AlertName.OOM_RISK: _oom,
+    AlertName.ALLOCATION_FAILURES: _failing_counter("kvoffload_allocation_failures_total", {}),
+    AlertName.TIER_DROPPING_WRITES: _failing_counter(
+        DROPPED % "blocks", dict(tier=FS, reason="backpressure"), "blocks"
+    ),
+    AlertName.STORE_ERRORS: _failing_counter(DROPPED % "stores", {"reason": "store_error"}, "stores"),
+    AlertName.CANARY_FAILING: _canary_failing,
+    AlertName.CANARY_NO_OFFLOAD_HIT: _no_offload_hit,
+    AlertName.OUTPUT_MISMATCH: _output_mismatch,
+    AlertName.INTEGRITY_RISK: _integrity_risk,
     **fleet_cases.BUILDERS,
 }
 """One case builder per alert; tests/test_alerts.py fails when an alert has none."""
 
 STEPS: Mapping[str, Callable[[Settings], int]] = {
-    "KVOffloadStoreWithoutLoad": lambda s: _dividing(s.reuse_window, RECORDED_STEP_MAX),
-    "KVOffloadNotStoring": lambda s: _quarter(s.not_storing_for),
-    "KVOffloadEngineImbalance": lambda s: _dividing(s.reuse_window, RECORDED_STEP_MAX),
-    "KVOffloadSlowerThanRecompute": lambda s: _quarter(s.slower_for),
-    "KVOffloadSlowerUnderLoad": lambda s: _quarter(s.slower_for),
-    "KVOffloadTTFTRegression": lambda s: min(_quarter(s.ttft_regression_for), RECORDED_STEP_MAX),
-    "KVOffloadMetricsAbsent": _absent_step,
-    "KVOffloadExporterTargetDown": lambda s: _quarter(s.target_down_for),
-    "KVOffloadHostMemoryHeadroomLow": lambda s: _quarter(s.headroom_for),
-    "KVOffloadTierOvercommitted": lambda s: _quarter(s.tier_footprint_for),
-    "KVOffloadOOMRisk": lambda s: _quarter(s.oom_risk_for),
-    "KVOffloadAllocationFailures": lambda s: _dividing(s.allocation_window),
-    "KVOffloadTierDroppingWrites": lambda s: _dividing(s.allocation_window),
-    "KVOffloadStoreErrors": lambda s: _dividing(s.allocation_window),
-    "KVOffloadCanaryFailing": lambda s: _quarter(s.canary_for),
-    "KVOffloadCanaryNoOffloadHit": lambda s: _quarter(s.canary_for),
-    "KVOffloadOutputMismatch": lambda s: _dividing(s.output_mismatch_window),
+    AlertName.STORE_WITHOUT_LOAD: lambda s: _dividing(s.reuse_window, RECORDED_STEP_MAX),
+    AlertName.NOT_STORING: lambda s: _quarter(s.not_storing_for),
+    AlertName.ENGINE_IMBALANCE: lambda s: _dividing(s.reuse_window, RECORDED_STEP_MAX),
+    AlertName.SLOWER_THAN_RECOMPUTE: lambda s: _quarter(s.slower_for),
+    AlertName.SLOWER_UNDER_LOAD: lambda s: _quarter(s.slower_for),
+    AlertName.TTFT_REGRESSION: lambda s: min(_quarter(s.ttft_regression_for), RECORDED_STEP_MAX),
+    AlertName.METRICS_ABSENT: _absent_step,
+    AlertName.EXPORTER_TARGET_DOWN: lambda s: _quarter(s.target_down_for),
+    AlertName.HOST_MEMORY_HEADROOM_LOW: lambda s: _quarter(s.headroom_for),
+    AlertName.TIER_OVERCOMMITTED: lambda s: _quarter(s.tier_footprint_for),
+    AlertName.OOM_RISK: lambda s: _quarter(s.oom_risk_for),
+    AlertName.ALLOCATION_FAILURES: lambda s: _dividing(s.allocation_window),
+    AlertName.TIER_DROPPING_WRITES: lambda s: _dividing(s.allocation_window),
+    AlertName.STORE_ERRORS: lambda s: _dividing(s.allocation_window),
+    AlertName.CANARY_FAILING: lambda s: _quarter(s.canary_for),
+    AlertName.CANARY_NO_OFFLOAD_HIT: lambda s: _quarter(s.canary_for),
+    AlertName.OUTPUT_MISMATCH: lambda s: _dividing(s.output_mismatch_window),
+    AlertName.INTEGRITY_RISK: lambda s: _dividing(s.output_mismatch_window),
     **fleet_cases.STEPS,
 }
 """Each alert's evaluation step (its own file: promtool has one evaluation_interval per file)."""

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from kvoffload_exporter.bundle import fleet_rules
 from kvoffload_exporter.bundle import testvalues as tv
 from kvoffload_exporter.bundle.ruletests.base import Builder, Case, _Env, _gauge, _quarter
+from kvoffload_exporter.bundle.ruletypes import AlertName
 from kvoffload_exporter.bundle.settings import Settings
 
 _JOB = ("job", "instance")
@@ -63,8 +64,8 @@ def _absent(e: _Env, fire: bool) -> tuple[Case, int]:
 
 
 BUILDERS: Mapping[str, Builder] = {
-    "KVOffloadExporterDown": _exporter_down,
-    "KVOffloadExporterJobVanished": _job_vanished,
-    "KVOffloadExporterAbsent": _absent,
+    AlertName.EXPORTER_DOWN: _exporter_down,
+    AlertName.EXPORTER_JOB_VANISHED: _job_vanished,
+    AlertName.EXPORTER_ABSENT: _absent,
 }
 STEPS: Mapping[str, Callable[[Settings], int]] = {name: lambda s: _quarter(s.exporter_down_for) for name in BUILDERS}

@@ -30,6 +30,12 @@ class Action(StrEnum):
     MEASURE_LONGER = "measure_longer"
     CHECK_CONNECTOR = "check_connector"  # stores or lookups fail without a size problem (canary/check/diagnose.py)
     DISABLE_OFFLOAD = "disable_offload"  # an offload hit answered other tokens (canary/cycle/outputcheck.py)
+    # The run could not measure: the action names what to fix before re-running (never measure_longer).
+    FIX_TARGET = "fix_target"  # the target refused or failed the canary's requests (preflight, a 4xx, the deadline)
+    FIX_CONTROL = "fix_control"  # the control target cannot be the control (another model, refusals, too short)
+    CONFIGURE_OFFLOAD = "configure_offload"  # the target has no offload connector at all
+    FIX_SECRET_FILE = "fix_secret_file"  # the API key file or the canary secret cannot be read or created
+    REPORT_BUG = "report_bug"  # check itself failed on an answer nothing foresaw (an internal error)
 
 
 EXIT_CODES: dict[Action, int] = {
@@ -41,11 +47,33 @@ EXIT_CODES: dict[Action, int] = {
     Action.MEASURE_LONGER: 4,
     Action.CHECK_CONNECTOR: 3,
     Action.DISABLE_OFFLOAD: 5,
+    Action.FIX_TARGET: 3,
+    Action.FIX_CONTROL: 3,
+    Action.CONFIGURE_OFFLOAD: 3,
+    Action.FIX_SECRET_FILE: 3,
+    Action.REPORT_BUG: 3,
 }
 """`check`'s exit code follows the run's one advice, never a single level: 0 keep the tier, 1 offload does not
-pay (disable or skip loads), 3 the tier is misconfigured (or the run could not measure: `exit_code`),
+pay (disable or skip loads), 3 fix something first: the tier is misconfigured or the run could not measure,
 4 measure longer, 5 the tier changed answers (output_mismatch, before every speed verdict). A CI gate on the
 exit code therefore reads the same decision as the report."""
+
+CANNOT_MEASURE: frozenset[Action] = frozenset(
+    {Action.FIX_TARGET, Action.FIX_CONTROL, Action.CONFIGURE_OFFLOAD, Action.FIX_SECRET_FILE, Action.REPORT_BUG}
+)
+"""The actions of a run that could not measure (verdict `error`)."""
+
+FIXES: dict[Action, str] = {
+    Action.FIX_TARGET: "fix the target as its answer above says (or the flags that shape the request, e.g. "
+    "`--prefix-tokens`, `--model`, the API key) and re-run",
+    Action.FIX_CONTROL: "point `--control-target` at a server of the same model without the connector that answers "
+    "the canary's requests (or leave it out) and re-run",
+    Action.CONFIGURE_OFFLOAD: "configure an offload connector on the target (`--kv-transfer-config` with the "
+    "OffloadingConnector) and re-run, or pass `--allow-no-offload` to measure without one",
+    Action.FIX_SECRET_FILE: "fix the file named above (`--api-key-file`, `canary.secret_file`) and re-run",
+    Action.REPORT_BUG: "this is a bug in kvoffload-exporter: report it with the evidence bundle (`--out`)",
+}
+"""What a run that could not measure asks for, per action (the `why` of its advice)."""
 
 
 class AdviceDoc(TypedDict):
@@ -90,6 +118,7 @@ class Evidence:
     payback_why: str | None = None
     state_reasons: tuple[str, ...] = ()  # the exporter's state reasons over the run, per engine
     error: str | None = None
+    error_action: Action = Action.FIX_TARGET  # what fixes `error` (CANNOT_MEASURE)
     config_failure: Advice | None = None  # the run stopped on a misconfigured tier (canary/check/diagnose.py)
 
 
@@ -195,8 +224,8 @@ def _payback_note(advice: Advice, ev: Evidence) -> str:
 
 def advise(ev: Evidence) -> Advice:
     """The run's one advice."""
-    if ev.error is not None:
-        return Advice(Action.MEASURE_LONGER, None, f"the run could not measure ({ev.error}): fix that and re-run")
+    if ev.error is not None:  # named by what to fix, like a misconfigured tier: never measure longer
+        return Advice(ev.error_action, None, f"the run could not measure ({ev.error}): {FIXES[ev.error_action]}")
     if ev.config_failure is not None:  # named by the exporter's own reason, with the fix: never measure longer
         return ev.config_failure
     if "tier_smaller_than_prefix" in ev.state_reasons:
@@ -211,9 +240,9 @@ def advise(ev: Evidence) -> Advice:
     return Advice(advice.action, advice.concurrency, advice.why + note) if note else advice
 
 
-def exit_code(advice: Advice, error: bool = False) -> int:
-    """The run's exit code: 3 when it could not measure, else the advice's (EXIT_CODES)."""
-    return 3 if error else EXIT_CODES[advice.action]
+def exit_code(advice: Advice) -> int:
+    """The run's exit code: always the advice's (EXIT_CODES), a run that could not measure included."""
+    return EXIT_CODES[advice.action]
 
 
 def level_facts(entries: Sequence[SweepEntry], prefix_tokens: int | None) -> tuple[LevelFact, ...]:
@@ -222,4 +251,16 @@ def level_facts(entries: Sequence[SweepEntry], prefix_tokens: int | None) -> tup
     return tuple(LevelFact(int(e["concurrency"]), str(e["verdict"]), e.get("delta_ttft_seconds")) for e in rows)
 
 
-__all__ = ["EXIT_CODES", "Action", "Advice", "AdviceDoc", "Evidence", "LevelFact", "advise", "exit_code", "level_facts"]
+__all__ = [
+    "CANNOT_MEASURE",
+    "EXIT_CODES",
+    "FIXES",
+    "Action",
+    "Advice",
+    "AdviceDoc",
+    "Evidence",
+    "LevelFact",
+    "advise",
+    "exit_code",
+    "level_facts",
+]

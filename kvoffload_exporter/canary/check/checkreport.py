@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from kvoffload_exporter.canary.check import report, sweepreport
 from kvoffload_exporter.canary.check.advice import Action, Advice, Evidence, LevelFact, advise, exit_code, level_facts
@@ -20,11 +19,11 @@ from kvoffload_exporter.ingest.exposition import ParseError
 from kvoffload_exporter.ingest.normalise import normalise
 
 
-def error_document(why: str) -> CheckDocument:
-    """The document when not even the procedure could start (bad flags, keys or secret); its advice is the
-    only one such a run supports."""
-    advice = advise(Evidence("error", why, error=redact(why)))
-    return {"verdict": "error", "exit_code": 3, "why": redact(why), "advice": advice.as_dict()}
+def error_document(why: str, action: Action = Action.FIX_TARGET) -> CheckDocument:
+    """The document when not even the procedure could start (bad flags, keys or secret) or check itself
+    failed; its advice names what to fix, and the exit code follows it."""
+    advice = advise(Evidence("error", why, error=redact(why), error_action=action))
+    return {"verdict": "error", "exit_code": exit_code(advice), "why": redact(why), "advice": advice.as_dict()}
 
 
 def _first_event(phases: Sequence[PhaseRecord]) -> dict[str, list[float]]:
@@ -36,7 +35,7 @@ def _first_event(phases: Sequence[PhaseRecord]) -> dict[str, list[float]]:
     return out
 
 
-def _interval(result: CheckResult) -> dict[str, Any] | None:  # inspect's document: a key per Signal
+def _interval(result: CheckResult) -> dict[str, object] | None:  # inspect's document: a key per Signal
     """The target's counters between the first and the closing scrape (evidence only)."""
     before, after = result.engine.first_snapshot.get("target"), result.after.get("target")
     if before is None or after is None:
@@ -133,6 +132,7 @@ def _advice(doc: CheckDocument, result: CheckResult) -> Advice:
             payback_why=rec["why"] if rec else None,
             state_reasons=tuple(str(e["state_reason"]) for e in engines if e.get("state_reason")),
             error=result.error,
+            error_action=result.error_action,
             config_failure=_config_failure(result),
         )
     )
@@ -210,7 +210,7 @@ def document(result: CheckResult) -> CheckDocument:
     doc["output_check"] = state.output.as_dict()
     advice = output_precedence(doc, _advice(doc, result))
     doc["advice"] = advice.as_dict()
-    doc["exit_code"] = exit_code(advice, error=doc["verdict"] == "error")
+    doc["exit_code"] = exit_code(advice)
     if rec:
         rec["model_only"] = True  # evidence for `advice`, which decides
     return doc

@@ -18,20 +18,23 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 from kvoffload_exporter.canary.check import diagnose, retries, sweep
+from kvoffload_exporter.canary.check.advice import Action
 from kvoffload_exporter.canary.check.sweepreport import Level
 from kvoffload_exporter.canary.config import CanarySettings
 from kvoffload_exporter.canary.cycle.context import Sleep, Transport
 from kvoffload_exporter.canary.cycle.engine import CanaryEngine
 from kvoffload_exporter.canary.cycle.plan import Prompts
+from kvoffload_exporter.canary.cycle.records import CONTROL
 from kvoffload_exporter.canary.cycle.sequential import Design
 from kvoffload_exporter.canary.cycle.stats import CONTROL_ORDER
 from kvoffload_exporter.canary.cycle.wait import wait_notice
 from kvoffload_exporter.canary.types import CycleReason
 from kvoffload_exporter.canary.wire.errors import CanaryError, CycleFailed
 from kvoffload_exporter.canary.wire.protocol import MetricsError
-from kvoffload_exporter.canary.wire.secrets import ApiKey, SecretError, load_api_key, load_or_create_secret
+from kvoffload_exporter.canary.wire.secrets import ApiKey, SecretError, load_api_key, load_or_create_secret, scrub
 from kvoffload_exporter.ingest.exposition import ParseError
 from kvoffload_exporter.ingest.normalise import normalise
+from kvoffload_exporter.redact import REDACTED
 
 PREFIX = "kvoffload-exporter check"
 
@@ -65,6 +68,7 @@ class CheckResult:
     started: float
     finished: float
     error: str | None = None  # why there is no verdict (preflight failed, every round failed)
+    error_action: Action = Action.FIX_TARGET  # what fixes `error`: the advice of a run that could not measure
     after: dict[str, str] = field(default_factory=dict)  # role → closing /metrics text
     sweep: list[Level] = field(default_factory=list)
     config_failure: diagnose.Failure | None = None  # the rounds stopped on a misconfigured tier
@@ -75,10 +79,10 @@ class CheckResult:
         """At least one canary round was attempted (preflight passed)."""
         return bool(self.engine.cycles)
 
-    def phases(self) -> list[dict[str, Any]]:
+    def phases(self) -> list[dict[str, object]]:
         return [asdict(p) for c in self.engine.cycles for p in c.phases]
 
-    def cycles(self) -> list[dict[str, Any]]:
+    def cycles(self) -> list[dict[str, object]]:
         return [{k: v for k, v in asdict(c).items() if k != "phases"} for c in self.engine.cycles]
 
 
@@ -100,8 +104,9 @@ _USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
 
 
 def redact(text: str) -> str:
-    """URLs in messages and documents without `user:password@` (a secret must never be printed)."""
-    return _USERINFO.sub(r"\1***@", text)
+    """URLs in messages and documents without `user:password@` (a secret must never be printed), and
+    without any secret the process knows (kvoffload_exporter.redact.scrub: one redaction, one mark)."""
+    return scrub(_USERINFO.sub(r"\1" + REDACTED + "@", text))
 
 
 def _eta(seconds: float) -> str:
@@ -217,13 +222,14 @@ def _http(fail: CycleFailed | None) -> bool:
 def _failure_text(engine: CanaryEngine, streak: retries.Streak) -> str:
     fail = engine.last_failure
     status = streak.refused()
+    server = "control target" if fail is not None and fail.role == CONTROL else "target"
     if status is not None and fail is not None:
-        return retries.refused_text(status, fail.said)
+        return retries.refused_text(status, fail.said, server)
     if fail is not None and _http(fail):
         last = f"HTTP {fail.status}: {retries.server_message(fail.said)}"
     else:
         last = engine.cycles[-1].detail
-    return retries.gave_up_text(streak, last)
+    return retries.gave_up_text(streak, last, server)
 
 
 async def _rounds(
@@ -354,6 +360,7 @@ async def run(
         run_ = await engine.prepare()
     except CanaryError as e:
         result.error = redact(f"preflight failed ({e.reason}): {e.detail}")
+        result.error_action = Action.FIX_CONTROL if e.role == CONTROL else Action.FIX_TARGET
     else:
         snap = engine.scrapes.last("target")
         if snap is not None and not snap.offload_configured and not req.allow_no_offload:
@@ -361,6 +368,7 @@ async def run(
                 f"no offload connector: preflight found no offload metrics on {run_.target.url} "
                 "(`--allow-no-offload` measures anyway)"
             )
+            result.error_action = Action.CONFIGURE_OFFLOAD
             result.finished = time.time()
             return result
         if not req.quiet:
@@ -386,6 +394,9 @@ async def run(
             print(f"{PREFIX}: interrupted: writing what was measured so far", file=stderr, flush=True)
             return _finish(result)
         result.error = redact(result.error) if result.error else None
+        if result.error is not None:  # every round failed: on the server of the last failed request
+            fail = engine.last_failure
+            result.error_action = Action.FIX_CONTROL if fail is not None and fail.role == CONTROL else Action.FIX_TARGET
         result.after = await _closing_scrapes(engine, client, stderr)
     return _finish(result)
 

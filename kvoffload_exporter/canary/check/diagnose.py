@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from kvoffload_exporter.canary.check.advice import Action
 from kvoffload_exporter.canary.cycle.records import CycleRecord
@@ -72,7 +71,7 @@ class Failure:
         per = self.facts.kv_bytes_per_token
         return per * self.prefix_tokens if per else None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         f = self.facts
         return {
             "seen": self.seen,

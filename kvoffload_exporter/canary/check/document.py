@@ -1,5 +1,5 @@
 """The `check` JSON document as typed records: one TypedDict per object, in the order the document writes its
-keys (report.build, then checkreport.document). Renderers read these, never a `Mapping[str, Any]`: a misspelt
+keys (report.build, then checkreport.document). Renderers read these, never an untyped mapping: a misspelt
 key is a type error, not a `?` in the text.
 
 `CheckDocument` is `total=False`: the error document (checkreport.error_document) carries only the verdict,
@@ -101,7 +101,7 @@ class CheckDocument(TypedDict, total=False):
     rounds_completed: int
     rounds_failed: int
     duration_seconds: float
-    interval: dict[str, Any] | None  # inspect's interval document (derive/intervalreport): a key per Signal
+    interval: dict[str, Any] | None  # Any: inspect's interval document (derive/intervalreport), a key per Signal
     load_sweep: list[SweepEntry] | None
     load_sweep_summary: SweepSummary | None
     decision: Decision

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from kvoffload_exporter import safewrite
 from kvoffload_exporter.canary.check import png
@@ -30,10 +30,10 @@ class Evidence:
     result: CheckResult
     doc: CheckDocument
     text: str  # the verdict table as printed
-    argv: dict[str, Any]  # the flags as parsed (no secrets: keys come from files)
+    argv: dict[str, object]  # the flags as parsed (no secrets: keys come from files)
 
 
-def _jsonl(rows: list[dict[str, Any]]) -> str:
+def _jsonl(rows: list[dict[str, object]]) -> str:
     return "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
 
 
@@ -160,11 +160,20 @@ def _write_json(doc: CheckDocument, json_path: str, stdout: TextIO | None) -> No
 
 def write(ev: Evidence, json_path: str | None, out_dir: str | None, stdout: TextIO | None = None) -> None:
     """`--json` (first: the verdict survives a bundle that does not fit) and `--out`, each when given
-    (OSError propagates: the command reports it). `--json -` or `/dev/stdout` writes to `stdout`."""
+    (OSError propagates: the command reports it, after the bundle was written: a `--json` over `ulimit -f`
+    must not cost the bundle). `--json -` or `/dev/stdout` writes to `stdout`."""
+    failed: OSError | None = None
     if json_path:
-        _write_json(ev.doc, json_path, stdout)
+        try:
+            _write_json(ev.doc, json_path, stdout)
+        except OSError as e:
+            if not out_dir:
+                raise
+            failed = e
     if out_dir:
         write_bundle(Path(out_dir), ev)
+    if failed is not None:
+        raise failed
 
 
 def write_error(

@@ -157,6 +157,7 @@ def _tok(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f}"
 
 
+# Any: an interval document of derive/intervalreport (a key per Signal)
 def _state_lines(interval: Mapping[str, Any] | None) -> list[str]:
     """The exporter's evidence state per engine over the run, and why (derive.reasons) when the state needs
     explaining, as `inspect BEFORE AFTER` prints it."""
@@ -257,7 +258,7 @@ def _ttft_lines(doc: CheckDocument) -> list[str]:
 
 
 def _delta_lines(doc: CheckDocument) -> list[str]:
-    """ΔTTFT against each control with its bootstrap interval; the verdict's control marked."""
+    """ΔTTFT against each control with its rank-sum interval; the verdict's control marked."""
     deltas = doc.get("deltas") or {}
     if not deltas:
         return []
@@ -273,8 +274,8 @@ def _delta_lines(doc: CheckDocument) -> list[str]:
                 f"{d['n_offload']}/{d['n_control']}" + mark,
             ]
         )
-    pct = round(next(iter(deltas.values()))["confidence"] * 100)
-    heads = ["dTTFT offload_hit - control", "median ms", f"{pct}% bootstrap CI ms", "n"]
+    pct = sweepreport.percent(next(iter(deltas.values()))["confidence"])
+    heads = ["dTTFT offload_hit - control", "HL shift ms", f"{pct}% rank-sum CI ms", "n"]
     return [*table(heads, rows, [False, True, True, False]), ""]
 
 

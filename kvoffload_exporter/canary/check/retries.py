@@ -103,19 +103,20 @@ class Streak:
         return max(0.0, self.deadline - self.seconds)
 
 
-def refused_text(status: int, said: str) -> str:
-    """The run's error for a refusal: the status, the server's message, what to look at."""
+def refused_text(status: int, said: str, server: str = "target") -> str:
+    """The run's error for a refusal: the server (`target` or `control target`), the status, the server's
+    message, what to look at."""
     hint = HINTS.get(status)
     return (
-        f"the target refused the canary's completions with HTTP {status} ({CONFIRMATIONS} attempts in a row): "
+        f"the {server} refused the canary's completions with HTTP {status} ({CONFIRMATIONS} attempts in a row): "
         f'"{server_message(said)}"' + (f"; {hint}" if hint else "")
     )
 
 
-def gave_up_text(streak: Streak, detail: str) -> str:
+def gave_up_text(streak: Streak, detail: str, server: str = "target") -> str:
     """The run's error when the deadline ended a failing streak."""
     return (
-        f"the target failed {streak.failures} rounds in a row over {streak.seconds:.0f} s (retry deadline "
+        f"the {server} failed {streak.failures} rounds in a row over {streak.seconds:.0f} s (retry deadline "
         f"{streak.deadline:.0f} s, --retry-deadline); last: {detail}"
     )
 

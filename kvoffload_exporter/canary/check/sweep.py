@@ -13,9 +13,9 @@ around it; a burst that was not displaced, or that other traffic could explain, 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TextIO
+from typing import TextIO
 
 from kvoffload_exporter.canary.check.sweepreport import Level
 from kvoffload_exporter.canary.cycle.plan import OUTPUT_TOKENS, Sizing
@@ -76,7 +76,7 @@ async def _burst(
     role: str,
     prompts: list[list[int]],
     salt: str,
-    kv: dict[str, Any] | None,
+    kv: Mapping[str, object] | None,
     max_tokens: int = 1,
 ) -> tuple[list[Completion], Deltas, list[RequestRecord]]:
     before = await run.ctx.scrapes.before(role)

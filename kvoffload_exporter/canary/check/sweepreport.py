@@ -160,8 +160,9 @@ def _verdict(lv: Level, est: ClusterDelta, min_bursts: int) -> str:
 
 
 def entry(lv: Level, min_bursts: int, seed: int = 0, n_boot: int = 2000, confidence: float = 0.95) -> SweepEntry:
-    """One `load_sweep` entry: ΔTTFT = median(offload) − median(control) over pooled requests, its cluster
-    (burst-level) bootstrap interval and the same for Δp90; no interval under `min_bursts` bursts a path."""
+    """One `load_sweep` entry: ΔTTFT = the Hodges–Lehmann shift of the burst medians with its exact rank-sum
+    interval (canary/cycle/shift.py), Δp90 with a descriptive burst bootstrap; no interval under `min_bursts`
+    bursts a path."""
     est, look = lv.estimate(confidence, n_boot, seed)
     if lv.design is not None:  # sequential: the interval and verdict of the level's look (sequential.py)
         min_bursts, confidence = lv.design.first, est.confidence
@@ -291,12 +292,17 @@ def _ci(lo: float | None, hi: float | None) -> str:
     return "-" if lo is None or hi is None else f"[{ms(lo, True)}, {ms(hi, True)}]"
 
 
+def percent(confidence: float) -> str:
+    """A confidence as the report prints it: 95, 97.5, 98.75 (never rounded to a level it is not)."""
+    return f"{float(confidence) * 100:.4g}"
+
+
 def text_lines(entries: Sequence[SweepEntry], summary: SweepSummary | None) -> list[str]:
     """The sweep's table and its findings, for the text report (the advice line is printed once, by report)."""
     if not entries:
         return []
-    confs = sorted({round(float(e["confidence"]) * 100, 1) for e in entries})  # sequential: each level's look
-    pct = f"{round(confs[0])}" if len(confs) == 1 else f"{confs[0]:g}-{confs[-1]:g}"
+    confs = sorted({float(e["confidence"]) for e in entries})  # sequential: each level's look confidence
+    pct = percent(confs[0]) if len(confs) == 1 else f"{percent(confs[0])}-{percent(confs[-1])}"
     heads = ["c", "prefix", "bursts", "n", "offload ms", "control ms", "dTTFT ms", f"{pct}% CI ms", "dp90 ms"]
     heads += [f"{pct}% CI ms", "verdict"]
     rows = []
@@ -318,7 +324,8 @@ def text_lines(entries: Sequence[SweepEntry], summary: SweepSummary | None) -> l
         )
     out = [
         "load sweep: bursts of c concurrent revisits of one offloaded prefix vs the same with "
-        f"{entries[0]['control']}; interval: bursts resampled (min {entries[0].get('min_bursts', '?')} bursts a path)"
+        f"{entries[0]['control']}; dTTFT: Hodges-Lehmann shift of the burst medians, exact rank-sum interval "
+        f"(min {entries[0].get('min_bursts', '?')} bursts a path); dp90: bursts resampled, descriptive only"
     ]
     out += table(heads, rows, [i not in (1, len(heads) - 1) for i in range(len(heads))])
     compared = [e for e in entries if e.get("output", {}).get("compared")]
@@ -349,6 +356,7 @@ __all__ = [
     "crossover",
     "entry",
     "length_threshold",
+    "percent",
     "section",
     "text_lines",
 ]

@@ -20,22 +20,26 @@ async def server_info(e: RunContext, role: str, same_as: ServerInfo | None = Non
     url = e.url_of(role)
     status, body = await e.client.get(url, "/health")
     if status != 200:
-        raise CanaryError("health", f"{url}/health " + (f"answered HTTP {status}" if status is not None else str(body)))
+        raise CanaryError(
+            "health", f"{url}/health " + (f"answered HTTP {status}" if status is not None else str(body)), role
+        )
     status, body = await e.client.get(url, "/v1/models")
     if status == 401:  # a key was sent: it is wrong, not missing
         problem = "rejected the API key (401): check" if getattr(e.client, "has_api_key", False) else "needs an API key"
         raise CanaryError(
             "auth",
             f"{url}/v1/models {problem} (--api-key-file, serve --canary.api-key-file, or ${e.settings.api_key_env})",
+            role,
         )
     models = parse_models(body) if status == 200 else None
     if not models or not models.ids:
-        raise CanaryError("models", f"{url}/v1/models answered {status} without models")
+        raise CanaryError("models", f"{url}/v1/models answered {status} without models", role)
     if same_as is not None and same_as.model not in models.ids:
         raise CanaryError(
             "model_mismatch",
             f"the control target {url} serves {', '.join(map(repr, models.ids))}, the target {same_as.url} serves "
             f"{same_as.model!r}: a control must serve the same model",
+            role,
         )
     wanted = same_as.model if same_as is not None else e.settings.model
     model = wanted if wanted in models.ids else models.ids[0]
@@ -45,7 +49,7 @@ async def server_info(e: RunContext, role: str, same_as: ServerInfo | None = Non
     try:
         snap = await e.scrapes.scrape(role, keep_first=True)
     except CycleFailed as err:
-        raise CanaryError("metrics", err.detail) from None
+        raise CanaryError("metrics", err.detail, role) from None
     eng = next((x for x in snap.engines if x.model_name == model), snap.engines[0] if snap.engines else None)
     return ServerInfo(
         url=url,
@@ -79,5 +83,5 @@ async def conditions(e: RunContext) -> Conditions:
     if strategy == Strategy.PRESSURE and not sizing.filler_count:
         raise CanaryError("plan", "pressure needs num_gpu_blocks and block_size from vllm:cache_config_info")
     if control and control.max_model_len and control.max_model_len <= sizing.prompt_tokens:
-        raise CanaryError("plan", f"control target max_model_len {control.max_model_len} is too short")
+        raise CanaryError("plan", f"control target max_model_len {control.max_model_len} is too short", CONTROL)
     return Conditions(target, control, facts, sizing, strategy, e.prompts.fingerprint)

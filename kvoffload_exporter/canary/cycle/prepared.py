@@ -8,6 +8,7 @@ run before preflight: a cycle gets a PreparedRun or nothing. Every measured requ
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -47,7 +48,7 @@ class Probe:
     path: str
     role: str = TARGET
     fresh_salt: bool = False
-    kv: dict[str, Any] | None = None
+    kv: Mapping[str, object] | None = None
     idle: float | None = None
 
 
@@ -56,7 +57,7 @@ COLD_PHASE = "cold"
 
 
 class BurstTransport(Protocol):
-    async def burst(self, base_url: str, bodies: list[dict[str, Any]]) -> list[Completion]: ...
+    async def burst(self, base_url: str, bodies: list[dict[str, object]]) -> list[Completion]: ...
 
 
 class PreparedRun:
@@ -106,10 +107,10 @@ class PreparedRun:
         return 4 + 1 + (1 if e.state.uses_recompute() else 0) + (1 if e.control_url else 0) + sensitivity
 
     def body(
-        self, prompt: list[int], salt: str, kv: dict[str, Any] | None, role: str, max_tokens: int = 1
-    ) -> dict[str, Any]:
+        self, prompt: list[int], salt: str, kv: Mapping[str, object] | None, role: str, max_tokens: int = 1
+    ) -> dict[str, object]:
         """Greedy (temperature 0, a fixed seed), token ids returned; probes generate OUTPUT_TOKENS."""
-        body: dict[str, Any] = {
+        body: dict[str, object] = {
             "model": self.conditions.server(role).model,
             "prompt": prompt,
             "max_tokens": max_tokens,
@@ -128,7 +129,7 @@ class PreparedRun:
             body["kv_transfer_params"] = kv
         return body
 
-    def _refusable(self, body: dict[str, Any], comp: Completion) -> str | None:
+    def _refusable(self, body: dict[str, object], comp: Completion) -> str | None:
         """The optional field a 400 is about: one the server's message names (any other 400 is a refusal of
         the request itself, which retries.py confirms and reports)."""
         if comp.status != 400:
@@ -158,7 +159,7 @@ class PreparedRun:
         role: str,
         prompt: list[int],
         salt: str | None,
-        kv: dict[str, Any] | None = None,
+        kv: Mapping[str, object] | None = None,
     ) -> Completion:
         """One request within the budget; recorded; a failed request fails the cycle."""
         e = self.ctx
@@ -177,7 +178,9 @@ class PreparedRun:
         self._account(cycle, phase, kind, role, prompt, fresh, kv, comp)
         if comp.error is not None:
             detail = f"{phase} {kind} on {role}: {comp.error} {comp.detail}".strip()
-            raise CycleFailed(detail, comp.retry_after, reason=comp.error, status=comp.status, said=comp.detail)
+            raise CycleFailed(
+                detail, comp.retry_after, reason=comp.error, status=comp.status, said=comp.detail, role=role
+            )
         return comp
 
     async def send_burst(
@@ -187,7 +190,7 @@ class PreparedRun:
         role: str,
         prompts: list[list[int]],
         salt: str,
-        kv: dict[str, Any] | None,
+        kv: Mapping[str, object] | None,
         max_tokens: int = 1,
     ) -> tuple[list[Completion], list[RequestRecord]]:
         """`len(prompts)` requests at once (the load sweep), through the same budget, body and records as
@@ -206,7 +209,7 @@ class PreparedRun:
                 r.counted = False  # a burst with a failed request is never one of its level's bursts
             detail = f"{phase} burst on {role}: {bad.error} {bad.detail}".strip()
             raise CycleFailed(
-                detail, bad.retry_after, reason=bad.error or "internal", status=bad.status, said=bad.detail
+                detail, bad.retry_after, reason=bad.error or "internal", status=bad.status, said=bad.detail, role=role
             )
         return comps, recs
 
@@ -302,7 +305,7 @@ def request_record(
     role: str,
     prompt: list[int],
     fresh: bool,
-    kv: dict[str, Any] | None,
+    kv: Mapping[str, object] | None,
     comp: Completion,
 ) -> RequestRecord:
     return RequestRecord(

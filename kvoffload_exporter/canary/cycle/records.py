@@ -6,8 +6,9 @@ the strategies fill them in.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 
 from kvoffload_exporter.canary.cycle import plan as planning
 from kvoffload_exporter.canary.types import CycleReason, LoadBand, ProbeResult, Strategy
@@ -106,7 +107,7 @@ class RequestRecord:
     role: str  # target | control
     prompt_tokens: int
     salt: str  # family | fresh (the salt itself never leaves the process)
-    kv_transfer_params: dict[str, Any] | None
+    kv_transfer_params: Mapping[str, object] | None
     status: int | None
     error: str | None
     detail: str
@@ -114,8 +115,8 @@ class RequestRecord:
     ttft_seconds: float | None
     total_seconds: float | None
     cached_tokens: int | None
-    usage: dict[str, Any] | None
-    server_metrics: dict[str, Any] | None
+    usage: dict[str, object] | None
+    server_metrics: dict[str, object] | None
     concurrency: int | None = None  # load sweep: the burst's level
     counted: bool | None = None  # load sweep: the burst entered its level's statistics
 

@@ -21,7 +21,6 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import aiohttp
 
@@ -109,17 +108,17 @@ class CanaryClient:
     def lock(self, base_url: str) -> asyncio.Lock:
         return self._locks.setdefault(base_url, asyncio.Lock())
 
-    async def complete(self, base_url: str, body: dict[str, Any]) -> Completion:
+    async def complete(self, base_url: str, body: dict[str, object]) -> Completion:
         """One streamed completion, read to `[DONE]`; never raises for HTTP or network failures."""
         async with self.lock(base_url):
             return await self._complete(base_url, body)
 
-    async def burst(self, base_url: str, bodies: list[dict[str, Any]]) -> list[Completion]:
+    async def burst(self, base_url: str, bodies: list[dict[str, object]]) -> list[Completion]:
         """`check --concurrency`: these completions at once; the target's lock is held for the burst."""
         async with self.lock(base_url):
             return list(await asyncio.gather(*(self._complete(base_url, b) for b in bodies)))
 
-    async def _complete(self, base_url: str, body: dict[str, Any]) -> Completion:
+    async def _complete(self, base_url: str, body: dict[str, object]) -> Completion:
         out = Completion()
         timeout = aiohttp.ClientTimeout(total=self.request_timeout, connect=5.0, sock_read=self.request_timeout)
         t0 = time.perf_counter()

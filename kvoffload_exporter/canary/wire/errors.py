@@ -12,10 +12,11 @@ from kvoffload_exporter.canary.types import ErrorReason
 class CanaryError(Exception):
     """The canary cannot run against this target (preflight) — `reason` is a short closed word."""
 
-    def __init__(self, reason: str, detail: str):
+    def __init__(self, reason: str, detail: str, role: str = "target"):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+        self.role = role  # the server to fix: "target" or "control" (records.TARGET / CONTROL)
 
 
 class CycleFailed(Exception):
@@ -28,6 +29,7 @@ class CycleFailed(Exception):
         reason: str = ErrorReason.INTERNAL,
         status: int | None = None,
         said: str = "",
+        role: str | None = None,
     ):
         super().__init__(detail)
         self.detail = detail
@@ -35,6 +37,7 @@ class CycleFailed(Exception):
         self.reason = ErrorReason.of(reason)
         self.status = status  # the HTTP status of a refused request (None: no answer, or not a request)
         self.said = said  # the server's own words (its error body, scrubbed by the client)
+        self.role = role  # the server the failed request went to (None: not a request)
 
 
 class BudgetExhausted(Exception):

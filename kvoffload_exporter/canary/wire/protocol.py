@@ -8,7 +8,6 @@ reason of the completion, never as an exception in the engine.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from kvoffload_exporter.canary.types import ErrorReason
 from kvoffload_exporter.canary.wire import validate
@@ -42,8 +41,8 @@ class Completion:
     ttft_event: float | None = None  # seconds to the first data: event
     ttft_token: float | None = None  # seconds to the first token-bearing event
     total: float | None = None
-    usage: dict[str, Any] | None = None  # validate.Usage.as_dict(): only the fields read, checked
-    server_metrics: dict[str, Any] | None = None  # `metrics` of --enable-per-request-metrics
+    usage: dict[str, object] | None = None  # validate.Usage.as_dict(): only the fields read, checked
+    server_metrics: dict[str, object] | None = None  # `metrics` of --enable-per-request-metrics
     events: int = 0
     error: str | None = None  # one of ERRORS
     detail: str = ""

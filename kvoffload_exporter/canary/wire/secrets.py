@@ -1,53 +1,25 @@
 """The canary's two secrets: the persisted salt secret and the optional API key (env or file only).
 
-The API key is wrapped so that `repr`/`str`/f-strings show `***`: it can reach only the
+The API key is wrapped so that `repr`/`str`/f-strings show `<redacted>`: it can reach only the
 `Authorization` header. A hostile or careless server can still echo it back (in an error body, a
-header, a label), so every text read from a target is passed through `scrub` before it is stored,
-logged or printed: the values of every key this process loaded, and any `Authorization`, `Bearer`
-or `Basic` credential whatever its value, become `***`.
+header, a label), so it is registered with kvoffload_exporter.redact, the program's one redaction:
+every text read from a target passes through `scrub` (or its target's scrubber) before it is stored,
+logged or printed, and any `Authorization`, `Bearer` or `Basic` credential whatever its value becomes
+`<redacted>`. A key shorter than redact.MIN_SECRET is refused at load.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import secrets
 from contextlib import suppress
 from pathlib import Path
 
-from kvoffload_exporter.redact import secret_forms
+from kvoffload_exporter import redact
+from kvoffload_exporter.redact import scrub
 
-_LOADED: list[str] = []
-"""Every API key value this process loaded, in every spelling an echo could carry (raw, JSON- and
-URL-escaped, base64 at any alignment, hex; redact.secret_forms), longest first: what `scrub` removes."""
-
-_CREDENTIAL = re.compile(
-    r"(?i:(authorization|x-api-key|api[_-]?key)(\\?[\"']?\s*[:=]\s*\\?[\"']?)(?:(bearer|basic|token)\s+)?)"
-    r"[^\s\"'\\,;}&]+"
-    r"|(?i:(bearer))\s+[A-Za-z0-9._~+/=-]+"
-    r"|\b(Basic)\s+[A-Za-z0-9+/]{8,}={0,2}"
-)
-
-
-def _hide(m: re.Match[str]) -> str:
-    name, sep, scheme, bearer, basic = m.groups()
-    if name is not None:
-        return f"{name}{sep}{scheme + ' ' if scheme else ''}***"
-    return f"{bearer or basic} ***"
-
-
-def scrub(text: str) -> str:
-    """`text` without any loaded API key and without the value of any credential it quotes."""
-    for value in _LOADED:
-        if value in text:
-            text = text.replace(value, "***")
-    return _CREDENTIAL.sub(_hide, text) if _maybe_credential(text) else text
-
-
-def _maybe_credential(text: str) -> bool:
-    low = text.lower()
-    return any(w in low for w in ("authorization", "bearer", "basic", "api-key", "api_key", "apikey", "x-api-key"))
+__all__ = ["ApiKey", "ScrubFilter", "SecretError", "SecretPathError", "scrub"]
 
 
 class ScrubFilter(logging.Filter):
@@ -66,19 +38,19 @@ class ApiKey:
 
     def __init__(self, value: str):
         self._value = value
-        # shorter values would blank out ordinary text (secret_forms keeps none); the patterns still apply
-        _LOADED[:] = sorted(set(_LOADED) | secret_forms(value), key=lambda f: (-len(f), f))
+        # every exit and every target's scrubber searches for it (a target may echo it into a label)
+        redact.register(value, shared=True)
 
     def header(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._value}"}
 
     def __repr__(self) -> str:
-        return "ApiKey(***)"
+        return f"ApiKey({redact.REDACTED})"
 
     __str__ = __repr__
 
     def __format__(self, spec: str) -> str:
-        return "***"
+        return redact.REDACTED
 
 
 class SecretError(Exception):
@@ -116,9 +88,18 @@ def load_api_key(path: str | None, env: str = "KVOFFLOAD_API_KEY") -> ApiKey | N
             raise SecretError(f"API key file {path} is not UTF-8 text") from None
         if not value or not value[0].strip():
             raise SecretError(f"API key file {path} is empty")
-        return ApiKey(value[0].strip())
+        return _checked(value[0].strip(), f"API key file {path}")
     v = os.environ.get(env, "").strip()
-    return ApiKey(v) if v else None
+    return _checked(v, env) if v else None
+
+
+def _checked(value: str, where: str) -> ApiKey:
+    if redact.too_short(value):
+        raise SecretError(
+            f"{where} holds a key of {len(value)} characters, fewer than {redact.MIN_SECRET}: "
+            "too short to be removed safely from what targets answer"
+        )
+    return ApiKey(value)
 
 
 def default_secret_path() -> Path:

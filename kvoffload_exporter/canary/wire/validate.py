@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from kvoffload_exporter.canary.types import ErrorReason
 
@@ -99,7 +98,7 @@ def count(value: object, what: str, optional: bool = True) -> int | None:
     return value
 
 
-def _obj(value: object, what: str) -> dict[str, Any] | None:
+def _obj(value: object, what: str) -> dict[str, object] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -127,9 +126,9 @@ class Usage:
             cached_tokens=count(details.get("cached_tokens"), "usage.prompt_tokens_details.cached_tokens"),
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """The evidence form: vLLM's own layout, only the fields read."""
-        d: dict[str, Any] = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
+        d: dict[str, object] = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
         if self.cached_tokens is not None:
             d["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
         return d
@@ -146,7 +145,7 @@ class Event:
     token: bool  # the first choice carries a token (text or token_ids)
     choices: int
     usage: Usage | None
-    metrics: dict[str, Any] | None  # --enable-per-request-metrics
+    metrics: dict[str, object] | None  # --enable-per-request-metrics
     kv_transfer_params: object
     error: str | None  # the message of an in-stream error event
     token_ids: tuple[int, ...] = ()  # the first choice's generated token ids (return_token_ids)

@@ -49,5 +49,16 @@ ALWAYS: tuple[Source, ...] = (
     # VLLM_COMPUTE_NANS_IN_LOGITS=1).
     _failure("vllm:nixl_num_notifications_after_expiry_total", "notification_after_expiry", "", E.INTEGRITY),
     _failure("vllm:corrupted_requests_total", "nan_logits", "", E.INTEGRITY),
+    # Measured GPU block residency, only with --kv-cache-metrics, sampled (v1/metrics/loggers.py:1038-1080;
+    # real H200 capture tests/fixtures/h200-multiprocess/kvm_*): the measured side of the modelled
+    # kvoffload_tier_retention_seconds (the canary's wait ladder, about the offload tier).
+    *(
+        Source(f"vllm:kv_block_{kind}_seconds", signal, unit, suffix=part, detail=kind)
+        for kind in ("lifetime", "idle_before_evict", "reuse_gap")
+        for signal, unit, part in (
+            (E.RESIDENCY_SECONDS, U.SECONDS, "sum"),
+            (E.RESIDENCY_SAMPLES, U.BLOCKS_SAMPLED, "count"),
+        )
+    ),
 )
 """Rows read whether or not an offload backend is present: a P/D deployment has KV transfers and no tier."""

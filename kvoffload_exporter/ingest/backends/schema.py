@@ -60,6 +60,9 @@ class Evidence(StrEnum):
     OPERATIONS = "operations"  # a store's operations (histogram count), detail = operation
     TRANSFER_FAILED = "transfer_failed"  # KV transfer failures (NIXL, Mooncake P2P), detail = kind
     INTEGRITY = "integrity"  # events that may mean corrupted outputs, detail = kind
+    ACTIVE_JOBS = "active_jobs"  # a tiering secondary tier's active promotion or cascade jobs, detail = kind
+    RESIDENCY_SECONDS = "residency_seconds"  # measured GPU block residency (histogram sum), detail = kind
+    RESIDENCY_SAMPLES = "residency_samples"  # its sampled blocks (histogram count), detail = kind
 
 
 class NativeUnit(StrEnum):
@@ -78,6 +81,7 @@ class NativeUnit(StrEnum):
     SECONDS = "seconds"
     OPERATIONS = "operations"  # a store's calls (Mooncake store get/put/lease operations)
     EVENTS = "events"  # transfer failures and integrity events, one per occurrence as the source counts it
+    BLOCKS_SAMPLED = "samples"  # blocks a sampled histogram observed
 
 
 class DropReason(StrEnum):
@@ -135,6 +139,8 @@ CUMULATIVE: frozenset[Evidence] = frozenset(
         Evidence.OPERATIONS,
         Evidence.TRANSFER_FAILED,
         Evidence.INTEGRITY,
+        Evidence.RESIDENCY_SECONDS,
+        Evidence.RESIDENCY_SAMPLES,
     }
 )
 """Signals whose values are cumulative (deltas over a window); the others are last values."""

@@ -68,6 +68,8 @@ ROWS: tuple[Source, ...] = (
     Source(P + "deferred_release_hold_seconds", E.DEFERRED_RELEASES, U.EVENTS, suffix="count", tier_label=T),
     Source(P + "primary_write_usage_perc", E.PRIMARY_USAGE, U.RATIO, kind=Kind.GAUGE, tier_label=T, detail="write"),
     Source(P + "primary_read_usage_perc", E.PRIMARY_USAGE, U.RATIO, kind=Kind.GAUGE, tier_label=T, detail="read"),
+    Source(P + "active_promotion_jobs", E.ACTIVE_JOBS, U.JOBS, kind=Kind.GAUGE, tier_label=T, detail="promotion"),
+    Source(P + "active_cascade_jobs", E.ACTIVE_JOBS, U.JOBS, kind=Kind.GAUGE, tier_label=T, detail="cascade"),
     Source(P + "read_time_total", E.TIER_TRANSFER_SECONDS, U.SECONDS, tier_label=T, detail="read"),
     Source(P + "write_time_total", E.TIER_TRANSFER_SECONDS, U.SECONDS, tier_label=T, detail="write"),
 )
