@@ -35,12 +35,12 @@ async def _sensitivity(run: PreparedRun, c: int, rec: CycleRecord, seeded: Seede
 async def _gpu_repeat(run: PreparedRun, c: int, seeded: Seeded) -> list[int] | None:
     """A second GPU hit of the cycle's prompt from KV no tier touched, sent after the offload revisit (so a
     drift between the GPU revisit and the offload revisit shows), only in a cycle whose offload answer differed
-    from the GPU revisit's (a healthy run sends none): the prompt under the cold control's own salt,
-    whose KV the cold control just computed. None without a cold control, or when most of the prefix was
-    recomputed rather than read from the GPU cache (nothing to compare)."""
-    salt, run.cold_salt = run.cold_salt, None
-    if salt is None:
-        return None
+    from the GPU revisit's (a healthy run sends none): the cycle's own path again under a fresh salt, back to
+    back so that other traffic has no time to evict it (prefix + a fresh tail computed, like the seed; then
+    the prompt, a GPU hit, like the GPU revisit). None when most of the prefix was recomputed rather than
+    read from the GPU cache (nothing to compare)."""
+    salt = run.ctx.prompts.fresh_salt("probe")
+    await run.send(c, "gpu_repeat_seed", "probe", TARGET, run.tail(seeded.a), salt)
     comp = await run.send(c, "gpu_repeat", "probe", TARGET, seeded.a + seeded.t, salt)
     cached = comp.cached_tokens
     if not comp.token_ids or (cached is not None and cached < len(seeded.a) // 2):  # recomputed, not a hit

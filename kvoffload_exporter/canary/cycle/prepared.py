@@ -52,10 +52,6 @@ class Probe:
     idle: float | None = None
 
 
-COLD_PHASE = "cold"
-"""The cold control's phase (steps.py): a fresh salt of its own, which the output check asks again (outputs.py)."""
-
-
 class BurstTransport(Protocol):
     async def burst(self, base_url: str, bodies: list[dict[str, object]]) -> list[Completion]: ...
 
@@ -68,7 +64,6 @@ class PreparedRun:
         self.conditions = conditions
         self.sent: Counter[str] = Counter()  # prompt tokens sent per role (the seeding span's own share)
         self.refused: set[str] = set()  # OPTIONAL_FIELDS a server answered 400 to
-        self.cold_salt: str | None = None  # the last cold control's own salt: the output check asks it again
 
     # The conditions' parts, for callers that print or check them.
     @property
@@ -229,8 +224,6 @@ class PreparedRun:
         e, sz = self.ctx, self.sizing
         before = await e.scrapes.before(p.role)
         salt = None if p.fresh_salt else e.prompts.salt
-        if p.phase == COLD_PHASE:  # the cold control: its KV, on the GPU and never from a tier, is asked again
-            salt = self.cold_salt = e.prompts.fresh_salt("probe")
         comp = await self.send(cycle, p.phase, "probe", p.role, p.prompt, salt, p.kv)
         own = len(p.prompt) + await self.flush(cycle, p.phase, p.role)
         after = await e.scrapes.scrape(p.role)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvoffload_exporter.canary.cycle.prepared import COLD_PHASE, PreparedRun, Probe
+from kvoffload_exporter.canary.cycle.prepared import PreparedRun, Probe
 from kvoffload_exporter.canary.cycle.records import CONTROL, TARGET, CycleRecord, PhaseRecord
 from kvoffload_exporter.canary.cycle.stats import CONTROL_ORDER
 from kvoffload_exporter.canary.types import CanaryPath, CycleReason, ProbeResult
@@ -138,7 +138,7 @@ def _control_probes(run: PreparedRun, seeded: Seeded, idle: float | None) -> dic
             "recompute", run.tail(b), expect=ProbeResult.MISS, path=CanaryPath.RECOMPUTE, kv=kv, idle=idle
         )
     makers["cold"] = lambda: Probe(
-        COLD_PHASE, seeded.a + seeded.t, expect=ProbeResult.MISS, path=CanaryPath.COLD, fresh_salt=True
+        "cold", seeded.a + seeded.t, expect=ProbeResult.MISS, path=CanaryPath.COLD, fresh_salt=True
     )
     if run.ctx.control_url:
         makers["control_target"] = lambda: Probe(
