@@ -274,6 +274,45 @@ local groups = [
      "description": "{{ $labels.target }} {{ $labels.model_name }} engine {{ $labels.engine }} reported {{ $value | humanize }} {{ $labels.kind }} events in the last 90028s: nan_logits (requests with NaNs in their logits, VLLM_COMPUTE_NANS_IN_LOGITS=1) or notification_after_expiry (NIXL: the KV blocks may have been reused before the transfer finished). Compare with KVOffloadOutputMismatch and run `kvoffload-exporter check` on a staging copy.",
      "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadintegrityrisk"
     }
+   },
+   {
+    "alert": "KVOffloadExporterDown",
+    "expr": "up{mixinselector=\"S90999\",job=~\"R90029\"} == 0",
+    "for": "90030s",
+    "labels": {
+     "severity": "warning"
+    },
+    "annotations": {
+     "summary": "Prometheus cannot scrape a kvoffload exporter: the offload series it serves are gone.",
+     "description": "Prometheus has failed to scrape {{ $labels.instance }} (job {{ $labels.job }}) for 90030s. Its kvoffload series vanish rather than turn 0, so no other offload alert can fire for what it serves: a dead sidecar blinds its vLLM server, a dead /probe replica blinds its whole shard (hashmod does not move targets to another replica) until it returns.",
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadexporterdown"
+    }
+   },
+   {
+    "alert": "KVOffloadExporterJobVanished",
+    "expr": "group by (job) (max_over_time(up{mixinselector=\"S90999\",job=~\"R90029\"}[90015s]))\nunless on (job)\ngroup by (job) (up{mixinselector=\"S90999\",job=~\"R90029\"})",
+    "for": "90030s",
+    "labels": {
+     "severity": "warning"
+    },
+    "annotations": {
+     "summary": "A Prometheus job that scraped a kvoffload exporter has no targets left.",
+     "description": "Job {{ $labels.job }} scraped a kvoffload exporter within the last 90015s and has no target now: service discovery lost the sidecars or the replica of this shard (pods gone, labels or ports changed), so nothing it served is monitored.",
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadexporterjobvanished"
+    }
+   },
+   {
+    "alert": "KVOffloadExporterAbsent",
+    "expr": "absent(up{mixinselector=\"S90999\",job=~\"R90029\"})",
+    "for": "90030s",
+    "labels": {
+     "severity": "warning"
+    },
+    "annotations": {
+     "summary": "No Prometheus job scrapes a kvoffload exporter.",
+     "description": "Prometheus has no target of a job matching 'R90029' (setting exporter_jobs){{ if $labels.namespace }} in namespace {{ $labels.namespace }}{{ else }}{{ end }}: no exporter is discovered or configured, and KV offload is unmonitored there.",
+     "runbook_url": "https://github.com/kvoffload-exporter/kvoffload-exporter/blob/main/alerts/runbook.md#kvoffloadexporterabsent"
+    }
    }
   ]
  }
@@ -314,14 +353,16 @@ local ms(v) = num(v * 1000);
      "canary_window": "30m",
      "canary_stale_seconds": 1800.0,
      "canary_for": "10m",
-     "output_mismatch_window": "1h"
+     "output_mismatch_window": "1h",
+     "exporter_jobs": ".*kvoffload.*",
+     "exporter_down_for": "5m"
     },
   },
   local c = self._config,
   local sel(s) = std.strReplace(std.strReplace(s, '{mixinselector="S90999"}',
     if c.selector == '' then '' else '{' + c.selector + '}'),
     'mixinselector="S90999",', if c.selector == '' then '' else c.selector + ','),
-  local sub(s) = sel(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(s, '9.0002e+06', pct(c.thresholds.store_without_load_min_bytes)), '9.0006e+06', pct(c.thresholds.slower_min_delta_seconds)), '9.0011e+06', pct(c.thresholds.ttft_regression_ratio)), '9.0012e+06', pct(c.thresholds.ttft_regression_min_seconds)), '9.0013e+06', pct(c.thresholds.ttft_control_ratio)), '9.0018e+06', pct(c.thresholds.headroom_min_tier_ratio)), '9.0026e+06', pct(c.thresholds.canary_stale_seconds)), '9.002e+06', pct(c.thresholds.tier_footprint_max_ratio)), '90002000', ms(c.thresholds.store_without_load_min_bytes)), '90006000', ms(c.thresholds.slower_min_delta_seconds)), '90011000', ms(c.thresholds.ttft_regression_ratio)), '90012000', ms(c.thresholds.ttft_regression_min_seconds)), '90013000', ms(c.thresholds.ttft_control_ratio)), '90018000', ms(c.thresholds.headroom_min_tier_ratio)), '90020000', ms(c.thresholds.tier_footprint_max_ratio)), '90026000', ms(c.thresholds.canary_stale_seconds)), '0.90008', text(c.thresholds.ttft_quantile)), '90001s', text(c.thresholds.reuse_window)), '90003s', text(c.thresholds.store_without_load_for)), '90004s', text(c.thresholds.not_storing_for)), 'R90005', text(c.thresholds.slower_controls)), '90007s', text(c.thresholds.slower_for)), '90.008', pct(c.thresholds.ttft_quantile)), '90009s', text(c.thresholds.ttft_smoothing)), '90010s', text(c.thresholds.ttft_baseline_offset)), '90014s', text(c.thresholds.ttft_regression_for)), '90015s', text(c.thresholds.absent_memory)), '90016s', text(c.thresholds.absent_for)), '90017s', text(c.thresholds.target_down_for)), '90019s', text(c.thresholds.headroom_for)), '90021s', text(c.thresholds.tier_footprint_for)), '90022s', text(c.thresholds.oom_risk_for)), '90023s', text(c.thresholds.allocation_window)), '90024s', text(c.thresholds.allocation_for)), '90025s', text(c.thresholds.canary_window)), '90027s', text(c.thresholds.canary_for)), '90028s', text(c.thresholds.output_mismatch_window)), '90002', num(c.thresholds.store_without_load_min_bytes)), '90006', num(c.thresholds.slower_min_delta_seconds)), '90011', num(c.thresholds.ttft_regression_ratio)), '90012', num(c.thresholds.ttft_regression_min_seconds)), '90013', num(c.thresholds.ttft_control_ratio)), '90018', num(c.thresholds.headroom_min_tier_ratio)), '90020', num(c.thresholds.tier_footprint_max_ratio)), '90026', num(c.thresholds.canary_stale_seconds))),
+  local sub(s) = sel(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(std.strReplace(s, '9.0002e+06', pct(c.thresholds.store_without_load_min_bytes)), '9.0006e+06', pct(c.thresholds.slower_min_delta_seconds)), '9.0011e+06', pct(c.thresholds.ttft_regression_ratio)), '9.0012e+06', pct(c.thresholds.ttft_regression_min_seconds)), '9.0013e+06', pct(c.thresholds.ttft_control_ratio)), '9.0018e+06', pct(c.thresholds.headroom_min_tier_ratio)), '9.0026e+06', pct(c.thresholds.canary_stale_seconds)), '9.002e+06', pct(c.thresholds.tier_footprint_max_ratio)), '90002000', ms(c.thresholds.store_without_load_min_bytes)), '90006000', ms(c.thresholds.slower_min_delta_seconds)), '90011000', ms(c.thresholds.ttft_regression_ratio)), '90012000', ms(c.thresholds.ttft_regression_min_seconds)), '90013000', ms(c.thresholds.ttft_control_ratio)), '90018000', ms(c.thresholds.headroom_min_tier_ratio)), '90020000', ms(c.thresholds.tier_footprint_max_ratio)), '90026000', ms(c.thresholds.canary_stale_seconds)), '0.90008', text(c.thresholds.ttft_quantile)), '90001s', text(c.thresholds.reuse_window)), '90003s', text(c.thresholds.store_without_load_for)), '90004s', text(c.thresholds.not_storing_for)), 'R90005', text(c.thresholds.slower_controls)), '90007s', text(c.thresholds.slower_for)), '90.008', pct(c.thresholds.ttft_quantile)), '90009s', text(c.thresholds.ttft_smoothing)), '90010s', text(c.thresholds.ttft_baseline_offset)), '90014s', text(c.thresholds.ttft_regression_for)), '90015s', text(c.thresholds.absent_memory)), '90016s', text(c.thresholds.absent_for)), '90017s', text(c.thresholds.target_down_for)), '90019s', text(c.thresholds.headroom_for)), '90021s', text(c.thresholds.tier_footprint_for)), '90022s', text(c.thresholds.oom_risk_for)), '90023s', text(c.thresholds.allocation_window)), '90024s', text(c.thresholds.allocation_for)), '90025s', text(c.thresholds.canary_window)), '90027s', text(c.thresholds.canary_for)), '90028s', text(c.thresholds.output_mismatch_window)), 'R90029', text(c.thresholds.exporter_jobs)), '90030s', text(c.thresholds.exporter_down_for)), '90002', num(c.thresholds.store_without_load_min_bytes)), '90006', num(c.thresholds.slower_min_delta_seconds)), '90011', num(c.thresholds.ttft_regression_ratio)), '90012', num(c.thresholds.ttft_regression_min_seconds)), '90013', num(c.thresholds.ttft_control_ratio)), '90018', num(c.thresholds.headroom_min_tier_ratio)), '90020', num(c.thresholds.tier_footprint_max_ratio)), '90026', num(c.thresholds.canary_stale_seconds))),
   local rule(r) = {
     [k]: if k == 'annotations' then
       { [a]: sub(r.annotations[a]) for a in std.objectFields(r.annotations) }

@@ -91,6 +91,8 @@ def one_run(i: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "exit_code": rc.returncode,
         "advice": (doc.get("advice") or {}).get("action"),
         "levels": {f"c={e['concurrency']}": e["verdict"] for e in rows},
+        # rounds each level took (the rounds for c = 1): early stopping shows here
+        "rounds": {f"c={e['concurrency']}": e.get("rounds") for e in rows},
     }
 
 
@@ -121,6 +123,7 @@ def summarise(runs: list[dict[str, Any]], effect: str, effect_ms: float) -> dict
         "any_level_decided": rate(sum(any(v in DECIDED for v in r["levels"].values()) for r in runs)),
         "all_levels_found": rate(sum(all(v == right for v in r["levels"].values()) for r in runs)) if right else None,
         "exit_codes": dict(sorted(Counter(str(r["exit_code"]) for r in runs).items())),
+        "rounds_per_level": {lv: sorted(r["rounds"].get(lv) or 0 for r in runs if "rounds" in r) for lv in levels},
         "advice": dict(sorted(Counter(str(r["advice"]) for r in runs).items())),
     }
 

@@ -76,7 +76,8 @@ def test_every_name_comes_from_the_catalogue_or_a_recording_rule():
     for g in doc["groups"]:
         for r in g["rules"]:
             names = names_in(r["expr"])
-            assert names, r
+            # The alerts on the monitoring itself read only Prometheus's own `up` of the exporter's jobs.
+            assert names or re.search(r"\bup\{[^}]*job=~\"" + re.escape(DEFAULT.exporter_jobs), r["expr"]), r
             unknown = {n for n in names if n not in CATALOGUE and n not in recorded}
             assert not unknown, (r.get("alert") or r.get("record"), unknown)
 
@@ -454,6 +455,23 @@ def test_jsonnet_mixin_one_config_field_overridden_shows_in_the_rendered_alert(t
     assert {a: f for a, f in fors.items() if a != "KVOffloadNotStoring"} == {
         a: f for a, f in default.items() if a != "KVOffloadNotStoring"
     }
+
+
+def test_grafana_copy_of_an_absence_alert_alerts_on_no_data():
+    """`absent()` fires on nothing; Grafana's own form is a presence query whose *no data* alerts. Every other
+    rule keeps `noDataState: OK` (its query returns series only while the condition holds)."""
+    doc = yaml.safe_load(render_bundle()[GRAFANA_RULES])
+    prom = {a.alert: a for a in build()[1]}
+    rules = {r["title"]: r for r in doc["groups"][0]["rules"]}
+    absent = [name for name, a in prom.items() if a.grafana_presence]
+    assert absent == ["KVOffloadExporterAbsent"] and prom[absent[0]].expr.startswith("absent(")
+    for name, r in rules.items():
+        refs = {d["refId"]: d["model"] for d in r["data"]}
+        if name in absent:
+            assert r["noDataState"] == "Alerting" and refs["A"]["expr"] == prom[name].grafana_presence
+            assert refs["C"]["expression"] == "$B < 0"  # a value (count >= 1) never fires
+        else:
+            assert r["noDataState"] == "OK" and refs["C"]["expression"] == "is_number($B)"
 
 
 def test_every_alert_name_is_defined_once_and_has_a_rule_and_a_case() -> None:

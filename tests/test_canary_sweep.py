@@ -13,6 +13,7 @@ import pytest
 
 from kvoffload_exporter.canary.check import sweepreport
 from kvoffload_exporter.canary.check.sweep import parse_levels
+from kvoffload_exporter.canary.cycle.sequential import Design
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.check import run_check
 from kvoffload_exporter.sim.bursts import bursts
@@ -189,8 +190,10 @@ async def test_sweep_interval_matches_a_rank_sum_interval_recomputed_from_reques
     timing = {"jitter_ms": 4.0, "load_queue_ms": 20.0}
     doc = await _sweep(tmp_path, "h200-qwen3-0.6b", 0.2, "4", timing, "--min-bursts", "6")
     (entry,) = [e for e in doc["load_sweep"] if e["concurrency"] == 4]
-    assert entry["bursts_offload"] >= 6 and entry["n_offload"] == 4 * entry["bursts_offload"]
-    assert entry["confidence"] == pytest.approx(0.975)  # c = 4 and the rounds as c = 1: two levels, Bonferroni
+    assert entry["bursts_offload"] >= 5 and entry["n_offload"] == 4 * entry["bursts_offload"]
+    # c = 4 and the rounds as c = 1: two levels, Bonferroni (2.5 % each), spent over the looks 5..6
+    look = entry["sequential"]["look"]
+    assert entry["confidence"] == pytest.approx(Design.up_to(6, alpha=0.025).confidence_at(look))
     rows = [json.loads(x) for x in (tmp_path / "ev" / "requests.jsonl").read_text().splitlines()]
     low, high = _recomputed_interval(rows, entry)
     assert (entry["ci_low_seconds"], entry["ci_high_seconds"]) == (

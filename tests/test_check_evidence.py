@@ -122,11 +122,12 @@ def test_no_interval_until_the_confidence_is_reachable() -> None:
 
 
 async def test_short_samples_say_why_and_what_to_change(tmp_path: Path) -> None:
-    # A budget that allows 2 rounds: the run stops short of --min-samples and says why and what to change.
+    # A budget that allows 2 rounds: the run stops short of the first look (5 samples a path) and says why
+    # and what to change.
     code, doc, text, err, _ = await _run(
         tmp_path, "--rounds", "2", "--allow-pressure", "--budget-tokens-per-hour", "150000"
     )
-    assert code == 4 and re.match(r"[1-9] offload-hit samples < 10", doc["why"]), doc["why"]
+    assert code == 4 and re.match(r"[1-9] offload-hit samples < 5", doc["why"]), doc["why"]
     assert doc["hints"][0].startswith("--rounds ") and "hint: --rounds " in text
     assert "(1 done, counted 1/10, ETA ~" in err and "rounds left at" in err  # the ETA says its basis
     assert doc["advice"]["action"] == "measure_longer" and text.count("advice: ") == 1

@@ -153,7 +153,7 @@ async def test_the_load_sweep_compares_every_offload_hit_of_a_burst(tmp_path: Pa
     assert four["output"]["compared"] >= 4 * 5 and four["output"]["mismatched"] == 0, four["output"]
     assert four["output"]["mismatch_rate"] == 0 and clean["output_check"]["mismatched"] == 0
     bad = await _sweep(tmp_path, faults=("corrupt-loads=1",))
-    four = next(e for e in bad["load_sweep"] if e["concurrency"] == 4 and e["source"] == "sweep")
-    # The simulator corrupts the request that loads; its burst peers share the loaded blocks on the GPU.
-    assert four["output"]["mismatched"] >= four["bursts_offload"] >= 5 and four["output"]["mismatch_rate"] > 0
+    # A confirmed mismatch in the rounds ends the run: no load sweep, no more rounds than it took to see it.
+    assert not any(e["source"] == "sweep" for e in bad.get("load_sweep") or []), bad.get("load_sweep")
+    assert bad["output_check"]["mismatched"] >= 1 and bad["rounds_completed"] < clean["rounds_completed"] + 1
     assert bad["verdict"] == "output_mismatch" and bad["exit_code"] == 5

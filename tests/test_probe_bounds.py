@@ -84,6 +84,19 @@ async def test_names_cannot_multiply_a_target(upstream: tuple[Upstream, str]) ->
         await client.close()
 
 
+async def test_a_probe_only_replica_counts_its_probed_targets_up(upstream: tuple[Upstream, str]) -> None:
+    """A sharded replica has no `targets:`: its targets_up is the shard it serves, not 0."""
+    _, url = upstream
+    client = await _client(from_mapping({"probe": {"allow": [url]}}, BASE))
+    try:
+        assert (await client.get("/probe", params={"target": url})).status == 200
+        text = await (await client.get("/metrics")).text()
+        assert "\nkvoffload_targets_up 1.0\n" in text
+        assert 'kvoffload_targets{kind="configured"} 0.0' in text
+    finally:
+        await client.close()
+
+
 async def test_probed_targets_are_capped_lru_and_counted(upstream: tuple[Upstream, str]) -> None:
     _, url = upstream
     cfg = from_mapping({"probe": {"allow_regex": r"http://127\.0\.0\.1:\d+/t\d+", "max_targets": 3}}, BASE)

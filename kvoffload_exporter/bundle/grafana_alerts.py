@@ -40,13 +40,15 @@ def _grafana_template(text: str) -> str:
 
 def _rule(a: AlertRule, s: Settings) -> G.AlertRulev9:
     """The query returns series only while the alert condition holds: reduce to the last value and
-    fire on any number (NaN-free reduce drops gaps)."""
+    fire on any number (NaN-free reduce drops gaps). An alert on absence queries what must be present
+    instead: any value is fine (the condition never holds on data) and *no data* alerts."""
+    presence = bool(a.grafana_presence)
     return G.AlertRulev9(
         title=a.alert,
         uid=_uid(a.alert),
         condition="C",
         triggers=[
-            G.Target(expr=a.expr, refId="A", datasource=s.grafana_datasource_uid, instant=True),
+            G.Target(expr=a.grafana_presence or a.expr, refId="A", datasource=s.grafana_datasource_uid, instant=True),
             G.AlertExpression(
                 refId="B",
                 expression="A",
@@ -54,7 +56,9 @@ def _rule(a: AlertRule, s: Settings) -> G.AlertRulev9:
                 reduceFunction=G.EXP_REDUCER_FUNC_LAST,
                 reduceMode=G.EXP_REDUCER_FUNC_DROP_NN,
             ),
-            G.AlertExpression(refId="C", expression="is_number($B)", expressionType=G.EXP_TYPE_MATH),
+            G.AlertExpression(
+                refId="C", expression="$B < 0" if presence else "is_number($B)", expressionType=G.EXP_TYPE_MATH
+            ),
         ],
         annotations={
             "summary": a.summary,
@@ -63,7 +67,7 @@ def _rule(a: AlertRule, s: Settings) -> G.AlertRulev9:
         },
         labels={"severity": a.severity},
         evaluateFor=a.for_,
-        noDataAlertState=G.ALERTRULE_STATE_DATA_OK,
+        noDataAlertState=G.ALERTRULE_STATE_DATA_ALERTING if presence else G.ALERTRULE_STATE_DATA_OK,
         errorAlertState=G.ALERTRULE_STATE_DATA_ALERTING,
         timeRangeFrom=QUERY_RANGE_SECONDS,
     )

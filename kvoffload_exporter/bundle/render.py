@@ -29,6 +29,7 @@ def render_bundle(
         rulefile,
         ruletests,
         runbook,
+        shards,
     )
     from kvoffload_exporter.bundle.deploy import render_deploy
     from kvoffload_exporter.bundle.rules import build
@@ -45,5 +46,6 @@ def render_bundle(
     files.update(dashboards.render(matchers))
     files.update(grafana_alerts.render(settings, matchers))
     files.update(render_deploy(files, settings))
+    files.update(shards.render())
     files[mixin.PATH] = mixin.render(files, settings, matchers)
     return dict(sorted(files.items()))

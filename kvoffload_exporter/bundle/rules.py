@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from kvoffload_exporter.bundle import fleet_rules
 from kvoffload_exporter.bundle.alertgroups import ENGINE_EXTRA, GROUPS, Terms
 from kvoffload_exporter.bundle.promql import Matcher, Query
 from kvoffload_exporter.bundle.promql import matcher as _m
@@ -139,7 +140,7 @@ def build(
     s: Settings = DEFAULT, selectors: Sequence[Matcher] = (), inline: bool = False
 ) -> tuple[list[RecordingRule], list[AlertRule]]:
     r = _Rules(s, selectors, inline)
-    return ([] if inline else r.recording_rules()), r.alerts()
+    return ([] if inline else r.recording_rules()), r.alerts() + fleet_rules.alerts(s, selectors)
 
 
 __all__ = ["STATES", "AlertRule", "RecordingRule", "build"]

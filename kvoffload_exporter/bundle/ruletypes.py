@@ -31,6 +31,10 @@ class AlertName(StrEnum):
     CANARY_NO_OFFLOAD_HIT = "KVOffloadCanaryNoOffloadHit"
     OUTPUT_MISMATCH = "KVOffloadOutputMismatch"
     INTEGRITY_RISK = "KVOffloadIntegrityRisk"
+    # the monitoring itself (bundle/fleet_rules.py): Prometheus's own `up` of the exporter's jobs
+    EXPORTER_DOWN = "KVOffloadExporterDown"
+    EXPORTER_JOB_VANISHED = "KVOffloadExporterJobVanished"
+    EXPORTER_ABSENT = "KVOffloadExporterAbsent"
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,9 @@ class AlertRule:
     summary: str
     description: str  # Prometheus template: $labels, $value
     group: str = "kvoffload.alerts"
+    grafana_presence: str = ""
+    """For an alert on something missing (`absent()`): a query that returns data while all is well. The
+    Grafana-managed copy queries it and alerts on *no data* instead (Grafana's own form of absence)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "alert", str(self.alert))  # an AlertName as the plain string files carry

@@ -7,7 +7,7 @@ Pure: no grafanalib.
 
 from __future__ import annotations
 
-from kvoffload_exporter.bundle import reasons_runbook
+from kvoffload_exporter.bundle import fleet_rules, reasons_runbook
 from kvoffload_exporter.bundle.rules import build
 from kvoffload_exporter.bundle.settings import DEFAULT, FIELDS, Settings
 
@@ -357,7 +357,8 @@ def _changed(s: Settings) -> str:
 
 def render(s: Settings = DEFAULT) -> str:
     """The runbook for settings `s`; ValueError if an alert has no section (or a section no alert)."""
-    text = _HEAD + _changed(s) + "\n" + _BODY.format(**_values(s)) + "\n" + reasons_runbook.render()
+    body = _BODY.format(**_values(s)) + fleet_rules.RUNBOOK.format(**_values(s))
+    text = _HEAD + _changed(s) + "\n" + body + "\n" + reasons_runbook.render()
     sections = {line[3:] for line in text.splitlines() if line.startswith("## ")}
     alerts = {a.alert for a in build(s)[1]}
     if sections != alerts:

@@ -151,6 +151,21 @@ class Settings:
         "and keeps the alert firing until it leaves the window.",
     )
 
+    # --- KVOffloadExporterDown, KVOffloadExporterJobVanished, KVOffloadExporterAbsent ---------------
+    exporter_jobs: str = _s(
+        ".*kvoffload.*",
+        Kind.REGEX,
+        "Prometheus jobs that scrape an exporter: sidecars, central exporters, sharded replicas' own /metrics "
+        "and their /probe jobs. Their `up` tells a lost exporter, whose kvoffload series vanish rather than turn 0. "
+        "And-ed with a `--selector` on `job`: set it to match that job (or `.+`).",
+    )
+    exporter_down_for: str = _s(
+        "5m",
+        Kind.DURATION,
+        "`for` of KVOffloadExporterDown, KVOffloadExporterJobVanished and KVOffloadExporterAbsent (longer than "
+        "an exporter's restart).",
+    )
+
     # --- Grafana-managed alerts and links ---------------------------------------------------------
     grafana_datasource_uid: str = _s("prometheus", Kind.TEXT, "Prometheus datasource uid the Grafana rules query.")
     grafana_folder: str = _s("KV offload", Kind.TEXT, "Grafana folder of the rules and dashboards.")
@@ -256,6 +271,7 @@ PRESETS: Mapping[str, Mapping[str, str]] = {
         "canary_stale_seconds": "120",
         "canary_for": "30s",
         "output_mismatch_window": "1m",
+        "exporter_down_for": "30s",
         "grafana_interval": "10s",
     },
 }

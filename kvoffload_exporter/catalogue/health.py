@@ -123,7 +123,7 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_targets_up",
         type=MetricType.GAUGE,
-        help="Configured targets whose last poll succeeded.",
+        help="Targets whose last poll succeeded: configured ones and those kept from /probe requests.",
         group=Group.HEALTH,
     ),
     Metric(

@@ -55,8 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         type=int,
         default=10,
         metavar="N",
-        help="canary cycles to complete at least (default 10); more follow while fewer than --min-samples are "
-        "counted and the tier serves revisits, up to 3 x --min-samples",
+        help="counted samples per path at most (default 10, or --min-samples when larger): the run stops at the "
+        "first look that decides, from 5 counted samples a path on (a sequential design spends the error over the "
+        "looks, so stopping early keeps the confidence); rounds that count nothing are repeated, up to 3 x the "
+        "maximum",
     )
     p.add_argument(
         "--allow-pressure",
@@ -86,8 +88,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         type=_min_bursts,
         default=10,
         metavar="N",
-        help="load sweep: counted bursts per path and level before a level can decide (default 10, at least 5; "
-        "each burst is one observation, so fewer bursts give no interval)",
+        help="load sweep: counted bursts per path and level at most (default 10, at least 5); a level stops at the "
+        "first look that decides, from 5 bursts a path, and its rounds go to the levels still open; rounds that "
+        "background traffic leaves uncounted are added (each burst is one observation)",
     )
     p.add_argument(
         "--retry-deadline",

@@ -92,7 +92,8 @@ class Exporter:
         durs = [t.view.duration or 0.0 for t in self.targets]
         self.collectors["vllm"] = (vllm_ok, max(durs, default=0.0))
         x = Exposition()
-        up = sum(1 for t in self.targets if t.view.up)
+        # Probed targets count too: a probe-only replica (no `targets:`) reports the shard it serves.
+        up = sum(1 for t in (*self.targets, *self.probed.values()) if t.view.up)
         self.stats.render(x, len(self.targets), up, len(self.probed))
         shared = {**shared_fragment(self.host, self.gpu, self.collectors, self.extras), **x.fragment()}
         return [shared, *(t.fragment for t in self.targets)]

@@ -15,6 +15,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kvoffload_exporter.canary.cycle.sequential import Design
 from kvoffload_exporter.canary.cycle.stats import cluster_delta, pooled_bootstrap, wilson
 
 SPREAD = 0.010  # the Gaussian model's within-burst standard deviation, seconds
@@ -80,3 +81,49 @@ def decided_by_pooled_bootstrap(model: str, c: int, bursts: int, runs: int, seed
         low, high = pooled_bootstrap(a, b, 0.5, 0.95, 400, i)
         k += low > 0 or high < 0
     return Rate(k, runs)
+
+
+def sequential_decided(
+    model: str, c: int, design: Design, shift: float, runs: int, seed: int, peek: bool = False
+) -> tuple[Rate, list[int]]:
+    """Levels of `design` stopped at the first look whose interval excludes 0 (any sign under the null, the true
+    sign otherwise), and the look each decided run stopped at. `peek=True` tests every look at 1 − α: the
+    uncorrected peeking the design replaces."""
+    rng, k, stops = random.Random(seed), 0, []
+    for _ in range(runs):
+        a, b = _level(rng, MODELS[model], c, design.last, shift)
+        for n in range(design.first, design.last + 1):
+            conf = 1.0 - design.alpha if peek else design.confidence_at(n)
+            est = cluster_delta(a[:n], b[:n], confidence=conf, n_boot=0)
+            if est.low is None or est.high is None:
+                continue
+            hit = (est.low > 0) if shift > 0 else (est.high < 0) if shift < 0 else (est.low > 0 or est.high < 0)
+            if est.low > 0 or est.high < 0:
+                k += hit
+                stops.append(n)
+                break
+    return Rate(k, runs), stops
+
+
+def sequential_run_decided(
+    model: str, levels: tuple[int, ...], last: int, runs: int, seed: int, peek: bool = False, family: float = 0.05
+) -> tuple[Rate, dict[int, Rate]]:
+    """Null runs of a sweep: every level a sequential design with the run's error split over the levels
+    (Bonferroni, as `check` does), each stopped at its first deciding look. Returns (runs with any level
+    decided, per level decided)."""
+    alpha = family / len(levels)
+    design = Design.up_to(last, alpha=alpha)
+    rng, any_k, per = random.Random(seed), 0, dict.fromkeys(levels, 0)
+    for _ in range(runs):
+        hit = False
+        for c in levels:
+            a, b = _level(rng, MODELS[model], c, last, 0.0)
+            for n in range(design.first, last + 1):
+                conf = 1.0 - alpha if peek else design.confidence_at(n)
+                est = cluster_delta(a[:n], b[:n], confidence=conf, n_boot=0)
+                if est.low is not None and est.high is not None and (est.low > 0 or est.high < 0):
+                    per[c] += 1
+                    hit = True
+                    break
+        any_k += hit
+    return Rate(any_k, runs), {c: Rate(k, runs) for c, k in per.items()}

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from kvoffload_exporter.bundle import testvalues as tv
 from kvoffload_exporter.bundle.promql import Matcher
+from kvoffload_exporter.bundle.ruletests import fleet_cases
 from kvoffload_exporter.bundle.ruletests.base import (
     B5,
     DROPPED,
@@ -253,6 +254,7 @@ BUILDERS: Mapping[str, Builder] = {
     AlertName.CANARY_NO_OFFLOAD_HIT: _no_offload_hit,
     AlertName.OUTPUT_MISMATCH: _output_mismatch,
     AlertName.INTEGRITY_RISK: _integrity_risk,
+    **fleet_cases.BUILDERS,
 }
 """One case builder per alert; tests/test_alerts.py fails when an alert has none."""
 
@@ -275,5 +277,6 @@ STEPS: Mapping[str, Callable[[Settings], int]] = {
     AlertName.CANARY_NO_OFFLOAD_HIT: lambda s: _quarter(s.canary_for),
     AlertName.OUTPUT_MISMATCH: lambda s: _dividing(s.output_mismatch_window),
     AlertName.INTEGRITY_RISK: lambda s: _dividing(s.output_mismatch_window),
+    **fleet_cases.STEPS,
 }
 """Each alert's evaluation step (its own file: promtool has one evaluation_interval per file)."""

@@ -25,6 +25,7 @@ from kvoffload_exporter.canary.cycle.context import Sleep, Transport
 from kvoffload_exporter.canary.cycle.engine import CanaryEngine
 from kvoffload_exporter.canary.cycle.plan import Prompts
 from kvoffload_exporter.canary.cycle.records import CONTROL
+from kvoffload_exporter.canary.cycle.sequential import Design
 from kvoffload_exporter.canary.cycle.stats import CONTROL_ORDER
 from kvoffload_exporter.canary.cycle.wait import wait_notice
 from kvoffload_exporter.canary.types import CycleReason
@@ -180,10 +181,9 @@ def announced(sleep: Sleep, stream: TextIO, what: str) -> Sleep:
     return wait
 
 
-def round_cap(rounds: int, min_samples: int) -> int:
-    """Completed rounds at most: `--rounds`, or more while the counted samples are short of `--min-samples`
-    (one ambiguous revisit must not make the default run inconclusive), up to 3 × min_samples."""
-    return max(rounds, 3 * min_samples)
+def design_of(req: CheckRequest) -> Design:
+    """The rounds' sequential design (sequential.py): the run's (in a sweep, the level's) error over the looks."""
+    return Design.for_rounds(req.rounds, req.settings.min_samples, 1.0 - req.settings.confidence)
 
 
 def _counted(engine: CanaryEngine) -> int:
@@ -235,14 +235,16 @@ def _failure_text(engine: CanaryEngine, streak: retries.Streak) -> str:
 async def _rounds(
     engine: CanaryEngine, req: CheckRequest, stderr: TextIO, sleep: Sleep, stop: Callable[[], bool]
 ) -> str | None:
-    """At least `rounds` completed cycles, then on until `min_samples` are counted (round_cap, budget), unless
-    `stop()` says otherwise after a completed round. A failed round is retried (retries.py) until a refusal is
+    """Rounds until the sequential verdict decides or `--rounds` samples a path are counted (the last look;
+    within the budget), unless `stop()` says otherwise after a completed round or an output mismatch is
+    confirmed. A failed round is retried (retries.py) until a refusal is
     confirmed or the failing streak reaches the deadline: then the error; also when no round completed."""
-    need = engine.settings.min_samples
-    cap = round_cap(req.rounds, need)
+    design = engine.state.design or design_of(req)
+    need = design.last
+    cap = 3 * need  # rounds that count nothing are repeated, up to 3 × the last look
     done = errors = 0
     streak = retries.Streak(req.retry_deadline)
-    while (done < req.rounds or _counted(engine) < need) and done < cap and errors <= cap:
+    while _counted(engine) < need and done < cap and errors <= cap:
         if done >= req.rounds and engine.state.offload_hits_seen == 0:
             break  # past --rounds, only a tier that does serve revisits earns more rounds
         rec = await engine.run_cycle()
@@ -261,6 +263,11 @@ async def _rounds(
         streak.success()
         done += 1
         if stop():
+            break
+        if engine.state.mismatch_confirmed:
+            print(f"{PREFIX}: output mismatch confirmed after {done} rounds: stopping", file=stderr, flush=True)
+            break
+        if engine.state.decided:  # the sequential look decided: the rounds left are not needed
             break
     if done == 0 and errors:
         return f"every round failed ({errors}); last: {engine.cycles[-1].detail}"
@@ -299,6 +306,7 @@ def rounds_level(engine: CanaryEngine, control: str, prefix_tokens: int) -> Leve
     """The ordinary rounds as the sweep's c = 1 level: each counted probe a burst of one, against the
     headline verdict's control, so the c = 1 row and the verdict come from the same samples."""
     lv = Level(1, prefix_tokens, control, source="rounds", attempts=engine.state.offload_attempts)
+    lv.design = engine.state.design
     lv.rounds = sum(1 for c in engine.cycles if c.reason != CycleReason.ERROR)
     for c in engine.cycles:
         for ph in c.phases:
@@ -331,7 +339,7 @@ async def run(
     """Preflight, the rounds and the closing scrapes; failures end up in `result.error`, not raised."""
     s = req.settings
     prompts = Prompts(keys.secret, secrets.token_hex(4), s.id_range)
-    progress = Progress(stderr, req.rounds, req.quiet, s.min_samples)
+    progress = Progress(stderr, req.rounds, req.quiet, design_of(req).last)
     raw_sleep = sleep  # the retry waits say what they wait for themselves (_failed)
     if not req.quiet:
         sleep = announced(sleep, stderr, "the canary's next step (a wait-strategy idle time, a load-sweep retry)")
@@ -345,6 +353,7 @@ async def run(
         max_samples=s.max_samples,
         sleep=sleep,
     )
+    engine.state.design = design_of(req)
     progress.counted = lambda: _counted(engine)
     result = CheckResult(req, engine, prompts, started=time.time(), finished=0.0)
     try:
@@ -374,7 +383,8 @@ async def run(
                 print(f"{PREFIX}: {wait_notice(s)}", file=stderr)
         try:
             result.error = await _rounds(engine, req, stderr, raw_sleep, lambda: _misconfigured(result, stderr))
-            if result.error is None and result.config_failure is None and req.sweep is not None:
+            ok = result.error is None and result.config_failure is None and not engine.state.mismatch_confirmed
+            if ok and req.sweep is not None:
                 verdict = engine.state.verdict
                 control = verdict.control if verdict and verdict.control else sweep.control_of(run_)
                 c1 = rounds_level(engine, control, run_.sizing.prefix_tokens)

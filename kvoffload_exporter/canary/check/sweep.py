@@ -12,6 +12,7 @@ around it; a burst that was not displaced, or that other traffic could explain, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TextIO
@@ -20,6 +21,7 @@ from kvoffload_exporter.canary.check.sweepreport import Level
 from kvoffload_exporter.canary.cycle.plan import OUTPUT_TOKENS, Sizing
 from kvoffload_exporter.canary.cycle.prepared import PreparedRun
 from kvoffload_exporter.canary.cycle.records import CONTROL, TARGET, RequestRecord
+from kvoffload_exporter.canary.cycle.sequential import Design
 from kvoffload_exporter.canary.wire.classify import Deltas
 from kvoffload_exporter.canary.wire.errors import BudgetExhausted, CycleFailed
 from kvoffload_exporter.canary.wire.protocol import Completion
@@ -32,7 +34,7 @@ FIRST_CYCLE = 100_000  # sweep request records' `cycle`: apart from the ordinary
 class SweepRequest:
     levels: tuple[int, ...]
     prefixes: tuple[int, ...]  # empty: the run's planned prefix only
-    min_bursts: int = 10  # counted bursts per path and level (`--min-bursts`)
+    min_bursts: int = 10  # counted bursts per path and level at most: the last look (`--min-bursts`)
     family_confidence: float = 0.95  # the chance that a run with no effect decides no level at all
 
     @property
@@ -186,13 +188,26 @@ async def _round(run: PreparedRun, lv: Level, cycle: int) -> None:
     await second()
 
 
+MIN_COUNTED_SHARE = 0.2
+"""The round budget follows the counted bursts down to this share of rounds that count (5 × need + 1 rounds)."""
+
+
+def round_budget(lv: Level, need: int) -> int:
+    """Rounds a level may take: 2 × need + 1, more when background traffic leaves bursts out, so that the
+    rounds it still has can reach `need` counted bursts a path at the share that counted so far."""
+    counted = min(len(lv.offload_bursts), len(lv.control_bursts))
+    share = max(counted / lv.rounds if lv.rounds else 1.0, MIN_COUNTED_SHARE)
+    return max(2 * need + 1, math.ceil(need / share) + 1)
+
+
 def _pending(lv: Level, need: int) -> bool:
-    """More rounds while a path has fewer than `need` counted bursts, up to 2 × need + 1 rounds (errors
-    included); never for a level whose displaced revisits the tier never served."""
-    if lv.source == "rounds" or (lv.attempts >= 3 and lv.hit_bursts == 0):
+    """More rounds while the level's look does not decide and a path has fewer than `need` counted bursts
+    (the last look), within its round budget (errors included); never for a level whose displaced revisits
+    the tier never served. A level decided early stops: its rounds go to the levels still open."""
+    if lv.source == "rounds" or (lv.attempts >= 3 and lv.hit_bursts == 0) or lv.decided:
         return False
     enough = len(lv.offload_bursts) >= need and len(lv.control_bursts) >= need
-    return not enough and lv.rounds + lv.errors < 2 * need + 1
+    return not enough and lv.rounds + lv.errors < round_budget(lv, need)
 
 
 def _progress(stderr: TextIO | None, lv: Level, need: int, eta: str) -> None:
@@ -223,10 +238,12 @@ async def run(
     rounds_level: Level | None = None,
     eta: Callable[[float, int], str] | None = None,
 ) -> list[Level]:
-    """Every level until it has `min_bursts` counted bursts per path (or 2 × min_bursts + 1 rounds); levels
-    take turns. `rounds_level` stands for c = 1 at the rounds' prefix: the ordinary rounds, not re-measured."""
+    """Every level until its sequential look decides or it has `min_bursts` counted bursts per path (the last
+    look; round_budget); levels take turns. `rounds_level` stands for c = 1 at the rounds' prefix: the ordinary
+    rounds, not re-measured."""
     e, control = run_.ctx, control_of(run_)
-    levels = [Level(c, p, control) for p in lengths(run_, req.prefixes) for c in req.levels]
+    design = Design.up_to(req.min_bursts, alpha=1.0 - req.per_level_confidence)
+    levels = [Level(c, p, control, design=design) for p in lengths(run_, req.prefixes) for c in req.levels]
     if rounds_level is not None:
         levels = [
             rounds_level if (lv.concurrency, lv.prefix_tokens) == (1, rounds_level.prefix_tokens) else lv
@@ -251,6 +268,9 @@ async def run(
                 await e.sleep(e.backoff.failure(err.retry_after))
             except BudgetExhausted:
                 lv.notes.append("token budget exhausted")
+                return levels
+            if e.state.mismatch_confirmed:
+                lv.notes.append("output mismatch confirmed: the run stops (disable_offload)")
                 return levels
             left = max(0, planned - done)
             per = (e.clock() - started) / max(done, 1)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from kvoffload_exporter.canary.check.texttable import ms, table
+from kvoffload_exporter.canary.cycle.sequential import Design
 from kvoffload_exporter.canary.cycle.stats import METHOD, ClusterDelta, cluster_delta, median, quantile
 
 DECISIVE = ("offload_faster", "offload_slower")
@@ -42,6 +43,24 @@ class Level:
     control_cycles: list[int] = field(default_factory=list)
     output_compared: int = 0  # offload-hit answers of counted bursts compared with the seed's (recomputed) answer
     output_mismatched: int = 0
+    design: Design | None = None  # the sequential design the level stops and is decided with (sequential.py)
+
+    def estimate(self, confidence: float = 0.95, n_boot: int = 0, seed: int = 0) -> tuple[ClusterDelta, int]:
+        """The level's interval and the look it is at: with a design, the first n counted bursts of each path
+        at look n's confidence (0: before the first look, all bursts at `confidence`, never a verdict)."""
+        off, ctl = self.offload_bursts, self.control_bursts
+        n = self.design.look(len(off), len(ctl)) if self.design is not None else 0
+        if self.design is not None and n:
+            off, ctl, confidence = off[:n], ctl[:n], self.design.confidence_at(n)
+        return cluster_delta(off, ctl, confidence=confidence, n_boot=n_boot, seed=seed), n
+
+    @property
+    def decided(self) -> bool:
+        """Its current look decides (a sweep level stops there)."""
+        if self.design is None:
+            return False
+        est, n = self.estimate()
+        return bool(n) and _verdict(self, est, self.design.first) in DECISIVE
 
     @property
     def offload(self) -> list[float]:
@@ -87,6 +106,7 @@ class SweepEntry(TypedDict):
     confidence: float
     p_value: float | None
     interval_method: str
+    sequential: dict[str, object] | None  # the level's sequential design and the look it stopped at
     offload_median_seconds: float | None
     control_median_seconds: float | None
     offload_p90_seconds: float | None
@@ -143,13 +163,15 @@ def entry(lv: Level, min_bursts: int, seed: int = 0, n_boot: int = 2000, confide
     """One `load_sweep` entry: ΔTTFT = the Hodges–Lehmann shift of the burst medians with its exact rank-sum
     interval (canary/cycle/shift.py), Δp90 with a descriptive burst bootstrap; no interval under `min_bursts`
     bursts a path."""
-    est = cluster_delta(lv.offload_bursts, lv.control_bursts, confidence=confidence, n_boot=n_boot, seed=seed)
+    est, look = lv.estimate(confidence, n_boot, seed)
+    if lv.design is not None:  # sequential: the interval and verdict of the level's look (sequential.py)
+        min_bursts, confidence = lv.design.first, est.confidence
     enough = min(est.bursts_offload, est.bursts_control) >= min_bursts
     notes = list(lv.notes)
     if not enough and lv.offload_bursts:
         notes.append(
-            f"{est.bursts_offload}/{est.bursts_control} bursts (offload/control) < --min-bursts {min_bursts}: "
-            "no interval, no verdict"
+            f"{est.bursts_offload}/{est.bursts_control} bursts (offload/control) < "
+            f"{'the first look ' if lv.design is not None else '--min-bursts '}{min_bursts}: no interval, no verdict"
         )
     a, b = lv.offload, lv.controls
     return {
@@ -172,6 +194,7 @@ def entry(lv: Level, min_bursts: int, seed: int = 0, n_boot: int = 2000, confide
         "confidence": confidence,
         "p_value": _r(est.p_value) if enough else None,
         "interval_method": METHOD,
+        "sequential": {**lv.design.describe(), "look": look} if lv.design is not None else None,
         "offload_median_seconds": _r(median(a)) if a else None,
         "control_median_seconds": _r(median(b)) if b else None,
         "offload_p90_seconds": _r(quantile(a, 0.9)) if a else None,
@@ -278,7 +301,8 @@ def text_lines(entries: Sequence[SweepEntry], summary: SweepSummary | None) -> l
     """The sweep's table and its findings, for the text report (the advice line is printed once, by report)."""
     if not entries:
         return []
-    pct = percent(entries[0]["confidence"])
+    confs = sorted({float(e["confidence"]) for e in entries})  # sequential: each level's look confidence
+    pct = percent(confs[0]) if len(confs) == 1 else f"{percent(confs[0])}-{percent(confs[-1])}"
     heads = ["c", "prefix", "bursts", "n", "offload ms", "control ms", "dTTFT ms", f"{pct}% CI ms", "dp90 ms"]
     heads += [f"{pct}% CI ms", "verdict"]
     rows = []

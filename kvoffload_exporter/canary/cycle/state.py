@@ -8,10 +8,12 @@ from kvoffload_exporter.canary.config import CanarySettings
 from kvoffload_exporter.canary.cycle.order import Orders
 from kvoffload_exporter.canary.cycle.outputcheck import OutputCheck
 from kvoffload_exporter.canary.cycle.records import CycleRecord
+from kvoffload_exporter.canary.cycle.sequential import Design
 from kvoffload_exporter.canary.cycle.stats import Verdict, decide, median
 from kvoffload_exporter.canary.types import CycleReason, LoadBand, Tier
 from kvoffload_exporter.catalogue import CANARY_PATHS
 from kvoffload_exporter.derive.reasons import CanaryFacts
+from kvoffload_exporter.enums import OutputResult
 
 
 class CanaryState:
@@ -31,6 +33,7 @@ class CanaryState:
         self.offload_hits_seen = 0
         self.last_success: float | None = None
         self.verdict: Verdict | None = None
+        self.design: Design | None = None  # check: the sequential design its verdict is decided with
         self.residency: dict[Tier, float] = {}  # longest idle seconds still a hit (wait strategy)
         # (idle seconds, loaded from the tier) of the last displaced wait-ladder revisits: the horizon
         # follows the workload (a lifetime maximum, like residency, never comes down again).
@@ -99,6 +102,16 @@ class CanaryState:
             confidence=s.confidence,
         )
 
+    @property
+    def decided(self) -> bool:
+        """The verdict is a speed decision (check stops its rounds there)."""
+        return self.verdict is not None and self.verdict.verdict in ("offload_faster", "offload_slower")
+
+    @property
+    def mismatch_confirmed(self) -> bool:
+        """An offload hit answered other tokens, confirmed (sensitive prompt, references agreeing): check ends."""
+        return self.output.result == OutputResult.MISMATCH
+
     def uses_recompute(self) -> bool:
         """The recompute control runs while it is configured and not proven ignored by the server."""
         return self.settings.recompute_control and self.recompute_control not in ("ignored", "off")
@@ -110,5 +123,6 @@ class CanaryState:
             self.offload_attempts,
             min_samples=s.min_samples,
             confidence=s.confidence,
+            design=self.design,
         )
         return self.verdict

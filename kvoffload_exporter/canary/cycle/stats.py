@@ -14,6 +14,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kvoffload_exporter.canary.cycle.sequential import Design
 from kvoffload_exporter.canary.cycle.shift import burst_medians, shift
 
 CONTROL_ORDER = ("recompute", "control_target", "cold")
@@ -226,19 +227,28 @@ def decide(
     *,
     min_samples: int = 10,
     confidence: float = 0.95,
+    design: Design | None = None,
 ) -> Verdict:
     """Verdict from TTFT samples per path (`offload_hit` plus the control paths).
 
     `offload_attempts` counts revisits that should have been served by the tier (displaced, no error):
     zero hits out of at least three such attempts is `no_offload_hit`, fewer attempts say nothing.
+    With a sequential `design` (check) each comparison is made at its current look: the first n samples of
+    both paths at that look's confidence, from the design's first look on (`min_samples` and `confidence`
+    give way to it); canary/cycle/sequential.py says why.
     """
     hits = list(samples.get("offload_hit", ()))
     estimates: dict[str, DeltaEstimate] = {}
     for name in CONTROL_ORDER:
-        ctl = list(samples.get(name, ()))
-        if len(hits) >= MIN_BURSTS_CI and len(ctl) >= MIN_BURSTS_CI:  # no interval from 1 or 2 samples
+        ctl, h, conf = list(samples.get(name, ())), hits, confidence
+        if design is not None:
+            n = design.look(len(hits), len(ctl))
+            ctl, h, conf = ctl[:n], hits[:n], design.confidence_at(n)
+        if len(h) >= MIN_BURSTS_CI and len(ctl) >= MIN_BURSTS_CI:  # no interval from 1 or 2 samples
             with contextlib.suppress(ValueError):  # the confidence out of reach at these sizes: no estimate yet
-                estimates[name] = delta_estimate(hits, ctl, name, confidence=confidence)
+                estimates[name] = delta_estimate(h, ctl, name, confidence=conf)
+    if design is not None:
+        min_samples = design.first
     if not hits:
         if offload_attempts >= 3:
             return Verdict(
@@ -251,7 +261,7 @@ def decide(
     if control is None:
         return Verdict("inconclusive", None, f"no control path has {min_samples} samples", estimates, True)
     est = estimates[control]
-    pct = round(confidence * 100)
+    pct = round(est.confidence * 100, 1 if design is not None else None)
     ci = f"{est.delta * 1000:+.1f} ms, {pct}% CI [{est.lower * 1000:+.1f}, {est.upper * 1000:+.1f}] ms"
     if est.lower > 0:
         return Verdict("offload_slower", control, f"offload hit slower than {control}: {ci}", estimates)
