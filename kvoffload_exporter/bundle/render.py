@@ -24,8 +24,8 @@ def render_bundle(
         alerts_doc,
         dashboards,
         grafana_alerts,
+        jsonnet_mixin,
         metrics_doc,
-        mixin,
         rulefile,
         ruletests,
         runbook,
@@ -47,5 +47,5 @@ def render_bundle(
     files.update(grafana_alerts.render(settings, matchers))
     files.update(render_deploy(files, settings))
     files.update(shards.render())
-    files[mixin.PATH] = mixin.render(files, settings, matchers)
+    files[jsonnet_mixin.PATH] = jsonnet_mixin.render(files, settings, matchers)
     return dict(sorted(files.items()))

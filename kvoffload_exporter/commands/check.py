@@ -228,7 +228,7 @@ async def run_check(
     Flags → CheckRequest here; the run, the document and the files are canary.checkrun,
     canary.checkreport and canary.evidence.
     """
-    from kvoffload_exporter.canary.check import checkreport, checkrun, evidence, report
+    from kvoffload_exporter.canary.check import checkreport, checkrun, evidence, progress, report
     from kvoffload_exporter.canary.check.advice import Action
     from kvoffload_exporter.canary.check.retries import DEFAULT_DEADLINE
     from kvoffload_exporter.canary.check.sweep import SweepRequest
@@ -244,8 +244,8 @@ async def run_check(
         url = given.get(dest)
         if isinstance(url, str) and (base := _without_v1(url)) != url:  # the OpenAI base URL, as clients know it
             print(
-                f"kvoffload-exporter check: {flag} {checkrun.redact(redact_url(url))} ends in /v1: "
-                f"using {checkrun.redact(redact_url(base))}",
+                f"kvoffload-exporter check: {flag} {progress.redact(redact_url(url))} ends in /v1: "
+                f"using {progress.redact(redact_url(base))}",
                 file=stderr,
             )
             given[dest] = base
@@ -257,7 +257,7 @@ async def run_check(
             raise ConfigError(usage)
         keys = checkrun.load_keys(settings, stderr)
     except (ConfigError, SecretError) as e:
-        print(f"kvoffload-exporter check: {checkrun.redact(str(e))}", file=stderr)
+        print(f"kvoffload-exporter check: {progress.redact(str(e))}", file=stderr)
         code = 2 if isinstance(e, ConfigError | SecretPathError) else 3  # a bad flag value or path: usage
         action = Action.FIX_SECRET_FILE if isinstance(e, SecretError) else Action.FIX_TARGET  # 2: never written
         return code, {**checkreport.error_document(str(e), action), "exit_code": code}

@@ -28,6 +28,7 @@ from kvoffload_exporter.ingest.exposition import LineCache, ParseError
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.snapshot import EngineKey, Snapshot
 from kvoffload_exporter.redact import Scrubber, origin, redact_url
+from kvoffload_exporter.server.historyclock import HistoryClock
 from kvoffload_exporter.server.logbudget import BOUNDS, LogBudget, clip, held_back
 from kvoffload_exporter.sources.vllm_http import (
     BODY_BUDGET,
@@ -56,11 +57,6 @@ CHURN_SLACK = 2
 engine) keys, and never more than CHURN_FACTOR × `engine_limit`: room for every engine to be replaced
 once within the window (a model renamed, engines scaled), not for a new key on every poll (each one a
 packed layout of its own, its label values with it; a point without today's keys is no window start)."""
-
-
-CLOCK_STEP = 1.0
-"""Seconds the wall clock may run ahead of the monotonic clock between two polls before it counts as a step
-(an operator's `date -s` a day forward): a window must not cover a day of time that was never polled."""
 
 
 STALE_POLLS = 3.0
@@ -103,8 +99,7 @@ class TargetPoller:
         self._scrub: tuple[int, Scrubber | None] = (-1, None)
         self.scrub  # noqa: B018  # built now: its credentials are known to every exit before the first poll
         self.polled = asyncio.Event()  # set once the first poll finished (a /probe of a new target waits)
-        self._skew = 0.0  # added to clock() after it stepped back, so history time never does
-        self._last_now: tuple[float, float] | None = None  # (history time, timer()) of the last poll
+        self._history_time = HistoryClock()  # the wall clock, never stepping back or a day forward
 
     @property
     def scrub(self) -> Scrubber | None:
@@ -213,20 +208,6 @@ class TargetPoller:
             fields = {"target": self.cfg.label, "reason": e.reason, "url": url or None, "error": detail}
             msg = "target %s extra endpoint %s: %s: %s%s"
             log.warning(msg, self.cfg.label, where, e.reason, detail, held_back(before), extra=fields)
-
-    def _history_time(self, wall: float, mono: float) -> float:
-        """The time a poll's point is stamped with: the wall clock, except that a step (NTP, an operator's
-        `date -s`) back, or forward by more than CLOCK_STEP, is replaced by the monotonic time elapsed since the
-        last poll. Windows are differences of these times: a wall clock set back an hour must not make them
-        negative, nor one set forward a day make a window of a day."""
-        if self._last_now is not None:
-            last, last_mono = self._last_now
-            expected = last + max(0.0, mono - last_mono)
-            if wall + self._skew < last or wall + self._skew > expected + CLOCK_STEP:
-                self._skew = expected - wall  # a step either way: the monotonic time elapsed instead
-        now = wall + self._skew
-        self._last_now = (now, mono)
-        return now
 
     def reconfigure(self, config: Config) -> None:
         """A reload's configuration, from the next poll on: the history resized for its window and interval,

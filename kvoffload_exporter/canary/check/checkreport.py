@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 
 from kvoffload_exporter.canary.check import report, sweepreport
 from kvoffload_exporter.canary.check.advice import Action, Advice, Evidence, LevelFact, advise, exit_code, level_facts
-from kvoffload_exporter.canary.check.checkrun import CheckResult, redact
+from kvoffload_exporter.canary.check.checkrun import CheckResult
 from kvoffload_exporter.canary.check.document import CheckDocument
+from kvoffload_exporter.canary.check.progress import redact
 from kvoffload_exporter.canary.check.stalls import stalled
 from kvoffload_exporter.canary.cycle.records import PhaseRecord
 from kvoffload_exporter.derive.intervalreport import report as interval_report

@@ -8,17 +8,15 @@ evidence.py writes the files. Output goes to the given stream only (progress, ne
 from __future__ import annotations
 
 import asyncio
-import math
-import re
 import secrets
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, TextIO
+from typing import TextIO
 
 from kvoffload_exporter.canary.check import diagnose, retries, sweep
 from kvoffload_exporter.canary.check.advice import Action
+from kvoffload_exporter.canary.check.progress import PREFIX, Progress, announced, eta_text, redact
 from kvoffload_exporter.canary.check.sweepreport import Level
 from kvoffload_exporter.canary.config import CanarySettings
 from kvoffload_exporter.canary.cycle.context import Sleep, Transport
@@ -31,12 +29,9 @@ from kvoffload_exporter.canary.cycle.wait import wait_notice
 from kvoffload_exporter.canary.types import CycleReason
 from kvoffload_exporter.canary.wire.errors import CanaryError, CycleFailed
 from kvoffload_exporter.canary.wire.protocol import MetricsError
-from kvoffload_exporter.canary.wire.secrets import ApiKey, SecretError, load_api_key, load_or_create_secret, scrub
+from kvoffload_exporter.canary.wire.secrets import ApiKey, SecretError, load_api_key, load_or_create_secret
 from kvoffload_exporter.ingest.exposition import ParseError
 from kvoffload_exporter.ingest.normalise import normalise
-from kvoffload_exporter.redact import REDACTED
-
-PREFIX = "kvoffload-exporter check"
 
 
 @dataclass(frozen=True)
@@ -98,87 +93,6 @@ def load_keys(settings: CanarySettings, stderr: TextIO) -> Keys:
         print(f"{PREFIX}: {e}; using a one-off salt secret", file=stderr)
         secret = secrets.token_hex(32).encode()
     return Keys(api_key, secret)
-
-
-_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
-
-
-def redact(text: str) -> str:
-    """URLs in messages and documents without `user:password@` (a secret must never be printed), and
-    without any secret the process knows (kvoffload_exporter.redact.scrub: one redaction, one mark)."""
-    return scrub(_USERINFO.sub(r"\1" + REDACTED + "@", text))
-
-
-def _eta(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
-
-
-def _eta_text(per_round: float, left: int) -> str:
-    """An ETA with its basis, so a reader can see why it moves."""
-    return f"~{_eta(per_round * left)} ({left} rounds left at {per_round:.1f} s each)"
-
-
-class Progress:
-    """Live progress: one line per round with what the verdict waits for (`counted 7/10`) and a stable ETA
-    (median round time × the rounds still needed at the observed counting rate); on a terminal the current
-    phase is redrawn in place."""
-
-    def __init__(self, stream: TextIO, rounds: int, quiet: bool, need: int = 0):
-        self.stream, self.rounds, self.quiet, self.need = stream, rounds, quiet, need
-        self.tty = hasattr(stream, "isatty") and stream.isatty()
-        self.parts: list[str] = []
-        self.done = 0
-        self.durations: list[float] = []
-        self.counted: Callable[[], int] = lambda: 0
-
-    def _rounds_left(self) -> int:
-        counted = self.counted()
-        left = max(0, self.rounds - self.done)
-        if self.need and counted < self.need:
-            rate = counted / self.done if self.done and counted else 0.5  # counted samples per round
-            left = max(left, math.ceil((self.need - counted) / rate))
-        return left
-
-    def __call__(self, kind: str, obj: Any) -> None:
-        if self.quiet:
-            return
-        if kind == "cycle_start":
-            self.parts = []
-        elif kind == "phase":
-            ttft = f" {obj.ttft_seconds * 1000:.0f}ms" if obj.ttft_seconds is not None else ""
-            self.parts.append(f"{obj.phase}:{obj.classification or 'done'}{ttft}")
-            if self.tty:
-                self.stream.write(f"\r\x1b[K round {self.done + 1}: " + " ".join(self.parts[-4:]))
-                self.stream.flush()
-        elif kind == "cycle":
-            failed = obj.reason == CycleReason.ERROR
-            if not failed:  # a failed round is quick and then waits: its time is no basis for an ETA
-                self.done += 1
-                self.durations.append(max(0.0, obj.finished - obj.started))
-            left = self._rounds_left()
-            eta = f", ETA {_eta_text(statistics.median(self.durations), left)}" if left and self.durations else ""
-            counted = f", counted {min(self.counted(), self.need)}/{self.need}" if self.need else ""
-            prefix = "\r\x1b[K" if self.tty else ""
-            self.stream.write(
-                f"{prefix}round {obj.cycle} ({self.done} done{counted}{eta}): {obj.result}, "
-                f"{obj.reason}" + (f" - {redact(obj.detail)}" if obj.detail else "") + "\n"
-            )
-            self.stream.flush()
-
-
-ANNOUNCE_SECONDS = 10.0
-
-
-def announced(sleep: Sleep, stream: TextIO, what: str) -> Sleep:
-    """`sleep` that says what it waits for and until when whenever the wait is longer than 10 s."""
-
-    async def wait(seconds: float) -> None:
-        if seconds > ANNOUNCE_SECONDS:
-            until = time.strftime("%H:%M:%S", time.gmtime(time.time() + seconds))
-            print(f"{PREFIX}: waiting {seconds:.0f} s, until {until} UTC, for {what}", file=stream, flush=True)
-        await sleep(seconds)
-
-    return wait
 
 
 def design_of(req: CheckRequest) -> Design:
@@ -388,7 +302,7 @@ async def run(
                 verdict = engine.state.verdict
                 control = verdict.control if verdict and verdict.control else sweep.control_of(run_)
                 c1 = rounds_level(engine, control, run_.sizing.prefix_tokens)
-                result.sweep = await sweep.run(run_, req.sweep, None if req.quiet else stderr, c1, _eta_text)
+                result.sweep = await sweep.run(run_, req.sweep, None if req.quiet else stderr, c1, eta_text)
         except asyncio.CancelledError:  # Ctrl-C: keep what was measured (the caller writes it, marked)
             result.interrupted = True
             print(f"{PREFIX}: interrupted: writing what was measured so far", file=stderr, flush=True)

@@ -18,8 +18,9 @@ from typing import TextIO
 
 from kvoffload_exporter import safewrite
 from kvoffload_exporter.canary.check import png
-from kvoffload_exporter.canary.check.checkrun import CheckResult, redact
+from kvoffload_exporter.canary.check.checkrun import CheckResult
 from kvoffload_exporter.canary.check.document import CheckDocument
+from kvoffload_exporter.canary.check.progress import redact
 from kvoffload_exporter.canary.wire.secrets import scrub
 
 log = logging.getLogger("kvoffload.canary")
