@@ -67,12 +67,15 @@ async def test_check_records_the_order_the_requests_ran_in(tmp_path: Path) -> No
     finally:
         for r in runners:
             await r.cleanup()
-    assert doc["recompute_control"] == "honoured" and doc["rounds_completed"] == 12, doc["why"]
+    # The run may stop as soon as it is decided (sequential design): every round it ran keeps the seed's order.
+    rounds = doc["rounds_completed"]
+    assert doc["recompute_control"] == "honoured" and 5 <= rounds <= 12, doc["why"]
     cycles = json.loads((tmp_path / "ev" / "cycles.json").read_text())
     orders = [c["order"] for c in cycles]
     assert orders == [c["order"] for c in doc["cycles"]]
-    assert orders == [round_order(KINDS, 4, n) for n in range(12)]  # the seed's sequence
-    assert _positions(orders) == {(kind, i): 3 for kind in KINDS for i in range(4)}
+    assert orders == [round_order(KINDS, 4, n) for n in range(rounds)]  # the seed's sequence
+    full = [round_order(KINDS, 4, n) for n in range(12)]  # the sequence 12 rounds would have run: balanced
+    assert _positions(full) == {(kind, i): 3 for kind in KINDS for i in range(4)}
     requests = [json.loads(line) for line in (tmp_path / "ev" / "requests.jsonl").read_text().splitlines()]
     for c in cycles:
         sent = [
@@ -80,6 +83,6 @@ async def test_check_records_the_order_the_requests_ran_in(tmp_path: Path) -> No
             for r in requests
             if r["cycle"] == c["cycle"]
             and r["kind"] == "probe"
-            and r["phase"] not in ("seed", "gpu_revisit", "seed_b", "sensitivity", "gpu_repeat")
+            and r["phase"] not in ("seed", "gpu_revisit", "seed_b", "sensitivity", "gpu_repeat_seed", "gpu_repeat")
         ]
         assert sent == c["order"]
