@@ -213,7 +213,7 @@ def test_the_yaml_configuration_validates_with_config_check(tmp_path: Path) -> N
     missing = _cli("serve", "--config.file", str(conf), "--config.check")
     assert missing.returncode == 2 and "password_file /run/secrets/vllm-password" in missing.stderr
     secret = tmp_path / "vllm-password"
-    secret.write_text("s3cret\n")
+    secret.write_text("s3cret-pw\n")  # credentials under 8 characters are refused at load
     secret.chmod(0o600)
     conf.write_text(text[1].replace("/run/secrets/vllm-password", str(secret)))
     ok = _cli("serve", "--config.file", str(conf), "--config.check")

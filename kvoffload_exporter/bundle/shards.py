@@ -15,11 +15,46 @@ names the target). `render()` writes both for 2 replicas under deploy/prometheus
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from kvoffload_exporter.bundle.rulefile import dump_yaml
 
 Discovery = Literal["kubernetes", "file"]
+
+
+class Relabel(TypedDict, total=False):
+    """One `relabel_configs` step, as Prometheus names its fields."""
+
+    source_labels: list[str]
+    separator: str
+    regex: str
+    modulus: int
+    target_label: str
+    replacement: str
+    action: str
+
+
+class FileSd(TypedDict):
+    files: list[str]
+    refresh_interval: str
+
+
+class Static(TypedDict):
+    targets: list[str]
+
+
+class Job(TypedDict, total=False):
+    """One `scrape_configs` entry (its discovery keys too: a job and its discovery are one mapping)."""
+
+    job_name: str
+    metrics_path: str
+    scrape_interval: str
+    kubernetes_sd_configs: list[dict[str, str]]
+    file_sd_configs: list[FileSd]
+    static_configs: list[Static]
+    relabel_configs: list[Relabel]
+
+
 PROBE_JOB = "vllm-kvoffload-{i}"
 SELF_JOB = "vllm-kvoffload-exporters"
 K8S_REPLICA = "kvoffload-exporter-{i}.kvoffload-exporter.monitoring.svc:9466"
@@ -30,12 +65,10 @@ NAME_LABEL = "__kvoffload_name"
 """A `file_sd` target group's label naming its servers (dropped after relabeling, like every `__` label)."""
 
 
-def _discovery(
-    kind: Discovery, files: Sequence[str]
-) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+def _discovery(kind: Discovery, files: Sequence[str]) -> tuple[Job, list[Relabel], list[Relabel]]:
     """(sd config, relabel steps that keep the vLLM servers, relabel steps that set `__param_name`)."""
     if kind == "kubernetes":
-        keep: list[dict[str, Any]] = [
+        keep: list[Relabel] = [
             {
                 "source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"],
                 "regex": "vllm",
@@ -49,7 +82,7 @@ def _discovery(
             keep,
             [{"source_labels": pod, "separator": "/", "target_label": "__param_name"}],
         )
-    name: list[dict[str, Any]] = [
+    name: list[Relabel] = [
         {"source_labels": ["__address__"], "target_label": "__param_name"},  # the address, unless the group names it
         {"source_labels": [NAME_LABEL], "regex": "(.+)", "target_label": "__param_name"},
     ]
@@ -63,12 +96,12 @@ def probe_job(
     kind: Discovery = "kubernetes",
     files: Sequence[str] = (FILE_SD_PATH,),
     scrape_interval: str = "15s",
-) -> dict[str, Any]:
+) -> Job:
     """The scrape job of replica `i` of `replicas`."""
     if not 0 <= i < replicas:
         raise ValueError(f"replica {i} is not one of 0..{replicas - 1}")
     sd, keep, name = _discovery(kind, files)
-    relabel = [
+    relabel: list[Relabel] = [
         *keep,
         # shard: each server goes to exactly one replica; the modulus is the replica count
         {"source_labels": ["__address__"], "modulus": replicas, "target_label": "__tmp_shard", "action": "hashmod"},
@@ -83,13 +116,10 @@ def probe_job(
         {"source_labels": ["__param_name"], "target_label": "instance"},
         {"target_label": "__address__", "replacement": replica_address},
     ]
-    return {
-        "job_name": PROBE_JOB.format(i=i),
-        "metrics_path": "/probe",
-        "scrape_interval": scrape_interval,
-        **sd,
-        "relabel_configs": relabel,
-    }
+    job: Job = {"job_name": PROBE_JOB.format(i=i), "metrics_path": "/probe", "scrape_interval": scrape_interval}
+    job.update(sd)
+    job["relabel_configs"] = relabel
+    return job
 
 
 def scrape_configs(
@@ -97,7 +127,7 @@ def scrape_configs(
     kind: Discovery = "kubernetes",
     files: Sequence[str] = (FILE_SD_PATH,),
     scrape_interval: str = "15s",
-) -> list[dict[str, Any]]:
+) -> list[Job]:
     """Every job of a fleet of `len(replica_addresses)` replicas: one `/probe` job each, then their own health."""
     n = len(replica_addresses)
     jobs = [probe_job(i, n, a, kind, files, scrape_interval) for i, a in enumerate(replica_addresses)]
