@@ -245,6 +245,7 @@ _KNOWN: dict[str, bool] = {}
 key, web-config passwords: a target may echo them) or only the logs and reports (one target's
 credentials). Never forgotten on reload: a rotated password is still removed from older text."""
 _MAX_KNOWN = 4096
+_EVICTED = [0]  # secrets dropped at the cap (kvoffload_exporter_redaction_secrets_evicted_total)
 _GENERATION = [0, 0]  # any secret, shared secrets
 _ALL: list[Scrubber] = []
 
@@ -257,11 +258,19 @@ def register(*secrets: str, shared: bool = False) -> None:
     for s in new:
         if s not in _KNOWN and len(_KNOWN) >= _MAX_KNOWN:  # a bound on memory, 4096 credentials
             _KNOWN.pop(next(k for k, v in _KNOWN.items() if not v) if not all(_KNOWN.values()) else next(iter(_KNOWN)))
+            _EVICTED[0] += 1
         _KNOWN[s] = shared or _KNOWN.get(s, False)
     _GENERATION[0] += 1
     if shared:
         _GENERATION[1] += 1
     _ALL.clear()
+
+
+def evicted() -> int:
+    """Secrets dropped from the process-wide list at its cap (the oldest target credential first): a dropped
+    secret is no longer removed from text, so the cap is counted
+    (kvoffload_exporter_redaction_secrets_evicted_total)."""
+    return _EVICTED[0]
 
 
 def generation(shared: bool = True) -> int:

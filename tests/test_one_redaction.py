@@ -331,3 +331,23 @@ def test_reloads_that_change_nothing_log_within_the_budget(tmp_path: Path, caplo
     for _ in range(20):  # a script POSTing /-/reload in a loop
         reload(args, exporter, ReloadStatus())
     assert caplog.text.count("nothing changed") <= 1
+
+
+def test_the_secret_list_cap_is_counted_when_it_drops_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process-wide list of secrets is bounded; a secret dropped at the cap is no longer removed from text,
+    so every drop is counted in kvoffload_exporter_redaction_secrets_evicted_total."""
+    from kvoffload_exporter import redact
+    from kvoffload_exporter.expose.render import Exposition
+    from kvoffload_exporter.expose.selfmon import SelfStats
+
+    monkeypatch.setattr(redact, "_KNOWN", {})
+    monkeypatch.setattr(redact, "_ALL", [])
+    monkeypatch.setattr(redact, "_EVICTED", [0])
+    monkeypatch.setattr(redact, "_MAX_KNOWN", 2)
+    redact.register("first-secret-1", "second-secret-2")
+    assert redact.evicted() == 0
+    redact.register("third-secret-3")
+    assert redact.evicted() == 1 and "first-secret-1" not in redact._KNOWN
+    x = Exposition()
+    SelfStats().render(x, configured=0, up=0, probed=0)
+    assert "kvoffload_exporter_redaction_secrets_evicted_total 1.0" in x.text()

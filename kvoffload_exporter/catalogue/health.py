@@ -100,6 +100,14 @@ METRICS: tuple[Metric, ...] = (
         group=Group.HEALTH,
     ),
     Metric(
+        name="kvoffload_exporter_redaction_secrets_evicted_total",
+        type=MetricType.COUNTER,
+        help="Secrets dropped from the process-wide redaction list at its cap of 4,096 (the oldest target "
+        "credential first): a dropped secret is no longer removed from text. Above 0: fewer secrets or one process "
+        "per fleet shard.",
+        group=Group.HEALTH,
+    ),
+    Metric(
         name="kvoffload_exporter_render_duration_seconds",
         type=MetricType.GAUGE,
         help="Time the last merge of the exposition took (once per change, not per scrape).",

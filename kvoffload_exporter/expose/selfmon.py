@@ -10,6 +10,7 @@ import bisect
 from collections import deque
 from dataclasses import dataclass, field
 
+from kvoffload_exporter import redact
 from kvoffload_exporter.expose.render import Exposition
 
 POLL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -64,3 +65,4 @@ class SelfStats:
         x.add("kvoffload_targets", float(configured), {"kind": "configured"})
         x.add("kvoffload_targets", float(probed), {"kind": "probed"})
         x.add("kvoffload_targets_up", float(up))
+        x.add("kvoffload_exporter_redaction_secrets_evicted_total", float(redact.evicted()))
