@@ -119,7 +119,10 @@ async def test_failures_set_up_zero_with_reason(mode: str, reason: str) -> None:
             if line.startswith("kvoffload_scrape_errors_total{")
         }
         assert errors[reason] >= 1
-        assert sum(errors.values()) == errors[reason]
+        # A slow target's poll that has not finished within the staleness bound also counts `stale` (a
+        # busy 2-core machine makes that happen): legitimate for it, and for no other failure.
+        allowed = {reason, "stale"} if reason == "timeout" else {reason}
+        assert sum(v for k, v in errors.items() if k not in allowed) == 0, errors
         assert "kvoffload_load_bytes_total" not in text  # a failed source omits its series
         assert 'kvoffload_exporter_collector_success{collector="vllm"} 0.0' in text
         fake.mode = "ok"  # and it recovers
