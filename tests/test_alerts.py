@@ -15,10 +15,10 @@ import yaml
 pytest.importorskip("grafanalib")
 
 from kvoffload_exporter.bundle import render_bundle
-from kvoffload_exporter.bundle.grafana_alerts import EXEC_ERR_STATES, NO_DATA_STATES
-from kvoffload_exporter.bundle.promql import names_in, parse_selectors
-from kvoffload_exporter.bundle.rulefile import dump_yaml, prometheus_rules, prometheus_rules_yaml
-from kvoffload_exporter.bundle.rules import build
+from kvoffload_exporter.bundle.alerting.promql import names_in, parse_selectors
+from kvoffload_exporter.bundle.alerting.rulefile import dump_yaml, prometheus_rules, prometheus_rules_yaml
+from kvoffload_exporter.bundle.alerting.rules import build
+from kvoffload_exporter.bundle.grafana.grafana_alerts import EXEC_ERR_STATES, NO_DATA_STATES
 from kvoffload_exporter.bundle.settings import DEFAULT, FIELDS, PRESETS, Kind, kind_of
 from kvoffload_exporter.catalogue import CATALOGUE
 from kvoffload_exporter.cli import main
@@ -477,8 +477,8 @@ def test_grafana_copy_of_an_absence_alert_alerts_on_no_data():
 def test_every_alert_name_is_defined_once_and_has_a_rule_and_a_case() -> None:
     """Alert names are AlertName members: the rules, their promtool cases and steps name the member, so a
     misspelt name is an attribute error, and an alert without a rule (or a rule without a name) fails here."""
+    from kvoffload_exporter.bundle.alerting.ruletypes import AlertName
     from kvoffload_exporter.bundle.ruletests.cases import BUILDERS, STEPS
-    from kvoffload_exporter.bundle.ruletypes import AlertName
 
     _, alerts = build()
     assert [a.alert for a in alerts] == list(AlertName)

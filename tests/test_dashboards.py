@@ -29,10 +29,11 @@ import pytest
 pytest.importorskip("grafanalib")
 jsonschema = pytest.importorskip("jsonschema")
 
-from kvoffload_exporter.bundle import dashboards, render_bundle
-from kvoffload_exporter.bundle.grafana_json import SCHEMA_VERSION
-from kvoffload_exporter.bundle.panels import RATIO_UNIT, UNBOUNDED_RATIOS
-from kvoffload_exporter.bundle.promql import names_in, parse_selectors
+from kvoffload_exporter.bundle import render_bundle
+from kvoffload_exporter.bundle.alerting.promql import names_in, parse_selectors
+from kvoffload_exporter.bundle.grafana import dashboards
+from kvoffload_exporter.bundle.grafana.grafana_json import SCHEMA_VERSION
+from kvoffload_exporter.bundle.grafana.panels import RATIO_UNIT, UNBOUNDED_RATIOS
 from kvoffload_exporter.catalogue import CATALOGUE
 from kvoffload_exporter.cli import main
 
@@ -53,7 +54,7 @@ PANEL_KINDS = {"timeseries": "timeseries", "stat": "stat", "gauge": "gauge", "st
 # Accepted deviations from the foundation-sdk schemas: (schema file, JSON path regex, schema keyword, why).
 # A violation is allowed only when the schema, the full path and the failing keyword all match. Only cases where
 # the SDK's generated JSON schema is stricter than Grafana belong here; real problems are fixed in
-# kvoffload_exporter/bundle/grafana_json.py instead.
+# kvoffload_exporter/bundle/grafana/grafana_json.py instead.
 FOUNDATION_SDK_ALLOWED: list[tuple[str, str, str, str]] = [
     (
         "dashboard",

@@ -24,7 +24,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from kvoffload_exporter import __version__
-from kvoffload_exporter.bundle import deploy
+from kvoffload_exporter.bundle.deployment import deploy
 from kvoffload_exporter.bundle.settings import DEFAULT
 from kvoffload_exporter.cli import build_parser
 from kvoffload_exporter.commands.serve import config_from_args

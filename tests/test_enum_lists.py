@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from kvoffload_exporter.bundle import dashboards, readme, reason_panels, reasons_runbook
+from kvoffload_exporter.bundle.grafana import dashboards, reason_panels
+from kvoffload_exporter.bundle.texts import readme, reasons_runbook
 from kvoffload_exporter.catalogue import CATALOGUE
 from kvoffload_exporter.derive.reasons import HINTS
 from kvoffload_exporter.enums import Recommendation, State, StateReason

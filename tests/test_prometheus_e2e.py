@@ -37,9 +37,10 @@ import yaml
 
 pytest.importorskip("grafanalib")
 
-from kvoffload_exporter.bundle import dashboards, render_bundle
-from kvoffload_exporter.bundle.promql import template_free
-from kvoffload_exporter.bundle.rules import build
+from kvoffload_exporter.bundle import render_bundle
+from kvoffload_exporter.bundle.alerting.promql import template_free
+from kvoffload_exporter.bundle.alerting.rules import build
+from kvoffload_exporter.bundle.grafana import dashboards
 from kvoffload_exporter.bundle.settings import DEFAULT, FIELDS, Kind, kind_of
 
 PROMETHEUS = shutil.which("prometheus")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload_exporter.bundle import readme
-from kvoffload_exporter.bundle.rules import build
+from kvoffload_exporter.bundle.alerting.rules import build
+from kvoffload_exporter.bundle.texts import readme
 from kvoffload_exporter.catalogue import CATALOGUE
 from kvoffload_exporter.cli import main
 

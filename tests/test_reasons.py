@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload_exporter.bundle import reasons_runbook
+from kvoffload_exporter.bundle.texts import reasons_runbook
 from kvoffload_exporter.derive.intervalreport import report
 from kvoffload_exporter.derive.reasons import HINTS, NOT_STORING_RULES, RULES, CanaryFacts, explain
 from kvoffload_exporter.derive.window import advance, derive, interval

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvoffload_exporter.bundle.rules import build
+from kvoffload_exporter.bundle.alerting.rules import build
 from kvoffload_exporter.bundle.settings import DEFAULT
 from kvoffload_exporter.catalogue import CATALOGUE
 from kvoffload_exporter.catalogue.backends import SIZED_UNITS

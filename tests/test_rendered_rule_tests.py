@@ -16,8 +16,8 @@ import yaml
 pytest.importorskip("grafanalib")
 
 from kvoffload_exporter.bundle import ruletests
-from kvoffload_exporter.bundle import testvalues as tv
-from kvoffload_exporter.bundle.promql import parse_selector
+from kvoffload_exporter.bundle.alerting.promql import parse_selector
+from kvoffload_exporter.bundle.ruletests import testvalues as tv
 from kvoffload_exporter.cli import main
 
 PROMTOOL = shutil.which("promtool")

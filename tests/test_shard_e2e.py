@@ -1,5 +1,5 @@
 """The sharding recipe on a real Prometheus: two probe-only exporter replicas share simulated vLLM servers
-through the generated `file_sd` jobs (kvoffload_exporter.bundle.shards, `hashmod`), and a sidecar exporter
+through the generated `file_sd` jobs (kvoffload_exporter.bundle.deployment.shards, `hashmod`), and a sidecar exporter
 serves one more server on its own. Prometheus loads the bundle's rules (rehearsal preset: `for` 30 s).
 
 Checked: every server is scraped exactly once across the replicas, fleet queries and the dashboards'
@@ -31,10 +31,12 @@ import yaml
 
 pytest.importorskip("grafanalib")
 
-from kvoffload_exporter.bundle import dashboards, render_bundle, shards
-from kvoffload_exporter.bundle.promql import template_free
+from kvoffload_exporter.bundle import render_bundle
+from kvoffload_exporter.bundle.alerting.promql import template_free
+from kvoffload_exporter.bundle.deployment import shards
+from kvoffload_exporter.bundle.grafana import dashboards
+from kvoffload_exporter.bundle.ruletests.testvalues import duration_ms
 from kvoffload_exporter.bundle.settings import DEFAULT
-from kvoffload_exporter.bundle.testvalues import duration_ms
 
 PROMETHEUS = shutil.which("prometheus")
 pytestmark = [

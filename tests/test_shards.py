@@ -1,4 +1,4 @@
-"""The generated scrape jobs of a sharded `/probe` fleet (kvoffload_exporter.bundle.shards): what docs/deploy.md
+"""The generated scrape jobs of a sharded `/probe` fleet (kvoffload_exporter.bundle.deployment.shards): what docs/deploy.md
 shows is what is generated, every N splits the servers into N disjoint shards, and the file_sd variant is a
 configuration Prometheus accepts (tests/test_shard_e2e.py runs it)."""
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvoffload_exporter.bundle import render_bundle, shards
+from kvoffload_exporter.bundle import render_bundle
+from kvoffload_exporter.bundle.deployment import shards
 from kvoffload_exporter.bundle.settings import DEFAULT
 
 ROOT = Path(__file__).resolve().parents[1]

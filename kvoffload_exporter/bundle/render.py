@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from kvoffload_exporter.bundle.promql import parse_selectors
+from kvoffload_exporter.bundle.alerting.promql import parse_selectors
 from kvoffload_exporter.bundle.settings import DEFAULT, Settings
 
 RULES_PATH = "alerts/kvoffload.rules.yaml"
@@ -20,19 +20,13 @@ def render_bundle(
     """Render the bundle. `selectors`: `["job=vllm-sidecar", ...]` or `{"job": "vllm-sidecar"}`.
 
     Raises ImportError when grafanalib (the `bundle` extra) is missing, ValueError on a bad selector."""
-    from kvoffload_exporter.bundle import (
-        alerts_doc,
-        dashboards,
-        grafana_alerts,
-        jsonnet_mixin,
-        metrics_doc,
-        rulefile,
-        ruletests,
-        runbook,
-        shards,
-    )
-    from kvoffload_exporter.bundle.deploy import render_deploy
-    from kvoffload_exporter.bundle.rules import build
+    from kvoffload_exporter.bundle import ruletests
+    from kvoffload_exporter.bundle.alerting import rulefile
+    from kvoffload_exporter.bundle.alerting.rules import build
+    from kvoffload_exporter.bundle.deployment import jsonnet_mixin, shards
+    from kvoffload_exporter.bundle.deployment.deploy import render_deploy
+    from kvoffload_exporter.bundle.grafana import dashboards, grafana_alerts
+    from kvoffload_exporter.bundle.texts import alerts_doc, metrics_doc, runbook
 
     matchers = parse_selectors(selectors)
     files: dict[str, str] = {

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _readme(out: str) -> dict[str, str]:
     """DIR/README.md with its generated blocks re-rendered, when it has any (a checkout); else nothing."""
-    from kvoffload_exporter.bundle import readme
+    from kvoffload_exporter.bundle.texts import readme
 
     text = _existing(os.path.join(out, readme.PATH))
     if text is None:

@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "kvoffload_exporter.commands",
         "kvoffload_exporter.configdoc",
         "kvoffload_exporter.variables",
-        "kvoffload_exporter.bundle.readme",
+        "kvoffload_exporter.bundle.texts.readme",
         "kvoffload_exporter.cli",
         "kvoffload_exporter.__main__",
     ),

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from kvoffload_exporter.bundle import testvalues as tv
-from kvoffload_exporter.bundle.promql import Matcher
+from kvoffload_exporter.bundle.alerting.promql import Matcher
+from kvoffload_exporter.bundle.ruletests import testvalues as tv
 from kvoffload_exporter.bundle.settings import Settings
 
 DIR = "alerts/tests"

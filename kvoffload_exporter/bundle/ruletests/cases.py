@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from kvoffload_exporter.bundle import testvalues as tv
-from kvoffload_exporter.bundle.promql import Matcher
+from kvoffload_exporter.bundle.alerting.promql import Matcher
+from kvoffload_exporter.bundle.alerting.ruletypes import AlertName
 from kvoffload_exporter.bundle.ruletests import fleet_cases
+from kvoffload_exporter.bundle.ruletests import testvalues as tv
 from kvoffload_exporter.bundle.ruletests.base import (
     B5,
     DROPPED,
@@ -24,7 +25,6 @@ from kvoffload_exporter.bundle.ruletests.base import (
     _quarter,
     _v,
 )
-from kvoffload_exporter.bundle.ruletypes import AlertName
 from kvoffload_exporter.bundle.settings import Settings
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kvoffload_exporter.bundle import testvalues as tv
-from kvoffload_exporter.bundle.promql import Matcher
-from kvoffload_exporter.bundle.rules import AlertRule
+from kvoffload_exporter.bundle.alerting.promql import Matcher
+from kvoffload_exporter.bundle.alerting.rules import AlertRule
+from kvoffload_exporter.bundle.ruletests import testvalues as tv
 from kvoffload_exporter.bundle.ruletests.base import (
     DIR,
     _Env,
@@ -67,7 +67,7 @@ def tests(s: Settings, selectors: Sequence[Matcher], a: AlertRule) -> tuple[dict
 
 def render(s: Settings, selectors: Sequence[Matcher], alerts: Sequence[AlertRule]) -> dict[str, str]:
     """{path: text}: one test file per alert, named after it (a re-render overwrites every one)."""
-    from kvoffload_exporter.bundle.rulefile import dump_yaml
+    from kvoffload_exporter.bundle.alerting.rulefile import dump_yaml
 
     files = {}
     for a in alerts:

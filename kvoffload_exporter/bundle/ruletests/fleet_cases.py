@@ -1,14 +1,14 @@
-"""promtool cases of the alerts on the monitoring itself (kvoffload_exporter.bundle.fleet_rules): Prometheus's
+"""promtool cases of the alerts on the monitoring itself (kvoffload_exporter.bundle.alerting.fleet_rules): Prometheus's
 own `up` of an exporter job failing, vanishing, or never there."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from kvoffload_exporter.bundle import fleet_rules
-from kvoffload_exporter.bundle import testvalues as tv
+from kvoffload_exporter.bundle.alerting import fleet_rules
+from kvoffload_exporter.bundle.alerting.ruletypes import AlertName
+from kvoffload_exporter.bundle.ruletests import testvalues as tv
 from kvoffload_exporter.bundle.ruletests.base import Builder, Case, _Env, _gauge, _quarter
-from kvoffload_exporter.bundle.ruletypes import AlertName
 from kvoffload_exporter.bundle.settings import Settings
 
 _JOB = ("job", "instance")

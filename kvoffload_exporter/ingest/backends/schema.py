@@ -196,7 +196,7 @@ class BackendTable:
     rows: tuple[Source, ...]
     supersedes: frozenset[Backend] = frozenset()
     _: KW_ONLY
-    # What the README's generated backend table says of it (kvoffload_exporter.bundle.readme), beside the rows:
+    # What the README's generated backend table says of it (kvoffload_exporter.bundle.texts.readme), beside the rows:
     title: str = ""  # the connector or product as users name it
     versions: str = ""  # the releases whose families the rows are checked against
     evidence: str = ""  # where the rows are proven: captured / reconstructed fixtures, simulated

@@ -14,7 +14,7 @@ _BLOCK = re.compile(r"<!-- gen:([a-z-]+) -->(.*?)<!-- /gen -->", re.S)
 
 
 def _alerts() -> str:
-    from kvoffload_exporter.bundle.rules import build
+    from kvoffload_exporter.bundle.alerting.rules import build
 
     records, alerts = build()
     return f"{len(records)} recording rules and {len(alerts)} alerts ({', '.join(f'`{a.alert}`' for a in alerts)})"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvoffload_exporter.bundle.panels import Layout, timeseries
-from kvoffload_exporter.bundle.promql import Matcher, Query
+from kvoffload_exporter.bundle.alerting.promql import Matcher, Query
+from kvoffload_exporter.bundle.grafana.panels import Layout, timeseries
 from kvoffload_exporter.catalogue import evidence_metric
 from kvoffload_exporter.ingest.backends.resolve import SIGNAL_UNITS
 from kvoffload_exporter.ingest.backends.schema import Evidence, NativeUnit

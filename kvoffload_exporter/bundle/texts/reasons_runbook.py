@@ -1,7 +1,7 @@
 """The runbook's "Reason" sections: how to read each `kvoffload_state_reason` and what to do about it.
 
 Pure text, one section per `StateReason` (the rule itself lives in kvoffload_exporter/derive/reasons.py); appended to
-alerts/runbook.md by kvoffload_exporter/bundle/runbook.py (below the alert sections, one heading level down, so the
+alerts/runbook.md by bundle/texts/runbook.py (below the alert sections, one heading level down, so the
 "one `##` section per alert" check holds); KVOffloadStoreWithoutLoad's description points here when the
 alert carries a `reason` label. tests/test_reasons.py checks the runbook holds every section.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import grafanalib.core as G
 
-from kvoffload_exporter.bundle.panels import Ctx, Layout, stat, targets, timeseries
+from kvoffload_exporter.bundle.grafana.panels import Ctx, Layout, stat, targets, timeseries
 
 
 def memory_row(L: Layout, c: Ctx, eng: str) -> None:

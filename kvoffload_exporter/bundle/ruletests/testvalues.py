@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from kvoffload_exporter.bundle.promql import Matcher
+from kvoffload_exporter.bundle.alerting.promql import Matcher
 from kvoffload_exporter.saferegex import shortest_example
 
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000, "y": 31_536_000_000}

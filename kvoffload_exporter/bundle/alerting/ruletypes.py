@@ -31,7 +31,7 @@ class AlertName(StrEnum):
     CANARY_NO_OFFLOAD_HIT = "KVOffloadCanaryNoOffloadHit"
     OUTPUT_MISMATCH = "KVOffloadOutputMismatch"
     INTEGRITY_RISK = "KVOffloadIntegrityRisk"
-    # the monitoring itself (bundle/fleet_rules.py): Prometheus's own `up` of the exporter's jobs
+    # the monitoring itself (bundle/alerting/fleet_rules.py): Prometheus's own `up` of the exporter's jobs
     EXPORTER_DOWN = "KVOffloadExporterDown"
     EXPORTER_JOB_VANISHED = "KVOffloadExporterJobVanished"
     EXPORTER_ABSENT = "KVOffloadExporterAbsent"

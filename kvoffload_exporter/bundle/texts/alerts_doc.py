@@ -6,7 +6,7 @@ the "value" column is that of the render (the committed file shows the defaults)
 
 from __future__ import annotations
 
-from kvoffload_exporter.bundle.rules import build
+from kvoffload_exporter.bundle.alerting.rules import build
 from kvoffload_exporter.bundle.settings import DEFAULT, FIELDS, PRESETS, Settings, doc_of, kind_of
 
 PATH = "docs/alerts.md"

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from kvoffload_exporter.bundle import fleet_rules
-from kvoffload_exporter.bundle.alertgroups import ENGINE_EXTRA, GROUPS, Terms
-from kvoffload_exporter.bundle.promql import Matcher, Query
-from kvoffload_exporter.bundle.promql import matcher as _m
-from kvoffload_exporter.bundle.ruletypes import AlertRule, RecordingRule
+from kvoffload_exporter.bundle.alerting import fleet_rules
+from kvoffload_exporter.bundle.alerting.alertgroups import ENGINE_EXTRA, GROUPS, Terms
+from kvoffload_exporter.bundle.alerting.promql import Matcher, Query
+from kvoffload_exporter.bundle.alerting.promql import matcher as _m
+from kvoffload_exporter.bundle.alerting.ruletypes import AlertRule, RecordingRule
 from kvoffload_exporter.bundle.settings import DEFAULT, Settings
 from kvoffload_exporter.catalogue import STATES, evidence_metric
 from kvoffload_exporter.ingest.backends.resolve import SIGNAL_UNITS
@@ -131,7 +131,7 @@ class _Rules:
         )
 
     def alerts(self) -> list[AlertRule]:
-        """Every alert, one group after another (bundle/alertgroups.py: one builder per group)."""
+        """Every alert, one group after another (bundle/alerting/alertgroups.py: one builder per group)."""
         t = self.terms()
         return [alert for group in GROUPS for alert in group(t)]
 

@@ -7,8 +7,8 @@ Kept apart from the rest of the overview so the rows can move as a block; `dashb
 
 from __future__ import annotations
 
-from kvoffload_exporter.bundle.panels import Layout, mt, state_timeline, targets, timeseries
-from kvoffload_exporter.bundle.promql import Query
+from kvoffload_exporter.bundle.alerting.promql import Query
+from kvoffload_exporter.bundle.grafana.panels import Layout, mt, state_timeline, targets, timeseries
 from kvoffload_exporter.catalogue import STATE_REASONS
 from kvoffload_exporter.enums import StateReason as R
 

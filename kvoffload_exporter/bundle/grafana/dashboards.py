@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from kvoffload_exporter.bundle.grafana_json import dumps
-from kvoffload_exporter.bundle.health_dashboard import HEALTH_UID, exporter_health
-from kvoffload_exporter.bundle.panels import (
+from kvoffload_exporter.bundle.alerting.promql import Matcher
+from kvoffload_exporter.bundle.grafana.grafana_json import dumps
+from kvoffload_exporter.bundle.grafana.health_dashboard import HEALTH_UID, exporter_health
+from kvoffload_exporter.bundle.grafana.panels import (
     RATIO_UNIT,
     UNITS,
     Ctx,
@@ -25,8 +26,7 @@ from kvoffload_exporter.bundle.panels import (
     timeseries,
     variables,
 )
-from kvoffload_exporter.bundle.promql import Matcher
-from kvoffload_exporter.bundle.resource_panels import capacity_row, memory_row
+from kvoffload_exporter.bundle.grafana.resource_panels import capacity_row, memory_row
 from kvoffload_exporter.catalogue import STATES
 from kvoffload_exporter.enums import State
 
@@ -269,9 +269,9 @@ def _canary_row(L: Layout, c: Ctx, eng: str) -> None:
 
 
 def _backend_row(L: Layout, c: Ctx, eng: str) -> None:
-    """The backends' own counters (bundle/backend_panels.py)."""
+    """The backends' own counters (bundle/grafana/backend_panels.py)."""
     q = c.q
-    from kvoffload_exporter.bundle.backend_panels import backend_rows  # one focused hook; the row lives there
+    from kvoffload_exporter.bundle.grafana.backend_panels import backend_rows  # one focused hook; the row lives there
 
     backend_rows(L, q, eng)
 
@@ -322,9 +322,9 @@ def _tier_pressure_row(L: Layout, c: Ctx, eng: str) -> None:
 
 
 def _reason_row(L: Layout, c: Ctx, eng: str) -> None:
-    """Why an engine stores without loading (bundle/reason_panels.py)."""
+    """Why an engine stores without loading (bundle/grafana/reason_panels.py)."""
     q = c.q
-    from kvoffload_exporter.bundle import reason_panels  # imports panels.py only; kept out of this module's length
+    from kvoffload_exporter.bundle.grafana import reason_panels  # imports panels.py only; kept out of this length
 
     reason_panels.add(L, q, eng)
 

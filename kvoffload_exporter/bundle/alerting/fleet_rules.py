@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from kvoffload_exporter.bundle.promql import Matcher
-from kvoffload_exporter.bundle.ruletypes import AlertName, AlertRule
+from kvoffload_exporter.bundle.alerting.promql import Matcher
+from kvoffload_exporter.bundle.alerting.ruletypes import AlertName, AlertRule
 from kvoffload_exporter.bundle.settings import Settings
 
 

@@ -17,8 +17,8 @@ from typing import Any
 import attr
 import grafanalib.core as G
 
-from kvoffload_exporter.bundle.grafana_json import DATASOURCE, modernise
-from kvoffload_exporter.bundle.promql import SCRAPE_LABELS, Matcher, Query, names_in
+from kvoffload_exporter.bundle.alerting.promql import SCRAPE_LABELS, Matcher, Query, names_in
+from kvoffload_exporter.bundle.grafana.grafana_json import DATASOURCE, modernise
 from kvoffload_exporter.catalogue import CATALOGUE, Unit
 from kvoffload_exporter.enums import Group
 

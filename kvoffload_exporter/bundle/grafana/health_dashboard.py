@@ -6,7 +6,8 @@ from collections.abc import Callable, Sequence
 
 import grafanalib.core as G
 
-from kvoffload_exporter.bundle.panels import (
+from kvoffload_exporter.bundle.alerting.promql import Matcher
+from kvoffload_exporter.bundle.grafana.panels import (
     UNIT_NONE,
     Ctx,
     Layout,
@@ -18,7 +19,6 @@ from kvoffload_exporter.bundle.panels import (
     value_mappings,
     variables,
 )
-from kvoffload_exporter.bundle.promql import Matcher
 
 HEALTH_UID = "kvoffload-exporter-health"
 

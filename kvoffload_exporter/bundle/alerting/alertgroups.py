@@ -1,4 +1,4 @@
-"""The alerts, one builder per group: each takes the shared `Terms` (bundle/rules.py builds them from the
+"""The alerts, one builder per group: each takes the shared `Terms` (bundle/alerting/rules.py builds them from the
 recorded series and the settings) and returns its group's rules, in the order the rule file lists them.
 
 A new alert goes into its group's builder (or a new group appended to GROUPS); its settings into
@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvoffload_exporter.bundle.promql import Query
-from kvoffload_exporter.bundle.promql import matcher as _m
-from kvoffload_exporter.bundle.promql import num as _num
-from kvoffload_exporter.bundle.promql import pct as _pct
-from kvoffload_exporter.bundle.ruletypes import AlertName, AlertRule
+from kvoffload_exporter.bundle.alerting.promql import Query
+from kvoffload_exporter.bundle.alerting.promql import matcher as _m
+from kvoffload_exporter.bundle.alerting.promql import num as _num
+from kvoffload_exporter.bundle.alerting.promql import pct as _pct
+from kvoffload_exporter.bundle.alerting.ruletypes import AlertName, AlertRule
 from kvoffload_exporter.bundle.settings import Settings
 from kvoffload_exporter.ingest.backends.schema import Evidence
 

@@ -1,0 +1,1 @@
+"""Prometheus rules defined once: recording rules, alert groups, rule names and the rule file."""
