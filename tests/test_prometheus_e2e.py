@@ -16,7 +16,6 @@ Deadlines are generous polling bounds, never timed assertions.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -36,6 +35,8 @@ import pytest
 import yaml
 
 pytest.importorskip("grafanalib")
+
+from support.procs import stop_all
 
 from kvoffload_exporter.bundle import render_bundle
 from kvoffload_exporter.bundle.alerting.promql import template_free
@@ -296,17 +297,7 @@ class Stack:
         urllib.request.urlopen(req, timeout=2).read()
 
     def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        stop_all(self.procs)
 
     def logs(self) -> str:
         return "\n".join(

@@ -11,7 +11,6 @@ for the sidecar, and for nothing else. Deadlines are generous polling bounds, ne
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -30,6 +29,8 @@ import pytest
 import yaml
 
 pytest.importorskip("grafanalib")
+
+from support.procs import stop_all
 
 from kvoffload_exporter.bundle import render_bundle
 from kvoffload_exporter.bundle.alerting.promql import template_free
@@ -132,17 +133,7 @@ class Fleet:
         p.wait(timeout=10)
 
     def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        stop_all(self.procs)
 
     def logs(self) -> str:
         return "\n".join(
