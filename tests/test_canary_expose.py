@@ -22,7 +22,7 @@ def _state() -> CanaryState:
     st.budget_remaining = 5000.0
     st.last_success = 1.7e9
     st.residency["gpu"] = 60.0
-    st.output.sense(1, [5, 6], [7, 8])
+    st.output.sense(1, [5, 6], [7, 8], [0, 2, 4, 6])
     st.output.reproduce([5, 6], [5, 6])  # the GPU hit answered alike twice: the GPU pair decides
     st.output.add(1, OutputPair.OFFLOAD_VS_GPU, [5, 6], [5, 6])
     st.recompute()
@@ -92,7 +92,7 @@ def test_a_mismatch_makes_the_verdict_output_mismatch_whatever_the_speed() -> No
 
 def test_an_insensitive_model_counts_nothing_until_its_gpu_answer_is_reproduced() -> None:
     st = CanaryState("gpu0", CanarySettings(), max_samples=50)
-    st.output.sense(1, [5, 6], [5, 6])
+    st.output.sense(1, [5, 6], [5, 6], [0, 2, 4, 6])
     st.output.add(1, OutputPair.OFFLOAD_VS_GPU, [5, 9], [5, 6])  # differs, but no second GPU hit yet
     text = _text([st])
     assert 'kvoffload_canary_output_sensitive{target="gpu0"} 0.0' in text
@@ -107,7 +107,7 @@ def test_an_insensitive_model_counts_nothing_until_its_gpu_answer_is_reproduced(
 
 def test_a_gpu_reference_that_did_not_reproduce_never_blames_the_tier() -> None:
     st = CanaryState("gpu0", CanarySettings(), max_samples=50)
-    st.output.sense(1, [5, 6], [7, 8])
+    st.output.sense(1, [5, 6], [7, 8], [0, 2, 4, 6])
     st.output.reproduce([5, 6], [5, 6])
     st.output.reproduce([5, 6], [9, 9])  # a second GPU hit answered otherwise: random ids, or drift
     assert st.output.add(2, OutputPair.OFFLOAD_VS_GPU, [5, 9], [5, 6]).result == "unverifiable"

@@ -28,7 +28,7 @@ EXPECTED = {
     "recompute": "offload_hit",
     "cold": "miss",
     "control_target": "miss",
-    "sensitivity": "miss",  # the output check's one probe a run: the prompt with its first token changed
+    "sensitivity": "miss",  # the output check's one probe a run: the prompt with eight prefix tokens changed
 }
 
 

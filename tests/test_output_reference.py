@@ -15,7 +15,7 @@ GPU, RECOMPUTED, OTHER = [1, 2, 3], [9, 8, 7], [5, 5, 5]
 
 def _sensitive() -> OutputCheck:
     out = OutputCheck()
-    out.sense(1, RECOMPUTED, OTHER)
+    out.sense(1, RECOMPUTED, OTHER, [0, 2, 4, 6])
     return out
 
 
@@ -65,3 +65,16 @@ def test_one_disagreeing_cycle_ends_the_recompute_pair_for_the_run() -> None:
 def test_without_any_cached_versus_recomputed_check_the_recompute_pair_does_not_decide() -> None:
     out = _sensitive()
     assert out.add(1, OutputPair.OFFLOAD_VS_RECOMPUTE, OTHER, RECOMPUTED).result == OutputResult.UNVERIFIABLE
+
+
+def test_the_sensitivity_probe_changes_tokens_across_the_whole_prefix() -> None:
+    """One changed token left the answer of 24 of 300 prompts unchanged on a real engine (outputcheck.py): the
+    probe changes CHANGED tokens spread over the prefix, each to another id of the range, and nothing else."""
+    from kvoffload_exporter.canary.cycle.outputcheck import CHANGED, changed_positions, changed_prefix
+
+    prefix = list(range(1000, 1256))
+    probe = changed_prefix(prefix, 1000, 1256)
+    moved = [i for i, (a, b) in enumerate(zip(prefix, probe, strict=True)) if a != b]
+    assert moved == changed_positions(len(prefix)) == [i * 32 for i in range(CHANGED)]
+    assert all(1000 <= t < 1256 for t in probe)  # the last id wraps to the range's start
+    assert changed_positions(3) == [0, 1, 2] and changed_positions(0) == []

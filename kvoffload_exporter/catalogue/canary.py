@@ -160,8 +160,9 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         name="kvoffload_canary_output_sensitive",
         type=MetricType.GAUGE,
-        help="1 when changing the first prefix token changed the canary's answer (the output check can see a "
-        "corrupted prefix), 0 when it did not (comparisons are unverifiable); absent until measured.",
+        help="1 when changing eight prefix tokens (the first, then an eighth apart) changed the canary's answer "
+        "(the output check can see a corrupted prefix), 0 when it did not (comparisons are unverifiable); "
+        "absent until measured.",
         labels=("target",),
         group=Group.CANARY,
     ),

@@ -135,7 +135,7 @@ def test_check_phases_match_the_engine_counters(
         "offload_revisit": ("offload_hit", PREFIX, PREFIX_BYTES, 0, 0, PREFIX),  # loaded back from the tier
         "recompute": ("miss", 0, 0, 0, 0, 0),  # max_load_tokens 0: recomputed, nothing loaded (B is stored)
         "cold": ("miss", 0, 0, PREFIX_BYTES, 0, 0),  # fresh salt: new block hashes, stored again
-        # The output check's one probe a run (round 1): A with its first token changed, fresh salt, stored.
+        # The output check's one probe a run (round 1): A with eight tokens changed, fresh salt, stored.
         "sensitivity": ("miss", 0, 0, PREFIX_BYTES, 0, 0),
     }
     cycles = by_cycle(doc)

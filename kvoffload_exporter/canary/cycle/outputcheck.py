@@ -16,9 +16,13 @@ decoding (temperature 0, a fixed seed) makes their generated token ids comparabl
   refuses them) there is nothing to measure a numeric slack on (TOLERANCE).
 
 Equal answers prove nothing if the answer does not depend on the prefix (a model with dummy weights
-answers from the last token only). So one sensitivity probe per run sends the same prompt with its first
-prefix token changed, recomputed: if its answer equals the reference, the check cannot see a corrupted
-prefix, and every comparison is `unverifiable` (reported, never counted equal, never a mismatch).
+answers from the last token only). So one sensitivity probe per run sends the same prompt with eight
+prefix tokens changed (CHANGED: the first and one each eighth of the prefix further, as a corrupted load
+changes KV across the prefix, not at one position), recomputed: if its answer equals the reference, the check
+cannot see a corrupted prefix, and every comparison is `unverifiable` (reported, never counted equal, never
+a mismatch). One token was too weak a probe: on vLLM's CPU engine with seeded random weights (264-token
+prompts, 8 greedy tokens) changing the first token changed the answer of 276 of 300 prompts (one healthy run
+in twelve read `unverifiable`), four a quarter apart 298 of 300, eight an eighth apart 300 of 300.
 """
 
 from __future__ import annotations
@@ -43,10 +47,22 @@ MAX_PAIRS = 1000
 """Comparisons kept for the report and the evidence (the counters keep counting past it)."""
 
 
+CHANGED = 8
+"""Prefix tokens the sensitivity probe changes: the first, and one each eighth of the prefix further."""
+
+
+def changed_positions(length: int) -> list[int]:
+    """Where the sensitivity probe changes a prefix of `length` tokens: i·length/CHANGED for i < CHANGED
+    (fewer, distinct, for a prefix shorter than CHANGED)."""
+    return sorted({i * length // CHANGED for i in range(CHANGED)}) if length > 0 else []
+
+
 def changed_prefix(prefix: Sequence[int], lo: int, hi: int) -> list[int]:
-    """The sensitivity probe's prefix: the first token replaced by another id of the range [lo, hi)."""
-    first = prefix[0] + 1 if prefix[0] + 1 < hi else lo
-    return [first, *prefix[1:]]
+    """The sensitivity probe's prefix: the tokens at `changed_positions` replaced by another id of [lo, hi)."""
+    out = list(prefix)
+    for i in changed_positions(len(out)):
+        out[i] = out[i] + 1 if out[i] + 1 < hi else lo
+    return out
 
 
 def same(pair: OutputPair, offload: Sequence[int], reference: Sequence[int]) -> bool:
@@ -68,10 +84,12 @@ class PairDoc(TypedDict):
 
 
 class Sensitivity(TypedDict):
-    """The sensitivity probe: the reference answer and the answer with the first prefix token changed."""
+    """The sensitivity probe: the reference answer and the answer with the prefix tokens at
+    `changed_positions` changed (`changed_position`: the first of them, always 0)."""
 
     cycle: int
     changed_position: int
+    changed_positions: list[int]
     reference_token_ids: list[int]
     probe_token_ids: list[int]
 
@@ -186,12 +204,13 @@ class OutputCheck:
         """The recompute pair decides only while every cached-vs-recomputed check of the run agreed."""
         return self.reference_checked > 0 and self.reference_agreed == self.reference_checked
 
-    def sense(self, cycle: int, reference: Sequence[int], probe: Sequence[int]) -> None:
+    def sense(self, cycle: int, reference: Sequence[int], probe: Sequence[int], positions: Sequence[int]) -> None:
         """The sensitivity probe's answer against the reference answer of the unchanged prompt."""
         self.sensitive = bool(probe) and list(probe) != list(reference)
         self.sensitivity = {
             "cycle": cycle,
-            "changed_position": 0,
+            "changed_position": positions[0] if positions else 0,
+            "changed_positions": list(positions),
             "reference_token_ids": list(reference),
             "probe_token_ids": list(probe),
         }
@@ -291,7 +310,7 @@ def output_line(d: OutputCheckDoc) -> str:
             return f"output: unverifiable - {d.get('unverifiable')} comparisons: {why}; the tier is not blamed"
         return (
             f"output: unverifiable - {d.get('unverifiable')} comparisons, all equal, but the answer did not change "
-            "when the first prefix token did (sensitive: false): equal answers cannot show a corrupted prefix"
+            f"when {CHANGED} prefix tokens did (sensitive: false): equal answers cannot show a corrupted prefix"
         )
     line = (
         f"output: {result} - {d.get('mismatched')} of {d.get('compared')} comparisons differ "
@@ -301,6 +320,7 @@ def output_line(d: OutputCheckDoc) -> str:
 
 
 __all__ = [
+    "CHANGED",
     "CORRUPT_SHARE",
     "MAX_PAIRS",
     "METHOD",
@@ -310,6 +330,7 @@ __all__ = [
     "PairDoc",
     "PairRecord",
     "Sensitivity",
+    "changed_positions",
     "changed_prefix",
     "output_line",
     "same",

@@ -3,7 +3,7 @@ cold control's (the same prompt), after sending the run's one sensitivity probe 
 
 from __future__ import annotations
 
-from kvoffload_exporter.canary.cycle.outputcheck import changed_prefix
+from kvoffload_exporter.canary.cycle.outputcheck import changed_positions, changed_prefix
 from kvoffload_exporter.canary.cycle.prepared import PreparedRun, Probe
 from kvoffload_exporter.canary.cycle.records import TARGET, CycleRecord, PhaseRecord
 from kvoffload_exporter.canary.cycle.steps import Seeded
@@ -22,14 +22,14 @@ def _last(rec: CycleRecord, phases: tuple[str, ...]) -> PhaseRecord | None:
 
 
 async def _sensitivity(run: PreparedRun, c: int, rec: CycleRecord, seeded: Seeded, reference: list[int]) -> None:
-    """Once per run: the same prompt with its first prefix token changed, recomputed (a fresh salt)."""
+    """Once per run: the same prompt with prefix tokens changed (outputcheck.CHANGED), recomputed (a fresh salt)."""
     prompts = run.ctx.prompts
     prompt = changed_prefix(seeded.a, prompts.lo, prompts.hi) + seeded.t
     ph, _ = await run.probe(
         c, Probe("sensitivity", prompt, expect=ProbeResult.MISS, path=CanaryPath.COLD, fresh_salt=True)
     )
     rec.phases.append(ph)  # evidence only: never a TTFT sample, never a probe of the tier
-    run.ctx.state.output.sense(c, reference, ph.output_token_ids or [])
+    run.ctx.state.output.sense(c, reference, ph.output_token_ids or [], changed_positions(len(seeded.a)))
 
 
 async def _gpu_repeat(run: PreparedRun, c: int, seeded: Seeded) -> list[int] | None:
