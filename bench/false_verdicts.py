@@ -13,10 +13,14 @@ per-level verdicts, advice and exit code are kept.
 - `--effect faster --effect-ms X`: recomputing costs X ms more than loading (`--prefill-ms-per-token`
   chosen so that the prefix's prefill takes X ms); only `offload_faster` counts as found.
 
+- `--traffic-rate R`: the simulator also serves R background requests a second (`simulate --traffic-rate`),
+  which leave some of `check`'s bursts out; each level then reports how often it got an interval at all and
+  how many control bursts it counted (the round budget follows the counted bursts).
+
 Rates come with their Wilson 95 % interval, per level and per run.
 
     python bench/false_verdicts.py [--runs 60] [--levels 1,4,16] [--effect slower|faster] [--effect-ms 0]
-        [--jobs 2] [--time-scale 0.25] [--settle 0.05] [--json FILE]
+        [--traffic-rate 0] [--jobs 2] [--time-scale 0.25] [--settle 0.05] [--json FILE]
 """
 
 from __future__ import annotations
@@ -44,13 +48,15 @@ PREFIX_TOKENS = 1024  # `check --prefix-tokens`: the faster effect's prefill is 
 DECIDED = ("offload_faster", "offload_slower")
 
 
-def server_args(effect: str, effect_ms: float, scale: float) -> list[str]:
+def server_args(effect: str, effect_ms: float, scale: float, traffic_rate: float = 0.0) -> list[str]:
     """The simulator's flags for one run: the null setting, with the effect (if any) on one side."""
     prefill = effect_ms / PREFIX_TOKENS if effect == "faster" else 0.0  # recompute pays the prefix's prefill
     queue = effect_ms if effect == "slower" else 0.0  # an offload hit waits this much longer for its load
+    traffic = ["--traffic-rate", str(traffic_rate)] if traffic_rate > 0 else []
     return [
         *("--vllm-version", "0.33.0", "--load-gbps", "1e6", "--load-step-ms", "0"),
         *("--prefill-ms-per-token", str(prefill), "--load-queue-ms", str(queue), "--time-scale", str(scale)),
+        *traffic,
     ]
 
 
@@ -78,7 +84,7 @@ def _server(extra: list[str], seed: int) -> Iterator[str]:
 def one_run(i: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     """One `check` against a fresh simulator: its exit code, advice and per-level verdicts."""
     out = tmp / f"{i}.json"
-    with _server(server_args(args.effect, args.effect_ms, args.time_scale), 100 + i) as target:
+    with _server(server_args(args.effect, args.effect_ms, args.time_scale, args.traffic_rate), 100 + i) as target:
         cmd = [sys.executable, "-m", "kvoffload_exporter", "check", "--target", target, "--allow-pressure"]
         cmd += ["--quiet", "--json", str(out), "--settle", str(args.settle), "--seed", str(i)]
         cmd += ["--prefix-tokens", str(PREFIX_TOKENS), "--secret-file", str(tmp / f"{i}.secret")]
@@ -93,6 +99,9 @@ def one_run(i: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "levels": {f"c={e['concurrency']}": e["verdict"] for e in rows},
         # rounds each level took (the rounds for c = 1): early stopping shows here
         "rounds": {f"c={e['concurrency']}": e.get("rounds") for e in rows},
+        # whether the level got an interval at all, and the control bursts it counted (background traffic)
+        "interval": {f"c={e['concurrency']}": e.get("ci_low_seconds") is not None for e in rows},
+        "bursts_control": {f"c={e['concurrency']}": e.get("bursts_control") for e in rows},
     }
 
 
@@ -109,7 +118,10 @@ def summarise(runs: list[dict[str, Any]], effect: str, effect_ms: float) -> dict
     per_level = {}
     for lv in levels:
         verdicts = [r["levels"].get(lv) for r in runs]
-        row = {"decided": rate(sum(v in DECIDED for v in verdicts))}
+        row: dict[str, Any] = {"decided": rate(sum(v in DECIDED for v in verdicts))}
+        if all("interval" in r for r in runs):
+            row["interval"] = rate(sum(bool(r["interval"].get(lv)) for r in runs))
+            row["bursts_control"] = sorted(r["bursts_control"].get(lv) or 0 for r in runs)
         if right:
             row["found"] = rate(sum(v == right for v in verdicts))
             row["wrong_sign"] = rate(sum(v in DECIDED and v != right for v in verdicts))
@@ -134,6 +146,7 @@ def main() -> int:
     ap.add_argument("--levels", default="1,4,16")
     ap.add_argument("--effect", choices=("slower", "faster"), default="slower")
     ap.add_argument("--effect-ms", type=float, default=0.0)
+    ap.add_argument("--traffic-rate", type=float, default=0.0, help="background requests a second on the simulator")
     ap.add_argument("--jobs", type=int, default=2, help="check runs at once (each with its own simulator)")
     ap.add_argument("--time-scale", type=float, default=0.25)
     ap.add_argument("--settle", type=float, default=0.05)
@@ -144,6 +157,7 @@ def main() -> int:
         runs = list(pool.map(lambda i: one_run(i, args, Path(tmp)), range(args.runs)))
     report = {
         "levels": args.levels,
+        "traffic_rate": args.traffic_rate,
         "seconds": round(time.monotonic() - started, 1),
         **summarise(runs, args.effect, args.effect_ms),
     }

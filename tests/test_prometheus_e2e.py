@@ -495,12 +495,14 @@ def test_store_without_load_fault_fires_the_alert(observed):
 def test_healthy_exporter_fires_no_alert_at_all(observed):
     """Nothing fires for the healthy 32B target at any time of the run, exporter restart included.
 
-    Only two alerts may be *pending* (never firing): right after the restart the canary exports its
-    budget before its first cycle succeeds, which is what KVOffloadCanaryFailing's `for` absorbs, and
-    the restart's failed scrapes, which KVOffloadExporterDown's `for` absorbs."""
+    Only three alerts may be *pending* (never firing): right after the restart the canary exports its
+    budget before its first cycle succeeds, which is what KVOffloadCanaryFailing's `for` absorbs; the
+    restart's failed scrapes, which KVOffloadExporterDown's `for` absorbs; and a young server's first
+    stores (over 1 GB in the 32B shape's first seeds) before the first displaced revisit loads anything back,
+    which KVOffloadStoreWithoutLoad's `for` absorbs (seen pending on a machine at load 6 on 2 cores)."""
     states = sorted({(a["metric"]["alertname"], a["metric"]["alertstate"]) for a in observed["healthy_alerts"]})
     assert [s for s in states if s[1] == "firing"] == [], states
-    absorbed = ("KVOffloadCanaryFailing", "KVOffloadExporterDown")
+    absorbed = ("KVOffloadCanaryFailing", "KVOffloadExporterDown", "KVOffloadStoreWithoutLoad")
     others = [a["metric"] for a in observed["healthy_alerts"] if a["metric"]["alertname"] not in absorbed]
     assert not others, f"{others}\n{observed['logs']}"  # the label sets say which series, the logs why
     assert observed["restarted"]

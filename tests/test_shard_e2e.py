@@ -1,4 +1,4 @@
-"""The sharding recipe on a real Prometheus: two probe-only exporter replicas share simulated vLLM servers
+"""The sharding recipe on a real Prometheus: three probe-only exporter replicas share simulated vLLM servers
 through the generated `file_sd` jobs (kvoffload_exporter.bundle.deployment.shards, `hashmod`), and a sidecar exporter
 serves one more server on its own. Prometheus loads the bundle's rules (rehearsal preset: `for` 30 s).
 
@@ -48,6 +48,7 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[1]
 REHEARSAL = DEFAULT.preset("rehearsal")
 SERVERS = 8  # sharded over the replicas; one more is the sidecar's
+REPLICAS = 3  # more than two: `hashmod` with a modulus the docs' two-replica example does not show
 SIDECAR_JOB = "kvoffload-sidecar"
 FOR_S = duration_ms(REHEARSAL.exporter_down_for) / 1000
 SETTLE_S = 60.0  # bound for everything to be scraped once
@@ -169,7 +170,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], i
         servers = {f"vllm-{i}": fleet.simulator(i) for i in range(SERVERS)}
         sidecar_server = fleet.simulator(SERVERS)
         probe_only = {"probe": {"allow_regex": r"http://127\.0\.0\.1:\d+"}}
-        replicas = [fleet.exporter(f"replica-{i}", probe_only) for i in range(2)]
+        replicas = [fleet.exporter(f"replica-{i}", probe_only) for i in range(REPLICAS)]
         sidecar, sidecar_proc = fleet.exporter(
             "sidecar", {"targets": [{"url": f"http://{sidecar_server}", "name": "vllm-sidecar"}]}
         )
@@ -228,7 +229,7 @@ def test_every_server_is_scraped_exactly_once_across_the_replicas(observed):
     names = {*observed["servers"], "vllm-sidecar"}
     assert observed["count_by_target"] == dict.fromkeys(names, 1.0)  # one series per server: none lost, none doubled
     assert observed["up_by_target"] == dict.fromkeys(observed["servers"], 1.0)
-    assert set(observed["shard_of"].values()) <= {"vllm-kvoffload-0", "vllm-kvoffload-1"}
+    assert set(observed["shard_of"].values()) <= {f"vllm-kvoffload-{i}" for i in range(REPLICAS)}
 
 
 def test_fleet_queries_and_dashboard_variables_see_every_shard(observed):
