@@ -17,17 +17,11 @@ from kvoffload_exporter.derive.window import interval
 from kvoffload_exporter.enums import Signal
 from kvoffload_exporter.ingest.backends import Backend, Evidence
 from kvoffload_exporter.ingest.normalise import normalise
+from kvoffload_exporter.sim.backends import OFFLOAD_BACKENDS
 from kvoffload_exporter.sim.simulator import SimOptions, Simulator
 
-BACKENDS = {
-    "native": Backend.NATIVE,
-    "simplecpu": Backend.SIMPLECPU,
-    "tiering": Backend.TIERING,
-    "lmcache": Backend.LMCACHE,
-    "mooncake-store": Backend.MOONCAKE_STORE,
-    "umbp": Backend.UMBP,
-}
-"""Simulated backends that are an offload tier (HiSparse is not: tested on its own)."""
+BACKENDS = OFFLOAD_BACKENDS
+"""Simulated backends that are an offload tier, by the exporter's names (HiSparse is not: tested on its own)."""
 
 
 @pytest.fixture
@@ -40,7 +34,7 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 def test_simulated_body_resolves_to_its_backend(backend: str) -> None:
     sim = Simulator(SimOptions(version="0.33.0", backend=backend, seed=1, time_scale=0.01))
     snap = normalise(sim.metrics_text())
-    assert snap.backends == (BACKENDS[backend],) and snap.offload_configured
+    assert snap.backends == (Backend(backend),) and snap.offload_configured
 
 
 def test_unknown_backend_is_one_clear_error() -> None:
@@ -61,7 +55,7 @@ async def test_canary_sees_the_offload_hit_on_every_backend(session: aiohttp.Cli
     loaded = {k.unit for k, v in d.evidence.items() if k.signal == Evidence.LOADED and v > 0}
     assert loaded == {
         "bytes"
-        if backend in ("native", "tiering", "mooncake-store", "umbp")
+        if backend in (Backend.NATIVE, Backend.TIERING, Backend.MOONCAKE_STORE, Backend.UMBP)
         else "tokens"
         if backend == "lmcache"
         else "blocks"
@@ -110,7 +104,9 @@ def test_mooncake_store_simulation_reads_as_hit_and_its_put_errors_as_store_erro
     from kvoffload_exporter.ingest.backends import NativeUnit
 
     for faults, state in (((), "hit"), (("store-errors",), "not_storing")):
-        sim = Simulator(SimOptions(version="0.33.0", backend="mooncake-store", seed=1, time_scale=0.01, faults=faults))
+        sim = Simulator(
+            SimOptions(version="0.33.0", backend=Backend.MOONCAKE_STORE, seed=1, time_scale=0.01, faults=faults)
+        )
         before = normalise(sim.metrics_text())
         assert before.backends == (Backend.MOONCAKE_STORE,)
         _offload_traffic(sim)

@@ -68,7 +68,7 @@ async def test_stores_that_are_never_loaded_say_check_the_connector(tmp_path: Pa
 
 @pytest.mark.parametrize(
     ("backend", "fault", "reason"),
-    [("tiering", "promotion-failures", "promotion_failures"), ("mooncake-store", "load-errors", "load_errors")],
+    [("tiering", "promotion-failures", "promotion_failures"), ("mooncake_store", "load-errors", "load_errors")],
 )
 async def test_a_0_34_tier_that_finds_but_cannot_serve_says_check_the_connector(
     tmp_path: Path, backend: str, fault: str, reason: str

@@ -84,13 +84,13 @@ def test_the_reason_help_names_every_state_that_has_reasons() -> None:
 
 def test_the_timelines_encode_each_value_explicitly_not_by_enum_position(monkeypatch: pytest.MonkeyPatch) -> None:
     """Renumber the explicit values: the panels follow them (the enum order did not change)."""
-    shuffled = {s: (len(State) - 1 - v, c, m) for s, (v, c, m) in dashboards.STATE_VALUES.items()}
+    shuffled = {s: (len(State) - 1 - v, c) for s, (v, c) in dashboards.STATE_VALUES.items()}
     monkeypatch.setattr(dashboards, "STATE_VALUES", shuffled)
     reasons = {r: (100 + v, c) for r, (v, c) in reason_panels.REASON_VALUES.items()}
     monkeypatch.setattr(reason_panels, "REASON_VALUES", reasons)
     board = dashboards.overview()
     mapping, expr = _panel(board, STATE_PANEL)
-    assert mapping == {v: s.replace("_", " ") for s, (v, _, _) in shuffled.items()}
+    assert mapping == {v: s.replace("_", " ") for s, (v, _) in shuffled.items()}
     assert f'state="{State.NOT_CONFIGURED}"}} * {len(State) - 1}' in expr and f'state="{State.HIT}"' not in expr
     mapping, expr = _panel(board, REASON_PANEL)
     assert mapping == {0: "nothing to explain", **{v: r.replace("_", " ") for r, (v, _) in reasons.items()}}
@@ -117,7 +117,7 @@ def test_a_new_member_without_its_value_or_meaning_fails_the_build(monkeypatch: 
 
 
 def test_timeline_values_are_unique(monkeypatch: pytest.MonkeyPatch) -> None:
-    clash = {**dashboards.STATE_VALUES, State.HIT: (dashboards.STATE_VALUES[State.IDLE][0], "green", "x")}
+    clash = {**dashboards.STATE_VALUES, State.HIT: (dashboards.STATE_VALUES[State.IDLE][0], "green")}
     monkeypatch.setattr(dashboards, "STATE_VALUES", clash)
     with pytest.raises(ValueError, match="not unique"):
         dashboards.state_values()

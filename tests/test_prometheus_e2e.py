@@ -348,7 +348,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
         )
         not_storing = s.simulator("not-storing", "--cpu-bytes", "1000000", "--seed", "7")
         mooncake = s.simulator(
-            "mooncake-errors", "--backend", "mooncake-store", "--fault", "store-errors", "--seed", "8"
+            "mooncake-errors", "--backend", "mooncake_store", "--fault", "store-errors", "--seed", "8"
         )
         corrupt = s.simulator(
             "corrupt", "--corrupt-loads", "1", "--vllm-version", "0.34", "--fault", "nan-logits=0.5", "--seed", "9"
@@ -367,7 +367,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int]
         load_errors = s.simulator(
             "load-errors",
             "--backend",
-            "mooncake-store",
+            "mooncake_store",
             "--vllm-version",
             "0.34",
             "--fault",

@@ -51,7 +51,7 @@ async def test_promotion_failures_on_a_tiering_fs_tier(session: aiohttp.ClientSe
 
 
 async def test_load_errors_on_a_mooncake_store(session: aiohttp.ClientSession) -> None:
-    d, _, reason = await _two_cycles(session, "mooncake-store", "load-errors")
+    d, _, reason = await _two_cycles(session, "mooncake_store", "load-errors")
     assert d.state == State.STORE_WITHOUT_LOAD and reason == StateReason.LOAD_ERRORS
     assert any(v > 0 for k, v in d.evidence.items() if k.signal == Evidence.LOAD_FAILED)
 

@@ -16,8 +16,10 @@ from enum import StrEnum
 from typing import TypeVar
 
 from kvoffload_exporter import PROJECT_URL  # defined at the root: the CLI's help names it without importing bundle
+from kvoffload_exporter.catalogue import STATE_MEANINGS
 from kvoffload_exporter.config.schema import did_you_mean, prometheus_duration
 from kvoffload_exporter.derive.window import QUANTILES
+from kvoffload_exporter.enums import State
 
 RUNBOOK_URL = f"{PROJECT_URL}/blob/main/alerts/runbook.md"
 """Where `runbook_url` points (anchor = lower-case alert name): an absolute URL, so the link in a notification
@@ -62,8 +64,8 @@ class Settings:
     not_storing_for: str = _s(
         "30m",
         Kind.DURATION,
-        "`for` of KVOffloadNotStoring: the exporter's state has been `not_storing` (offload configured, more "
-        "prompt tokens computed over its window than one offload chunk, zero stores) for this long.",
+        f"`for` of KVOffloadNotStoring: how long the exporter's state has been `{State.NOT_STORING}` — "
+        f"{STATE_MEANINGS[State.NOT_STORING]}.",
     )
 
     # --- KVOffloadSlowerThanRecompute -------------------------------------------------------------

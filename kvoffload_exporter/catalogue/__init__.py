@@ -75,6 +75,7 @@ CANARY_TIERS: tuple[Tier, ...] = tuple(Tier)
 CANARY_LOAD_BANDS: tuple[LoadBand, ...] = tuple(LoadBand)
 """Load bands of serve --canary.enabled cycles (thresholds: kvoffload_exporter/canary/records.load_band)."""
 
+STATE_MEANINGS = derived.STATE_MEANINGS
 evidence_metric = backends.evidence_metric
 unit_size_name = backends.unit_size_name
 
@@ -115,6 +116,7 @@ __all__ = [
     "SCRAPE_ERROR_REASONS",
     "SIGNAL_METRICS",
     "STATES",
+    "STATE_MEANINGS",
     "STATE_REASONS",
     "VERSION_ERROR_REASONS",
     "WINDOWED",

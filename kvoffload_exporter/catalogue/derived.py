@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from kvoffload_exporter.catalogue.metric import ENGINE, WINDOWED, Metric
 from kvoffload_exporter.enums import Group, MetricType, Recommendation, State, Unit
 
@@ -9,6 +11,22 @@ from kvoffload_exporter.enums import Group, MetricType, Recommendation, State, U
 def _one_of(values: tuple[str, ...]) -> str:
     """`a, b or c`: a closed set named in a HELP text, from its enum (a new member shows up by itself)."""
     return f"{', '.join(values[:-1])} or {values[-1]}" if len(values) > 1 else "".join(values)
+
+
+STATE_MEANINGS: Mapping[State, str] = {
+    State.NOT_CONFIGURED: "the scrape has no offload families: no OffloadingConnector (or vLLM ≤ 0.15)",
+    State.IDLE: "no offload bytes moved (a GPU-hit revisit, which computes only its last block, stays here)",
+    State.NOT_STORING: "offload configured, more prompt tokens computed than one offload chunk (and at least "
+    "1,024), nothing stored: the tier costs memory and can never help (H200: a 300 MB tier under 587 MB prompts)",
+    State.STORING: "stores, no loads, no observable reuse (also the warm-up state: no stores older than the "
+    "window yet)",
+    State.STORE_WITHOUT_LOAD: "stores, no loads, while the workload shows reuse (GPU prefix hits, cache-hit "
+    "tokens): the tier is written but never read (vllm-project/vllm#47890)",
+    State.HIT: "loads happened: the tier served prefix hits",
+}
+"""What each value of `kvoffload_state`'s `state` label means: the one definition, from which the README's
+state table and the overview dashboard's state panel are generated (derive.window.evidence_state holds the
+rules). A state without a meaning fails the bundle build; tests/test_facts_states.py keeps copies out."""
 
 
 METRICS: tuple[Metric, ...] = (

@@ -11,10 +11,11 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kvoffload_exporter.config.flags import Flag, deprecations
+from kvoffload_exporter.config.flags import Flag, deprecations, renamed_value
 from kvoffload_exporter.config.schema import MAX_SECONDS, parse_duration
 from kvoffload_exporter.config.settings import split_listen
-from kvoffload_exporter.sim.backends import BACKENDS
+from kvoffload_exporter.ingest.backends import Backend
+from kvoffload_exporter.sim.backends import BACKEND_HELP, BACKENDS, FORMER_NAMES
 from kvoffload_exporter.sim.calibration import CALIBRATIONS, DEFAULT_CALIBRATION
 from kvoffload_exporter.sim.faults import FAULTS
 from kvoffload_exporter.sim.output import DEPENDS_ON
@@ -80,6 +81,12 @@ def fraction(v: str) -> float:
     return x
 
 
+def backend_name(v: str) -> str:
+    """argparse type of --backend: a former spelling (FORMER_NAMES) as the exporter's name, with one
+    deprecation line; anything else as given (argparse's `choices` refuses what is unknown)."""
+    return renamed_value("--backend", v, FORMER_NAMES[v]) if v in FORMER_NAMES else v
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -95,13 +102,11 @@ def add_simulator_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engines", type=int, default=1, metavar="N", help="data-parallel engines (default 1)")
     p.add_argument(
         "--backend",
-        default="native",
+        default=Backend.NATIVE,
+        type=backend_name,
         choices=BACKENDS,
-        help="offload backend whose metrics are exposed: native OffloadingConnector (default), simplecpu "
-        "(blocks), tiering (CPU + a slow fs tier that sheds writes), lmcache (lmcache:* tokens) or "
-        "mooncake-store (puts and gets by key; the store-errors fault fails every put), umbp (stores and loads "
-        "to a pool; store-errors fails every store) or hisparse (no offload tier: sparse-attention pages "
-        "per decoded token, read on TPOT)",
+        help="offload backend whose metrics are exposed, by the exporter's name for it (kvoffload_backend_info): "
+        + ", ".join(f"{b} ({BACKEND_HELP[b]})" for b in BACKENDS),
     )
     p.add_argument("--model", metavar="NAME", help="served model name (default: the calibration's)")
     p.add_argument(

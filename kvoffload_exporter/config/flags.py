@@ -143,6 +143,15 @@ def settle(namespace: argparse.Namespace) -> str | None:
     return None
 
 
+def renamed_value(flag: str, old: str, new: str) -> str:
+    """`new`, for a flag value given by its former spelling `old` (a choice renamed, like a simulator backend
+    to the exporter's name for it): noticed once per process like a former flag spelling (`deprecations`)."""
+    if f"{flag} {old}" not in WARNED:
+        WARNED.add(f"{flag} {old}")
+        _PENDING.append(f"flag value {flag} {old} is deprecated; use {flag} {new}")
+    return new
+
+
 def deprecations() -> list[str]:
     """The notices of the former spellings parsed since the last call, one line each, for the log."""
     lines = list(_PENDING)

@@ -13,12 +13,40 @@ tests/fixtures/reconstructed/*. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from kvoffload_exporter.ingest.backends import Backend
 from kvoffload_exporter.sim.family import EngineView
 
-BACKENDS = ("native", "simplecpu", "tiering", "lmcache", "mooncake-store", "umbp", "hisparse")
+OFFLOAD_BACKENDS: tuple[Backend, ...] = (
+    Backend.NATIVE,
+    Backend.SIMPLECPU,
+    Backend.TIERING,
+    Backend.LMCACHE,
+    Backend.MOONCAKE_STORE,
+    Backend.UMBP,
+)
+"""The exporter's backends the simulator can report, by the exporter's own names (ingest.backends.Backend:
+the `backend` label of kvoffload_backend_info), so `--backend X` is read back as backend X."""
+HISPARSE = "hisparse"
+"""Not an offload backend (the exporter reports none for it): HiSparse's sparse-attention pages on an
+engine without the OffloadingConnector, read as `not_configured` plus the kvoffload_hisparse_* series."""
+BACKENDS: tuple[str, ...] = (*OFFLOAD_BACKENDS, HISPARSE)
+"""What `--backend` (and `SimOptions.backend`) takes: every offload backend by its exporter name, and HiSparse."""
+BACKEND_HELP: Mapping[str, str] = {
+    Backend.NATIVE: "the OffloadingConnector, the default",
+    Backend.SIMPLECPU: "blocks",
+    Backend.TIERING: "CPU + a slow fs tier that sheds writes",
+    Backend.LMCACHE: "lmcache:* tokens",
+    Backend.MOONCAKE_STORE: "puts and gets by key; the store-errors fault fails every put",
+    Backend.UMBP: "stores and loads to a pool; store-errors fails every store",
+    HISPARSE: "no offload tier: sparse-attention pages per decoded token, read on TPOT",
+}
+"""One line per `--backend` value for the flag's help (a value without one fails the parser's build)."""
+FORMER_NAMES: Mapping[str, Backend] = {"mooncake-store": Backend.MOONCAKE_STORE}
+"""Spellings `--backend` took before it used the exporter's names: still accepted, hidden from --help,
+with one deprecation line."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +60,7 @@ class Shaping:
     version: tuple[int, int] = (0, 26)
 
 
-NO_CONNECTOR = frozenset({"hisparse"})
+NO_CONNECTOR = frozenset({HISPARSE})
 """Backends that are no offload tier: the simulated engine runs without the OffloadingConnector."""
 _OFFLOAD = ("vllm:kv_offload_", "vllm_kv_offload_")
 FS = "1:fs"
@@ -276,24 +304,24 @@ def corrupted_requests(engines: Sequence[EngineView], fraction: float) -> str:
 def reshape(text: str, backend: str, engines: Sequence[EngineView], how: Shaping | None = None) -> str:
     """The native body as `backend` would expose the same engine activity, with the faults `how` shows."""
     how = how or Shaping()
-    if backend == "hisparse":
+    if backend == HISPARSE:
         out = text.splitlines()
         _hisparse(out, engines)
         return "\n".join(out) + "\n"
     live = [e for e in engines if e.connector]
-    if backend == "native" or not live:
+    if backend == Backend.NATIVE or not live:
         return text
-    if backend == "tiering":
+    if backend == Backend.TIERING:
         return "\n".join(_tiering(text, live, how)) + "\n"
     out = _drop_offload(text)
-    if backend == "simplecpu":
+    if backend == Backend.SIMPLECPU:
         _simplecpu(out, live)
-    elif backend == "lmcache":
+    elif backend == Backend.LMCACHE:
         _lmcache(out, live)
-    elif backend == "mooncake-store":
+    elif backend == Backend.MOONCAKE_STORE:
         out = _host_as_external(out)
         _mooncake_store(out, live, how.errors, how.load_errors)
-    elif backend == "umbp":
+    elif backend == Backend.UMBP:
         out = _host_as_external(out)
         _umbp(out, live, how.errors)
     else:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvoffload_exporter.ingest.backends import Backend
 from kvoffload_exporter.sim.profiles import VARIANTS
 
 FAULTS: dict[str, str] = {
     "store-without-load": "the CPU tier never finds what it stored: lookups miss, every store writes again",
-    "store-errors": "the KV store answers every put with an error (reported by --backend mooncake-store: its "
-    "bytes under status=error, no get; and umbp: failed store objects, no bytes)",
+    "store-errors": f"the KV store answers every put with an error (reported by --backend {Backend.MOONCAKE_STORE}: "
+    f"its bytes under status=error, no get; and {Backend.UMBP}: failed store objects, no bytes)",
     "slow-load": "CPU→GPU loads run at 1/N of the calibrated bandwidth (slow-load=N, default 10)",
     "no-connector": "no OffloadingConnector: no kv_offload_* families, no lookups, loads or stores",
     "restart": "the engines restart: every counter resets to 0 (restart=SECONDS repeats it periodically)",
@@ -27,11 +28,11 @@ FAULTS: dict[str, str] = {
     "0 < FRACTION <= 1, default 1)",
     "completions-status": "POST /v1/completions answers this HTTP status with vLLM's error body "
     "(completions-status=CODE, 400-599, default 503)",
-    "promotion-failures": "with --backend tiering: the fs tier finds every chunk asked for and every promotion "
-    "into the CPU primary fails (failed promotion jobs, deferred release on 0.34), so nothing is loaded",
-    "load-errors": "with --backend mooncake-store: the store finds the keys (external hits) and every get fails "
-    "(load_get status=error, failed keys), so nothing is loaded while puts succeed",
-    "backpressure": "with --backend tiering: the slow fs tier sheds this share of its cascade writes "
+    "promotion-failures": f"with --backend {Backend.TIERING}: the fs tier finds every chunk asked for and every "
+    "promotion into the CPU primary fails (failed promotion jobs, deferred release on 0.34), so nothing is loaded",
+    "load-errors": f"with --backend {Backend.MOONCAKE_STORE}: the store finds the keys (external hits) and every "
+    "get fails (load_get status=error, failed keys), so nothing is loaded while puts succeed",
+    "backpressure": f"with --backend {Backend.TIERING}: the slow fs tier sheds this share of its cascade writes "
     "(backpressure=FRACTION, 0 < FRACTION <= 1, default 0.9; without the fault it sheds half)",
     "nan-logits": "this fraction of requests have NaNs in their logits, counted in vllm:corrupted_requests as "
     "with VLLM_COMPUTE_NANS_IN_LOGITS=1 (nan-logits=FRACTION, 0 < FRACTION <= 1, default 0.1)",

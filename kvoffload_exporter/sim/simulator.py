@@ -11,7 +11,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from kvoffload_exporter.sim.backends import BACKENDS, NO_CONNECTOR, Shaping, corrupted_requests, reshape
+from kvoffload_exporter.ingest.backends import Backend
+from kvoffload_exporter.sim.backends import (
+    BACKENDS,
+    FORMER_NAMES,
+    NO_CONNECTOR,
+    Shaping,
+    corrupted_requests,
+    reshape,
+)
 from kvoffload_exporter.sim.calibration import CALIBRATIONS, DEFAULT_CALIBRATION, Calibration
 from kvoffload_exporter.sim.engine import Engine, EngineConfig
 from kvoffload_exporter.sim.faults import ONE_SHOT, Fault, FaultError, FaultSet, parse_fault
@@ -51,7 +59,7 @@ class SimOptions:
     per_request_metrics: bool = True  # --enable-per-request-metrics (0.25+), as in the H200 runs
     show_hidden_metrics: bool = False  # --show-hidden-metrics-for-version=<previous minor>
     output_depends_on: str = "prompt"  # sim/output.py DEPENDS_ON: the whole prompt, or its last token
-    backend: str = "native"  # how offload is reported: sim.backends.BACKENDS
+    backend: str = Backend.NATIVE  # how offload is reported: sim.backends.BACKENDS (the exporter's names)
     # Any: EngineConfig's fields, each its own type, applied with replace(**)
     engine: Mapping[str, Any] = field(default_factory=dict)  # EngineConfig overrides (ENGINE_FIELDS)
     timing: Mapping[str, float] = field(default_factory=dict)  # Calibration overrides (TIMING_FIELDS)
@@ -64,7 +72,9 @@ class SimOptions:
             errors.append("engines must be >= 1")
         if self.output_depends_on not in DEPENDS_ON:
             errors.append(f"output depends on one of {', '.join(DEPENDS_ON)}, not {self.output_depends_on!r}")
-        if self.backend not in BACKENDS:
+        if self.backend in FORMER_NAMES:
+            errors.append(f"backend {self.backend!r} is spelt {FORMER_NAMES[self.backend]!s} now")
+        elif self.backend not in BACKENDS:
             errors.append(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
         if self.time_scale <= 0:
             errors.append("time scale must be > 0")

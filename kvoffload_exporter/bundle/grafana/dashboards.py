@@ -27,42 +27,29 @@ from kvoffload_exporter.bundle.grafana.panels import (
     variables,
 )
 from kvoffload_exporter.bundle.grafana.resource_panels import capacity_row, memory_row
-from kvoffload_exporter.catalogue import STATES
+from kvoffload_exporter.catalogue import STATE_MEANINGS, STATES
 from kvoffload_exporter.enums import State
 
 OVERVIEW_UID = "kvoffload-overview"
 GIB_HOUR_BYTE_SECONDS = 2**30 * 3600
 """Byte-seconds in a GiB-hour: the payback panel shows the exported base-unit figure per GiB-hour."""
 
-STATE_VALUES: dict[State, tuple[int, str, str]] = {
-    State.NOT_CONFIGURED: (0, "text", "no offload metrics"),
-    State.IDLE: (1, "blue", "nothing moved"),
-    State.NOT_STORING: (
-        2,
-        "orange",
-        "offload configured, prompts computed, nothing stored (a tier smaller than a prompt, stores skipped "
-        "or dropped)",
-    ),
-    State.STORING: (
-        3,
-        "yellow",
-        "stores, no reuse visible (also the warm-up state: no stores older than the window yet)",
-    ),
-    State.STORE_WITHOUT_LOAD: (
-        4,
-        "red",
-        "stores but no loads while prefixes were reused (the failure mode of vllm-project/vllm#47890)",
-    ),
-    State.HIT: (5, "green", "loads from the tier happened"),
+STATE_VALUES: dict[State, tuple[int, str]] = {
+    State.NOT_CONFIGURED: (0, "text"),
+    State.IDLE: (1, "blue"),
+    State.NOT_STORING: (2, "orange"),
+    State.STORING: (3, "yellow"),
+    State.STORE_WITHOUT_LOAD: (4, "red"),
+    State.HIT: (5, "green"),
 }
 """Each state's explicit value in the state timeline (never its position in the enum: a new state must not
-renumber the ones stored in dashboards and screenshots), colour and one-line meaning. A state missing here
-fails the bundle build."""
+renumber the ones stored in dashboards and screenshots) and colour; its meaning is catalogue.STATE_MEANINGS.
+A state missing here or there fails the bundle build."""
 
 
 def state_values() -> dict[State, tuple[int, str, str]]:
-    """STATE_VALUES for every state of the enum, in enum order; values unique (checked here)."""
-    out = {s: STATE_VALUES[s] for s in STATES}
+    """(value, colour, meaning) for every state of the enum, in enum order; values unique (checked here)."""
+    out = {s: (*STATE_VALUES[s], STATE_MEANINGS[s]) for s in STATES}
     values = [v for v, _, _ in out.values()]
     if len(set(values)) != len(values):
         raise ValueError(f"state timeline values are not unique: {values}")

@@ -38,21 +38,9 @@ def _states() -> str:
     return ", ".join(f"`{s}`" for s in STATES)
 
 
-STATE_MEANINGS: Mapping[str, str] = {
-    "not_configured": "the scrape has no offload families: no OffloadingConnector (or vLLM ≤ 0.15)",
-    "idle": "no offload bytes moved (a GPU-hit revisit, which computes only its last block, stays here)",
-    "not_storing": "offload configured, more prompt tokens computed than one offload chunk (and at least 1,024), "
-    "nothing stored: the tier costs memory and can never help (H200: a 300 MB tier under 587 MB prompts)",
-    "storing": "stores, no loads, no observable reuse",
-    "store_without_load": "stores, no loads, while the workload shows reuse (GPU prefix hits, cache-hit tokens): "
-    "the tier is written but never read (vllm-project/vllm#47890)",
-    "hit": "loads happened: the tier served prefix hits",
-}
-"""The README's table of states, by state value; a state of the enum without a row fails the build."""
-
-
 def _state_table() -> str:
-    from kvoffload_exporter.catalogue import STATES
+    """Each state and its meaning, from the one definition (catalogue.STATE_MEANINGS)."""
+    from kvoffload_exporter.catalogue import STATE_MEANINGS, STATES
 
     rows = "".join(f"| `{s}` | {STATE_MEANINGS[s]} |\n" for s in STATES)
     return f"\n| state | meaning |\n|---|---|\n{rows}"
