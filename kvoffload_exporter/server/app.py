@@ -27,6 +27,7 @@ from kvoffload_exporter.server.guards import GuardStats
 from kvoffload_exporter.server.pluginhost import ExporterHost
 from kvoffload_exporter.server.plugins import Plugin
 from kvoffload_exporter.server.probe import BadProbe, Forbidden, Probes
+from kvoffload_exporter.sources.vllm_http import PollClient
 
 
 @dataclass
@@ -87,10 +88,10 @@ async def _probe(request: web.Request) -> web.Response:
     return await _respond(request, body, gzipped)
 
 
-def _session(exp: Exporter) -> aiohttp.ClientSession:
-    if exp.session is None:
+def _session(exp: Exporter) -> PollClient:
+    if exp.poll_client is None:
         raise web.HTTPServiceUnavailable(text="not started\n")
-    return exp.session
+    return exp.poll_client
 
 
 async def _healthz(request: web.Request) -> web.Response:
