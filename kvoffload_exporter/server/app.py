@@ -197,7 +197,7 @@ def make_app(
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         exp = app[EXPORTER]
-        # One persistent client; the per-request timeout and body cap live in the source.
+        # The plugins' session (the polls have their own keep-alive client, started and closed by `exp`);
         # no cookie jar: a cookie one target sets is never sent to another (nor back to it)
         async with aiohttp.ClientSession(read_bufsize=1 << 20, cookie_jar=aiohttp.DummyCookieJar()) as session:
             exp.start(session)
