@@ -5,8 +5,9 @@ derive, render, the /metrics server and the event loop.
     python bench/profile_split.py stacks.txt
 
 Each sample is put in the stage of the innermost frame that names one: kvoffload_exporter/ingest (parse),
-kvoffload_exporter/derive (derive), kvoffload_exporter/expose and the exposition cache (render), aiohttp /
-yarl / multidict under a target poll (HTTP client) or otherwise (the /metrics server), asyncio and selectors
+kvoffload_exporter/derive (derive), kvoffload_exporter/expose and the exposition cache (render), the polls'
+client (sources/pollclient, sources/http1) and aiohttp / yarl / multidict under a target poll (HTTP client)
+or otherwise (the /metrics server), asyncio and selectors
 (event loop); the rest of kvoffload_exporter is "poll bookkeeping", everything else "other". Idle samples
 (py-spy without --idle) are not recorded, so the shares are of the CPU the process used.
 """
@@ -27,6 +28,8 @@ STAGES = (
     ),
 )
 HTTP = ("aiohttp/", "yarl/", "multidict/", "/http/")
+POLL_CLIENT = ("kvoffload_exporter/sources/pollclient", "kvoffload_exporter/sources/http1")
+"""The polls' own HTTP client (keep-alive HTTP/1.1 on asyncio): counted as "HTTP client" like aiohttp's was."""
 LOOP = ("asyncio/", "selectors.py", "uvloop")
 POLL = ("kvoffload_exporter/server/targetpoller", "kvoffload_exporter/sources/", "kvoffload_exporter/server/scheduler")
 
@@ -34,7 +37,7 @@ POLL = ("kvoffload_exporter/server/targetpoller", "kvoffload_exporter/sources/",
 def stage(frames: list[str]) -> str:
     paths = [m.group(1) if (m := _FRAME.search(f.strip())) else f for f in frames]
     serving = any("aiohttp/web" in p for p in paths)  # the exporter's own /metrics (aiohttp.web)
-    client = any(any(k in p for k in HTTP) and "aiohttp/web" not in p for p in paths)
+    client = any(any(k in p for k in (*HTTP, *POLL_CLIENT)) and "aiohttp/web" not in p for p in paths)
     polling = client or any(any(p in path for p in POLL) for path in paths)
     for path in reversed(paths):  # innermost first
         for name, keys in STAGES:
@@ -42,6 +45,8 @@ def stage(frames: list[str]) -> str:
                 return name
         if any(k in path for k in HTTP):
             return "/metrics server" if "aiohttp/web" in path or not polling else "HTTP client"
+        if any(k in path for k in POLL_CLIENT):
+            return "HTTP client"
         if "kvoffload_exporter/" in path:
             return "poll bookkeeping"
         if any(k in path for k in LOOP):

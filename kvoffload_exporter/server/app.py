@@ -27,6 +27,7 @@ from kvoffload_exporter.server.guards import GuardStats
 from kvoffload_exporter.server.pluginhost import ExporterHost
 from kvoffload_exporter.server.plugins import Plugin
 from kvoffload_exporter.server.probe import BadProbe, Forbidden, Probes
+from kvoffload_exporter.sources.vllm_http import PollClient
 
 
 @dataclass
@@ -87,10 +88,10 @@ async def _probe(request: web.Request) -> web.Response:
     return await _respond(request, body, gzipped)
 
 
-def _session(exp: Exporter) -> aiohttp.ClientSession:
-    if exp.session is None:
+def _session(exp: Exporter) -> PollClient:
+    if exp.poll_client is None:
         raise web.HTTPServiceUnavailable(text="not started\n")
-    return exp.session
+    return exp.poll_client
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -196,7 +197,7 @@ def make_app(
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         exp = app[EXPORTER]
-        # One persistent client; the per-request timeout and body cap live in the source.
+        # The plugins' session (the polls have their own keep-alive client, started and closed by `exp`);
         # no cookie jar: a cookie one target sets is never sent to another (nor back to it)
         async with aiohttp.ClientSession(read_bufsize=1 << 20, cookie_jar=aiohttp.DummyCookieJar()) as session:
             exp.start(session)

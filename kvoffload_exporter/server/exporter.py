@@ -22,6 +22,7 @@ from kvoffload_exporter.ingest.snapshot import GpuMemory, HostMemory
 from kvoffload_exporter.server.expocache import ExpositionCache
 from kvoffload_exporter.server.scheduler import Scheduler
 from kvoffload_exporter.server.targetpoller import TargetPoller
+from kvoffload_exporter.sources.vllm_http import PollClient
 
 
 class Exporter:
@@ -102,6 +103,11 @@ class Exporter:
     def session(self) -> aiohttp.ClientSession | None:
         """The shared HTTP session, once started."""
         return self.scheduler.session
+
+    @property
+    def poll_client(self) -> PollClient | None:
+        """The polls' keep-alive client, once started (closed by `stop`)."""
+        return self.scheduler.client
 
     def start(self, session: aiohttp.ClientSession) -> None:
         self.scheduler.start(session)

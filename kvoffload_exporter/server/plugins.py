@@ -24,7 +24,8 @@ from kvoffload_exporter.enums import CollectorName
 from kvoffload_exporter.expose.collector import Collector
 
 Session: TypeAlias = aiohttp.ClientSession
-"""The shared client session handed to plugins (one connection pool for polls and canaries)."""
+"""The shared aiohttp client session handed to plugins (the canary's completions); the target polls keep
+their own connections (`sources.pollclient.PollClient`)."""
 
 
 class PluginHost(Protocol):

@@ -29,8 +29,6 @@ from collections import OrderedDict
 from contextlib import suppress
 from urllib.parse import urlsplit
 
-import aiohttp
-
 from kvoffload_exporter.config.settings import TargetConfig
 from kvoffload_exporter.enums import ProbeEviction
 from kvoffload_exporter.saferegex import MAX_TEXT, SafeRegex
@@ -38,6 +36,7 @@ from kvoffload_exporter.server.exporter import Exporter
 from kvoffload_exporter.server.guards import GuardStats
 from kvoffload_exporter.server.logbudget import LogBudget
 from kvoffload_exporter.server.targetpoller import TargetPoller
+from kvoffload_exporter.sources.vllm_http import Client
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -115,7 +114,7 @@ class Probes:
         if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
             raise BadProbe("name has control characters")
 
-    async def probe(self, url: str, name: str, session: aiohttp.ClientSession) -> TargetPoller:
+    async def probe(self, url: str, name: str, session: Client) -> TargetPoller:
         """The poller for `url` (configured, or created on first probe), polled unless it just was."""
         self._check(url, name)
         if not self.allowed(url):

@@ -22,6 +22,7 @@ from kvoffload_exporter.expose.selfmon import SelfStats
 from kvoffload_exporter.ingest.snapshot import GpuMemory, HostMemory
 from kvoffload_exporter.server.targetpoller import TargetPoller
 from kvoffload_exporter.sources import host as host_source
+from kvoffload_exporter.sources.vllm_http import Client, PollClient
 
 if TYPE_CHECKING:
     from kvoffload_exporter.sources.gpu import Nvml
@@ -59,12 +60,14 @@ class Fleet(Protocol):
 
 
 class Scheduler:
-    """Owns the loops (as tasks), the poll slots and the shared HTTP session once started."""
+    """Owns the loops (as tasks), the poll slots, the shared HTTP session (plugins') and the polls'
+    keep-alive client once started."""
 
     def __init__(self, fleet: Fleet, timer: Callable[[], float], rng: random.Random | None = None) -> None:
         self.fleet = fleet
         self.timer = timer
         self.session: aiohttp.ClientSession | None = None
+        self.client: PollClient | None = None  # the polls' connections, closed by `stop`
         self.slots = asyncio.Semaphore(fleet.config.max_concurrent_polls)  # bounds polls in flight
         self.loops: dict[TargetConfig, asyncio.Task[None]] = {}  # per configured target, for reload
         self._rng = rng or random.Random()  # unseeded: replicas must not start in lockstep
@@ -72,13 +75,13 @@ class Scheduler:
         self._nvml: Nvml | None = None  # once started (imported lazily: pynvml only where --collector.gpu)
         self._smaps = host_source.SmapsCache()
 
-    async def poll(self, poller: TargetPoller, session: aiohttp.ClientSession) -> None:
+    async def poll(self, poller: TargetPoller, session: Client) -> None:
         """One poll of any target (configured or probed) through the bounded slots."""
         async with self.slots:
             self.fleet.stats.poll_duration.observe(await poller.poll_once(session))
         self.fleet.render()
 
-    async def target_loop(self, poller: TargetPoller, session: aiohttp.ClientSession, first: bool = True) -> None:
+    async def target_loop(self, poller: TargetPoller, session: Client, first: bool = True) -> None:
         """Poll `poller` every `poll_interval` (read each round, so a reload applies) on the injected timer."""
         # First poll at once (through the slots, so a big fleet starts in batches): `up` must not read 0
         # before a target was ever polled. Then a random phase spreads the fleet over the interval.
@@ -166,8 +169,9 @@ class Scheduler:
 
     def start(self, session: aiohttp.ClientSession) -> None:
         self.session = session
+        self.client = client = PollClient()
         for t in self.fleet.targets:
-            self.start_target(t, session)
+            self.start_target(t, client)
         self.add_task(self._loop_lag())
         self.add_task(self._stale_loop())
         if self.fleet.config.host_enabled:
@@ -175,7 +179,7 @@ class Scheduler:
         if self.fleet.config.gpu_enabled:
             self.add_task(self._gpu_loop())
 
-    def start_target(self, poller: TargetPoller, session: aiohttp.ClientSession, first: bool = True) -> None:
+    def start_target(self, poller: TargetPoller, session: Client, first: bool = True) -> None:
         self.loops[poller.cfg] = task = asyncio.create_task(self.target_loop(poller, session, first))
         self._tasks.append(task)
 
@@ -190,11 +194,12 @@ class Scheduler:
         for t in self.fleet.targets:
             if self.session is None:
                 continue
+            fetcher: Client = self.client if self.client is not None else self.session
             if t.cfg not in kept:
-                self.start_target(t, self.session)
+                self.start_target(t, fetcher)
             elif restart and (task := self.loops.get(t.cfg)) is not None:
                 task.cancel()
-                self.start_target(t, self.session, first=False)
+                self.start_target(t, fetcher, first=False)
         for tc in removed:
             if task := self.loops.pop(tc, None):
                 task.cancel()
@@ -210,5 +215,7 @@ class Scheduler:
             with suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        if self.client is not None:
+            await self.client.close()
         if self._nvml is not None:
             self._nvml.stop()

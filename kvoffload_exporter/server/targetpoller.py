@@ -13,8 +13,6 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import replace
 
-import aiohttp
-
 from kvoffload_exporter import redact
 from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.derive import convoy, history
@@ -33,6 +31,7 @@ from kvoffload_exporter.server.logbudget import BOUNDS, LogBudget, clip, held_ba
 from kvoffload_exporter.sources.vllm_http import (
     BODY_BUDGET,
     Auth,
+    Client,
     Reservation,
     ScrapeError,
     fetch_metrics,
@@ -144,7 +143,7 @@ class TargetPoller:
         return self._parse(text, now), None
 
     async def _fetch(
-        self, session: aiohttp.ClientSession, now: float, version: str | None, hold: Reservation
+        self, session: Client, now: float, version: str | None, hold: Reservation
     ) -> tuple[str, list[str | None], str | None]:
         if version is None or now - self._version_checked > 300:  # /version can change on upgrade
             auth, warn = self.cfg.source_auth(), self._version_warning
@@ -174,7 +173,7 @@ class TargetPoller:
             return own
         return self.cfg.source_auth() if origin(url) == origin(self.cfg.url) else None
 
-    async def _fetch_extra(self, session: aiohttp.ClientSession, i: int, url: str, hold: Reservation) -> str | None:
+    async def _fetch_extra(self, session: Client, i: int, url: str, hold: Reservation) -> str | None:
         """One extra endpoint's body, or None: its failure is counted and logged, never the target's."""
         try:
             text = await fetch_url(
@@ -216,8 +215,9 @@ class TargetPoller:
         self.history = deque(self.history, maxlen=config.history_len)
         self._held = Counter(k for m in self.history for k in m.totals)
 
-    async def poll_once(self, session: aiohttp.ClientSession) -> float:
-        """Poll and rebuild this target's fragment; returns the poll's duration in seconds."""
+    async def poll_once(self, session: Client) -> float:
+        """Poll and rebuild this target's fragment; returns the poll's duration in seconds. `session`: the
+        exporter's PollClient (kept-alive connections), or an aiohttp session (one PollClient per fetch)."""
         started = self.timer()
         wall = self.clock()
         now = self._history_time(wall, started)

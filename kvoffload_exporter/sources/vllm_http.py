@@ -1,5 +1,6 @@
 """GET a vLLM server's `/metrics` and `/version` with timeouts, a body-size cap and closed error reasons.
 
+The requests go through `sources.pollclient.PollClient` (keep-alive HTTP/1.1, one pool per origin).
 Redirects are followed only within the target's origin (scheme, host, port): a compromised target
 must not point the exporter at another host (blind SSRF) or have that host's data exported under its
 own label. Credentials go only to the target, as basic auth or a bearer token.
@@ -9,37 +10,50 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from asyncio import timeout as asyncio_timeout
+from collections.abc import Callable, Mapping
 from urllib.parse import unquote, urljoin, urlsplit
 
 import aiohttp
 
 from kvoffload_exporter.redact import origin, redact_url, scrub
+from kvoffload_exporter.sources.budget import BODY_BUDGET, BodyBudget, Reservation, ScrapeError
+from kvoffload_exporter.sources.http1 import transport_text
+from kvoffload_exporter.sources.pollclient import PollClient, Response
+
+__all__ = [
+    "BODY_BUDGET",
+    "MAX_REDIRECTS",
+    "Auth",
+    "BodyBudget",
+    "Client",
+    "PollClient",
+    "Reservation",
+    "ScrapeError",
+    "auth_headers",
+    "basic_auth",
+    "fetch_metrics",
+    "fetch_url",
+    "fetch_version",
+    "same_origin_get",
+    "strip_userinfo",
+]
 
 log = logging.getLogger("kvoffload.source")
 
 Auth = tuple[str, str] | str | None
 """(user, password) for basic auth, a bearer token, or None (userinfo in the URL still applies)."""
 
+Client = PollClient | aiohttp.ClientSession
+"""What a fetch is given: the exporter's PollClient (its connections kept alive between polls), or an
+aiohttp session (the canary's, tests'): then one PollClient serves that fetch and is closed after it."""
+
 MAX_REDIRECTS = 5
 
 # octet-stream: static file servers holding captured dumps (Prometheus accepts those too).
 _TEXT_TYPES = ("text/plain", "application/openmetrics-text", "application/octet-stream")
-
-
-class ScrapeError(Exception):
-    """A failed poll. `reason` is one of catalogue.SCRAPE_ERROR_REASONS; `detail` is for logs only."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-
-
-def client_timeout(total: float) -> aiohttp.ClientTimeout:
-    return aiohttp.ClientTimeout(total=total, connect=min(total, 2.0))
+_METRICS_HEADERS = {"Accept": "text/plain; version=0.0.4"}
+_VERSION_REASONS = ("timeout", "connect", "http_status", "too_large", "parse", "redirect", "internal")
 
 
 def auth_headers(url: str, auth: Auth) -> dict[str, str]:
@@ -47,6 +61,8 @@ def auth_headers(url: str, auth: Auth) -> dict[str, str]:
     if isinstance(auth, str):
         return {"Authorization": f"Bearer {auth}"}
     if auth is None:
+        if "@" not in url:
+            return {}
         parts = urlsplit(url)
         if parts.username is None:
             return {}
@@ -55,12 +71,14 @@ def auth_headers(url: str, auth: Auth) -> dict[str, str]:
 
 
 def basic_auth(user: str, password: str) -> str:
-    """RFC 7617 `Basic` credentials (aiohttp.BasicAuth is deprecated)."""
+    """RFC 7617 `Basic` credentials."""
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
 
 
 def strip_userinfo(url: str) -> str:
-    """The URL without `user:pass@` (sent as a header instead, so aiohttp never sees it twice)."""
+    """The URL without `user:pass@` (sent as a header instead, never in the request line)."""
+    if "@" not in url:
+        return url
     parts = urlsplit(url)
     if "@" not in parts.netloc:
         return url
@@ -74,94 +92,30 @@ def _same_origin(location: str, home: tuple[str, str, int | None]) -> bool:
         return False
 
 
-@asynccontextmanager
 async def same_origin_get(
-    session: aiohttp.ClientSession,
-    url: str,
-    auth: Auth,
-    timeout: aiohttp.ClientTimeout,
-    headers: Mapping[str, str] | None = None,
-) -> AsyncIterator[aiohttp.ClientResponse]:
-    """GET that follows at most MAX_REDIRECTS redirects, all within `url`'s origin; any other
-    redirect raises ScrapeError("redirect") with the (redacted) location in the detail."""
+    client: PollClient, url: str, auth: Auth, timeout: float, headers: Mapping[str, str] | None = None
+) -> Response:
+    """GET (its head read: the caller reads the body, then releases it) that follows at most
+    MAX_REDIRECTS redirects, all within `url`'s origin; any other redirect raises ScrapeError("redirect")
+    with the (redacted) location in the detail. Each connection attempt gets min(timeout, 2 s); the
+    caller bounds the whole exchange, redirects included, by `timeout`."""
     sent = {**(headers or {}), **auth_headers(url, auth)}
-    home = origin(url)
     current = strip_userinfo(url)
+    connect = min(timeout, 2.0)
     for _ in range(MAX_REDIRECTS + 1):
-        async with session.get(current, headers=sent, allow_redirects=False, timeout=timeout) as resp:
-            if resp.status not in (301, 302, 303, 307, 308):
-                yield resp
-                return
-            location = urljoin(current, resp.headers.get("Location", ""))
-        if not _same_origin(location, home):
+        resp = await client.open(current, sent, connect)
+        if resp.status not in (301, 302, 303, 307, 308):
+            return resp
+        resp.release()  # its body is never read: the connection closes
+        location = urljoin(current, resp.headers.get("location", ""))
+        if not _same_origin(location, origin(url)):
             raise ScrapeError("redirect", f"HTTP {resp.status} to another origin: {redact_url(location)}")
         current = strip_userinfo(location)
     raise ScrapeError("redirect", f"more than {MAX_REDIRECTS} redirects")
 
 
-class BodyBudget:
-    """Bytes of bodies held at once over every target of the process, from the first byte read until
-    the poll has parsed them (a body waiting for a parser thread is held too). Each target is capped
-    by `max_body_bytes`; this caps their sum, so 64 polls in flight cannot hold 64 full bodies. A poll
-    that would take the sum past `limit` fails `too_large` (counted like the per-target cap) unless it
-    is the only one holding bytes: the largest allowed body can always be read alone."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-        self.holders = 0  # reservations holding bytes now
-
-    def reserve(self) -> Reservation:
-        return Reservation(self)
-
-
-class Reservation:
-    """One poll's share of a BodyBudget; `release` (idempotent) gives it all back."""
-
-    __slots__ = ("budget", "held")
-
-    def __init__(self, budget: BodyBudget) -> None:
-        self.budget = budget
-        self.held = 0
-
-    def take(self, n: int) -> None:
-        b = self.budget
-        alone = b.holders == (1 if self.held else 0)
-        if b.used + n > b.limit and not alone:
-            raise ScrapeError("too_large", f"bodies in flight would exceed the process budget of {b.limit} bytes")
-        if not self.held:
-            b.holders += 1
-        self.held += n
-        b.used += n
-
-    def release(self) -> None:
-        if self.held:
-            self.budget.used -= self.held
-            self.budget.holders -= 1
-            self.held = 0
-
-
-BODY_BUDGET = BodyBudget(32 << 20)
-"""The process's budget: two bodies at the default 16 MiB cap (a real vLLM body is ~70 KB)."""
-
-
-async def _read_capped(resp: aiohttp.ClientResponse, max_bytes: int, hold: Reservation | None = None) -> bytearray:
-    """The body, refused as soon as it passes `max_bytes` (or `hold`'s budget): read into one growing
-    buffer, never a list of chunks joined at the end (which would hold it twice)."""
-    if resp.content_length is not None and resp.content_length > max_bytes:
-        raise ScrapeError("too_large", f"Content-Length {resp.content_length} > {max_bytes}")
-    body = bytearray()
-    async for chunk in resp.content.iter_chunked(1 << 16):
-        if len(body) + len(chunk) > max_bytes:
-            raise ScrapeError("too_large", f"body exceeds {max_bytes} bytes")
-        if hold is not None:
-            hold.take(len(chunk))
-        body += chunk
-    return body
-
-
 async def fetch_metrics(
-    session: aiohttp.ClientSession,
+    session: Client,
     base_url: str,
     timeout: float,
     max_bytes: int,
@@ -172,38 +126,8 @@ async def fetch_metrics(
     return await fetch_url(session, base_url + "/metrics", timeout, max_bytes, auth, hold)
 
 
-def tls_text(e: aiohttp.ClientSSLError) -> str:
-    """A failed TLS handshake in words (its errno would read "operation not permitted")."""
-    where = f"{e.host}:{e.port}"
-    if isinstance(e, aiohttp.ClientConnectorCertificateError):
-        cert = e.certificate_error
-        why = getattr(cert, "verify_message", None) or getattr(cert, "reason", None) or type(cert).__name__
-        return f"TLS certificate of {where} not trusted: {why}"
-    reason = getattr(e.os_error, "reason", None) or type(e.os_error).__name__
-    return f"TLS handshake with {where} failed: {str(reason).lower().replace('_', ' ')}"
-
-
-def transport_text(e: BaseException) -> str:
-    """A connection failure in words, without the client library's internals (`ssl:default`, `[Errno 111]`,
-    the exception's class): `cannot connect to 127.0.0.1:1: connection refused`."""
-    if isinstance(e, aiohttp.ClientConnectorError):
-        os_error = e.os_error
-        why = os.strerror(os_error.errno) if os_error.errno and os_error.errno > 0 else os_error.strerror
-        if isinstance(e, aiohttp.ClientConnectorDNSError):
-            return f"cannot resolve {e.host}: {why}"
-        return f"cannot connect to {e.host}:{e.port}: {(why or 'failed').lower()}"
-    if isinstance(e, aiohttp.ServerDisconnectedError):
-        return "the server closed the connection"
-    if isinstance(e, ConnectionResetError):
-        return "connection reset by the server"
-    if isinstance(e, OSError) and e.strerror:
-        return e.strerror
-    text = str(e) or type(e).__name__
-    return text.replace(" ssl:default", "").replace(" ssl:None", "")
-
-
 async def fetch_url(
-    session: aiohttp.ClientSession,
+    session: Client,
     url: str,
     timeout: float,
     max_bytes: int,
@@ -213,29 +137,26 @@ async def fetch_url(
     """Text exposition at exactly `url` (a target's `extra_metrics_urls` entry, or its `/metrics`), under
     the same timeout, size cap, same-origin redirect rule and closed error reasons as every poll; its
     bytes are charged to `hold` (the caller releases them once the body is parsed)."""
+    if not isinstance(session, PollClient):
+        async with PollClient() as client:
+            return await fetch_url(client, url, timeout, max_bytes, auth, hold)
     try:
-        async with same_origin_get(
-            session,
-            url,
-            auth,
-            client_timeout(timeout),
-            {"Accept": "text/plain; version=0.0.4"},
-        ) as resp:
-            if resp.status != 200:
-                raise ScrapeError("http_status", f"HTTP {resp.status}")
-            ctype = resp.headers.get("Content-Type", "")
-            if ctype and not ctype.startswith(_TEXT_TYPES):
-                raise ScrapeError("content_type", f"unexpected Content-Type {ctype!r}")
-            body = await _read_capped(resp, max_bytes, hold)
+        async with asyncio_timeout(timeout):
+            resp = await same_origin_get(session, url, auth, timeout, _METRICS_HEADERS)
+            try:
+                if resp.status != 200:
+                    raise ScrapeError("http_status", f"HTTP {resp.status}")
+                ctype = resp.headers.get("content-type", "")
+                if ctype and not ctype.startswith(_TEXT_TYPES):
+                    raise ScrapeError("content_type", f"unexpected Content-Type {ctype!r}")
+                body = await resp.read(max_bytes, hold)
+            finally:
+                resp.release()
     except ScrapeError:
         raise
-    except TimeoutError as e:  # aiohttp raises the builtin on total timeout
+    except TimeoutError as e:  # the whole GET, connect and redirects included
         raise ScrapeError("timeout", f"no complete answer within {timeout}s") from e
-    except aiohttp.ClientPayloadError as e:
-        raise ScrapeError("truncated", str(e)) from e
-    except aiohttp.ClientSSLError as e:
-        raise ScrapeError("tls", tls_text(e)) from e
-    except (aiohttp.ClientError, ConnectionError) as e:
+    except OSError as e:  # a write on a connection the peer reset
         raise ScrapeError("connect", transport_text(e)) from e
     if body and not body.endswith(b"\n"):
         raise ScrapeError("truncated", "body does not end with a newline")
@@ -259,8 +180,21 @@ def _openmetrics_end(text: str) -> None:
         raise ScrapeError("parse", "# EOF before the end of an OpenMetrics body")
 
 
+async def _version_body(client: PollClient, base_url: str, timeout: float, auth: Auth) -> bytes | bytearray:
+    from kvoffload_exporter.sources.version import MAX_VERSION_BODY, VersionError
+
+    async with asyncio_timeout(timeout):
+        resp = await same_origin_get(client, base_url + "/version", auth, timeout)
+        try:
+            if resp.status != 200:
+                raise VersionError("http_status", f"HTTP {resp.status}")
+            return await resp.read(MAX_VERSION_BODY)
+        finally:
+            resp.release()
+
+
 async def fetch_version(
-    session: aiohttp.ClientSession,
+    session: Client,
     base_url: str,
     timeout: float,
     auth: Auth = None,
@@ -271,23 +205,20 @@ async def fetch_version(
     A redirect to another origin is worth a WARNING: `warn(reason, detail)` writes it (the poller's, within
     its log budget and through its scrubber); without one it is logged here. The detail has been through
     redact.scrub either way: a Location may quote the token it was sent."""
-    from kvoffload_exporter.sources.version import MAX_VERSION_BODY, VersionError, count, parse_version
+    from kvoffload_exporter.sources.version import VersionError, count, parse_version
 
+    if not isinstance(session, PollClient):
+        async with PollClient() as client:
+            return await fetch_version(client, base_url, timeout, auth, warn)
     try:
-        async with same_origin_get(session, base_url + "/version", auth, client_timeout(timeout)) as resp:
-            if resp.status != 200:
-                raise VersionError("http_status", f"HTTP {resp.status}")
-            body = await resp.content.read(MAX_VERSION_BODY + 1)
-            while len(body) <= MAX_VERSION_BODY and (more := await resp.content.read(MAX_VERSION_BODY + 1 - len(body))):
-                body += more
-            return parse_version(body)
+        return parse_version(bytes(await _version_body(session, base_url, timeout, auth)))
     except VersionError as e:
         reason, detail = e.reason, str(e)
-    except ScrapeError as e:
-        reason, detail = e.reason, e.detail
+    except ScrapeError as e:  # tls, truncated, content_type: the connection's failure
+        reason, detail = (e.reason if e.reason in _VERSION_REASONS else "connect"), e.detail
     except TimeoutError:
         reason, detail = "timeout", f"no answer within {timeout}s"
-    except aiohttp.ClientError as e:
+    except OSError as e:
         reason, detail = "connect", type(e).__name__
     except Exception as e:  # never the target's failure
         reason, detail = "internal", type(e).__name__
