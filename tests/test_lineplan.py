@@ -231,3 +231,34 @@ def test_a_planned_read_gives_the_long_ways_samples_and_picks_them_by_position()
         and samples[5] == long_samples[5]
         and len(samples) == len(long_samples)
     )
+
+
+def test_a_planned_cache_keeps_no_dict_and_a_miss_rebuilds_the_same_entries() -> None:
+    """The memory a planned target saves changes no reading: the dict the long way filled is dropped once
+    the plan holds its keys and heads, and rebuilt with the same entries (the same objects) when a body
+    is read the long way again; the budget counts what is held."""
+    cache = LineCache()
+    normalise(TEXT, None, cache)
+    assert cache._known is None and cache.plan.plan is not None  # planned: no dict
+    before = lineplan.entries(cache.plan.plan)
+    assert 100 < len(before) < 400
+    normalise(_advanced(1), None, cache)
+    assert cache._known is None and cache.plan.hit
+    assert cache.size == sum(map(len, before)) + LineCache.ENTRY * len(before)
+    moved = TEXT.replace('transfer_type="CPU_to_GPU"} ', 'transfer_type="CPU_to_GPU" } ', 1)  # the long way
+    assert _outcome(moved, cache) == _outcome(moved, None)
+    assert not cache.plan.hit
+    rebuilt = cache.known
+    assert rebuilt.keys() >= before.keys()
+    assert all(rebuilt[k] is before[k] or rebuilt[k] == before[k] for k in before)
+    assert _outcome(_advanced(2), cache) == _outcome(_advanced(2), None)
+
+
+def test_targets_of_one_version_share_every_part_of_their_plans_but_their_series() -> None:
+    a, b = _planned(), LineCache()
+    normalise(TEXT.replace("Qwen/Qwen3-0.6B", "other/model"), None, b)
+    pa, pb = a.plan.plan, b.plan.plan
+    assert pa is not None and pb is not None
+    for part in ("starts", "texts", "families", "suffixes", "typed"):
+        assert getattr(pa, part) is getattr(pb, part), part
+    assert pa.labels != pb.labels

@@ -133,7 +133,11 @@ class LineCache:
     poll with new values, so a known series costs one dict lookup instead of splitting and parsing its
     label block again. Bounded in bytes, per target (`MAX_BYTES`) and over every target of the process
     (`BUDGET`), keys included, so no body can grow it; what is not cached is read the long way, with
-    the same checks."""
+    the same checks.
+
+    While a line plan reads its bodies, the cache keeps no dict: the plan holds the same keys and heads
+    (`lineplan.entries` rebuilds it when a body is read the long way again). The dict of a real body's
+    ~220 series is ~9 KiB a target that a planned target never reads."""
 
     MAX_KEY = 2048  # bytes of one key (cache_config_info lines are ~700)
     ENTRY = 120  # bytes an entry costs besides its key's characters (measured: ~90 on CPython 3.11)
@@ -142,24 +146,42 @@ class LineCache:
     held = 0  # bytes held by every LineCache of the process (worker threads read concurrently: locked)
     _lock = threading.Lock()
 
-    __slots__ = ("key", "known", "last", "overflow", "plan", "size")
+    __slots__ = ("_known", "key", "last", "overflow", "plan", "size")
 
     def __init__(self) -> None:
         self.key: object = None
-        self.known: Known = {}
+        self._known: Known | None = {}  # None: the plan's entries (`known` rebuilds them)
         self.last: object = None  # the caller's: what it made of the last read, to reuse when it repeats
         self.plan = lineplan.Slot()  # the shape of the last body read the long way
         self.size = 0  # bytes this cache holds, as counted against BUDGET
         self.overflow = 0  # series the last read could not cache
 
-    def for_reader(self, key: object) -> Known:
-        """The entries valid for the label reader `key`; a new reader, or a last read that found more
+    @property
+    def known(self) -> Known:
+        """The series known to the label reader of the last `for_reader`."""
+        known = self._known
+        if known is None:
+            known = self._known = self.plan.entries()
+        return known
+
+    def planned(self) -> None:
+        """A plan was built from `known`: it holds the entries from now on (the dict is dropped, and the
+        series the plan does not hold are no longer counted)."""
+        plan = self.plan.plan
+        if plan is not None:
+            self._known = None
+            held = plan.size + self.ENTRY * len(plan.prefixes)
+            with self._lock:
+                LineCache.held += held - self.size
+            self.size = held
+
+    def for_reader(self, key: object) -> None:
+        """Entries for the label reader `key` from now on; a new reader, or a last read that found more
         new series than it could cache (label sets churn), starts over."""
-        if key != self.key or self.overflow > len(self.known) // 2:
+        if key != self.key or (self.overflow and self.overflow > len(self.known) // 2):
             self.clear()
             self.key = key
         self.overflow = 0
-        return self.known
 
     def room(self, key: bytes) -> bool:
         """Whether `key` may be kept (and counted against both budgets if so)."""
@@ -177,9 +199,9 @@ class LineCache:
         with self._lock:
             LineCache.held -= self.size
         self.size = 0
-        self.known = {}
+        self._known = {}
         self.last = None
-        self.plan.plan = None  # its backoff stays: a churning target starts over here often
+        self.plan.plan = self.plan.dropped = None  # its backoff stays: a churning target starts over here often
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter exit the class may be torn down first
@@ -229,18 +251,22 @@ def read(
     """
     plan_key = plan_of(sel, cache_key, max_samples, max_line)
     _, _, cap, limit = plan_key
-    known: Known = cache.for_reader(cache_key) if cache is not None else {}
-    if cache is None or len(text) > _BLOCK:
-        return _read_lines(_lines(text), sel, labels_of, cap, limit, cache, known)
+    if cache is None:
+        return _read_lines(_lines(text), sel, labels_of, cap, limit, cache, {})
+    cache.for_reader(cache_key)
+    if len(text) > _BLOCK:
+        return _read_lines(_lines(text), sel, labels_of, cap, limit, cache, cache.known)
     keys = sel.keys
     got = cache.plan.replay(plan_key, text)
     if got is not None:  # the same shape as the last body: its series by position, in C
         return got  # type: ignore[no-any-return]
     lines = text.split("\n")
+    known = cache.known
     samples, typed = _read_lines(lines, sel, labels_of, cap, limit, cache, known)
     cache.plan.after_long_read(
         lambda: lineplan.build(plan_key, lines, keys, 5 + KEY, known, _COMMENTS, samples, typed, limit)
     )
+    cache.planned()
     return samples, typed
 
 

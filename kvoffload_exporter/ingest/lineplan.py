@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from io import BytesIO
-from operator import add, itemgetter
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from kvoffload_exporter.ingest.interning import held
@@ -84,13 +84,19 @@ class Plan(NamedTuple):
     size: int  # ... their length in all
     room: int  # the fewest characters a series' value may take before its line passes the cap
     selected: Pick  # of those, the positions of the selected series
-    heads: tuple[tuple[Any, ...], ...]  # (family, suffix, labels) of each selected series
+    families: tuple[str, ...]  # each selected series' family, ...
+    suffixes: tuple[str, ...]  # ... its suffix ("", "bucket", "sum", "count") ...
+    labels: tuple[Any, ...]  # ... and its labels: only these are the target's own, the rest is shared
     typed: frozenset[str]
 
 
 _STARTS: dict[bytes, bytes] = {}
 """Dropped names and comment lines: the same for every target of one vLLM version."""
 _MAX_STARTS, _MAX_SHARED_TEXT = 4096, 256  # a longer exact line (a comment) is held by its own plan
+_PARTS: dict[Any, Any] = {}
+"""A plan's parts that no label value decides (its starts, exact texts, families, suffixes and TYPE
+lines): the same for every target of one vLLM version, held once (~14 KiB a target otherwise)."""
+_MAX_PARTS = 1024
 
 
 def build(
@@ -119,7 +125,7 @@ def build(
     exact: list[int] = []
     series: list[int] = []
     selected: list[int] = []
-    heads: list[tuple[Any, ...]] = []
+    heads: list[tuple[Any, ...]] = []  # (family, suffix, labels) of each selected series
     room = max_line
     for i in range(count):
         line = lines[i]
@@ -149,21 +155,37 @@ def build(
         texts.append(held(_STARTS, whole, _MAX_STARTS) if len(whole) <= _MAX_SHARED_TEXT else whole)
     if len(heads) != len(samples) or any(s[:3] != h for s, h in zip(samples, heads)):
         return None
+    families, suffixes, labels = (tuple(c) for c in zip(*heads)) if heads else ((), (), ())
     return Plan(
         key,
         count,
         pick(dropped),
-        tuple(starts),
+        _shared(tuple(starts)),
         pick(exact),
-        tuple(texts),
+        _shared(tuple(texts)),
         pick(series),
         tuple(prefixes),
         sum(map(len, prefixes)),
         room,
         pick(selected),
-        tuple(heads),
-        frozenset(typed),
+        _shared(families),
+        _shared(suffixes),
+        labels,
+        _shared(frozenset(typed)),
     )
+
+
+def _shared(part: Any) -> Any:
+    return held(_PARTS, part, _MAX_PARTS)
+
+
+def entries(plan: Plan) -> dict[bytes, tuple[str, str, Any] | None]:
+    """What a LineCache knew of the plan's series: each series' text → (family, suffix, labels), None for
+    a series `read` skips. A planned target's cache keeps only its plan and rebuilds this when the plan
+    misses (the same keys and heads: the cache's budget counted them once)."""
+    known: dict[bytes, tuple[str, str, Any] | None] = dict.fromkeys(plan.prefixes)
+    known.update(zip(plan.selected(plan.prefixes), zip(plan.families, plan.suffixes, plan.labels)))
+    return known
 
 
 def lines_of(text: str) -> list[bytes]:
@@ -204,32 +226,34 @@ def replay(plan: Plan, lines: list[bytes]) -> Any:
     total = sum(floats)  # inf or nan if any value is (or, harmlessly, if finite ones overflow together)
     if total - total != 0.0:
         return None  # an overflow (1e999): the long way raises it
-    return Planned(plan.heads, floats), set(plan.typed), floats
+    return Planned(plan, floats), set(plan.typed), floats
 
 
 class Planned(Sequence[Any]):
-    """A planned read's samples: the plan's heads, each with this body's value. The tuples are built only
-    when the samples are read one by one; `pick` builds just the ones a caller picks by position
-    (normalise reads most samples by position from the values alone: histplan)."""
+    """A planned read's samples: the plan's heads (family, suffix, labels), each with this body's value.
+    The tuples are built only when the samples are read one by one; `pick` builds just the ones a caller
+    picks by position (normalise reads most samples by position from the values alone: histplan)."""
 
-    __slots__ = ("_all", "heads", "values")
+    __slots__ = ("_all", "plan", "values")
 
-    def __init__(self, heads: tuple[tuple[Any, ...], ...], values: tuple[float, ...]) -> None:
-        self.heads = heads
+    def __init__(self, plan: Plan, values: tuple[float, ...]) -> None:
+        self.plan = plan
         self.values = values
         self._all: list[Any] | None = None
 
     def pick(self, at: Pick) -> list[Any]:
         """The samples `at` picks, as `at(list(self))` gives them."""
-        return list(map(add, at(self.heads), zip(at(self.values))))
+        p = self.plan
+        return list(zip(at(p.families), at(p.suffixes), at(p.labels), at(self.values)))
 
     def _samples(self) -> list[Any]:
         if self._all is None:
-            self._all = list(map(add, self.heads, zip(self.values)))
+            p = self.plan
+            self._all = list(zip(p.families, p.suffixes, p.labels, self.values))
         return self._all
 
     def __len__(self) -> int:
-        return len(self.heads)
+        return len(self.values)
 
     def __getitem__(self, i: Any) -> Any:
         return self._samples()[i]
@@ -243,10 +267,11 @@ class Slot:
     values churning) would pay a build (~2 long reads) per poll for nothing: after a miss, or a body
     that cannot be planned, the next build waits 1, 2, 4 … up to 64 long reads; a hit starts over."""
 
-    __slots__ = ("backoff", "hit", "plan", "values", "wait")
+    __slots__ = ("backoff", "dropped", "hit", "plan", "values", "wait")
 
     def __init__(self) -> None:
         self.plan: Plan | None = None
+        self.dropped: Plan | None = None  # the plan the last miss dropped, until its entries are taken
         self.hit = False  # the last body was read by `plan` (its samples have the plan's heads)
         self.values: tuple[float, ...] = ()  # ... and these values, in order
         self.wait = 0
@@ -260,12 +285,17 @@ class Slot:
         got = replay(plan, lines_of(text))
         self.hit = got is not None
         if got is None:
-            self.plan = None
+            self.plan, self.dropped = None, plan
             self._missed()
             return None
         self.backoff = 0
         samples, typed, self.values = got
         return samples, typed
+
+    def entries(self) -> dict[bytes, tuple[str, str, Any] | None]:
+        """`entries` of the plan, or of the one the last miss dropped ({} without either)."""
+        plan, self.dropped = self.plan or self.dropped, None
+        return {} if plan is None else entries(plan)
 
     def after_long_read(self, make: Callable[[], Plan | None]) -> None:
         """After a body was read the long way: `make` its plan, unless the backoff says wait."""
@@ -282,4 +312,4 @@ class Slot:
         self.wait = self.backoff
 
 
-__all__ = ["FLOAT_CHARS", "UTF8", "Pick", "Plan", "Planned", "Slot", "build", "lines_of", "pick", "replay"]
+__all__ = ["FLOAT_CHARS", "UTF8", "Pick", "Plan", "Planned", "Slot", "build", "entries", "lines_of", "pick", "replay"]
