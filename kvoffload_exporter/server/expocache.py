@@ -111,9 +111,9 @@ class ExpositionCache:
             cached = self._cache.get(key)
             if cached is None:
                 published = self._merged_at or 0.0
-                body = self._cache.get((key[0], openmetrics, False))
-                cached = await _gzip(self._merge(openmetrics) if body is None else body)
-                del body
+                plain = self._cache.get((key[0], openmetrics, False))
+                cached = await _gzip(self._merge(openmetrics) if plain is None else plain)
+                del plain  # not held while the compressed body waits for its turn
                 if key[0] == self.generation:  # else it is already stale: serve it, do not keep it
                     self._keep(key, cached)
                     self._gzipped[openmetrics] = (published, cached)
