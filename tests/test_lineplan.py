@@ -259,6 +259,27 @@ def test_targets_of_one_version_share_every_part_of_their_plans_but_their_series
     normalise(TEXT.replace("Qwen/Qwen3-0.6B", "other/model"), None, b)
     pa, pb = a.plan.plan, b.plan.plan
     assert pa is not None and pb is not None
-    for part in ("starts", "texts", "families", "suffixes", "typed"):
+    for part in ("starts", "texts", "fronts", "families", "suffixes", "typed"):
         assert getattr(pa, part) is getattr(pb, part), part
     assert pa.labels != pb.labels
+    # a target's own part of its ~220 series texts: the model name and the labels after it, a few objects
+    assert len(pb.backs) == len(pb.prefixes) > 200 and len({id(b) for b in pb.backs}) < 20
+    assert all(b.startswith(b"other/model") for b in pb.backs if b.endswith(b"}"))
+    assert pb.prefixes == tuple(p.replace(b"Qwen/Qwen3-0.6B", b"other/model") for p in pa.prefixes)
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ('model_name="Qwen/Qwen3-0.6B"', 'model_name="Qwen/Qwen3-0.6C"'),  # the target's own part changed
+        ('model_name="Qwen/Qwen3-0.6B"', 'model_name="Qwen/Qwen3-0.6B",x="1"'),  # ... grew
+        ('{engine="0",model_name=', '{engine="1",model_name='),  # the shared part changed
+        ('transfer_type="CPU_to_GPU"}', 'transfer_type="CPU_to_GPX"}'),  # the labels after the model name
+    ],
+)
+def test_a_series_text_changed_on_either_side_of_the_cut_is_read_the_long_way(old: str, new: str) -> None:
+    i = _index(lambda line: old in line and not line.startswith("#") and "_created" not in line)
+    body = _swap(i, LINES[i].replace(old, new, 1))
+    cache = _planned()
+    assert _outcome(body, cache) == _outcome(body, None)
+    assert not cache.plan.hit

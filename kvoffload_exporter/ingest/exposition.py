@@ -170,7 +170,7 @@ class LineCache:
         plan = self.plan.plan
         if plan is not None:
             self._known = None
-            held = plan.size + self.ENTRY * len(plan.prefixes)
+            held = plan.size + self.ENTRY * len(plan.backs)
             with self._lock:
                 LineCache.held += held - self.size
             self.size = held

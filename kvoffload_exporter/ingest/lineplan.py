@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from io import BytesIO
-from operator import itemgetter
+from operator import add, itemgetter
 from typing import Any, NamedTuple
 
 from kvoffload_exporter.ingest.interning import held
@@ -80,7 +80,8 @@ class Plan(NamedTuple):
     exact: Pick  # kept comments and dropped lines too short to be told by their start
     texts: tuple[bytes, ...]  # ... their exact text, with its newline
     series: Pick  # every other kept line: its series' text, then " <value>\n"
-    prefixes: tuple[bytes, ...]  # ... each series' text
+    fronts: tuple[bytes, ...]  # ... each series' text up to its model_name's value (shared), ...
+    backs: tuple[bytes, ...]  # ... then the rest of it (this target's own, a few distinct objects)
     size: int  # ... their length in all
     room: int  # the fewest characters a series' value may take before its line passes the cap
     selected: Pick  # of those, the positions of the selected series
@@ -89,6 +90,17 @@ class Plan(NamedTuple):
     labels: tuple[Any, ...]  # ... and its labels: only these are the target's own, the rest is shared
     typed: frozenset[str]
 
+    @property
+    def prefixes(self) -> tuple[bytes, ...]:
+        """Each series' text (as the LineCache keys it)."""
+        return tuple(map(add, self.fronts, self.backs))
+
+
+_MODEL = b'model_name="'
+"""Where a series' text is cut in two: what precedes the value of `model_name` is the same for every
+target of one vLLM version, and held once; what follows it (the model name, the labels after it) is
+the target's own, and the same few texts for all its series. A real body's ~220 series texts: ~30 KiB
+a target whole, ~2 KiB cut. Where the cut falls changes no reading: the two parts make the text."""
 
 _STARTS: dict[bytes, bytes] = {}
 """Dropped names and comment lines: the same for every target of one vLLM version."""
@@ -115,18 +127,20 @@ def build(
     not in `comments`, a line near `max_line`, which a longer value would take past it)."""
     if len(lines) > MAX_LINES:
         return None
-    canon = {k: k for k in known}  # hold the cache's own keys, not this body's copies
     last = len(lines) - 1
     count = last if lines[last] == "" else len(lines)  # readlines gives no empty line after the last newline
     starts: list[bytes] = []
     dropped: list[int] = []
-    prefixes: list[bytes] = []
+    fronts: list[bytes] = []
+    backs: list[bytes] = []
+    own: dict[bytes, bytes] = {}  # this target's backs, one object each
     texts: list[bytes] = []
     exact: list[int] = []
     series: list[int] = []
     selected: list[int] = []
     heads: list[tuple[Any, ...]] = []  # (family, suffix, labels) of each selected series
     room = max_line
+    size = 0
     for i in range(count):
         line = lines[i]
         if line[5:end] not in keys:  # dropped: a line starting with the same `end` characters is too
@@ -140,9 +154,14 @@ def build(
         else:
             text = line.rpartition(" ")[0]  # "" without a space
             series_key = text.encode(*UTF8)
-            if not text or series_key not in canon or len(text) + _MAX_REST > max_line:
+            if not text or series_key not in known or len(text) + _MAX_REST > max_line:
                 return None
-            prefixes.append(canon[series_key])
+            cut = series_key.find(_MODEL)
+            cut = len(series_key) if cut < 0 else cut + len(_MODEL)
+            front, back = series_key[:cut], series_key[cut:]
+            fronts.append(held(_STARTS, front, _MAX_STARTS) if len(front) <= _MAX_SHARED_TEXT else front)
+            backs.append(own.setdefault(back, back))
+            size += len(series_key)
             room = min(room, max_line - len(text) - 1)
             hit = known[series_key]
             if hit is not None:
@@ -164,8 +183,9 @@ def build(
         pick(exact),
         _shared(tuple(texts)),
         pick(series),
-        tuple(prefixes),
-        sum(map(len, prefixes)),
+        _shared(tuple(fronts)),
+        tuple(backs),
+        size,
         room,
         pick(selected),
         _shared(families),
@@ -183,8 +203,9 @@ def entries(plan: Plan) -> dict[bytes, tuple[str, str, Any] | None]:
     """What a LineCache knew of the plan's series: each series' text → (family, suffix, labels), None for
     a series `read` skips. A planned target's cache keeps only its plan and rebuilds this when the plan
     misses (the same keys and heads: the cache's budget counted them once)."""
-    known: dict[bytes, tuple[str, str, Any] | None] = dict.fromkeys(plan.prefixes)
-    known.update(zip(plan.selected(plan.prefixes), zip(plan.families, plan.suffixes, plan.labels)))
+    texts = plan.prefixes
+    known: dict[bytes, tuple[str, str, Any] | None] = dict.fromkeys(texts)
+    known.update(zip(plan.selected(texts), zip(plan.families, plan.suffixes, plan.labels)))
     return known
 
 
@@ -201,10 +222,11 @@ def replay(plan: Plan, lines: list[bytes]) -> Any:
     if plan.exact(lines) != plan.texts:
         return None  # a comment changed
     series = plan.series(lines)
-    rests: tuple[bytes, ...] = tuple(map(bytes.removeprefix, series, plan.prefixes))
+    rests: tuple[bytes, ...] = tuple(map(bytes.removeprefix, map(bytes.removeprefix, series, plan.fronts), plan.backs))
     if rests:
         joined = b"".join(rests)
-        # Each series line starts with its text (no text is empty: removeprefix took all of every one)
+        # Each series line starts with its text: its front, then its back (each removeprefix takes all of
+        # its part or nothing, and no text is empty: only all of every one makes the size)
         if len(b"".join(series)) - len(joined) != plan.size:
             return None  # a new series, a moved line
         # ... then " <value>\n" (the body's last line: no newline). A rest holds a newline only at its
