@@ -14,6 +14,7 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, NamedTuple
 
 from kvoffload_exporter.ingest import lineplan
@@ -236,7 +237,7 @@ def read(
     max_line: int | None = None,
     cache: LineCache | None = None,
     cache_key: object = None,
-) -> tuple[Sequence[Sample], set[str]]:
+) -> tuple[Sequence[Sample], AbstractSet[str]]:
     """Return the samples of the selected families and the families named in TYPE lines.
 
     `_created` samples and look-alike families are dropped by exact name. `labels_of` turns the text

@@ -248,7 +248,7 @@ def replay(plan: Plan, lines: list[bytes]) -> Any:
     total = sum(floats)  # inf or nan if any value is (or, harmlessly, if finite ones overflow together)
     if total - total != 0.0:
         return None  # an overflow (1e999): the long way raises it
-    return Planned(plan, floats), set(plan.typed), floats
+    return Planned(plan, floats), plan.typed, floats  # the plan's own TYPE lines: shared, never changed
 
 
 class Planned(Sequence[Any]):

@@ -100,7 +100,7 @@ class _Last(NamedTuple):
     line plan (`plan`) the heads are the same, so the values alone say whether anything changed."""
 
     values: tuple[float, ...]
-    typed: set[str]
+    typed: AbstractSet[str]
     limits: Limits
     snapshot: Snapshot
     plan: object  # the line plan with these samples' heads (None: none)
@@ -121,7 +121,9 @@ class _Fixed(NamedTuple):
     renames: dict[str, str]  # deprecated family -> current one, for each alias read in its place
 
 
-def _fixed(samples: Sequence[Sample], typed: set[str], shape: histplan.Shape | None, prev: Snapshot | None) -> _Fixed:
+def _fixed(
+    samples: Sequence[Sample], typed: AbstractSet[str], shape: histplan.Shape | None, prev: Snapshot | None
+) -> _Fixed:
     families = {f for f in typed if f in FAMILY_SET or f in _BACKEND_SET}
     families.update(shape.families if shape is not None else map(_FAMILY_OF, samples))
     # A deprecated family stands for its current one (any type) only where that one is absent.
@@ -142,7 +144,7 @@ def _fixed(samples: Sequence[Sample], typed: set[str], shape: histplan.Shape | N
 
 def _snapshot(
     samples: Sequence[Sample],
-    typed: set[str],
+    typed: AbstractSet[str],
     lim: Limits,
     prev: Snapshot | None = None,
     shape: histplan.Shape | None = None,
