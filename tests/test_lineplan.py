@@ -283,3 +283,21 @@ def test_a_series_text_changed_on_either_side_of_the_cut_is_read_the_long_way(ol
     cache = _planned()
     assert _outcome(body, cache) == _outcome(body, None)
     assert not cache.plan.hit
+
+
+def test_an_idle_target_is_told_by_the_text_of_its_values_and_a_respelled_value_reads_the_same() -> None:
+    """A planned target keeps the text of its last values, not the floats: the same text again gives the
+    last snapshot itself; the same numbers written otherwise (`5` for `5.0`, `5e0`) are read again, to an
+    equal snapshot; a changed value to the long way's snapshot."""
+    cache = LineCache()
+    body = _advanced(1)
+    normalise(body, None, cache)
+    first = normalise(body, None, cache)  # planned from here on
+    assert cache.plan.hit and isinstance(cache.last.text, bytes) and len(cache.last.text) < 4096  # type: ignore[union-attr]
+    assert normalise(body, None, cache) is first
+    respelled = re.sub(r" (\d+)\.0$", r" \1", body, flags=re.M)
+    assert respelled != body
+    again = normalise(respelled, None, cache)
+    assert cache.plan.hit and again is not first and again == first == normalise(respelled, None)
+    changed = _advanced(2)
+    assert normalise(changed, None, cache) == normalise(changed, None) != first

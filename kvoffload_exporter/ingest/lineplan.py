@@ -215,7 +215,7 @@ def lines_of(text: str) -> list[bytes]:
 
 
 def replay(plan: Plan, lines: list[bytes]) -> Any:
-    """(samples, typed, their values) of a body (`lines_of`) of exactly the plan's shape with plain finite
+    """(samples, typed) of a body (`lines_of`) of exactly the plan's shape with plain finite
     decimal values, else None."""
     if len(lines) != plan.lines or not all(map(bytes.startswith, plan.dropped(lines), plan.starts)):
         return None  # a moved line, or a dropped line that now names a selected family
@@ -248,19 +248,22 @@ def replay(plan: Plan, lines: list[bytes]) -> Any:
     total = sum(floats)  # inf or nan if any value is (or, harmlessly, if finite ones overflow together)
     if total - total != 0.0:
         return None  # an overflow (1e999): the long way raises it
-    return Planned(plan, floats), plan.typed, floats  # the plan's own TYPE lines: shared, never changed
+    return Planned(plan, floats, text), plan.typed  # the plan's own TYPE lines: shared, never changed
 
 
 class Planned(Sequence[Any]):
     """A planned read's samples: the plan's heads (family, suffix, labels), each with this body's value.
     The tuples are built only when the samples are read one by one; `pick` builds just the ones a caller
-    picks by position (normalise reads most samples by position from the values alone: histplan)."""
+    picks by position (normalise reads most samples by position from the values alone: histplan).
+    `text` is the values as the body wrote them: what a target keeps to tell an idle poll (the same text
+    is the same values), ~1.3 KiB where the floats are ~5 KiB."""
 
-    __slots__ = ("_all", "plan", "values")
+    __slots__ = ("_all", "plan", "text", "values")
 
-    def __init__(self, plan: Plan, values: tuple[float, ...]) -> None:
+    def __init__(self, plan: Plan, values: tuple[float, ...], text: bytes = b"") -> None:
         self.plan = plan
         self.values = values
+        self.text = text
         self._all: list[Any] | None = None
 
     def pick(self, at: Pick) -> list[Any]:
@@ -289,13 +292,12 @@ class Slot:
     values churning) would pay a build (~2 long reads) per poll for nothing: after a miss, or a body
     that cannot be planned, the next build waits 1, 2, 4 … up to 64 long reads; a hit starts over."""
 
-    __slots__ = ("backoff", "dropped", "hit", "plan", "values", "wait")
+    __slots__ = ("backoff", "dropped", "hit", "plan", "wait")
 
     def __init__(self) -> None:
         self.plan: Plan | None = None
         self.dropped: Plan | None = None  # the plan the last miss dropped, until its entries are taken
-        self.hit = False  # the last body was read by `plan` (its samples have the plan's heads)
-        self.values: tuple[float, ...] = ()  # ... and these values, in order
+        self.hit = False  # the last body was read by `plan` (its samples: a Planned with the plan's heads)
         self.wait = 0
         self.backoff = 0
 
@@ -311,8 +313,7 @@ class Slot:
             self._missed()
             return None
         self.backoff = 0
-        samples, typed, self.values = got
-        return samples, typed
+        return got
 
     def entries(self) -> dict[bytes, tuple[str, str, Any] | None]:
         """`entries` of the plan, or of the one the last miss dropped ({} without either)."""

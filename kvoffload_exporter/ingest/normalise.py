@@ -82,24 +82,29 @@ def normalise(
     if cache is None:
         return _snapshot(samples, typed, lim, origins=origins)[0]
     last, slot = cache.last, cache.plan
-    values = slot.values if slot.hit else tuple(map(_VALUE_OF, samples))  # a planned read's, as read
+    planned = samples if slot.hit and isinstance(samples, Planned) else None
+    values = planned.values if planned is not None else tuple(map(_VALUE_OF, samples))  # a planned read's
+    said = planned.text if planned is not None else None
     shape = fixed = None
-    if slot.hit and isinstance(last, _Last) and last.plan is slot.plan:  # the same heads as last time
-        if last.values == values and last.typed == typed and last.limits == lim and last.origins == origins:
+    if planned is not None and isinstance(last, _Last) and last.plan is slot.plan:  # the same heads as last time
+        same = said == last.text and last.typed == typed and last.limits == lim and last.origins == origins
+        if same:
             return last.snapshot  # an idle target: the same samples make the same snapshot
         shape = last.shape or histplan.compile(samples, hist_name, idle)
         fixed = last.fixed if last.typed == typed else None
     prev = last.snapshot if isinstance(last, _Last) else None
     snap, fixed = _snapshot(samples, typed, lim, prev, shape, values, fixed, origins)
-    cache.last = _Last(values, typed, lim, snap, slot.plan, shape, fixed, origins)
+    cache.last = _Last(said, typed, lim, snap, slot.plan, shape, fixed, origins)
     return snap
 
 
 class _Last(NamedTuple):
     """What the last read made, kept by the target's LineCache. Its samples are not kept: with the same
-    line plan (`plan`) the heads are the same, so the values alone say whether anything changed."""
+    line plan (`plan`) the heads are the same, so the values alone say whether anything changed, and of
+    them only their text (`Planned.text`; None after a long read): the same text is the same values, and
+    a text that differs only in how it writes them is read again, to the same snapshot."""
 
-    values: tuple[float, ...]
+    text: bytes | None
     typed: AbstractSet[str]
     limits: Limits
     snapshot: Snapshot
