@@ -13,7 +13,7 @@ from test_line_cache import _outcome_default as _outcome
 
 from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.ingest import exposition, lineplan
-from kvoffload_exporter.ingest.exposition import LineCache
+from kvoffload_exporter.ingest.linecache import LineCache
 from kvoffload_exporter.ingest.normalise import normalise
 
 CAPTURE = Path(__file__).parent / "fixtures" / "h200-0.6b" / "A_12_final.prom"

@@ -17,11 +17,12 @@ from typing import NamedTuple
 
 from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.ingest import backends, histplan
-from kvoffload_exporter.ingest.exposition import LimitError, LineCache, ParseError, Sample
+from kvoffload_exporter.ingest.exposition import LimitError, ParseError, Sample
 from kvoffload_exporter.ingest.families import ALIASES
 from kvoffload_exporter.ingest.families import HISTOGRAMS as _TYPED_HISTOGRAMS
 from kvoffload_exporter.ingest.families import OFFLOAD_PREFIX as _OFFLOAD_FAMILY_PREFIX
 from kvoffload_exporter.ingest.families import TABLE as _TABLE
+from kvoffload_exporter.ingest.linecache import LineCache
 from kvoffload_exporter.ingest.lineplan import Planned
 from kvoffload_exporter.ingest.routes import INFO, LEGACY_SIZE_NAMES, ROUTES, Engine, hist_name, idle, on_hist
 from kvoffload_exporter.ingest.samples import labels_reader as _labels_reader

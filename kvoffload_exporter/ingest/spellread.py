@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from kvoffload_exporter.ingest.exposition import LimitError, LineCache, Sample, Selector, plan_of, read, selector
+from kvoffload_exporter.ingest.exposition import LimitError, Sample, Selector, plan_of, read, selector
 from kvoffload_exporter.ingest.families import ESCAPED, NATIVE_NAMESPACES, PREFIX, SPELLINGS
+from kvoffload_exporter.ingest.linecache import LineCache
 
 Selectors = dict[str, Selector]
 
