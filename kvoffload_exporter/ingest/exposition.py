@@ -180,10 +180,12 @@ def read(
     lines = text.split("\n")
     known = cache.known
     samples, typed = _read_lines(lines, sel, labels_of, cap, limit, cache, known)
+    was = cache.plan.plan
     cache.plan.after_long_read(
         lambda: lineplan.build(plan_key, lines, keys, 5 + KEY, known, _COMMENTS, samples, typed, limit)
     )
-    cache.planned()
+    if cache.plan.plan is not was:  # built from `known` just now (a plan kept through a backoff was not)
+        cache.planned()
     return samples, typed
 
 
