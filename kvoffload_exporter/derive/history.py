@@ -70,11 +70,10 @@ _MAX_LAYOUT_CHARS = 1 << 20
 _layout_chars = 0
 _NO_RAW: dict[Any, float] = {}  # never read from an older point (derive.advance reads the newest one)
 _WBITS = -9  # raw deflate, a 512-byte window: a point's numbers are ~0.6 KiB
-_PACKER = zlib.compressobj(1, zlib.DEFLATED, _WBITS, 1)  # never used itself: copied (~1 µs less than a new one)
 
 
 def _deflate(data: bytes) -> bytes:
-    packer = _PACKER.copy()
+    packer = zlib.compressobj(1, zlib.DEFLATED, _WBITS, 1)
     return packer.compress(data) + packer.flush()
 
 
