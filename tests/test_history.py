@@ -139,19 +139,3 @@ def test_a_packed_point_gives_each_engine_its_own_convoy_histograms() -> None:
         assert q.convoy_hists(e.key) == (e.lookup_async_delay, e.queue_time)
     a, b = snap.engines
     assert a.lookup_async_delay != b.lookup_async_delay
-
-
-def test_a_packed_point_holds_its_numbers_deflated_and_reads_back_every_double_exactly() -> None:
-    """The real chain's points deflate to well under half their doubles; numbers that do not repeat (no
-    two alike, fractions of every size, the largest and smallest doubles) read back bit for bit."""
-    from array import array
-
-    points = _points(CHAIN)
-    for p in points:
-        q = pack(p)
-        assert isinstance(q, PackedPoint)
-        plain = len(history._doubles(q._values)) * 8
-        assert len(q._values) * 2 < plain, (len(q._values), plain)
-    odd = [1e308, 5e-324, 2.0**53 + 2, 0.1, 1 / 3, 123456789.123, 7e-300, 0.0, 2.0**31, 1.5e15]
-    packed = history._deflate(array("d", odd).tobytes())
-    assert history._doubles(packed).tolist() == odd

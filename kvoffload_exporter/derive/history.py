@@ -5,21 +5,14 @@ real vLLM 0.26.0 body costs ~13 KiB in ~60 objects (the snapshot's every histogr
 boxed floats). An older point is only ever read as a window start or anchor: its time, its totals
 (`derive.compare`, `derive.stored_before`) and the convoy view's two histograms (`convoy.derive`).
 `push` packs the point it supersedes into the bytes of one `array('d')` of exactly those numbers behind a
-layout shared by every point of the same shape (one per vLLM version and engine set, not one per point),
-deflated: ~0.2 KiB a point (~0.6 KiB as plain doubles), and one object the cycle collector does not even
-track (bytes are not). Fewer tracked objects keep the collector's full passes short at 1,000 targets,
-where each one stalls the event loop. What is read back is inflated to the same doubles, so every
-derivation is unchanged (tests/test_history.py).
-
-Why deflate: a point's ~70 numbers repeat a lot (a cumulative histogram's upper buckets all hold its
-count; idle counters are 0): the real body's points deflate 560 → ~140 bytes, 63 of them a target at 5 m.
-A 512-byte window and the least memory level keep it cheap (~6 µs to pack, under 1 µs to read back; a
-poll reads ~3 points), where `zlib.compress`'s default state costs ~190 µs to set up for 560 bytes.
+layout shared by every point of the same shape (one per vLLM version and engine set, not one per point):
+~0.6 KiB a point, and one object the cycle collector walks (bytes are not tracked). Fewer tracked objects
+keep the collector's full passes short at 1,000 targets, where each one stalls the event loop. What is
+read back is built from the same floats, so every derivation is unchanged (tests/test_history.py).
 """
 
 from __future__ import annotations
 
-import zlib
 from array import array
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
@@ -69,16 +62,6 @@ _MAX_LAYOUT_CHARS = 1 << 20
 1,000-character `model_name`s would otherwise pin ~64 MiB of label values (label churn)."""
 _layout_chars = 0
 _NO_RAW: dict[Any, float] = {}  # never read from an older point (derive.advance reads the newest one)
-_WBITS = -9  # raw deflate, a 512-byte window: a point's numbers are ~0.6 KiB
-
-
-def _deflate(data: bytes) -> bytes:
-    packer = zlib.compressobj(1, zlib.DEFLATED, _WBITS, 1)
-    return packer.compress(data) + packer.flush()
-
-
-def _doubles(packed: bytes) -> memoryview[float]:
-    return memoryview(zlib.decompress(packed, _WBITS)).cast("d")
 
 
 def _hist_shape(h: Histogram | None) -> tuple[tuple[float, ...], int] | None:
@@ -138,8 +121,8 @@ class PackedPoint(Mapping[EngineKey, Totals]):
         for e in p.snapshot.engines:
             values += (*_hist_values(e.lookup_async_delay), *_hist_values(e.queue_time))
         # bytes, not the array: the cycle collector tracks an array (63,000 of them at 1,000 targets, every
-        # full collection walking each) but not bytes, read back inflated through a memoryview of doubles
-        self._values = _deflate(array("d", values).tobytes())
+        # full collection walking each) but not bytes, read back through a memoryview of doubles
+        self._values = array("d", values).tobytes()
 
     @property
     def totals(self) -> Mapping[EngineKey, Totals]:
@@ -162,7 +145,7 @@ class PackedPoint(Mapping[EngineKey, Totals]):
         i = layout.keys[key]
         e = layout.entries[i]
         a, b, c, d, f, g, _ = accumulate(e.spans, initial=layout.starts[i])
-        v = _doubles(self._values)
+        v = memoryview(self._values).cast("d")
         return Totals(
             dict(zip(e.counters, v[a:b])),
             dict(zip(e.by_source, v[b:c])),
@@ -179,7 +162,7 @@ class PackedPoint(Mapping[EngineKey, Totals]):
     def convoy_hists(self, key: EngineKey) -> tuple[Histogram | None, Histogram | None] | None:
         """The engine's (lookup delay, queue time) histograms, as `snapshot` holds them (None: no such
         engine), without building a snapshot: the convoy view reads only these, of the window's start."""
-        v, pos = _doubles(self._values), self._layout.hists
+        v, pos = memoryview(self._values).cast("d"), self._layout.hists
         for e in self._layout.engines:
             delay, pos = _hist(e.delay, v, pos)
             queue, pos = _hist(e.queue, v, pos)
@@ -189,7 +172,7 @@ class PackedPoint(Mapping[EngineKey, Totals]):
 
     @property
     def snapshot(self) -> Snapshot:
-        v, pos = _doubles(self._values), self._layout.hists
+        v, pos = memoryview(self._values).cast("d"), self._layout.hists
         engines = []
         for e in self._layout.engines:
             delay, pos = _hist(e.delay, v, pos)
