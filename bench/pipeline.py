@@ -39,7 +39,8 @@ from kvoffload_exporter.derive import window as derive
 from kvoffload_exporter.expose.collector import TargetView, shared_fragment, target_fragment
 from kvoffload_exporter.expose.render import merge
 from kvoffload_exporter.ingest import normalise as normalise_module
-from kvoffload_exporter.ingest.exposition import LineCache, read
+from kvoffload_exporter.ingest.exposition import read
+from kvoffload_exporter.ingest.linecache import LineCache
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.samples import labels_reader
 from kvoffload_exporter.server.targetpoller import TargetPoller

@@ -10,7 +10,7 @@ import pytest
 from test_line_cache import _outcome_default as _outcome
 from test_lineplan import LINES, TEXT, _swap
 
-from kvoffload_exporter.ingest.exposition import LineCache
+from kvoffload_exporter.ingest.linecache import LineCache
 from kvoffload_exporter.ingest.normalise import normalise
 
 _VALUE = re.compile(r"^(vllm:\S+(?:\{[^}]*\})?) (\S+)$", re.M)

@@ -92,7 +92,8 @@ async def test_a_web_config_password_once_proven_is_scrubbed_from_every_log_line
 def test_a_duplicate_series_with_its_labels_in_another_order_is_refused() -> None:
     from conftest import fixture_text
 
-    from kvoffload_exporter.ingest.exposition import LineCache, ParseError
+    from kvoffload_exporter.ingest.exposition import ParseError
+    from kvoffload_exporter.ingest.linecache import LineCache
     from kvoffload_exporter.ingest.normalise import normalise
 
     good = fixture_text("h200-0.6b/A_12_final.prom")

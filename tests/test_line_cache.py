@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fuzz_pipeline import BODIES, LIMITS
 
-from kvoffload_exporter.ingest.exposition import LineCache, ParseError, _lines
+from kvoffload_exporter.ingest.exposition import ParseError, _lines
+from kvoffload_exporter.ingest.linecache import LineCache
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.snapshot import Snapshot
 

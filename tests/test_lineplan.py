@@ -13,7 +13,7 @@ from test_line_cache import _outcome_default as _outcome
 
 from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.ingest import exposition, lineplan
-from kvoffload_exporter.ingest.exposition import LineCache
+from kvoffload_exporter.ingest.linecache import LineCache
 from kvoffload_exporter.ingest.normalise import normalise
 
 CAPTURE = Path(__file__).parent / "fixtures" / "h200-0.6b" / "A_12_final.prom"
@@ -231,3 +231,73 @@ def test_a_planned_read_gives_the_long_ways_samples_and_picks_them_by_position()
         and samples[5] == long_samples[5]
         and len(samples) == len(long_samples)
     )
+
+
+def test_a_planned_cache_keeps_no_dict_and_a_miss_rebuilds_the_same_entries() -> None:
+    """The memory a planned target saves changes no reading: the dict the long way filled is dropped once
+    the plan holds its keys and heads, and rebuilt with the same entries (the same objects) when a body
+    is read the long way again; the budget counts what is held."""
+    cache = LineCache()
+    normalise(TEXT, None, cache)
+    assert cache._known is None and cache.plan.plan is not None  # planned: no dict
+    before = lineplan.entries(cache.plan.plan)
+    assert 100 < len(before) < 400
+    normalise(_advanced(1), None, cache)
+    assert cache._known is None and cache.plan.hit
+    assert cache.size == sum(map(len, before)) + LineCache.ENTRY * len(before)
+    moved = TEXT.replace('transfer_type="CPU_to_GPU"} ', 'transfer_type="CPU_to_GPU" } ', 1)  # the long way
+    assert _outcome(moved, cache) == _outcome(moved, None)
+    assert not cache.plan.hit
+    rebuilt = cache.known
+    assert rebuilt.keys() >= before.keys()
+    assert all(rebuilt[k] is before[k] or rebuilt[k] == before[k] for k in before)
+    assert _outcome(_advanced(2), cache) == _outcome(_advanced(2), None)
+
+
+def test_targets_of_one_version_share_every_part_of_their_plans_but_their_series() -> None:
+    a, b = _planned(), LineCache()
+    normalise(TEXT.replace("Qwen/Qwen3-0.6B", "other/model"), None, b)
+    pa, pb = a.plan.plan, b.plan.plan
+    assert pa is not None and pb is not None
+    for part in ("starts", "texts", "fronts", "families", "suffixes", "typed"):
+        assert getattr(pa, part) is getattr(pb, part), part
+    assert pa.labels != pb.labels
+    # a target's own part of its ~220 series texts: the model name and the labels after it, a few objects
+    assert len(pb.backs) == len(pb.prefixes) > 200 and len({id(b) for b in pb.backs}) < 20
+    assert all(b.startswith(b"other/model") for b in pb.backs if b.endswith(b"}"))
+    assert pb.prefixes == tuple(p.replace(b"Qwen/Qwen3-0.6B", b"other/model") for p in pa.prefixes)
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ('model_name="Qwen/Qwen3-0.6B"', 'model_name="Qwen/Qwen3-0.6C"'),  # the target's own part changed
+        ('model_name="Qwen/Qwen3-0.6B"', 'model_name="Qwen/Qwen3-0.6B",x="1"'),  # ... grew
+        ('{engine="0",model_name=', '{engine="1",model_name='),  # the shared part changed
+        ('transfer_type="CPU_to_GPU"}', 'transfer_type="CPU_to_GPX"}'),  # the labels after the model name
+    ],
+)
+def test_a_series_text_changed_on_either_side_of_the_cut_is_read_the_long_way(old: str, new: str) -> None:
+    i = _index(lambda line: old in line and not line.startswith("#") and "_created" not in line)
+    body = _swap(i, LINES[i].replace(old, new, 1))
+    cache = _planned()
+    assert _outcome(body, cache) == _outcome(body, None)
+    assert not cache.plan.hit
+
+
+def test_an_idle_target_is_told_by_the_text_of_its_values_and_a_respelled_value_reads_the_same() -> None:
+    """A planned target keeps the text of its last values, not the floats: the same text again gives the
+    last snapshot itself; the same numbers written otherwise (`5` for `5.0`, `5e0`) are read again, to an
+    equal snapshot; a changed value to the long way's snapshot."""
+    cache = LineCache()
+    body = _advanced(1)
+    normalise(body, None, cache)
+    first = normalise(body, None, cache)  # planned from here on
+    assert cache.plan.hit and isinstance(cache.last.text, bytes) and len(cache.last.text) < 4096  # type: ignore[union-attr]
+    assert normalise(body, None, cache) is first
+    respelled = re.sub(r" (\d+)\.0$", r" \1", body, flags=re.M)
+    assert respelled != body
+    again = normalise(respelled, None, cache)
+    assert cache.plan.hit and again is not first and again == first == normalise(respelled, None)
+    changed = _advanced(2)
+    assert normalise(changed, None, cache) == normalise(changed, None) != first

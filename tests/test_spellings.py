@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from kvoffload_exporter.cli import main
-from kvoffload_exporter.ingest.exposition import LineCache
+from kvoffload_exporter.ingest.linecache import LineCache
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.spellread import spellings_in
 

@@ -9,15 +9,15 @@ one body is read in one spelling (`selector`'s; kvoffload_exporter.ingest.spellr
 
 from __future__ import annotations
 
-import contextlib
 import re
 import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, NamedTuple
 
 from kvoffload_exporter.ingest import lineplan
 from kvoffload_exporter.ingest.families import PREFIX, SPELLINGS, canonical, spelled
+from kvoffload_exporter.ingest.linecache import Known, LineCache
 from kvoffload_exporter.ingest.lineplan import FLOAT_CHARS as _FLOAT_CHARS
 from kvoffload_exporter.ingest.lineplan import UTF8
 
@@ -124,67 +124,6 @@ def selector(families: tuple[str, ...], histograms: frozenset[str], spelling: st
 
 _MISS = object()
 
-Known = dict[bytes, tuple[str, str, Any] | None]
-"""Series text as UTF-8 (the line plan's bytes) → (family, suffix, labels), None for a series `read` skips."""
-
-
-class LineCache:
-    """One target's readings of the series it sent before. A vLLM body repeats the same series every
-    poll with new values, so a known series costs one dict lookup instead of splitting and parsing its
-    label block again. Bounded in bytes, per target (`MAX_BYTES`) and over every target of the process
-    (`BUDGET`), keys included, so no body can grow it; what is not cached is read the long way, with
-    the same checks."""
-
-    MAX_KEY = 2048  # bytes of one key (cache_config_info lines are ~700)
-    ENTRY = 120  # bytes an entry costs besides its key's characters (measured: ~90 on CPython 3.11)
-    MAX_BYTES = 1 << 20
-    BUDGET = 64 << 20
-    held = 0  # bytes held by every LineCache of the process (worker threads read concurrently: locked)
-    _lock = threading.Lock()
-
-    __slots__ = ("key", "known", "last", "overflow", "plan", "size")
-
-    def __init__(self) -> None:
-        self.key: object = None
-        self.known: Known = {}
-        self.last: object = None  # the caller's: what it made of the last read, to reuse when it repeats
-        self.plan = lineplan.Slot()  # the shape of the last body read the long way
-        self.size = 0  # bytes this cache holds, as counted against BUDGET
-        self.overflow = 0  # series the last read could not cache
-
-    def for_reader(self, key: object) -> Known:
-        """The entries valid for the label reader `key`; a new reader, or a last read that found more
-        new series than it could cache (label sets churn), starts over."""
-        if key != self.key or self.overflow > len(self.known) // 2:
-            self.clear()
-            self.key = key
-        self.overflow = 0
-        return self.known
-
-    def room(self, key: bytes) -> bool:
-        """Whether `key` may be kept (and counted against both budgets if so)."""
-        cost = len(key) + self.ENTRY
-        if len(key) <= self.MAX_KEY and self.size + cost <= self.MAX_BYTES:
-            with self._lock:
-                if LineCache.held + cost <= self.BUDGET:
-                    LineCache.held += cost
-                    self.size += cost
-                    return True
-        self.overflow += 1
-        return False
-
-    def clear(self) -> None:
-        with self._lock:
-            LineCache.held -= self.size
-        self.size = 0
-        self.known = {}
-        self.last = None
-        self.plan.plan = None  # its backoff stays: a churning target starts over here often
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at interpreter exit the class may be torn down first
-            self.clear()
-
 
 def _lines(text: str, block: int = _BLOCK) -> Iterator[str] | list[str]:
     """The lines of `text`, split a block at a time: never a list of every line of a huge body."""
@@ -214,7 +153,7 @@ def read(
     max_line: int | None = None,
     cache: LineCache | None = None,
     cache_key: object = None,
-) -> tuple[Sequence[Sample], set[str]]:
+) -> tuple[Sequence[Sample], AbstractSet[str]]:
     """Return the samples of the selected families and the families named in TYPE lines.
 
     `_created` samples and look-alike families are dropped by exact name. `labels_of` turns the text
@@ -229,18 +168,24 @@ def read(
     """
     plan_key = plan_of(sel, cache_key, max_samples, max_line)
     _, _, cap, limit = plan_key
-    known: Known = cache.for_reader(cache_key) if cache is not None else {}
-    if cache is None or len(text) > _BLOCK:
-        return _read_lines(_lines(text), sel, labels_of, cap, limit, cache, known)
+    if cache is None:
+        return _read_lines(_lines(text), sel, labels_of, cap, limit, cache, {})
+    cache.for_reader(cache_key)
+    if len(text) > _BLOCK:
+        return _read_lines(_lines(text), sel, labels_of, cap, limit, cache, cache.known)
     keys = sel.keys
     got = cache.plan.replay(plan_key, text)
     if got is not None:  # the same shape as the last body: its series by position, in C
         return got  # type: ignore[no-any-return]
     lines = text.split("\n")
+    known = cache.known
     samples, typed = _read_lines(lines, sel, labels_of, cap, limit, cache, known)
+    was = cache.plan.plan
     cache.plan.after_long_read(
         lambda: lineplan.build(plan_key, lines, keys, 5 + KEY, known, _COMMENTS, samples, typed, limit)
     )
+    if cache.plan.plan is not was:  # built from `known` just now (a plan kept through a backoff was not)
+        cache.planned()
     return samples, typed
 
 

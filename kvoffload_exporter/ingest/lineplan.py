@@ -80,17 +80,35 @@ class Plan(NamedTuple):
     exact: Pick  # kept comments and dropped lines too short to be told by their start
     texts: tuple[bytes, ...]  # ... their exact text, with its newline
     series: Pick  # every other kept line: its series' text, then " <value>\n"
-    prefixes: tuple[bytes, ...]  # ... each series' text
+    fronts: tuple[bytes, ...]  # ... each series' text up to its model_name's value (shared), ...
+    backs: tuple[bytes, ...]  # ... then the rest of it (this target's own, a few distinct objects)
     size: int  # ... their length in all
     room: int  # the fewest characters a series' value may take before its line passes the cap
     selected: Pick  # of those, the positions of the selected series
-    heads: tuple[tuple[Any, ...], ...]  # (family, suffix, labels) of each selected series
+    families: tuple[str, ...]  # each selected series' family, ...
+    suffixes: tuple[str, ...]  # ... its suffix ("", "bucket", "sum", "count") ...
+    labels: tuple[Any, ...]  # ... and its labels: only these are the target's own, the rest is shared
     typed: frozenset[str]
 
+    @property
+    def prefixes(self) -> tuple[bytes, ...]:
+        """Each series' text (as the LineCache keys it)."""
+        return tuple(map(add, self.fronts, self.backs))
+
+
+_MODEL = b'model_name="'
+"""Where a series' text is cut in two: what precedes the value of `model_name` is the same for every
+target of one vLLM version, and held once; what follows it (the model name, the labels after it) is
+the target's own, and the same few texts for all its series. A real body's ~220 series texts: ~30 KiB
+a target whole, ~2 KiB cut. Where the cut falls changes no reading: the two parts make the text."""
 
 _STARTS: dict[bytes, bytes] = {}
 """Dropped names and comment lines: the same for every target of one vLLM version."""
 _MAX_STARTS, _MAX_SHARED_TEXT = 4096, 256  # a longer exact line (a comment) is held by its own plan
+_PARTS: dict[Any, Any] = {}
+"""A plan's parts that no label value decides (its starts, exact texts, families, suffixes and TYPE
+lines): the same for every target of one vLLM version, held once (~14 KiB a target otherwise)."""
+_MAX_PARTS = 1024
 
 
 def build(
@@ -109,18 +127,20 @@ def build(
     not in `comments`, a line near `max_line`, which a longer value would take past it)."""
     if len(lines) > MAX_LINES:
         return None
-    canon = {k: k for k in known}  # hold the cache's own keys, not this body's copies
     last = len(lines) - 1
     count = last if lines[last] == "" else len(lines)  # readlines gives no empty line after the last newline
     starts: list[bytes] = []
     dropped: list[int] = []
-    prefixes: list[bytes] = []
+    fronts: list[bytes] = []
+    backs: list[bytes] = []
+    own: dict[bytes, bytes] = {}  # this target's backs, one object each
     texts: list[bytes] = []
     exact: list[int] = []
     series: list[int] = []
     selected: list[int] = []
-    heads: list[tuple[Any, ...]] = []
+    heads: list[tuple[Any, ...]] = []  # (family, suffix, labels) of each selected series
     room = max_line
+    size = 0
     for i in range(count):
         line = lines[i]
         if line[5:end] not in keys:  # dropped: a line starting with the same `end` characters is too
@@ -134,9 +154,14 @@ def build(
         else:
             text = line.rpartition(" ")[0]  # "" without a space
             series_key = text.encode(*UTF8)
-            if not text or series_key not in canon or len(text) + _MAX_REST > max_line:
+            if not text or series_key not in known or len(text) + _MAX_REST > max_line:
                 return None
-            prefixes.append(canon[series_key])
+            cut = series_key.find(_MODEL)
+            cut = len(series_key) if cut < 0 else cut + len(_MODEL)
+            front, back = series_key[:cut], series_key[cut:]
+            fronts.append(held(_STARTS, front, _MAX_STARTS) if len(front) <= _MAX_SHARED_TEXT else front)
+            backs.append(own.setdefault(back, back))
+            size += len(series_key)
             room = min(room, max_line - len(text) - 1)
             hit = known[series_key]
             if hit is not None:
@@ -149,21 +174,39 @@ def build(
         texts.append(held(_STARTS, whole, _MAX_STARTS) if len(whole) <= _MAX_SHARED_TEXT else whole)
     if len(heads) != len(samples) or any(s[:3] != h for s, h in zip(samples, heads)):
         return None
+    families, suffixes, labels = (tuple(c) for c in zip(*heads)) if heads else ((), (), ())
     return Plan(
         key,
         count,
         pick(dropped),
-        tuple(starts),
+        _shared(tuple(starts)),
         pick(exact),
-        tuple(texts),
+        _shared(tuple(texts)),
         pick(series),
-        tuple(prefixes),
-        sum(map(len, prefixes)),
+        _shared(tuple(fronts)),
+        tuple(backs),
+        size,
         room,
         pick(selected),
-        tuple(heads),
-        frozenset(typed),
+        _shared(families),
+        _shared(suffixes),
+        labels,
+        _shared(frozenset(typed)),
     )
+
+
+def _shared(part: Any) -> Any:
+    return held(_PARTS, part, _MAX_PARTS)
+
+
+def entries(plan: Plan) -> dict[bytes, tuple[str, str, Any] | None]:
+    """What a LineCache knew of the plan's series: each series' text → (family, suffix, labels), None for
+    a series `read` skips. A planned target's cache keeps only its plan and rebuilds this when the plan
+    misses (the same keys and heads: the cache's budget counted them once)."""
+    texts = plan.prefixes
+    known: dict[bytes, tuple[str, str, Any] | None] = dict.fromkeys(texts)
+    known.update(zip(plan.selected(texts), zip(plan.families, plan.suffixes, plan.labels)))
+    return known
 
 
 def lines_of(text: str) -> list[bytes]:
@@ -172,17 +215,18 @@ def lines_of(text: str) -> list[bytes]:
 
 
 def replay(plan: Plan, lines: list[bytes]) -> Any:
-    """(samples, typed, their values) of a body (`lines_of`) of exactly the plan's shape with plain finite
+    """(samples, typed) of a body (`lines_of`) of exactly the plan's shape with plain finite
     decimal values, else None."""
     if len(lines) != plan.lines or not all(map(bytes.startswith, plan.dropped(lines), plan.starts)):
         return None  # a moved line, or a dropped line that now names a selected family
     if plan.exact(lines) != plan.texts:
         return None  # a comment changed
     series = plan.series(lines)
-    rests: tuple[bytes, ...] = tuple(map(bytes.removeprefix, series, plan.prefixes))
+    rests: tuple[bytes, ...] = tuple(map(bytes.removeprefix, map(bytes.removeprefix, series, plan.fronts), plan.backs))
     if rests:
         joined = b"".join(rests)
-        # Each series line starts with its text (no text is empty: removeprefix took all of every one)
+        # Each series line starts with its text: its front, then its back (each removeprefix takes all of
+        # its part or nothing, and no text is empty: only all of every one makes the size)
         if len(b"".join(series)) - len(joined) != plan.size:
             return None  # a new series, a moved line
         # ... then " <value>\n" (the body's last line: no newline). A rest holds a newline only at its
@@ -204,32 +248,37 @@ def replay(plan: Plan, lines: list[bytes]) -> Any:
     total = sum(floats)  # inf or nan if any value is (or, harmlessly, if finite ones overflow together)
     if total - total != 0.0:
         return None  # an overflow (1e999): the long way raises it
-    return Planned(plan.heads, floats), set(plan.typed), floats
+    return Planned(plan, floats, text), plan.typed  # the plan's own TYPE lines: shared, never changed
 
 
 class Planned(Sequence[Any]):
-    """A planned read's samples: the plan's heads, each with this body's value. The tuples are built only
-    when the samples are read one by one; `pick` builds just the ones a caller picks by position
-    (normalise reads most samples by position from the values alone: histplan)."""
+    """A planned read's samples: the plan's heads (family, suffix, labels), each with this body's value.
+    The tuples are built only when the samples are read one by one; `pick` builds just the ones a caller
+    picks by position (normalise reads most samples by position from the values alone: histplan).
+    `text` is the values as the body wrote them: what a target keeps to tell an idle poll (the same text
+    is the same values), ~1.3 KiB where the floats are ~5 KiB."""
 
-    __slots__ = ("_all", "heads", "values")
+    __slots__ = ("_all", "plan", "text", "values")
 
-    def __init__(self, heads: tuple[tuple[Any, ...], ...], values: tuple[float, ...]) -> None:
-        self.heads = heads
+    def __init__(self, plan: Plan, values: tuple[float, ...], text: bytes = b"") -> None:
+        self.plan = plan
         self.values = values
+        self.text = text
         self._all: list[Any] | None = None
 
     def pick(self, at: Pick) -> list[Any]:
         """The samples `at` picks, as `at(list(self))` gives them."""
-        return list(map(add, at(self.heads), zip(at(self.values))))
+        p = self.plan
+        return list(zip(at(p.families), at(p.suffixes), at(p.labels), at(self.values)))
 
     def _samples(self) -> list[Any]:
         if self._all is None:
-            self._all = list(map(add, self.heads, zip(self.values)))
+            p = self.plan
+            self._all = list(zip(p.families, p.suffixes, p.labels, self.values))
         return self._all
 
     def __len__(self) -> int:
-        return len(self.heads)
+        return len(self.values)
 
     def __getitem__(self, i: Any) -> Any:
         return self._samples()[i]
@@ -243,12 +292,12 @@ class Slot:
     values churning) would pay a build (~2 long reads) per poll for nothing: after a miss, or a body
     that cannot be planned, the next build waits 1, 2, 4 … up to 64 long reads; a hit starts over."""
 
-    __slots__ = ("backoff", "hit", "plan", "values", "wait")
+    __slots__ = ("backoff", "dropped", "hit", "plan", "wait")
 
     def __init__(self) -> None:
         self.plan: Plan | None = None
-        self.hit = False  # the last body was read by `plan` (its samples have the plan's heads)
-        self.values: tuple[float, ...] = ()  # ... and these values, in order
+        self.dropped: Plan | None = None  # the plan the last miss dropped, until its entries are taken
+        self.hit = False  # the last body was read by `plan` (its samples: a Planned with the plan's heads)
         self.wait = 0
         self.backoff = 0
 
@@ -260,12 +309,16 @@ class Slot:
         got = replay(plan, lines_of(text))
         self.hit = got is not None
         if got is None:
-            self.plan = None
+            self.plan, self.dropped = None, plan
             self._missed()
             return None
         self.backoff = 0
-        samples, typed, self.values = got
-        return samples, typed
+        return got
+
+    def entries(self) -> dict[bytes, tuple[str, str, Any] | None]:
+        """`entries` of the plan, or of the one the last miss dropped ({} without either)."""
+        plan, self.dropped = self.plan or self.dropped, None
+        return {} if plan is None else entries(plan)
 
     def after_long_read(self, make: Callable[[], Plan | None]) -> None:
         """After a body was read the long way: `make` its plan, unless the backoff says wait."""
@@ -282,4 +335,4 @@ class Slot:
         self.wait = self.backoff
 
 
-__all__ = ["FLOAT_CHARS", "UTF8", "Pick", "Plan", "Planned", "Slot", "build", "lines_of", "pick", "replay"]
+__all__ = ["FLOAT_CHARS", "UTF8", "Pick", "Plan", "Planned", "Slot", "build", "entries", "lines_of", "pick", "replay"]

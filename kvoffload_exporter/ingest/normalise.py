@@ -17,11 +17,12 @@ from typing import NamedTuple
 
 from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.ingest import backends, histplan
-from kvoffload_exporter.ingest.exposition import LimitError, LineCache, ParseError, Sample
+from kvoffload_exporter.ingest.exposition import LimitError, ParseError, Sample
 from kvoffload_exporter.ingest.families import ALIASES
 from kvoffload_exporter.ingest.families import HISTOGRAMS as _TYPED_HISTOGRAMS
 from kvoffload_exporter.ingest.families import OFFLOAD_PREFIX as _OFFLOAD_FAMILY_PREFIX
 from kvoffload_exporter.ingest.families import TABLE as _TABLE
+from kvoffload_exporter.ingest.linecache import LineCache
 from kvoffload_exporter.ingest.lineplan import Planned
 from kvoffload_exporter.ingest.routes import INFO, LEGACY_SIZE_NAMES, ROUTES, Engine, hist_name, idle, on_hist
 from kvoffload_exporter.ingest.samples import labels_reader as _labels_reader
@@ -82,25 +83,30 @@ def normalise(
     if cache is None:
         return _snapshot(samples, typed, lim, origins=origins)[0]
     last, slot = cache.last, cache.plan
-    values = slot.values if slot.hit else tuple(map(_VALUE_OF, samples))  # a planned read's, as read
+    planned = samples if slot.hit and isinstance(samples, Planned) else None
+    values = planned.values if planned is not None else tuple(map(_VALUE_OF, samples))  # a planned read's
+    said = planned.text if planned is not None else None
     shape = fixed = None
-    if slot.hit and isinstance(last, _Last) and last.plan is slot.plan:  # the same heads as last time
-        if last.values == values and last.typed == typed and last.limits == lim and last.origins == origins:
+    if planned is not None and isinstance(last, _Last) and last.plan is slot.plan:  # the same heads as last time
+        same = said == last.text and last.typed == typed and last.limits == lim and last.origins == origins
+        if same:
             return last.snapshot  # an idle target: the same samples make the same snapshot
         shape = last.shape or histplan.compile(samples, hist_name, idle)
         fixed = last.fixed if last.typed == typed else None
     prev = last.snapshot if isinstance(last, _Last) else None
     snap, fixed = _snapshot(samples, typed, lim, prev, shape, values, fixed, origins)
-    cache.last = _Last(values, typed, lim, snap, slot.plan, shape, fixed, origins)
+    cache.last = _Last(said, typed, lim, snap, slot.plan, shape, fixed, origins)
     return snap
 
 
 class _Last(NamedTuple):
     """What the last read made, kept by the target's LineCache. Its samples are not kept: with the same
-    line plan (`plan`) the heads are the same, so the values alone say whether anything changed."""
+    line plan (`plan`) the heads are the same, so the values alone say whether anything changed, and of
+    them only their text (`Planned.text`; None after a long read): the same text is the same values, and
+    a text that differs only in how it writes them is read again, to the same snapshot."""
 
-    values: tuple[float, ...]
-    typed: set[str]
+    text: bytes | None
+    typed: AbstractSet[str]
     limits: Limits
     snapshot: Snapshot
     plan: object  # the line plan with these samples' heads (None: none)
@@ -121,7 +127,9 @@ class _Fixed(NamedTuple):
     renames: dict[str, str]  # deprecated family -> current one, for each alias read in its place
 
 
-def _fixed(samples: Sequence[Sample], typed: set[str], shape: histplan.Shape | None, prev: Snapshot | None) -> _Fixed:
+def _fixed(
+    samples: Sequence[Sample], typed: AbstractSet[str], shape: histplan.Shape | None, prev: Snapshot | None
+) -> _Fixed:
     families = {f for f in typed if f in FAMILY_SET or f in _BACKEND_SET}
     families.update(shape.families if shape is not None else map(_FAMILY_OF, samples))
     # A deprecated family stands for its current one (any type) only where that one is absent.
@@ -142,7 +150,7 @@ def _fixed(samples: Sequence[Sample], typed: set[str], shape: histplan.Shape | N
 
 def _snapshot(
     samples: Sequence[Sample],
-    typed: set[str],
+    typed: AbstractSet[str],
     lim: Limits,
     prev: Snapshot | None = None,
     shape: histplan.Shape | None = None,

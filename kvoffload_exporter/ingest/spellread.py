@@ -14,10 +14,12 @@ order) that carries it: the same family is read once, a family only one spelling
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
-from kvoffload_exporter.ingest.exposition import LimitError, LineCache, Sample, Selector, plan_of, read, selector
+from kvoffload_exporter.ingest.exposition import LimitError, Sample, Selector, plan_of, read, selector
 from kvoffload_exporter.ingest.families import ESCAPED, NATIVE_NAMESPACES, PREFIX, SPELLINGS
+from kvoffload_exporter.ingest.linecache import LineCache
 
 Selectors = dict[str, Selector]
 
@@ -66,7 +68,7 @@ def read_spelled(
     max_line: int | None,
     cache: LineCache | None,
     cache_key: object,
-) -> tuple[Sequence[Sample], set[str]]:
+) -> tuple[Sequence[Sample], AbstractSet[str]]:
     """`exposition.read` of the body in its spelling; several spellings: each family from the first.
     A body of the last one's exact shape (its line plan replays) has the last one's spelling: the plan
     checks the start of every line, so telling the spelling again (a scan of the body) is skipped."""

@@ -22,7 +22,8 @@ from kvoffload_exporter.expose.collector import TargetView, target_fragment
 from kvoffload_exporter.expose.render import Fragment, Heads
 from kvoffload_exporter.ingest.backends import Origins
 from kvoffload_exporter.ingest.bodies import join_sources
-from kvoffload_exporter.ingest.exposition import LineCache, ParseError
+from kvoffload_exporter.ingest.exposition import ParseError
+from kvoffload_exporter.ingest.linecache import LineCache
 from kvoffload_exporter.ingest.normalise import normalise
 from kvoffload_exporter.ingest.snapshot import EngineKey, Snapshot
 from kvoffload_exporter.redact import Scrubber, origin, redact_url
