@@ -33,6 +33,7 @@ from kvoffload_exporter.canary.wire.protocol import (
     MetricsError,
 )
 from kvoffload_exporter.canary.wire.secrets import ApiKey, scrub
+from kvoffload_exporter.sources.pollclient import PollClient
 from kvoffload_exporter.sources.vllm_http import ScrapeError, fetch_metrics, fetch_version
 
 
@@ -86,6 +87,9 @@ class CanaryClient:
         max_response_bytes: int = MAX_RESPONSE_BYTES,
     ):
         self.session = session
+        # The `/metrics` and `/version` reads go through the polls' own client, kept for the client's life so
+        # that each cycle's scrapes reuse a connection (a session-less fetch would open and close one each).
+        self.polls = PollClient()
         self._key = api_key
         self.request_timeout = request_timeout
         self.scrape_timeout = scrape_timeout
@@ -180,7 +184,7 @@ class CanaryClient:
     async def metrics(self, base_url: str) -> str:
         """`/metrics` text; raises protocol.MetricsError with the source's closed reason."""
         try:
-            text = await fetch_metrics(self.session, base_url, self.scrape_timeout, self.max_metrics_bytes)
+            text = await fetch_metrics(self.polls, base_url, self.scrape_timeout, self.max_metrics_bytes)
         except ScrapeError as e:
             raise MetricsError(scrub(str(e))) from None
         return scrub(text)  # kept as evidence ({role}_metrics_before.prom)
@@ -188,7 +192,7 @@ class CanaryClient:
     async def version(self, base_url: str) -> str | None:
         """vLLM's version, or None: `/version` is optional, and a broken or huge one is no version."""
         try:
-            v = await fetch_version(self.session, base_url, self.scrape_timeout)
+            v = await fetch_version(self.polls, base_url, self.scrape_timeout)
         except Exception:  # whatever a hostile /version does, the target stays usable
             return None
         if v is None or len(v) > MAX_VERSION or not v.isprintable():
@@ -200,4 +204,8 @@ class CanaryClient:
 async def open_client(api_key: ApiKey | None, request_timeout: float) -> AsyncIterator[CanaryClient]:
     """A client with its own session (`check`; `serve` shares the exporter's session instead)."""
     async with aiohttp.ClientSession(read_bufsize=1 << 20, cookie_jar=aiohttp.DummyCookieJar()) as session:
-        yield CanaryClient(session, api_key, request_timeout=request_timeout)
+        client = CanaryClient(session, api_key, request_timeout=request_timeout)
+        try:
+            yield client
+        finally:
+            await client.polls.close()
