@@ -224,6 +224,8 @@ async def _measure(n: int, fake_port: int, opts: argparse.Namespace, tmp: Path) 
         row.update(
             cpu_pct_one_core=100.0 * cpu / (w1 - w0),
             cpu_ms_per_poll=1e3 * cpu / max(polls, 1),
+            cpu_user_ms_per_poll=1e3 * (c1.user - c0.user) / max(polls, 1),
+            cpu_system_ms_per_poll=1e3 * (c1.system - c0.system) / max(polls, 1),
             rss_mib=proc.memory_info().rss / 2**20,
             rss_peak_mib=_peak_mib(exp.pid),
             polls=polls,

@@ -16,6 +16,19 @@ from kvoffload_exporter.sources.budget import BodyBudget
 from kvoffload_exporter.sources.http1 import MAX_HEAD_BYTES
 from kvoffload_exporter.sources.vllm_http import PollClient, ScrapeError, fetch_metrics, fetch_version
 
+pytestmark = pytest.mark.filterwarnings('ignore:Overriding the "event_loop_policy" fixture')
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def event_loop_policy(request: pytest.FixtureRequest) -> asyncio.AbstractEventLoopPolicy:
+    """Every test on both loops `serve` may run on (kvoffload_exporter.server.eventloop)."""
+    if request.param == "asyncio":
+        return asyncio.DefaultEventLoopPolicy()
+    uvloop = pytest.importorskip("uvloop")
+    policy: asyncio.AbstractEventLoopPolicy = uvloop.EventLoopPolicy()
+    return policy
+
+
 BODY = b'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 1\n' * 200
 
 Reply = Callable[[int, bytes], bytes | None]

@@ -19,7 +19,7 @@ from kvoffload_exporter.config.flags import add_flag, add_flags, deprecations, o
 from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.config.schema import Where, apply
 from kvoffload_exporter.config.settings import Config, ConfigError, TargetConfig, check, load_file, parse_targets
-from kvoffload_exporter.server import gctune, logs
+from kvoffload_exporter.server import eventloop, gctune, logs
 from kvoffload_exporter.server.logbudget import LogBudget, held_back
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ class ReloadStatus:
         x.add("kvoffload_exporter_config_last_reload_success_timestamp_seconds", self.last_success, {})
 
 
-RESTART_ONLY = ("listen", "telemetry_path", "sections", "host_enabled", "gpu_enabled")
+RESTART_ONLY = ("listen", "telemetry_path", "sections", "host_enabled", "gpu_enabled", "event_loop")
 """Config fields a running exporter cannot change (its socket, its routes, its plugins, its collectors)."""
 _RESTART_NAMES = {"sections": "plugin (canary) settings", "host_enabled": "host.enabled", "gpu_enabled": "gpu.enabled"}
 
@@ -264,7 +264,10 @@ async def _serve(args: argparse.Namespace, prep: _Prepared, sock: socket.socket)
         loop.add_signal_handler(sig, on_signal, sig)
     loop.add_signal_handler(signal.SIGHUP, reloader.trigger)
     # Said once the signals are handled: from this line on, Ctrl-C is a clean stop (exit 0), never 130.
-    log.info("listening on %s://%s:%d%s, %d target(s)", scheme, host, port, cfg.telemetry_path, len(cfg.targets))
+    log.info(
+        "listening on %s://%s:%d%s, %d target(s), event loop %s",
+        *(scheme, host, port, cfg.telemetry_path, len(cfg.targets), eventloop.current()),
+    )
     try:
         await stop.wait()
     finally:
@@ -353,7 +356,8 @@ def run(args: argparse.Namespace) -> int:
         for line in renamed_variables(os.environ) + unknown_variables(os.environ):  # a former name; a typo
             log.warning("%s", line)
         prep = _prepare(args)
-    except (ConfigError, SecretError, WebConfigError) as e:
+        _, make_loop = eventloop.factory(prep.cfg.event_loop)
+    except (ConfigError, SecretError, WebConfigError, eventloop.LoopUnavailable) as e:
         print(f"kvoffload-exporter: {e}", file=sys.stderr)
         return 2
     if args.config_check:
@@ -364,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"kvoffload-exporter serve: cannot listen on {prep.cfg.listen}: {e.strerror or e}", file=sys.stderr)
         return 1
-    return asyncio.run(_serve(args, prep, sock))
+    return eventloop.run(_serve(args, prep, sock), make_loop)
 
 
 __all__ = ["TargetConfig", "add_exporter_arguments", "bind", "config_from_args", "register", "reload", "run"]

@@ -34,6 +34,7 @@ from kvoffload_exporter.config.values import (
     base_url,
     extra_urls,
     file_path,
+    format_duration,
     http_path,
     listen_address,
     split_listen,
@@ -184,6 +185,14 @@ class Config:
         default_factory=Limits
     )  # per-target caps (kvoffload_exporter.config.limits); targets may override
     max_concurrent_polls: int = setting(64, integer(1), "polls in flight at once; the rest wait for a slot")
+    event_loop: str = setting(
+        "auto",
+        choice("auto", "uvloop", "asyncio"),
+        "the event loop: auto is uvloop where it is installed (a dependency on Linux and macOS), else asyncio's "
+        "own; changes only on restart",
+        flag="--runtime.event-loop",
+        metavar="LOOP",
+    )
     probe_allow: tuple[str, ...] = setting(
         (), url_list, "/probe targets allowed besides the configured ones: exact URLs", key="probe.allow", env=False
     )
@@ -242,16 +251,6 @@ def positive_duration(v: object) -> float:
     if seconds <= 0:
         raise ValueError(f"must be > 0, got {v!r}")
     return seconds
-
-
-def format_duration(seconds: float) -> str:
-    """Prometheus-style label for a window: 300 → "5m", 90 → "90s"."""
-    s = round(seconds)
-    if s and s % 3600 == 0:
-        return f"{s // 3600}h"
-    if s and s % 60 == 0:
-        return f"{s // 60}m"
-    return f"{s}s"
 
 
 def _finish_target(t: TargetConfig, where: str, errors: list[str]) -> TargetConfig:

@@ -110,11 +110,22 @@ def base_url(v: object, text: bool) -> object:
     return v
 
 
+def format_duration(seconds: float) -> str:
+    """Prometheus-style label for a window: 300 → "5m", 90 → "90s"."""
+    s = round(seconds)
+    if s and s % 3600 == 0:
+        return f"{s // 3600}h"
+    if s and s % 60 == 0:
+        return f"{s // 60}m"
+    return f"{s}s"
+
+
 __all__ = [
     "allow_regex",
     "base_url",
     "extra_urls",
     "file_path",
+    "format_duration",
     "http_path",
     "listen_address",
     "split_listen",

@@ -22,7 +22,7 @@ import logging
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -119,8 +119,8 @@ class _Guard(asyncio.Protocol):
         self._lane: bytes | None = None  # the /healthz lane: the request line received so far
         self._in_lane = False
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+    def connection_made(self, base: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, base)  # uvloop's transports are not asyncio.Transport subclasses
         site, guards = self.site, self.site.guards
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
@@ -161,9 +161,8 @@ class _Guard(asyncio.Protocol):
                 self._release()
         if tls is None or raw.is_closing():
             return
-        assert isinstance(tls, asyncio.Transport)
-        self.transport = tls
-        self._hand_over(tls)
+        self.transport = cast(asyncio.Transport, tls)
+        self._hand_over(self.transport)
 
     def _hand_over(self, transport: asyncio.Transport) -> None:
         if self._refused:

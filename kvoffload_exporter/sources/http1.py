@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
+from typing import cast
 
 from kvoffload_exporter.sources.budget import Reservation, ScrapeError
 
@@ -55,8 +56,8 @@ class Conn(asyncio.Protocol):
         self.idle_since = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # a uvloop transport is not an asyncio.Transport subclass, yet has its methods
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         if not self.busy:  # bytes nobody asked for: the connection is out of step, never reused
