@@ -4,16 +4,19 @@ The history holds `window / poll_interval` points per target (63 at 5 m / 5 s). 
 real vLLM 0.26.0 body costs ~13 KiB in ~60 objects (the snapshot's every histogram, the totals' dicts of
 boxed floats). An older point is only ever read as a window start or anchor: its time, its totals
 (`derive.compare`, `derive.stored_before`) and the convoy view's two histograms (`convoy.derive`).
-`push` packs the point it supersedes into the bytes of one `array('d')` of exactly those numbers behind a
-layout shared by every point of the same shape (one per vLLM version and engine set, not one per point):
-~0.6 KiB a point, and one object the cycle collector walks (bytes are not tracked). Fewer tracked objects
-keep the collector's full passes short at 1,000 targets, where each one stalls the event loop. What is
-read back is built from the same floats, so every derivation is unchanged (tests/test_history.py).
+`push` packs the point it supersedes into exactly those numbers (~70 doubles, ~0.6 KiB) behind a layout
+shared by every point of the same shape (one per vLLM version and engine set, not one per point), in blocks of
+BLOCK consecutive points: a full block is encoded once (differences of the doubles, deflated: ~70 bytes a point)
+and decoded once when the derivation reads it, at the window's left end. A packed point is its time, its block
+and its place in it; bytes are not tracked by the cycle collector, so few objects are (its full passes stall the
+event loop at 1,000 targets). What is read back is the same floats, bit for bit, so every derivation is unchanged
+(tests/test_history.py, tests/test_history_blocks.py).
 """
 
 from __future__ import annotations
 
-from array import array
+import struct
+import zlib
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from itertools import accumulate
@@ -51,6 +54,7 @@ class _Layout(NamedTuple):
     starts: tuple[int, ...]  # where each entry's values start
     hists: int  # where the engines' histograms start (after every entry's values)
     engines: tuple[_Engine, ...]
+    packer: struct.Struct  # a point's doubles, native order (read back through a memoryview of doubles)
 
 
 _LAYOUTS: dict[tuple[Any, ...], _Layout] = {}
@@ -61,11 +65,11 @@ _MAX_LAYOUT_CHARS = 1 << 20
 """Characters of engine keys the shared table holds at most: 1,024 layouts of 64 engines with
 1,000-character `model_name`s would otherwise pin ~64 MiB of label values (label churn)."""
 _layout_chars = 0
+BLOCK = 8
+"""Points a block holds: the block still filling and the one decoded at the window's left end keep ~half a
+block each of raw points (~4 × 0.6 KiB), against deflate's set-up and ratio, which favour longer blocks."""
+_WBITS = 12  # deflate's window (4 KiB): a block's byte planes repeat within a few hundred bytes
 _NO_RAW: dict[Any, float] = {}  # never read from an older point (derive.advance reads the newest one)
-
-
-def _hist_shape(h: Histogram | None) -> tuple[tuple[float, ...], int] | None:
-    return None if h is None else (h.bounds, len(h.counts))
 
 
 def _layout(p: Point, hint: _Layout | None = None) -> _Layout:
@@ -76,8 +80,10 @@ def _layout(p: Point, hint: _Layout | None = None) -> _Layout:
         for k, t in p.totals.items()
     )  # fmt: skip
     engines = tuple(
-        _Engine(e.key, _hist_shape(e.lookup_async_delay), _hist_shape(e.queue_time)) for e in p.snapshot.engines
-    )
+        (e.key, None if (d := e.lookup_async_delay) is None else (d.bounds, len(d.counts)),
+         None if (q := e.queue_time) is None else (q.bounds, len(q.counts)))
+        for e in p.snapshot.engines
+    )  # fmt: skip
     shape = (p.snapshot.generation, totals, engines)
     if hint is not None and hint.shape == shape:
         return hint  # past _MAX_LAYOUTS targets the table churns; a target still shares its own
@@ -88,7 +94,9 @@ def _layout(p: Point, hint: _Layout | None = None) -> _Layout:
         )
         *starts, hists = accumulate((sum(e.spans) for e in entries), initial=0)
         keys = {k: i for i, (k, *_) in enumerate(totals)}
-        got = _Layout(shape, p.snapshot.generation, keys, entries, tuple(starts), hists, engines)
+        size = hists + sum(h[1] + 2 for e in engines for h in e[1:] if h is not None)
+        layout = (p.snapshot.generation, keys, entries, tuple(starts), hists, tuple(_Engine(*e) for e in engines))
+        got = _Layout(shape, *layout, struct.Struct(f"={size}d"))
         global _layout_chars
         chars = sum(len(m) + len(e) for m, e in keys)
         if len(_LAYOUTS) >= _MAX_LAYOUTS or _layout_chars + chars > _MAX_LAYOUT_CHARS:
@@ -103,49 +111,127 @@ def _hist_values(h: Histogram | None) -> tuple[float, ...]:
     return () if h is None else (*h.counts, h.sum, h.count)
 
 
+class _Block:
+    """Up to BLOCK consecutive packed points of one layout, in push order. While it fills, `vals` holds
+    each point's doubles as bytes; once full (or when the next point's layout differs) it is sealed: `data`
+    is the deflated, byte-shuffled differences of the points' doubles and `vals` is None until derivation
+    reads a point, when the block is decoded once and `vals` caches the points from the one read on
+    (a reader moves forward a point a poll: the window's left end). The cache goes with the block."""
+
+    __slots__ = ("data", "layout", "vals")
+
+    def __init__(self, layout: _Layout, values: bytes) -> None:
+        self.layout = layout
+        self.vals: list[bytes | None] | None = [values]
+        self.data = b""
+
+    def seal(self) -> None:
+        """Encode the filled block once: the doubles of each point less those of the point before (as
+        integers modulo 2**64 a double, borrowing across doubles: exact, and ~0 for counters that barely
+        moved), each double's byte k next to the other doubles' byte k, deflated at level 1."""
+        vals = self.vals
+        assert vals is not None and all(v is not None for v in vals)
+        raw = b"".join(vals)  # type: ignore[arg-type]
+        size, width = len(raw), 8 * len(vals[0])  # type: ignore[arg-type]
+        f = int.from_bytes(raw, "little")
+        delta = ((f - (f << width)) & ((1 << 8 * size) - 1)).to_bytes(size, "little")
+        z = zlib.compressobj(1, zlib.DEFLATED, -_WBITS, 4)  # small window and hash: a cheap set-up
+        self.data = z.compress(b"".join([delta[k::8] for k in range(8)])) + z.flush()
+        self.vals = None
+
+    def values(self, i: int) -> bytes:
+        """Point `i`'s doubles, decoding the sealed block if it is not cached from point `i - 1` on."""
+        vals = self.vals
+        if vals is not None and (got := vals[i]) is not None:
+            return got
+        n = self.layout.packer.size
+        if not n:
+            return b""  # a point without engines
+        shuffled = zlib.decompress(self.data, -_WBITS)
+        size = len(shuffled)
+        delta = bytearray(size)
+        plane = size // 8
+        for k in range(8):
+            delta[k::8] = shuffled[k * plane : (k + 1) * plane]
+        mask, width = (1 << 8 * n) - 1, 8 * n
+        out: list[bytes | None] = [None] * (size // n)
+        prev = carry = 0
+        for j in range(len(out)):  # each point is the one before plus its difference (and the carry of it)
+            v = prev + int.from_bytes(delta[j * n : (j + 1) * n], "little") + carry
+            prev, carry = v & mask, v >> width
+            if j >= i - 1:
+                out[j] = prev.to_bytes(n, "little")
+        self.vals = out
+        return out[i]  # type: ignore[return-value]
+
+
 class PackedPoint(Mapping[EngineKey, Totals]):
-    """An older point: its time and its numbers as the bytes of one array of doubles. Read as a
+    """An older point: its time and where its numbers are (a block, and its place in it). Read as a
     `derive.Mark`: `totals` is the point itself (a mapping whose `in` costs a dict lookup; a value is built
     when read) and `snapshot` is built when read, with each engine's two convoy histograms."""
 
-    __slots__ = ("_layout", "_values", "t")
-    _layout: _Layout
+    __slots__ = ("_block", "_i", "t")
+    _block: _Block
+    _i: int
 
     def __init__(self, p: Point, hint: PackedPoint | None = None):
         self.t = p.t
-        self._layout = _layout(p, hint._layout if hint is not None else None)
+        layout = _layout(p, hint._block.layout if hint is not None else None)
         values: list[float] = []
         for t in p.totals.values():
             values += (*t.counters.values(), *t.by_source.values(), *t.evidence.values())
             values += (*t.evidence_store_base.values(), *t.ttft_counts, t.store_base)
         for e in p.snapshot.engines:
             values += (*_hist_values(e.lookup_async_delay), *_hist_values(e.queue_time))
-        # bytes, not the array: the cycle collector tracks an array (63,000 of them at 1,000 targets, every
+        # bytes, not an array: the cycle collector tracks an array (63,000 of them at 1,000 targets, every
         # full collection walking each) but not bytes, read back through a memoryview of doubles
-        self._values = array("d", values).tobytes()
+        raw = layout.packer.pack(*values)
+        block = hint._block if hint is not None else None
+        if block is not None and not block.data and hint is not None and hint._i == len(block.vals or ()) - 1:
+            if block.layout is not layout:  # the shape changed: that block ends short, this one starts anew
+                block.seal()
+                block = None
+        else:
+            block = None  # no block filling behind `hint`: this point starts one
+        if block is None or block.vals is None:
+            block = _Block(layout, raw)
+        else:
+            block.vals.append(raw)
+        self._block, self._i = block, len(block.vals or ()) - 1
+        if self._i == BLOCK - 1:
+            block.seal()
+
+    @property
+    def _layout(self) -> _Layout:
+        return self._block.layout
+
+    @property
+    def _values(self) -> bytes:
+        """This point's doubles (decoded from its block if it is sealed)."""
+        return self._block.values(self._i)
 
     @property
     def totals(self) -> Mapping[EngineKey, Totals]:
         return self
 
     def __contains__(self, key: object) -> bool:
-        return key in self._layout.keys
+        return key in self._block.layout.keys
 
     def __iter__(self) -> Iterator[EngineKey]:
-        return iter(self._layout.keys)
+        return iter(self._block.layout.keys)
 
     def __len__(self) -> int:
-        return len(self._layout.keys)
+        return len(self._block.layout.keys)
 
     def get(self, key: EngineKey, default: Any = None) -> Any:  # Mapping.get's try/except, without the raise
-        return self[key] if key in self._layout.keys else default
+        return self[key] if key in self._block.layout.keys else default
 
     def __getitem__(self, key: EngineKey) -> Totals:
-        layout = self._layout
+        layout = self._block.layout
         i = layout.keys[key]
         e = layout.entries[i]
         a, b, c, d, f, g, _ = accumulate(e.spans, initial=layout.starts[i])
-        v = memoryview(self._values).cast("d")
+        v = memoryview(self._block.values(self._i)).cast("d")
         return Totals(
             dict(zip(e.counters, v[a:b])),
             dict(zip(e.by_source, v[b:c])),
@@ -162,8 +248,9 @@ class PackedPoint(Mapping[EngineKey, Totals]):
     def convoy_hists(self, key: EngineKey) -> tuple[Histogram | None, Histogram | None] | None:
         """The engine's (lookup delay, queue time) histograms, as `snapshot` holds them (None: no such
         engine), without building a snapshot: the convoy view reads only these, of the window's start."""
-        v, pos = memoryview(self._values).cast("d"), self._layout.hists
-        for e in self._layout.engines:
+        layout = self._block.layout
+        v, pos = memoryview(self._block.values(self._i)).cast("d"), layout.hists
+        for e in layout.engines:
             delay, pos = _hist(e.delay, v, pos)
             queue, pos = _hist(e.queue, v, pos)
             if e.key == key:
@@ -172,13 +259,14 @@ class PackedPoint(Mapping[EngineKey, Totals]):
 
     @property
     def snapshot(self) -> Snapshot:
-        v, pos = memoryview(self._values).cast("d"), self._layout.hists
+        layout = self._block.layout
+        v, pos = memoryview(self._block.values(self._i)).cast("d"), layout.hists
         engines = []
-        for e in self._layout.engines:
+        for e in layout.engines:
             delay, pos = _hist(e.delay, v, pos)
             queue, pos = _hist(e.queue, v, pos)
             engines.append(EngineSignals(e.key[0], e.key[1], {}, lookup_async_delay=delay, queue_time=queue))
-        return Snapshot(self._layout.generation, tuple(engines))
+        return Snapshot(layout.generation, tuple(engines))
 
 
 def _hist(shape: tuple[tuple[float, ...], int] | None, v: memoryview[float], pos: int) -> tuple[Histogram | None, int]:
