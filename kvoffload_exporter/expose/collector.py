@@ -81,9 +81,9 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     _capacity(x, lb, found)
     if d is None:
         return
-    _convoy(x, e, t.convoy.get(e.key), {**lb, "window": window})
-    x.add_states("kvoffload_state", lb, STATES, d.state if d.state_known else None)  # unknown: every state 0
     wl = {**lb, "window": window}
+    _convoy(x, e, t.convoy.get(e.key), wl)
+    x.add_states("kvoffload_state", lb, STATES, d.state if d.state_known else None)  # unknown: every state 0
     x.add_states("kvoffload_state_reason", wl, STATE_REASONS, found.reason)
     windowed = (
         d.window_seconds,

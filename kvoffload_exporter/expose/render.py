@@ -32,7 +32,6 @@ last space is the series (`name{k="v",...}`), held once. A block of series (`Exp
 (`_RUNS`), where each line's value starts, their values, each family's text: what the fragment holds)."""
 
 _RUNS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-
 _HEADS: Heads = {}  # shared by short-lived expositions; pollers pass their own
 _MAX_HEADS = 50_000
 
@@ -306,7 +305,8 @@ def _changed_runs(
     fresh = list(texts)
     at = 0
     for i, n in enumerate(counts):
-        old, new, cut = was[at : at + n], values[at : at + n], cuts[at : at + n]
+        whole = n == len(was)  # one family, the common case: no slices
+        old, new, cut = (was, values, cuts) if whole else (was[at : at + n], values[at : at + n], cuts[at : at + n])
         at += n
         if old == new:
             continue
