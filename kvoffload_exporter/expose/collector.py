@@ -26,6 +26,7 @@ from kvoffload_exporter.derive.convoy import ConvoyView
 from kvoffload_exporter.derive.findings import EngineFindings, TargetView
 from kvoffload_exporter.derive.procmem import footprint_ratio, growth_step
 from kvoffload_exporter.derive.window import EngineDerived
+from kvoffload_exporter.expose.mergeplan import Frag
 from kvoffload_exporter.expose.render import Exposition, Heads, Spec
 from kvoffload_exporter.ingest.backends.schema import Evidence, EvidenceKey
 from kvoffload_exporter.ingest.snapshot import EngineSignals, GpuMemory, HostMemory, ProcessTreeMemory
@@ -80,9 +81,9 @@ def _engine(x: Exposition, t: TargetView, e: EngineSignals, d: EngineDerived | N
     _capacity(x, lb, found)
     if d is None:
         return
-    _convoy(x, e, t.convoy.get(e.key), {**lb, "window": window})
-    x.add_states("kvoffload_state", lb, STATES, d.state if d.state_known else None)  # unknown: every state 0
     wl = {**lb, "window": window}
+    _convoy(x, e, t.convoy.get(e.key), wl)
+    x.add_states("kvoffload_state", lb, STATES, d.state if d.state_known else None)  # unknown: every state 0
     x.add_states("kvoffload_state_reason", wl, STATE_REASONS, found.reason)
     windowed = (
         d.window_seconds,
@@ -318,7 +319,7 @@ def collect(
     return x.text()
 
 
-def target_fragment(t: TargetView, window: str, heads: Heads | None = None) -> dict[str, str]:
+def target_fragment(t: TargetView, window: str, heads: Heads | None = None) -> Frag:
     """One target's series per family: rebuilt only when that target polls, merged by `render.merge`."""
     x = Exposition(heads)
     _target(x, t, window)
@@ -330,7 +331,7 @@ def shared_fragment(
     gpu: Sequence[GpuMemory] | None,
     collectors: Mapping[str, tuple[bool, float]],
     extras: Sequence[Collector] = (),
-) -> dict[str, str]:
+) -> Frag:
     """Everything that is not one target's: build info, collectors, host/GPU memory, plugins."""
     x = Exposition()
     _shared(x, host, gpu, collectors, extras)

@@ -1,32 +1,70 @@
 """Merging fragments with C loops: one plan per run of fragment shapes, the texts moved by itemgetter and zip.
 
 A fleet's targets send fragments of one shape (the same families, in the same order), so consecutive
-fragments of one shape are read as columns at once (`zip(*map(itemgetter(*families), run))`: one
-tuple per family, the run's texts in fragment order) and a plan, kept per sequence of shapes, picks the
-headers and columns in catalogue order for one `"".join`. Only runs of *consecutive* fragments are
+fragments of one shape are read as columns at once (`zip(*texts)`: one tuple per family, the run's texts
+in fragment order) and a plan, kept per sequence of shapes, picks the headers and columns in catalogue
+order for one `"".join`. A target's fragment is a `Frag`: its families as one tuple shared by every
+fragment of that shape (`shape`), and its texts in that order (`texts`), ~0.5 KiB where a dict of ~50
+families is ~1.6 KiB; any other mapping is read as one. Only runs of *consecutive* fragments are
 grouped, so each family's texts keep the order the fragments were given. Per merge the Python work
 is one step per fragment (its shape) and one per run, not one per family of every fragment.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from operator import itemgetter
 from typing import Any
 
 Texts = Sequence[str]
-Getter = Callable[[Mapping[str, str]], Texts]
+
+_SHAPES: dict[tuple[str, ...], tuple[str, ...]] = {}
+_MAX_SHAPES = 4096
+
+
+def shared_shape(shape: tuple[str, ...]) -> tuple[str, ...]:
+    """The one tuple of these families held for every fragment of that shape (a fleet has a handful)."""
+    held = _SHAPES.get(shape)
+    if held is None:
+        if len(_SHAPES) >= _MAX_SHAPES:
+            _SHAPES.clear()
+        held = _SHAPES[shape] = shape
+    return held
+
+
+class Frag(Mapping[str, str]):
+    """A fragment: family name → its sample lines, as its families (`shape`, shared) and their texts."""
+
+    __slots__ = ("shape", "texts")
+
+    def __init__(self, shape: tuple[str, ...], texts: tuple[str, ...]) -> None:
+        self.shape = shape
+        self.texts = texts
+
+    def __getitem__(self, name: str) -> str:
+        try:
+            return self.texts[self.shape.index(name)]
+        except ValueError:
+            raise KeyError(name) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.shape)
+
+    def __len__(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"Frag({dict(zip(self.shape, self.texts))!r})"
 
 
 class Plan:
-    """For one sequence of shapes: per run its getter, the present families' headers as columns of one
-    text, and the picker of headers and columns in body order."""
+    """For one sequence of shapes: the present families' headers as columns of one text, and the picker
+    of headers and columns in body order."""
 
-    __slots__ = ("getters", "head_texts", "heads", "pick")
+    __slots__ = ("head_texts", "heads", "pick")
 
     def __init__(self, shapes: Sequence[tuple[str, ...]], order: Sequence[str], headers: Mapping[str, str]):
-        self.getters = tuple(_getter(shape) for shape in shapes)
         where: dict[str, list[int]] = {}
         column = 0
         for shape in shapes:
@@ -44,13 +82,6 @@ class Plan:
         self.pick: Callable[[Sequence[Any]], Iterable[Any]] = itemgetter(*picks) if picks else lambda _: ()
 
 
-def _getter(shape: tuple[str, ...]) -> Getter:
-    if len(shape) == 1:
-        name = shape[0]
-        return lambda frag: (frag[name],)
-    return itemgetter(*shape)
-
-
 class Merger:
     """`merge` with its plans (a handful per process: shapes repeat from one poll to the next), bounded."""
 
@@ -62,19 +93,22 @@ class Merger:
 
     def __call__(self, fragments: Iterable[Mapping[str, str]], openmetrics: bool, tail: Sequence[str]) -> str:
         shapes: list[tuple[str, ...]] = []
-        runs: list[list[Mapping[str, str]]] = []
+        runs: list[list[Texts]] = []
         last: tuple[str, ...] = ()
-        run: list[Mapping[str, str]] = []
+        run: list[Texts] = []
         all_single = True
         for frag in fragments:
-            shape = tuple(frag)
+            if type(frag) is Frag:
+                shape, texts = frag.shape, frag.texts
+            else:
+                shape, texts = tuple(frag), tuple(frag.values())
             if not shape:  # an empty fragment adds nothing
                 continue
-            if shape == last:
-                run.append(frag)
+            if shape is last or shape == last:
+                run.append(texts)
                 all_single = False
             else:
-                last, run = shape, [frag]
+                last, run = shape, [texts]
                 shapes.append(shape)
                 runs.append(run)
         key = (openmetrics, *shapes)
@@ -84,14 +118,14 @@ class Merger:
                 self._plans.clear()
             plan = self._plans[key] = Plan(shapes, self._order, self._headers[openmetrics])
         if all_single:  # every run one fragment (a /probe, one target): its texts are the columns themselves
-            texts = list(plan.head_texts)
-            for get, (frag,) in zip(plan.getters, runs):
-                texts += get(frag)
-            return "".join((*plan.pick(texts), *tail))
+            single = list(plan.head_texts)
+            for (one,) in runs:
+                single += one
+            return "".join((*plan.pick(single), *tail))
         columns = list(plan.heads)
-        for get, frags in zip(plan.getters, runs):
-            columns += zip(*map(get, frags))
+        for texts_of_run in runs:
+            columns += zip(*texts_of_run)
         return "".join(chain(chain.from_iterable(plan.pick(columns)), tail))
 
 
-__all__ = ["Merger", "Plan"]
+__all__ = ["Frag", "Merger", "Plan", "shared_shape"]

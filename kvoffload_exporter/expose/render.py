@@ -15,7 +15,7 @@ from typing import Any
 
 from kvoffload_exporter.catalogue import CATALOGUE, Metric
 from kvoffload_exporter.enums import MetricType
-from kvoffload_exporter.expose.mergeplan import Merger
+from kvoffload_exporter.expose.mergeplan import Frag, Merger, shared_shape
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -28,8 +28,10 @@ Heads = dict[tuple[Hashable, ...], tuple[Any, ...]]
 fixed per name, and most series repeat their value from one poll to the next; the line's text before its
 last space is the series (`name{k="v",...}`), held once. A block of series (`Exposition.block`) is held as
 ("\0", name, key...) → (its lines, its inputs); series written together (`Exposition.series`) as
-("\1", key...) → (their families, their values, their lines, where each line's value starts)."""
+("\1", key...) → (their families and the series of each (None: one each), both held once for every target
+(`_RUNS`), where each line's value starts, their values, each family's text: what the fragment holds)."""
 
+_RUNS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _HEADS: Heads = {}  # shared by short-lived expositions; pollers pass their own
 _MAX_HEADS = 50_000
 
@@ -128,6 +130,8 @@ class Exposition:
                 self._heads = heads
             rec = ("".join(out[n:]), inputs)
             del out[n:]
+            if not out:  # a fragment's families each have a text
+                del self._lines[name]
             heads[k] = rec
         if rec[0]:
             self._lines.setdefault(name, []).append(rec[0])
@@ -145,34 +149,40 @@ class Exposition:
         time, or when a series that had no value gets one."""
         k = ("\1", *key)
         rec = self._heads.get(k)
-        if rec is None or len(rec[1]) != len(values):
-            names, lines = self._new_series(k, values, specs)
-        elif rec[1] != values:
-            names, was, lines, cuts = rec
-            fresh = list(lines)
-            for i, (w, v) in enumerate(zip(was, values)):
-                if w == v:  # equal values format alike (0.0 and -0.0 both as "0.0")
-                    continue
-                if v is None or v - v != 0.0:
-                    fresh[i] = ""
-                elif fresh[i]:
-                    fresh[i] = f"{fresh[i][: cuts[i]]}{format_value(v)}\n"
-                else:  # the series had no value: its text is written from its labels again
-                    names, lines = self._new_series(k, values, specs)
-                    break
+        if rec is None or len(rec[3]) != len(values):
+            names, texts = self._new_series(k, values, specs)
+        elif rec[3] != values:
+            names, counts, cuts, was, texts = rec
+            if counts is None:  # one series per family: texts[i] is series i's line
+                lines = list(texts)
+                fresh: list[str] | None = lines
+                for i, (w, v) in enumerate(zip(was, values)):
+                    if w == v:  # equal values format alike (0.0 and -0.0 both as "0.0")
+                        continue
+                    if v is None or v - v != 0.0:
+                        lines[i] = ""
+                    elif lines[i]:
+                        lines[i] = f"{lines[i][: cuts[i]]}{format_value(v)}\n"
+                    else:  # the series had no value: its text is written from its labels again
+                        fresh = None
+                        break
             else:
-                lines = tuple(fresh)
-                self._heads[k] = (names, values, lines, cuts)
+                fresh = _changed_runs(texts, counts, cuts, was, values)
+            if fresh is None:
+                names, texts = self._new_series(k, values, specs)
+            else:
+                texts = tuple(fresh)
+                self._heads[k] = (names, counts, cuts, values, texts)
         else:
-            names, lines = rec[0], rec[2]
+            names, texts = rec[0], rec[4]
         get = self._lines.get
-        for name, line in zip(names, lines):
-            if line:  # "": no value this time
+        for name, text in zip(names, texts):
+            if text:  # "": no value this time
                 out = get(name)
                 if out is None:
-                    self._lines[name] = [line]
+                    self._lines[name] = [text]
                 else:
-                    out.append(line)
+                    out.append(text)
 
     def _new_series(
         self,
@@ -183,22 +193,37 @@ class Exposition:
         rows = specs()
         if len(rows) != len(values):
             raise ValueError(f"{len(values)} values for {len(rows)} series")
-        lines, cuts = [], []
-        for (_, sample, labels), v in zip(rows, values):
+        names: list[str] = []
+        counts: list[int] = []
+        cuts: list[int] = []
+        texts: list[str] = []
+        for (family, sample, labels), v in zip(rows, values):
             if tuple(labels) != _SAMPLE_LABELS.get(sample):
                 raise ValueError(f"{sample}: labels {tuple(labels)} != catalogue {_SAMPLE_LABELS.get(sample)}")
             if v is None or v - v != 0.0:
-                lines.append("")
-                cuts.append(0)
+                line, cut = "", 0
             else:
                 head = f"{_head(sample, labels)} "
-                lines.append(f"{head}{format_value(v)}\n")
-                cuts.append(len(head))
-        names, text = tuple(family for family, _, _ in rows), tuple(lines)
+                line, cut = f"{head}{format_value(v)}\n", len(head)
+            cuts.append(cut)
+            if names and names[-1] == family:  # the family's series in a row: one text, as the fragment holds it
+                counts[-1] += 1
+                texts[-1] += line
+            else:
+                names.append(family)
+                counts.append(1)
+                texts.append(line)
+        runs = (tuple(names), None if len(names) == len(rows) else tuple(counts))
+        shared = _RUNS.get(runs)
+        if shared is None:
+            if len(_RUNS) >= 4096:
+                _RUNS.clear()
+            shared = _RUNS[runs] = runs
         if len(self._heads) > _MAX_HEADS:
             self._heads.clear()
-        self._heads[k] = (names, values, text, tuple(cuts))
-        return names, text
+        text = tuple(texts)
+        self._heads[k] = (*shared, tuple(cuts), values, text)
+        return shared[0], text
 
     def add_histogram(
         self,
@@ -259,11 +284,56 @@ class Exposition:
         self._heads[key] = (line, value)
         return line
 
-    def fragment(self) -> dict[str, str]:
-        return {name: "".join(lines) for name, lines in self._lines.items() if lines}  # one line: itself
+    def fragment(self) -> Frag:
+        # every list holds a text (`block` leaves none empty); one text is itself joined
+        return Frag(shared_shape(tuple(self._lines)), tuple(map("".join, self._lines.values())))
 
     def text(self) -> str:
         return merge([self.fragment()])
+
+
+def _changed_runs(
+    texts: tuple[str, ...],
+    counts: tuple[int, ...],
+    cuts: tuple[int, ...],
+    was: tuple[float | None, ...],
+    values: tuple[float | None, ...],
+) -> list[str] | None:
+    """Families of several series in a row: each family's text written again from its lines (a raw newline
+    ends each line: label values escape theirs) where one of its values changed ("" without one), or None
+    when a series that had no line gets a value."""
+    fresh = list(texts)
+    at = 0
+    for i, n in enumerate(counts):
+        whole = n == len(was)  # one family, the common case: no slices
+        old, new, cut = (was, values, cuts) if whole else (was[at : at + n], values[at : at + n], cuts[at : at + n])
+        at += n
+        if old == new:
+            continue
+        lines = texts[i].split("\n")  # its lines, then "" after the last newline
+        gone = False
+        if len(lines) > n:  # every series had a line (the common case): line j is series j's
+            for j, (w, v) in enumerate(zip(old, new)):
+                if w != v:
+                    if v is None or v - v != 0.0:
+                        lines[j], gone = "", True
+                    else:
+                        lines[j] = f"{lines[j][: cut[j]]}{format_value(v)}"
+        else:
+            k = 0
+            for w, v, c in zip(old, new, cut):
+                if w is None or w - w != 0.0:  # no line
+                    if v is not None and v - v == 0.0:
+                        return None
+                    continue
+                if w != v:
+                    if v is None or v - v != 0.0:
+                        lines[k], gone = "", True
+                    else:
+                        lines[k] = f"{lines[k][:c]}{format_value(v)}"
+                k += 1
+        fresh[i] = "".join(f"{line}\n" for line in lines if line) if gone else "\n".join(lines)
+    return fresh
 
 
 def _help(m: Metric, openmetrics: bool) -> str:
