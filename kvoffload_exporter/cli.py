@@ -79,7 +79,11 @@ def _parsers(p: argparse.ArgumentParser, command: str | None = None) -> list[arg
     return found
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser. `command` (the first word of the command line): when it names a sub-command, only
+    that command's module is imported and registered, so `serve` does not load the simulator, the canary
+    check or the bundle (their modules are resident for the life of the process); otherwise every command is
+    (the top-level help lists them)."""
     parser = Parser(
         prog="kvoffload-exporter",
         description="Prometheus exporter, canary and dashboards for vLLM KV-cache offloading.",
@@ -87,14 +91,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__} (revision {revision()})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # Each module in kvoffload_exporter/commands/ registers one sub-command: new commands need no edit here.
-    mods = [importlib.import_module(f"{commands.__name__}.{m.name}") for m in pkgutil.iter_modules(commands.__path__)]
+    # A module registers the command of its own name (tests/test_import_graph.py checks it).
+    names = [m.name for m in pkgutil.iter_modules(commands.__path__)]
+    mods = [importlib.import_module(f"{commands.__name__}.{n}") for n in ([command] if command in names else names)]
     for mod in sorted(mods, key=lambda m: getattr(m, "ORDER", 100)):
         mod.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv[0] if argv else None)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -2,7 +2,8 @@
 
 The plugin gets the exporter as a `plugins.PluginHost` and the shared HTTP session
 (app.make_app(plugins=...)): it adds the `kvoffload_canary_*` samples as a collector, spawns each
-engine's loop as an exporter task and reports the `canary` collector's health after every cycle.
+engine's loop as an exporter task and reports the `canary` collector's health after every cycle. Only the
+flags and settings are imported with `serve`; the engine and its collector when the canary is enabled.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import secrets
 from collections.abc import Mapping
 
 from kvoffload_exporter.canary.config import CanarySettings, check
-from kvoffload_exporter.canary.expose import CanaryCollector
 from kvoffload_exporter.canary.wire.secrets import load_api_key, load_or_create_secret
 from kvoffload_exporter.config.flags import add_flags, overrides
 from kvoffload_exporter.config.schema import apply
@@ -64,6 +64,7 @@ def make_plugin(settings: CanarySettings) -> Plugin:
         from kvoffload_exporter.canary import schedule
         from kvoffload_exporter.canary.cycle.engine import CanaryEngine
         from kvoffload_exporter.canary.cycle.plan import Prompts
+        from kvoffload_exporter.canary.expose import CanaryCollector
         from kvoffload_exporter.canary.wire.client import CanaryClient
 
         client = CanaryClient(session, api_key, request_timeout=settings.request_timeout)

@@ -21,11 +21,11 @@ from kvoffload_exporter.config.settings import Config, TargetConfig
 from kvoffload_exporter.expose.selfmon import SelfStats
 from kvoffload_exporter.ingest.snapshot import GpuMemory, HostMemory
 from kvoffload_exporter.server.targetpoller import TargetPoller
-from kvoffload_exporter.sources import host as host_source
 from kvoffload_exporter.sources.vllm_http import Client, PollClient
 
 if TYPE_CHECKING:
     from kvoffload_exporter.sources.gpu import Nvml
+    from kvoffload_exporter.sources.host import SmapsCache
 
 log = logging.getLogger("kvoffload.poller")
 
@@ -73,7 +73,6 @@ class Scheduler:
         self._rng = rng or random.Random()  # unseeded: replicas must not start in lockstep
         self._tasks: list[asyncio.Task[None]] = []
         self._nvml: Nvml | None = None  # once started (imported lazily: pynvml only where --collector.gpu)
-        self._smaps = host_source.SmapsCache()
 
     async def poll(self, poller: TargetPoller, session: Client) -> None:
         """One poll of any target (configured or probed) through the bounded slots."""
@@ -125,19 +124,24 @@ class Scheduler:
             await asyncio.sleep(0.5)
             self.fleet.stats.loop_lag.append(max(0.0, self.timer() - started - 0.5))
 
-    def _read_host(self) -> HostMemory:
+    def _read_host(self, smaps: SmapsCache) -> HostMemory:
+        from kvoffload_exporter.sources import host as host_source  # imported by _host_loop, in the loop's thread
+
         targets, config = self.fleet.targets, self.fleet.config
         pids = [(t.cfg.label, host_source.pids_for(t.cfg.pid, t.cfg.pidfile, t.cfg.local_port)) for t in targets]
         tiers = {t.cfg.label: b for t in targets if (b := t.view.total_tier_bytes) is not None}
-        return host_source.read_host(config.proc_root, config.cgroup_root, pids, config.cgroup, tiers, self._smaps)
+        return host_source.read_host(config.proc_root, config.cgroup_root, pids, config.cgroup, tiers, smaps)
 
     async def _host_loop(self) -> None:
+        from kvoffload_exporter.sources.host import SmapsCache  # psutil (2 MiB): only where --collector.host
+
         fleet = self.fleet
+        smaps = SmapsCache()
         while True:
             started = self.timer()
             host: HostMemory | None
             try:
-                host, ok = await asyncio.to_thread(self._read_host), True
+                host, ok = await asyncio.to_thread(self._read_host, smaps), True
             except Exception as e:  # a broken /proc or psutil must not stop the vLLM collector
                 log.warning("host collector failed: %s", e)
                 host, ok = None, False

@@ -98,8 +98,18 @@ class TargetPoller:
         self._lines = LineCache()  # the series this target sent before, read with one lookup each
         self._scrub: tuple[int, Scrubber | None] = (-1, None)
         self.scrub  # noqa: B018  # built now: its credentials are known to every exit before the first poll
-        self.polled = asyncio.Event()  # set once the first poll finished (a /probe of a new target waits)
+        self._polled: asyncio.Event | None = None  # made when a /probe first waits (`polled`)
         self._history_time = HistoryClock()  # the wall clock, never stepping back or a day forward
+
+    @property
+    def polled(self) -> asyncio.Event:
+        """Set once the first poll finished (a /probe of a new target waits on it). Made when first asked
+        for: a target polled on its schedule never needs it (an Event and its deque, 0.8 KiB a target)."""
+        if self._polled is None:
+            self._polled = asyncio.Event()
+            if self.polls:
+                self._polled.set()
+        return self._polled
 
     @property
     def scrub(self) -> Scrubber | None:
@@ -244,7 +254,8 @@ class TargetPoller:
             hold.release()
             self.polls += 1
             self.last_poll = self.timer()
-            self.polled.set()
+            if self._polled is not None:
+                self._polled.set()
         if join_error is not None:
             self._extra_failed("", join_error, "bodies (read with vLLM's)")
         self._succeeded(parsed, len(text), version, now, started, wall)

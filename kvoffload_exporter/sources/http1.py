@@ -38,7 +38,13 @@ class Stale(Exception):
 class Conn(asyncio.Protocol):
     """One connection's bytes: appended to `buf` as they arrive, the reader woken once `want` bytes are
     there or nothing more can come. While a body is read, each arriving byte is charged to `hold` and
-    the buffer is capped (`cap`): the poll fails there and then, before the rest is buffered."""
+    the buffer is capped (`cap`): the poll fails there and then, before the rest is buffered. Slotted: an
+    open connection per origin (a fleet of 1,000 targets, 1,000 of them) keeps no attribute dict."""
+
+    __slots__ = (
+        *("buf", "busy", "cap", "cap_error", "done", "failure", "hold", "idle_since", "loop", "lost"),
+        *("transport", "waiter", "want"),
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
