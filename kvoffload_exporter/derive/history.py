@@ -143,6 +143,8 @@ class _Block:
         """Point `i`'s doubles, decoding the sealed block if it is not cached from point `i - 1` on."""
         vals = self.vals
         if vals is not None and (got := vals[i]) is not None:
+            if i >= 2 and self.data:  # decoded: the reader has moved past point i - 2 (it reads i - 1 at most)
+                vals[i - 2] = None
             return got
         n = self.layout.packer.size
         if not n:

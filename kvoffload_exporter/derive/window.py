@@ -340,6 +340,18 @@ def window_start(history: Sequence[Mark], now: float, window: float) -> Mark:
     return history[-1]
 
 
+def _anchor(history: Sequence[Mark], edge: float, key: EngineKey) -> Mark | None:
+    """The newest point at or before `edge` that holds `key`. The history is oldest-first, so these points
+    are its front (one or two as the window slides): scanned from the left, never all of it."""
+    anchor = None
+    for p in history:
+        if p.t > edge:
+            break
+        if key in p.totals:
+            anchor = p
+    return anchor
+
+
 def derive(history: Sequence[Mark], now: float, window: float) -> dict[EngineKey, EngineDerived]:
     """Windowed derivations for every engine of the newest point that has an earlier one (a window needs
     two samples: an engine seen once is left out, so nothing is claimed for it). `history` is oldest-first."""
@@ -355,8 +367,7 @@ def derive(history: Sequence[Mark], now: float, window: float) -> dict[EngineKey
             first = next((p for p in reversed(history) if p.t < start.t and key in p.totals), None)
         if first is None:  # one sample: no window yet, so no state (never `idle`, which claims no traffic)
             continue
-        anchor = next((p for p in reversed(history) if p.t <= now - window and key in p.totals), None)
-        out[key] = compare(first, end, key, anchor)
+        out[key] = compare(first, end, key, _anchor(history, now - window, key))
     return out
 
 
