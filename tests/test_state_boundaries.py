@@ -8,6 +8,8 @@ the state thresholds of derive (chunk, MIN_PREFILL_TOKENS, "> 0" on loads and st
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from kvoffload_exporter.derive.reasons import NO_REUSE_HIT_RATIO, CanaryFacts, explain
@@ -180,3 +182,25 @@ def test_a_missing_load_or_external_hit_family_is_metric_missing(absent: str, wa
     fixture chain only leaves out the load family). Queries that grow and a hits family that is not
     exported say nothing about the lookup: the hits may happen unseen."""
     assert explain(store_without_load(1e6, 0.0), ENGINE, FAMILIES - {absent}) == want
+
+
+def test_the_anchor_is_read_only_when_reuse_makes_it_decide() -> None:
+    """`stored_before` as a callable (compare passes one: it reads a packed point) is asked only for a
+    storing engine with reuse, never for a hit, idle or a store without reuse; and it decides there."""
+    asked: list[bool] = []
+
+    def before(answer: bool) -> Callable[[], bool]:
+        def ask() -> bool:
+            asked.append(answer)
+            return answer
+
+        return ask
+
+    hit = {S.OFFLOAD_LOAD_BYTES: 1.0, S.OFFLOAD_STORE_BYTES: 1.0, S.GPU_PREFIX_HITS: 1.0}
+    assert evidence_state(True, hit, {}, before(True), {}, CHUNK) == State.HIT
+    assert evidence_state(True, {S.OFFLOAD_STORE_BYTES: 1.0}, {}, before(True), {}, CHUNK) == State.STORING
+    assert asked == []
+    reuse = {S.OFFLOAD_STORE_BYTES: 1.0, S.GPU_PREFIX_HITS: 1.0}
+    assert evidence_state(True, reuse, {}, before(True), {}, CHUNK) == State.STORE_WITHOUT_LOAD
+    assert evidence_state(True, reuse, {}, before(False), {}, CHUNK) == State.STORING
+    assert asked == [True, False]

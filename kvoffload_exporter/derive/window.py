@@ -15,7 +15,7 @@ is filling and the state is `storing`. An engine seen in one poll only has no wi
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import add, sub
 from typing import Protocol, TypeVar
@@ -212,14 +212,15 @@ def evidence_state(
     configured: bool,
     deltas: Mapping[Signal, float],
     by_source: Mapping[str, float],
-    stored_before: bool = True,
+    stored_before: bool | Callable[[], bool] = True,
     evidence: Mapping[EvidenceKey, float] | None = None,
     chunk: float | None = None,
 ) -> State:
     """not_configured → hit (loads) → not_storing (no stores although the engine computed more prompt
     tokens than one offload chunk, and at least MIN_PREFILL_TOKENS) → idle (nothing moved) →
     store_without_load (stores while the workload shows reuse: GPU prefix hits or cache-hit tokens, and
-    the tier already held stores before the window: `stored_before`) → storing (also the warm-up state).
+    the tier already held stores before the window: `stored_before`, or a callable asked only here: it reads
+    a packed point, which most polls never need) → storing (also the warm-up state).
     Loads and stores are the backend's own in any unit (bytes, blocks, chunks, tokens: ingest.backends)
     or the offload bytes. A GPU-hit revisit computes only its last block: it stays idle."""
     if not configured:
@@ -235,7 +236,10 @@ def evidence_state(
         or deltas.get(Signal.EXTERNAL_PREFIX_HITS, 0.0) > 0
         or any(by_source.get(s, 0.0) > 0 for s in REUSE_SOURCES)
     )
-    return State.STORE_WITHOUT_LOAD if reuse and stored_before else State.STORING
+    if not reuse:
+        return State.STORING
+    held = stored_before() if callable(stored_before) else stored_before
+    return State.STORE_WITHOUT_LOAD if held else State.STORING
 
 
 _RATIO_UNITS = (NativeUnit.BYTES, NativeUnit.BLOCKS, NativeUnit.CHUNKS, NativeUnit.TOKENS)
@@ -313,7 +317,7 @@ def compare(start: Mark | None, end: Mark, key: EngineKey, anchor: Mark | bool |
             configured,
             d,
             by_source,
-            stored_before(start if anchor is True else anchor or None, end, key),
+            lambda: stored_before(start if anchor is True else anchor or None, end, key),
             ev,
             chunk_tokens(cur) if cur else None,
         ),
