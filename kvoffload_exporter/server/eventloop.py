@@ -1,9 +1,9 @@
 """Which event loop a long-running command runs on: uvloop where it is installed, else asyncio's own.
 
-At 1,000 polled targets a fifth of the exporter's CPU was asyncio's pure-Python machinery: the selector
-loop's `_run_once`, the socket transports' reads and writes, a `TimerHandle` and a task step or two a
-poll. uvloop (libuv, in C) does the same work behind the same API: the same command took 0.68 → 0.60 ms of
-CPU a poll (docs/performance.md). It is a dependency where it builds (not on Windows); `auto` falls back to
+At 1,000 polled targets a fifth of the exporter's samples were asyncio's pure-Python machinery: the selector
+loop's `_run_once`, the socket transports' reads and writes, a `TimerHandle` and a task step or two a poll.
+uvloop (libuv, in C) does the same work behind the same API: ~9 % less CPU a whole poll in one process
+(`bench/event_loop.py`; docs/performance.md). It is a dependency where it builds (not on Windows); `auto` falls back to
 asyncio when it is missing, `asyncio` asks for asyncio's loop whatever is installed, `uvloop` refuses to
 start without it. Nothing in the exporter depends on the loop's kind (the transports are used through
 `asyncio.Transport`'s methods only)."""
