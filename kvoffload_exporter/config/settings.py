@@ -186,10 +186,10 @@ class Config:
     )  # per-target caps (kvoffload_exporter.config.limits); targets may override
     max_concurrent_polls: int = setting(64, integer(1), "polls in flight at once; the rest wait for a slot")
     event_loop: str = setting(
-        "auto",
-        choice("auto", "uvloop", "asyncio"),
-        "the event loop: auto is uvloop where it is installed (a dependency on Linux and macOS), else asyncio's "
-        "own; changes only on restart",
+        "asyncio",
+        choice("asyncio", "uvloop", "auto"),
+        "the event loop: asyncio's own, uvloop (pip install 'kvoffload-exporter[uvloop]'), or auto (uvloop where "
+        "it is installed); changes only on restart",
         flag="--runtime.event-loop",
         metavar="LOOP",
     )

@@ -1,12 +1,13 @@
-"""Which event loop a long-running command runs on: uvloop where it is installed, else asyncio's own.
+"""Which event loop a long-running command runs on: asyncio's own by default, uvloop when asked for.
 
-At 1,000 polled targets a fifth of the exporter's samples were asyncio's pure-Python machinery: the selector
-loop's `_run_once`, the socket transports' reads and writes, a `TimerHandle` and a task step or two a poll.
-uvloop (libuv, in C) does the same work behind the same API: ~9 % less CPU a whole poll in one process
-(`bench/event_loop.py`; docs/performance.md). It is a dependency where it builds (not on Windows); `auto` falls back to
-asyncio when it is missing, `asyncio` asks for asyncio's loop whatever is installed, `uvloop` refuses to
-start without it. Nothing in the exporter depends on the loop's kind (the transports are used through
-`asyncio.Transport`'s methods only)."""
+At 1,000 polled targets a tenth of the exporter's samples were asyncio's pure-Python machinery (the selector
+loop's `_run_once`, a `TimerHandle` and a task step or two a poll). uvloop (libuv, in C) does the same work
+behind the same API: ~6 % less CPU a whole poll in one process (`bench/event_loop.py`; docs/performance.md).
+It is opt-in (`pip install 'kvoffload-exporter[uvloop]'`, then `uvloop`, or `auto`: uvloop where installed)
+because on it the real-Prometheus canary scenario (tests/test_prometheus_e2e.py) missed its output-mismatch
+alert in 2 of 3 runs, while the same exporter counted the mismatches when run alone; asyncio's loop passed.
+`uvloop` refuses to start without it. The listener and the poll client use the transports through
+`asyncio.Transport`'s methods only, and their tests run on both loops."""
 
 from __future__ import annotations
 
