@@ -470,6 +470,7 @@ def observed(stack: Stack) -> dict[str, Any]:
         {"job": FAULTS, "target": "store-without-load"},
     )
     seen, series, restarted = _poll(stack, pending)
+    why = {key: _raw(stack, pending[key]) for key in sorted(pending) if key.startswith("alert ")}
     healthy_alerts = stack.query(f'count_over_time(ALERTS{{job="{HEALTHY}"}}[10m])')
     print("seconds until each scenario showed up:", json.dumps(seen, indent=1))
     return {
@@ -481,11 +482,24 @@ def observed(stack: Stack) -> dict[str, Any]:
         "healthy_alerts": healthy_alerts,
         "elapsed": time.monotonic() - stack.started,
         "logs": stack.logs(),
+        "why": why,
+    }
+
+
+def _raw(stack: Stack, pending: tuple[str, dict[str, str]]) -> dict[str, Any]:
+    """What Prometheus holds of each series a missing alert reads, for its scenario's labels: the failure says
+    whether the exporter never exported it, or exported it and the rule did not match."""
+    expr, want = pending
+    labels = ",".join(f'{k}="{v}"' for k, v in want.items())
+    return {
+        name: [(r["metric"].get("pair", ""), r["value"][1]) for r in stack.query(f"{name}{{{labels}}}")]
+        for name in sorted(set(re.findall(r"kvoffload_[a-z_]+", expr)))
     }
 
 
 def test_every_dashboard_and_rule_query_returns_data_in_its_scenario(observed):
-    assert not observed["missing"], "\n".join(observed["missing"]) + "\n" + observed["logs"]
+    why = json.dumps(observed["why"], indent=1)
+    assert not observed["missing"], "\n".join(observed["missing"]) + "\n" + why + "\n" + observed["logs"]
 
 
 def test_store_without_load_fault_fires_the_alert(observed):
