@@ -4,8 +4,8 @@ At 1,000 polled targets a tenth of the exporter's samples were asyncio's pure-Py
 loop's `_run_once`, a `TimerHandle` and a task step or two a poll). uvloop (libuv, in C) does the same work
 behind the same API: ~6 % less CPU a whole poll in one process (`bench/event_loop.py`; docs/performance.md).
 It is opt-in (`pip install 'kvoffload-exporter[uvloop]'`, then `uvloop`, or `auto`: uvloop where installed)
-because on it the real-Prometheus canary scenario (tests/test_prometheus_e2e.py) missed its output-mismatch
-alert in 2 of 3 runs, while the same exporter counted the mismatches when run alone; asyncio's loop passed.
+because the real-Prometheus canary scenario (tests/test_prometheus_e2e.py) missed its output-mismatch alert
+while it was the default; the same miss later came on asyncio's loop too, so the cause is not settled yet.
 `uvloop` refuses to start without it. The listener and the poll client use the transports through
 `asyncio.Transport`'s methods only, and their tests run on both loops."""
 
