@@ -6,6 +6,7 @@ from collections import deque
 from pathlib import Path
 
 import pytest
+from support.bodies import two_engines
 
 from kvoffload_exporter.derive import convoy, history
 from kvoffload_exporter.derive import window as derive
@@ -118,20 +119,10 @@ def test_a_target_keeps_sharing_its_layout_when_the_shared_table_starts_over(mon
     assert len(layouts) == 1
 
 
-def _two_engines(text: str) -> str:
-    """`text` with every engine "0" series repeated for engine "1", its values doubled (still cumulative)."""
-    more = [
-        f"{line.rpartition(' ')[0]} {2 * float(line.rpartition(' ')[2])!r}".replace('engine="0"', 'engine="1"')
-        for line in text.splitlines()
-        if 'engine="0"' in line and not line.startswith("#")
-    ]
-    return text + "\n".join(more) + "\n"
-
-
 def test_a_packed_point_gives_each_engine_its_own_convoy_histograms() -> None:
     """Two engines (data parallel), each with both histograms: each engine's own pair, by its position."""
     text = (Path(__file__).parent / "fixtures" / "reconstructed" / "tiering-0.33" / "after-hit.prom").read_text()
-    snap = normalise(_two_engines(text))
+    snap = normalise(two_engines(text))
     q = pack(derive.advance(None, snap, 0.0))
     assert isinstance(q, PackedPoint) and len(snap.engines) == 2
     for e in snap.engines:

@@ -10,6 +10,7 @@ from collections import Counter, deque
 from pathlib import Path
 
 import pytest
+from support.bodies import two_engines
 
 from kvoffload_exporter.derive import convoy, history
 from kvoffload_exporter.derive import window as derive
@@ -89,19 +90,10 @@ def test_every_place_in_a_block_reads_back_its_own_numbers() -> None:
         _assert_reads_back(m, p)
 
 
-def _two_engines(text: str) -> str:
-    more = [
-        f"{line.rpartition(' ')[0]} {2 * float(line.rpartition(' ')[2])!r}".replace('engine="0"', 'engine="1"')
-        for line in text.splitlines()
-        if 'engine="0"' in line and not line.startswith("#")
-    ]
-    return text + "\n".join(more) + "\n"
-
-
 def test_a_layout_change_mid_block_ends_the_block_short() -> None:
     texts = _grown(16)
     shapes = [0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0]  # engine "1" comes and goes
-    points = _chain([_two_engines(t) if s else t for t, s in zip(texts, shapes)])
+    points = _chain([two_engines(t) if s else t for t, s in zip(texts, shapes)])
     h: deque[Mark] = deque()
     for p in points:
         history.push(h, p)

@@ -17,6 +17,8 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any
 
+from kvoffload_exporter.ingest.interning import held
+
 Texts = Sequence[str]
 
 _SHAPES: dict[tuple[str, ...], tuple[str, ...]] = {}
@@ -25,12 +27,7 @@ _MAX_SHAPES = 4096
 
 def shared_shape(shape: tuple[str, ...]) -> tuple[str, ...]:
     """The one tuple of these families held for every fragment of that shape (a fleet has a handful)."""
-    held = _SHAPES.get(shape)
-    if held is None:
-        if len(_SHAPES) >= _MAX_SHAPES:
-            _SHAPES.clear()
-        held = _SHAPES[shape] = shape
-    return held
+    return held(_SHAPES, shape, _MAX_SHAPES)
 
 
 class Frag(Mapping[str, str]):

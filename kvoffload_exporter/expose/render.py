@@ -16,6 +16,7 @@ from typing import Any
 from kvoffload_exporter.catalogue import CATALOGUE, Metric
 from kvoffload_exporter.enums import MetricType
 from kvoffload_exporter.expose.mergeplan import Frag, Merger, shared_shape
+from kvoffload_exporter.ingest.interning import held
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
@@ -214,11 +215,7 @@ class Exposition:
                 counts.append(1)
                 texts.append(line)
         runs = (tuple(names), None if len(names) == len(rows) else tuple(counts))
-        shared = _RUNS.get(runs)
-        if shared is None:
-            if len(_RUNS) >= 4096:
-                _RUNS.clear()
-            shared = _RUNS[runs] = runs
+        shared = held(_RUNS, runs, 4096)
         if len(self._heads) > _MAX_HEADS:
             self._heads.clear()
         text = tuple(texts)

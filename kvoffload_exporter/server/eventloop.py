@@ -16,7 +16,6 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-LOOPS = ("auto", "uvloop", "asyncio")
 
 
 class LoopUnavailable(RuntimeError):
@@ -24,7 +23,7 @@ class LoopUnavailable(RuntimeError):
 
 
 def factory(choice: str) -> tuple[str, Callable[[], asyncio.AbstractEventLoop] | None]:
-    """(the loop's name, its factory; None: asyncio's default) for a `choice` of LOOPS."""
+    """(the loop's name, its factory; None: asyncio's default) for the setting `event_loop`'s choice."""
     if choice == "asyncio":
         return "asyncio", None
     try:
@@ -47,4 +46,4 @@ def current() -> str:
     return "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
 
 
-__all__ = ["LOOPS", "LoopUnavailable", "current", "factory", "run"]
+__all__ = ["LoopUnavailable", "current", "factory", "run"]
