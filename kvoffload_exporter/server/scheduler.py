@@ -1,10 +1,10 @@
 """When things are read: one poll loop per target, the host and GPU loops, staleness and loop-lag checks.
 
 Polls start in waves (WAVE): the fleet is spread over the interval in groups, not one target at a time;
-the number of polls in flight is bounded by the poll slots,
-and parsing runs in a worker thread (kvoffload_exporter.server.targetpoller) so the event loop keeps
-answering scrapes while it runs. Every loop sleeps on the injected timer's schedule and tells the fleet
-that something changed; what the fleet serves is not its concern.
+the number of polls in flight is bounded by the poll slots, and a large body is parsed in a worker thread
+(kvoffload_exporter.server.targetpoller) so the event loop keeps answering scrapes while it runs. Every
+loop sleeps on the injected timer's schedule and tells the fleet that something changed; what the fleet
+serves is not its concern.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class Scheduler:
     async def target_loop(self, poller: TargetPoller, session: Client, first: bool = True) -> None:
         """Poll `poller` every `poll_interval` (read each round, so a reload applies) on the injected timer."""
         # First poll at once (through the slots, so a big fleet starts in batches): `up` must not read 0
-        # before a target was ever polled. Then a random phase spreads the fleet over the interval.
+        # before a target was ever polled. Then it joins a random one of the interval's waves and keeps it.
         fleet = self.fleet
         if first:
             await self.poll(poller, session)
