@@ -251,7 +251,7 @@ local groups = [
    },
    {
     "alert": "KVOffloadOutputMismatch",
-    "expr": "increase(kvoffload_canary_output_mismatches_total{mixinselector=\"S90999\"}[90028s]) > 0",
+    "expr": "increase(kvoffload_canary_output_mismatches_total{mixinselector=\"S90999\"}[90028s]) > 0\nor\n(kvoffload_canary_output_mismatches_total{mixinselector=\"S90999\"} > 0 unless present_over_time(kvoffload_canary_output_mismatches_total{mixinselector=\"S90999\"}[90028s] offset 90028s))",
     "for": "0m",
     "labels": {
      "severity": "critical"
@@ -264,7 +264,7 @@ local groups = [
    },
    {
     "alert": "KVOffloadIntegrityRisk",
-    "expr": "increase(kvoffload_integrity_events_total{mixinselector=\"S90999\"}[90028s]) > 0",
+    "expr": "increase(kvoffload_integrity_events_total{mixinselector=\"S90999\"}[90028s]) > 0\nor\n(kvoffload_integrity_events_total{mixinselector=\"S90999\"} > 0 unless present_over_time(kvoffload_integrity_events_total{mixinselector=\"S90999\"}[90028s] offset 90028s))",
     "for": "0m",
     "labels": {
      "severity": "warning"

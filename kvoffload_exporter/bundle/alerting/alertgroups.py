@@ -303,6 +303,19 @@ def pressure_alerts(t: Terms) -> list[AlertRule]:
     ]
 
 
+def _counted_in(series: str, window: str) -> str:
+    """A counter that counted an event in the last `window`: it rose, or its series was first seen above zero.
+
+    `increase()` needs two samples of a series, so a counter whose first sample is already above zero never
+    rises: a canary that confirms a mismatch (and ends its run) before Prometheus's first scrape, or events
+    counted while nothing scraped the exporter for longer than the window. A series with no sample in the
+    window before this one and above zero now counts too."""
+    return (
+        f"increase({series}[{window}]) > 0\n"
+        f"or\n({series} > 0 unless present_over_time({series}[{window}] offset {window}))"
+    )
+
+
 def canary_alerts(t: Terms) -> list[AlertRule]:
     """The canary: failing, never hitting the tier, answers that differ."""
     s, q = t.s, t.q
@@ -338,7 +351,7 @@ def canary_alerts(t: Terms) -> list[AlertRule]:
         ),
         AlertRule(
             AlertName.OUTPUT_MISMATCH,
-            f"increase({q('kvoffload_canary_output_mismatches_total')}[{s.output_mismatch_window}]) > 0",
+            _counted_in(q("kvoffload_canary_output_mismatches_total"), s.output_mismatch_window),
             "0m",
             "critical",
             "Requests served from the offload tier get different answers.",
@@ -349,7 +362,7 @@ def canary_alerts(t: Terms) -> list[AlertRule]:
         ),
         AlertRule(
             AlertName.INTEGRITY_RISK,
-            f"increase({q('kvoffload_integrity_events_total')}[{s.output_mismatch_window}]) > 0",
+            _counted_in(q("kvoffload_integrity_events_total"), s.output_mismatch_window),
             "0m",
             "warning",
             "The engine reports events that may corrupt its outputs.",

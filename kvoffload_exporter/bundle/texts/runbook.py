@@ -291,7 +291,10 @@ from the GPU prefix cache or recomputed, once from the offload tier, and the tie
 token ids (`kvoffload_canary_output_mismatches_total{{pair}}`). A tier that changes answers is worse than
 one that is slow: users' requests that hit it may be getting garbled output right now, and no latency
 panel shows it. Known causes are races between the offload and compute streams under load (restored KV
-that was not fully written) and connector bugs under high concurrency.
+that was not fully written) and connector bugs under high concurrency. It also fires when the first sample
+Prometheus has of a pair is already above zero: a confirmed mismatch ends the canary's run, which can
+happen before the first scrape after the exporter starts (`increase()` sees no rise in a counter that is
+born at 2).
 
 **Check.** `kvoffload_canary_output_sensitive` is 1 (the model's answer does depend on the prefix; the
 mismatch is not noise of an insensitive model). Which `pair` counts: `offload_vs_gpu` mismatching is
@@ -313,7 +316,9 @@ concurrency at the time).
 `notification_after_expiry`, NIXL completion notifications for requests whose KV lease had already
 expired ("the KV blocks may have been reused before the transfer finished", one per remote rank). Neither
 proves a wrong answer; both are the engine saying one is possible. It is a warning beside the critical
-KVOffloadOutputMismatch, which needs the canary to have seen an answer change.
+KVOffloadOutputMismatch, which needs the canary to have seen an answer change. Like that alert it also
+fires for a series first seen above zero: events counted while nothing scraped the exporter for longer
+than the window (`output_mismatch_window`), or counted before the exporter first polled this engine.
 
 **Check.** Which `kind` counts and on which engines. For `notification_after_expiry`: the decode side's
 `kvoffload_kv_transfer_events_total{{kind="kv_expired"}}` and the prefill side's KV lease
