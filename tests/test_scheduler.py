@@ -69,8 +69,10 @@ class _Simulated:
         self.clock = clock
         self.real_sleep = asyncio.sleep  # captured before the scheduler's sleep is replaced
         self.sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self.sleeps = 0
 
     async def sleep(self, seconds: float) -> None:
+        self.sleeps += 1
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self.sleepers, (self.clock.t + max(0.0, seconds), id(fut), fut))
         await fut
@@ -85,10 +87,12 @@ class _Simulated:
             fut.set_result(None)
 
 
-async def _starts_by_target(monkeypatch: pytest.MonkeyPatch, n: int, until: float) -> dict[int, list[float]]:
+async def _starts_by_target(
+    monkeypatch: pytest.MonkeyPatch, n: int, until: float, sim: _Simulated | None = None
+) -> dict[int, list[float]]:
     """Every target's poll start times (simulated) over `until` seconds of a fleet of `n` at 1 s polls."""
-    clock = _Clock()
-    sim = _Simulated(clock)
+    clock = sim.clock if sim is not None else _Clock()
+    sim = sim or _Simulated(clock)
     monkeypatch.setattr(scheduler_module.asyncio, "sleep", sim.sleep)
     targets = tuple(TargetConfig(url=f"http://t{i}:8000") for i in range(n))
     config = Config(targets=targets, poll_interval=1.0, host_enabled=False, gpu_enabled=False)
@@ -123,3 +127,32 @@ async def test_a_fleet_smaller_than_a_wave_is_polled_together(monkeypatch: pytes
     starts = await _starts_by_target(monkeypatch, 10, 5.0)
     assert len({round(t % 1.0, 6) for ts in starts.values() for t in ts}) == 1  # one moment of the interval
     assert all(len(ts) >= 4 for ts in starts.values())
+
+
+async def test_the_targets_of_a_wave_share_one_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sleep of its own per target and poll put a timer in the loop's heap each: 100 targets over 10 intervals
+    made ~1,000 sleeps. A wave's one timer makes one a wave and interval (and the first, random one)."""
+    sim = _Simulated(_Clock())
+    starts = await _starts_by_target(monkeypatch, 100, 10.0, sim)
+    assert sum(map(len, starts.values())) >= 900  # every target still polled each interval
+    waves = math.ceil(100 / scheduler_module.WAVE)
+    assert sim.sleeps <= waves * 11, sim.sleeps
+
+
+async def test_a_removed_target_leaves_its_wave_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancelling one waiter (a reload removed its target) must not cancel the wave's timer for the others."""
+    sim = _Simulated(_Clock())
+    monkeypatch.setattr(scheduler_module.asyncio, "sleep", sim.sleep)
+    config = Config(targets=(TargetConfig(url="http://t0:8000"),), host_enabled=False, gpu_enabled=False)
+    exp = Exporter(config, clock=sim.clock, timer=sim.clock, runtime_metrics=False, rng=random.Random(1))
+    woken: list[int] = []
+
+    async def wait(i: int) -> None:
+        await exp.scheduler._until(5.0, 0.0)
+        woken.append(i)
+
+    waiters = [asyncio.ensure_future(wait(i)) for i in range(3)]
+    await sim.run_until(1.0)
+    waiters[1].cancel()
+    await sim.run_until(10.0)
+    assert woken == [0, 2] and sim.sleeps == 1

@@ -83,6 +83,7 @@ class Scheduler:
         self._rng = rng or random.Random()  # unseeded: replicas must not start in lockstep
         self._origin = self._rng.random()  # where the waves fall in the interval (a fraction of it)
         self._tasks: list[asyncio.Task[None]] = []
+        self._waves: dict[float, tuple[asyncio.Task[None], list[asyncio.Future[None]]]] = {}  # due -> timer, waiters
         self._nvml: Nvml | None = None  # once started (imported lazily: pynvml only where --collector.gpu)
 
     async def poll(self, poller: TargetPoller, session: Client) -> None:
@@ -101,7 +102,7 @@ class Scheduler:
             self._check_ready()
         now = self.timer()
         due = self._wave(now + self._rng.uniform(0.0, fleet.config.poll_interval))
-        await asyncio.sleep(due - now)
+        await self._until(due, now)
         while True:
             async with self.slots:
                 fleet.stats.poll_lag.observe(max(0.0, self.timer() - due))
@@ -113,7 +114,26 @@ class Scheduler:
             if now > due:  # fell behind (slow target or saturated): skip the missed slots, keep the phase
                 due += interval * int((now - due) / interval + 1)
             due = self._wave(due)  # the same moment, unless the fleet's size changed its waves
-            await asyncio.sleep(due - now)
+            await self._until(due, now)
+
+    async def _until(self, due: float, now: float) -> None:
+        """Sleep until `due`, a wave's moment, on the wave's one timer: a sleep of its own per target put a timer
+        in the loop's heap, pushed and popped through Python comparisons (~3 % of a 1,000-target serve's CPU).
+        A waiter cancelled (its target removed) leaves the others waiting."""
+        fut = asyncio.get_running_loop().create_future()
+        wave = self._waves.get(due)
+        if wave is None:
+            wave = self._waves[due] = (asyncio.create_task(self._ring(due, due - now)), [])
+        wave[1].append(fut)
+        await fut
+
+    async def _ring(self, due: float, delay: float) -> None:
+        try:
+            await asyncio.sleep(delay)
+        finally:  # also when stopped: every waiter is woken or already cancelled
+            for fut in self._waves.pop(due, (None, ()))[1]:
+                if not fut.done():
+                    fut.set_result(None)
 
     def _wave(self, t: float) -> float:
         """The first wave at or after `t`: the interval holds ceil(targets / WAVE) waves, evenly spaced
@@ -235,6 +255,7 @@ class Scheduler:
         self._tasks.append(asyncio.ensure_future(coro))
 
     async def stop(self) -> None:
+        self._tasks += [timer for timer, _ in self._waves.values()]  # the waves' timers, woken or not
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
