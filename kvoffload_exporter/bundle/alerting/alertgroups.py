@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvoffload_exporter.bundle.alerting.promql import Query
+from kvoffload_exporter.bundle.alerting.promql import Query, counted_in
 from kvoffload_exporter.bundle.alerting.promql import matcher as _m
 from kvoffload_exporter.bundle.alerting.promql import num as _num
 from kvoffload_exporter.bundle.alerting.promql import pct as _pct
@@ -303,19 +303,6 @@ def pressure_alerts(t: Terms) -> list[AlertRule]:
     ]
 
 
-def _counted_in(series: str, window: str) -> str:
-    """A counter that counted an event in the last `window`: it rose, or its series was first seen above zero.
-
-    `increase()` needs two samples of a series, so a counter whose first sample is already above zero never
-    rises: a canary that confirms a mismatch (and ends its run) before Prometheus's first scrape, or events
-    counted while nothing scraped the exporter for longer than the window. A series with no sample in the
-    window before this one and above zero now counts too."""
-    return (
-        f"increase({series}[{window}]) > 0\n"
-        f"or\n({series} > 0 unless present_over_time({series}[{window}] offset {window}))"
-    )
-
-
 def canary_alerts(t: Terms) -> list[AlertRule]:
     """The canary: failing, never hitting the tier, answers that differ."""
     s, q = t.s, t.q
@@ -351,7 +338,7 @@ def canary_alerts(t: Terms) -> list[AlertRule]:
         ),
         AlertRule(
             AlertName.OUTPUT_MISMATCH,
-            _counted_in(q("kvoffload_canary_output_mismatches_total"), s.output_mismatch_window),
+            counted_in(q("kvoffload_canary_output_mismatches_total"), s.output_mismatch_window),
             "0m",
             "critical",
             "Requests served from the offload tier get different answers.",
@@ -362,7 +349,7 @@ def canary_alerts(t: Terms) -> list[AlertRule]:
         ),
         AlertRule(
             AlertName.INTEGRITY_RISK,
-            _counted_in(q("kvoffload_integrity_events_total"), s.output_mismatch_window),
+            counted_in(q("kvoffload_integrity_events_total"), s.output_mismatch_window),
             "0m",
             "warning",
             "The engine reports events that may corrupt its outputs.",

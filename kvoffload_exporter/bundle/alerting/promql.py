@@ -122,6 +122,24 @@ class Query:
         return Query(self.selectors, True, self.recorded)
 
 
+def counted_in(series: str, window: str) -> str:
+    """A counter that counted an event in the last `window`: it rose, or its series was first seen above zero.
+
+    `increase()` needs two samples of a series, so a counter whose first sample is already above zero never
+    rises: a canary that confirms a mismatch (and ends its run) before Prometheus's first scrape, or events
+    counted while nothing scraped the exporter for longer than the window. A series with no sample in the
+    window before this one and above zero now counts too (its value: what it counted)."""
+    return (
+        f"increase({series}[{window}]) > 0\n"
+        f"or\n({series} > 0 unless present_over_time({series}[{window}] offset {window}))"
+    )
+
+
+def counted_over(series: str, window: str) -> str:
+    """`counted_in`, and 0 for the series that counted nothing (a panel shows them green, not empty)."""
+    return f"({counted_in(series, window)})\nor\nincrease({series}[{window}])"
+
+
 def names_in(expr: str) -> set[str]:
     """Every `kvoffload` series name referenced in a PromQL expression (catalogue or recorded)."""
     unquoted = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # label values are not names

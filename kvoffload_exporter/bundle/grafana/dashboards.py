@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from kvoffload_exporter.bundle.alerting.promql import Matcher
+from kvoffload_exporter.bundle.alerting.promql import Matcher, counted_over
 from kvoffload_exporter.bundle.grafana.grafana_json import dumps
 from kvoffload_exporter.bundle.grafana.health_dashboard import HEALTH_UID, exporter_health
 from kvoffload_exporter.bundle.grafana.panels import (
@@ -218,8 +218,8 @@ def _canary_row(L: Layout, c: Ctx, eng: str) -> None:
             [
                 (
                     "sum by (job, instance, target) "
-                    f"(increase({q('kvoffload_canary_output_mismatches_total')}[$__range])) and on (job, instance, "
-                    f"target) max by (job, instance, target) ({q('kvoffload_canary_output_sensitive')}) == 1",
+                    f"({counted_over(q('kvoffload_canary_output_mismatches_total'), '$__range')}) and on (job, "
+                    f"instance, target) max by (job, instance, target) ({q('kvoffload_canary_output_sensitive')}) == 1",
                     "{{target}}",
                 )
             ],
@@ -241,7 +241,7 @@ def _canary_row(L: Layout, c: Ctx, eng: str) -> None:
             [
                 (
                     "sum by (job, instance, target, kind) "
-                    f"(increase({q('kvoffload_integrity_events_total')}[$__range]))",
+                    f"({counted_over(q('kvoffload_integrity_events_total'), '$__range')})",
                     "{{instance}} {{target}} {{kind}}",
                 )
             ],
