@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from support.boards import panels
 
 from kvoffload_exporter.bundle.alerting.promql import template_free
 
@@ -22,14 +21,8 @@ DASHBOARD = Path(__file__).resolve().parents[1] / "dashboards" / "kvoffload-over
 BASE = 'job="kvoffload",instance="sidecar:9466"'
 
 
-def _panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    for p in panels:
-        yield p
-        yield from _panels(p.get("panels", []))
-
-
 def _expr(title: str) -> str:
-    (panel,) = [p for p in _panels(json.loads(DASHBOARD.read_text())["panels"]) if p.get("title") == title]
+    (panel,) = [p for p in panels(json.loads(DASHBOARD.read_text())) if p.get("title") == title]
     return template_free(panel["targets"][0]["expr"], {"__range": "1h"})
 
 

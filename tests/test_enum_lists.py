@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.boards import panels
 
 from kvoffload_exporter.bundle.grafana import dashboards, reason_panels
 from kvoffload_exporter.bundle.texts import readme, reasons_runbook
@@ -30,15 +30,9 @@ def _help(name: str) -> str:
     return CATALOGUE[name].help
 
 
-def _panels(node: Any) -> Iterator[dict[str, Any]]:
-    for p in node.get("panels", []):
-        yield p
-        yield from _panels(p)
-
-
 def _panel(board: dict[str, Any], title: str) -> tuple[dict[int, str], str]:
     """The timeline's value → text mapping and its query."""
-    p = next(p for p in _panels(board) if p.get("title") == title)
+    p = next(p for p in panels(board) if p.get("title") == title)
     (mapping,) = p["fieldConfig"]["defaults"]["mappings"]
     return {int(v): o["text"] for v, o in mapping["options"].items()}, p["targets"][0]["expr"]
 

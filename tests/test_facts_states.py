@@ -13,9 +13,9 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from support.boards import panels
 
 from kvoffload_exporter.bundle.texts import readme
 from kvoffload_exporter.catalogue import STATE_MEANINGS, STATES
@@ -26,12 +26,6 @@ PACKAGE = ROOT / "kvoffload_exporter"
 DEFINITION = PACKAGE / "catalogue" / "derived.py"
 STATE_PANEL = "Offload evidence state per engine"
 _GENERATED = re.compile(r"<!-- gen:([a-z-]+) -->(.*?)<!-- /gen -->", re.S)
-
-
-def _panels(node: Any) -> Iterator[dict[str, Any]]:
-    for p in node.get("panels", []):
-        yield p
-        yield from _panels(p)
 
 
 def _hand_written_docs() -> Iterator[tuple[Path, str]]:
@@ -63,7 +57,7 @@ def test_the_readme_table_row_is_the_definition(state: State) -> None:
 @pytest.mark.parametrize("state", list(State))
 def test_the_dashboard_panel_says_the_definition(state: State) -> None:
     board = json.loads((ROOT / "dashboards" / "kvoffload-overview.json").read_text(encoding="utf-8"))
-    panel = next(p for p in _panels(board) if p.get("title") == STATE_PANEL)
+    panel = next(p for p in panels(board) if p.get("title") == STATE_PANEL)
     assert f"{state.replace('_', ' ')} = {STATE_MEANINGS[state]}" in panel["description"]
 
 

@@ -91,8 +91,8 @@ async def _starts_by_target(
     monkeypatch: pytest.MonkeyPatch, n: int, until: float, sim: _Simulated | None = None
 ) -> dict[int, list[float]]:
     """Every target's poll start times (simulated) over `until` seconds of a fleet of `n` at 1 s polls."""
-    clock = sim.clock if sim is not None else _Clock()
-    sim = sim or _Simulated(clock)
+    sim = sim or _Simulated(_Clock())
+    clock = sim.clock
     monkeypatch.setattr(scheduler_module.asyncio, "sleep", sim.sleep)
     targets = tuple(TargetConfig(url=f"http://t{i}:8000") for i in range(n))
     config = Config(targets=targets, poll_interval=1.0, host_enabled=False, gpu_enabled=False)
