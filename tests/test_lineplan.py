@@ -259,9 +259,12 @@ def test_targets_of_one_version_share_every_part_of_their_plans_but_their_series
     normalise(TEXT.replace("Qwen/Qwen3-0.6B", "other/model"), None, b)
     pa, pb = a.plan.plan, b.plan.plan
     assert pa is not None and pb is not None
-    for part in ("starts", "texts", "fronts", "families", "suffixes", "typed"):
+    for part in ("starts", "texts", "fronts", "families", "suffixes", "shared", "typed"):
         assert getattr(pa, part) is getattr(pb, part), part
     assert pa.labels != pb.labels
+    # its own part of the labels: the engine of each series, one object (no tuple a series, ~5.6 KiB)
+    assert len(pb.own) == len(pb.families) > 100 and len({id(k) for k in pb.own}) == len(set(pb.own)) <= 2
+    assert ("other/model", "0") in pb.own
     # a target's own part of its ~220 series texts: the model name and the labels after it, a few objects
     assert len(pb.backs) == len(pb.prefixes) > 200 and len({id(b) for b in pb.backs}) < 20
     assert all(b.startswith(b"other/model") for b in pb.backs if b.endswith(b"}"))

@@ -17,7 +17,7 @@ without a plan (tests/test_lineplan.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from io import BytesIO
 from operator import add, itemgetter
 from typing import Any, NamedTuple
@@ -43,6 +43,11 @@ Bounded in entries and in the length of what it shares."""
 _MAX_PICKS, _MAX_SHARED = 1024, 4096
 MAX_LINES = 16384
 """A body of more lines is never planned (a vLLM body has ~750): a plan costs ~8 bytes a kept line."""
+
+
+def _every(seq: Sequence[Any]) -> tuple[Any, ...]:
+    """The Pick of every item, in order (of a tuple: the tuple itself)."""
+    return tuple(seq)
 
 
 def pick(indexes: Sequence[int]) -> Pick:
@@ -87,13 +92,23 @@ class Plan(NamedTuple):
     selected: Pick  # of those, the positions of the selected series
     families: tuple[str, ...]  # each selected series' family, ...
     suffixes: tuple[str, ...]  # ... its suffix ("", "bucket", "sum", "count") ...
-    labels: tuple[Any, ...]  # ... and its labels: only these are the target's own, the rest is shared
+    own: tuple[Any, ...]  # ... and its labels, or of labels split in parts (tuples) their first (the engine)
+    shared: tuple[tuple[Any, ...], ...]  # ... and each other part, column by column: only `own` is the target's
     typed: frozenset[str]
 
     @property
     def prefixes(self) -> tuple[bytes, ...]:
         """Each series' text (as the LineCache keys it)."""
         return tuple(map(add, self.fronts, self.backs))
+
+    @property
+    def labels(self) -> tuple[Any, ...]:
+        """Each selected series' labels, as the read that built the plan got them (equal, not the same objects)."""
+        return tuple(zip(self.own, *self.shared)) if self.shared else self.own
+
+    def labels_at(self, at: Pick) -> Iterable[Any]:
+        """The labels of the selected series `at` picks."""
+        return zip(at(self.own), *map(at, self.shared)) if self.shared else at(self.own)
 
 
 _MODEL = b'model_name="'
@@ -175,6 +190,7 @@ def build(
     if len(heads) != len(samples) or any(s[:3] != h for s, h in zip(samples, heads)):
         return None
     families, suffixes, labels = (tuple(c) for c in zip(*heads)) if heads else ((), (), ())
+    engines, shared = _columns(labels)
     return Plan(
         key,
         count,
@@ -190,7 +206,8 @@ def build(
         pick(selected),
         _shared(families),
         _shared(suffixes),
-        labels,
+        engines,
+        shared,
         _shared(frozenset(typed)),
     )
 
@@ -199,13 +216,28 @@ def _shared(part: Any) -> Any:
     return held(_PARTS, part, _MAX_PARTS)
 
 
+def _columns(labels: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[tuple[Any, ...], ...]]:
+    """(own, shared): labels split in parts of one length (normalise's: the engine, the other labels, pid,
+    `le`) as their first part's column, the target's own, and each other part's column held once; any other
+    labels whole, as `own`. Whole, each series' labels are a tuple of the target's (its engine is in it):
+    ~5.6 KiB a target of a real body, where the columns are one tuple of pointers."""
+    width = len(labels[0]) if labels and type(labels[0]) is tuple else 0
+    if width < 2 or any(type(one) is not tuple or len(one) != width for one in labels):
+        return labels, ()
+    first, *rest = zip(*labels)
+    try:
+        return first, _shared(tuple(rest))
+    except TypeError:  # a part that cannot be hashed: kept whole, by this plan alone
+        return labels, ()
+
+
 def entries(plan: Plan) -> dict[bytes, tuple[str, str, Any] | None]:
     """What a LineCache knew of the plan's series: each series' text → (family, suffix, labels), None for
     a series `read` skips. A planned target's cache keeps only its plan and rebuilds this when the plan
     misses (the same keys and heads: the cache's budget counted them once)."""
     texts = plan.prefixes
     known: dict[bytes, tuple[str, str, Any] | None] = dict.fromkeys(texts)
-    known.update(zip(plan.selected(texts), zip(plan.families, plan.suffixes, plan.labels)))
+    known.update(zip(plan.selected(texts), zip(plan.families, plan.suffixes, plan.labels_at(_every))))
     return known
 
 
@@ -269,12 +301,20 @@ class Planned(Sequence[Any]):
     def pick(self, at: Pick) -> list[Any]:
         """The samples `at` picks, as `at(list(self))` gives them."""
         p = self.plan
-        return list(zip(at(p.families), at(p.suffixes), at(p.labels), at(self.values)))
+        return list(zip(at(p.families), at(p.suffixes), p.labels_at(at), at(self.values)))
+
+    def rows(self, at: Pick) -> Iterator[tuple[Any, ...]]:
+        """The samples `at` picks with their labels' parts spread out: (family, suffix, *labels, value), as
+        `flat` gives them, without building each sample's labels (a tuple each) on the way."""
+        p = self.plan
+        if not p.shared:
+            return flat(self.pick(at))
+        return zip(at(p.families), at(p.suffixes), at(p.own), *map(at, p.shared), at(self.values))
 
     def _samples(self) -> list[Any]:
         if self._all is None:
             p = self.plan
-            self._all = list(zip(p.families, p.suffixes, p.labels, self.values))
+            self._all = list(zip(p.families, p.suffixes, p.labels_at(_every), self.values))
         return self._all
 
     def __len__(self) -> int:
@@ -285,6 +325,14 @@ class Planned(Sequence[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._samples())
+
+
+def flat(samples: Sequence[Any]) -> Iterator[tuple[Any, ...]]:
+    """(family, suffix, *labels, value) of each sample (family, suffix, labels, value), labels a tuple."""
+    if not samples:
+        return iter(())
+    families, suffixes, labels, values = zip(*samples)
+    return zip(families, suffixes, *zip(*labels), values)
 
 
 class Slot:
@@ -335,4 +383,17 @@ class Slot:
         self.wait = self.backoff
 
 
-__all__ = ["FLOAT_CHARS", "UTF8", "Pick", "Plan", "Planned", "Slot", "build", "entries", "lines_of", "pick", "replay"]
+__all__ = [
+    "FLOAT_CHARS",
+    "UTF8",
+    "Pick",
+    "Plan",
+    "Planned",
+    "Slot",
+    "build",
+    "entries",
+    "flat",
+    "lines_of",
+    "pick",
+    "replay",
+]

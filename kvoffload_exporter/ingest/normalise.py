@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from operator import itemgetter
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kvoffload_exporter.config.limits import Limits
 from kvoffload_exporter.ingest import backends, histplan
@@ -23,7 +23,7 @@ from kvoffload_exporter.ingest.families import HISTOGRAMS as _TYPED_HISTOGRAMS
 from kvoffload_exporter.ingest.families import OFFLOAD_PREFIX as _OFFLOAD_FAMILY_PREFIX
 from kvoffload_exporter.ingest.families import TABLE as _TABLE
 from kvoffload_exporter.ingest.linecache import LineCache
-from kvoffload_exporter.ingest.lineplan import Planned
+from kvoffload_exporter.ingest.lineplan import Planned, flat
 from kvoffload_exporter.ingest.routes import INFO, LEGACY_SIZE_NAMES, ROUTES, Engine, hist_name, idle, on_hist
 from kvoffload_exporter.ingest.samples import labels_reader as _labels_reader
 from kvoffload_exporter.ingest.signalmap import (
@@ -174,10 +174,10 @@ def _snapshot(
         shape = None
     done = histplan.values(shape, values) if shape is not None else None
     if shape is None or done is None:  # the long way: every sample through the loop
-        multiprocess = _fold(samples, engines, raw, engine_only)
+        multiprocess = _fold(flat(samples), engines, raw, engine_only)
         shape = None
     else:
-        rest = samples.pick(shape.rest) if isinstance(samples, Planned) else shape.rest(samples)
+        rest = samples.rows(shape.rest) if isinstance(samples, Planned) else flat(shape.rest(samples))
         multiprocess = _fold(rest, engines, raw, engine_only) or shape.pid
         for key, name, hist in done:
             engines[key].hists[name] = hist  # type: ignore[assignment]  # .count, .freeze() alike
@@ -222,15 +222,15 @@ def _refuse_reordered(samples: Sequence[Sample], cache: LineCache | None) -> Non
 
 
 def _fold(
-    samples: Iterable[Sample],
+    rows: Iterable[tuple[Any, ...]],
     engines: dict[tuple[str, str], Engine],
     raw: dict[tuple[str, str], list[backends.RawSample]],
     engine_only: dict[str, dict[str, str]],
 ) -> bool:
-    """Each sample into its engine's accumulators (and the backend resolver's raw list); whether any
-    carried `pid`."""
+    """Each sample (a row of `lineplan.flat`: its labels' parts spread out) into its engine's accumulators
+    (and the backend resolver's raw list); whether any carried `pid`."""
     multiprocess = False
-    for fam, sfx, (key, rest, pid, le), value in samples:
+    for fam, sfx, key, rest, pid, le, value in rows:
         multiprocess |= pid
         evidence, handler = ROUTES[fam]
         if evidence:
