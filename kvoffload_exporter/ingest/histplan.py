@@ -12,14 +12,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from operator import itemgetter
 from typing import Any, NamedTuple
 
+from kvoffload_exporter.ingest.interning import held
 from kvoffload_exporter.ingest.lineplan import pick
 from kvoffload_exporter.ingest.samples import intern_bounds
 from kvoffload_exporter.ingest.snapshot import Histogram
 
 _INF = float("inf")
+_FAMILIES: dict[frozenset[str], frozenset[str]] = {}
+"""A shape's families: the same set for every target of one vLLM version, held once (~2 KiB a target)."""
+_MAX_FAMILIES = 1024
 
 
 class Group(NamedTuple):
@@ -78,7 +81,7 @@ def compile(
     return Shape(
         tuple(groups),
         pick([i for i in rest if i not in quiet]),
-        frozenset(s[0] for s in samples),
+        held(_FAMILIES, frozenset(s[0] for s in samples), _MAX_FAMILIES),
         any(samples[i][2][2] for i in (*grouped, *quiet)),  # pid: the loop would have said multiprocess
     )
 
@@ -100,7 +103,8 @@ def _group(key: tuple[str, str], name: str, idx: list[int], samples: Sequence[An
     if not bounds or total is None or count is None:
         return None
     last = buckets.get(_INF, count)
-    return Group(key, name, intern_bounds(tuple(bounds)), itemgetter(*map(buckets.get, bounds), last), total, count)
+    # the picker is shared (lineplan.pick): every target of one vLLM version has its buckets at the same places
+    return Group(key, name, intern_bounds(tuple(bounds)), pick([*(buckets[b] for b in bounds), last]), total, count)
 
 
 def values(shape: Shape, vals: Sequence[float]) -> list[tuple[tuple[str, str], str, Done]] | None:
