@@ -44,14 +44,15 @@ def test_a_planned_body_reads_its_histograms_by_position_as_the_loop_does() -> N
 
 
 def test_targets_of_one_version_share_their_shapes_but_the_engine_of_each_histogram() -> None:
-    """Two targets serving other models: each histogram's picker and the families are one object for both
-    (~4 KiB a target held twice before); only the engine each histogram belongs to is a target's own."""
-    a, b = _planned(TEXT), _planned(TEXT.replace("Qwen/Qwen3-0.6B", "other/model"))
-    for cache in (a, b):
-        normalise(_advance(TEXT if cache is a else TEXT.replace("Qwen/Qwen3-0.6B", "other/model"), 1), None, cache)
+    """Two targets serving other models: each histogram's picker and the families (the shape's and the
+    snapshot's) are one object for both (~5 KiB a target held twice before); only the engine each histogram
+    belongs to is a target's own."""
+    other = TEXT.replace("Qwen/Qwen3-0.6B", "other/model")
+    a, b = _planned(TEXT), _planned(other)
+    snap_a, snap_b = normalise(_advance(TEXT, 1), None, a), normalise(_advance(other, 1), None, b)
     sa, sb = a.last.shape, b.last.shape  # type: ignore[attr-defined]
     assert sa is not None and sb is not None and len(sa.groups) == len(sb.groups) > 5
-    assert sa.families is sb.families
+    assert sa.families is sb.families and snap_a.families is snap_b.families
     for ga, gb in zip(sa.groups, sb.groups):
         assert ga.counts is gb.counts and ga.bounds is gb.bounds, ga.name
     assert {g.key[0] for g in sb.groups} == {"other/model"}

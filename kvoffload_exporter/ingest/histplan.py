@@ -14,15 +14,12 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from kvoffload_exporter.ingest.interning import held
+from kvoffload_exporter.ingest.interning import name_set
 from kvoffload_exporter.ingest.lineplan import pick
 from kvoffload_exporter.ingest.samples import intern_bounds
 from kvoffload_exporter.ingest.snapshot import Histogram
 
 _INF = float("inf")
-_FAMILIES: dict[frozenset[str], frozenset[str]] = {}
-"""A shape's families: the same set for every target of one vLLM version, held once (~2 KiB a target)."""
-_MAX_FAMILIES = 1024
 
 
 class Group(NamedTuple):
@@ -81,7 +78,7 @@ def compile(
     return Shape(
         tuple(groups),
         pick([i for i in rest if i not in quiet]),
-        held(_FAMILIES, frozenset(s[0] for s in samples), _MAX_FAMILIES),
+        name_set(frozenset(s[0] for s in samples)),
         any(samples[i][2][2] for i in (*grouped, *quiet)),  # pid: the loop would have said multiprocess
     )
 

@@ -22,6 +22,7 @@ from kvoffload_exporter.ingest.families import ALIASES
 from kvoffload_exporter.ingest.families import HISTOGRAMS as _TYPED_HISTOGRAMS
 from kvoffload_exporter.ingest.families import OFFLOAD_PREFIX as _OFFLOAD_FAMILY_PREFIX
 from kvoffload_exporter.ingest.families import TABLE as _TABLE
+from kvoffload_exporter.ingest.interning import name_set
 from kvoffload_exporter.ingest.linecache import LineCache
 from kvoffload_exporter.ingest.lineplan import Planned, flat
 from kvoffload_exporter.ingest.routes import INFO, LEGACY_SIZE_NAMES, ROUTES, Engine, hist_name, idle, on_hist
@@ -142,7 +143,7 @@ def _fixed(
         if families & _GEN_LEGACY
         else Generation.NONE
     )
-    found = prev.families if prev is not None and prev.families == families else frozenset(families)
+    found = prev.families if prev is not None and prev.families == families else name_set(frozenset(families))
     present = backends.detect(found)
     rows = backends.rows_for(present, found)
     return _Fixed(found, generation, present, rows, backends.sources(rows), renames)
