@@ -92,8 +92,8 @@ class Plan(NamedTuple):
     selected: Pick  # of those, the positions of the selected series
     families: tuple[str, ...]  # each selected series' family, ...
     suffixes: tuple[str, ...]  # ... its suffix ("", "bucket", "sum", "count") ...
-    own: tuple[Any, ...]  # ... and its labels, or of labels split in parts (tuples) their first (the engine)
-    shared: tuple[tuple[Any, ...], ...]  # ... and each other part, column by column: only `own` is the target's
+    own: tuple[Any, ...]  # ... its labels' first part (normalise's: the engine), or its labels whole: the target's own
+    shared: tuple[tuple[Any, ...], ...]  # ... and their other parts, a column each, held once for a vLLM version
     typed: frozenset[str]
 
     @property
