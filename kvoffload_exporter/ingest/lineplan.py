@@ -104,7 +104,7 @@ class Plan(NamedTuple):
     @property
     def labels(self) -> tuple[Any, ...]:
         """Each selected series' labels, as the read that built the plan got them (equal, not the same objects)."""
-        return tuple(zip(self.own, *self.shared)) if self.shared else self.own
+        return tuple(self.labels_at(_every))
 
     def labels_at(self, at: Pick) -> Iterable[Any]:
         """The labels of the selected series `at` picks."""
